@@ -1,0 +1,227 @@
+/* needle.h: the one public header of libneedle, an inference engine for the Needle 2
+ * family of tool-calling models (".cact" files).
+ *
+ * Two handles:
+ *   needle_model    an immutable loaded model (weights stay mapped). Safe to share between
+ *                   threads; every session borrows it, so free it after its sessions.
+ *   needle_session  one conversation: KV cache, position, scratch buffers. One thread at a
+ *                   time per session; different sessions may run concurrently.
+ *
+ * Conventions:
+ *   - Fallible calls return an int: NEEDLE_OK (0) on success, a negative needle_status on
+ *     failure. needle_last_error() then holds a message for the calling thread.
+ *   - Constructors fill `*out` only on success. Every *_free(NULL) is a no-op.
+ *   - Params structs are passed by pointer; NULL means the *_default_params() values.
+ *   - The library never prints, exits or aborts.
+ */
+#ifndef NEEDLE_H
+#define NEEDLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NEEDLE_VERSION_MAJOR 0
+#define NEEDLE_VERSION_MINOR 1
+#define NEEDLE_VERSION_PATCH 0
+
+/* "major.minor.patch" of the library actually linked. */
+const char *needle_version(void);
+
+typedef enum needle_status {
+    NEEDLE_OK = 0,
+    NEEDLE_ERR_INVALID_ARGUMENT = -1, /* NULL handle, bad parameter value */
+    NEEDLE_ERR_IO = -2,               /* cannot open, stat or map a file */
+    NEEDLE_ERR_FORMAT = -3,           /* corrupt, truncated or unsupported .cact */
+    NEEDLE_ERR_OUT_OF_MEMORY = -4,
+    NEEDLE_ERR_NO_TOKENIZER = -5,     /* text call on a model without a tokenizer */
+    NEEDLE_ERR_INVALID_UTF8 = -6,     /* input text is not valid UTF-8 (or holds NUL) */
+    NEEDLE_ERR_CONTEXT_FULL = -7,     /* tokens do not fit in the session's context */
+    NEEDLE_ERR_BUFFER_TOO_SMALL = -8, /* caller's buffer too small; size reported */
+    NEEDLE_ERR_INVALID_TOKEN = -9,    /* token id outside [0, vocab) */
+    NEEDLE_ERR_JSON = -10,            /* malformed JSON input */
+    NEEDLE_ERR_SCHEMA = -11,          /* tool schema invalid or unsupported */
+    NEEDLE_ERR_BACKEND = -12,         /* requested backend not built in or no device */
+    NEEDLE_ERR_STATE = -13,           /* call not valid in the handle's current state */
+    NEEDLE_ERR_MAX_TOKENS = -14       /* generation cut by max_new_tokens */
+} needle_status;
+
+/* Static description of a status code; never NULL. */
+const char *needle_status_string(int status);
+
+/* Message of the last failure on the calling thread ("" if none). The pointer stays valid
+ * until the next failing call on this thread. */
+const char *needle_last_error(void);
+
+/* ------------------------------------------------------------------------------------ */
+/* Models                                                                                */
+
+typedef struct needle_model needle_model;
+
+typedef struct needle_model_params {
+    int32_t n_threads; /* worker threads for sessions of this model; 0 = NEEDLE_THREADS or cores */
+} needle_model_params;
+
+needle_model_params needle_model_default_params(void);
+
+/* Maps and validates a .cact file. Every offset, size and shape is checked before use;
+ * a bad file yields NEEDLE_ERR_FORMAT (or NEEDLE_ERR_IO) and a message. */
+int needle_model_open(const char *path, const needle_model_params *params, needle_model **out);
+
+/* Same, over a caller-owned in-memory image. The bytes are not copied: they must stay
+ * valid and unchanged until needle_model_free(). */
+int needle_model_open_blob(const void *data, size_t size, const needle_model_params *params,
+                           needle_model **out);
+
+/* Frees the model. All its sessions must be freed first. NULL is a no-op. */
+void needle_model_free(needle_model *model);
+
+typedef struct needle_model_info {
+    uint64_t file_size;
+    uint32_t num_tensors;
+    uint32_t vocab;
+    uint32_t d_model;
+    uint32_t num_layers;
+    uint32_t num_heads;
+    uint32_t num_kv_heads;
+    uint32_t head_dim;
+    uint32_t max_seq_len;
+    uint32_t kv_window; /* header sliding window (positions); 0 = none */
+    uint32_t kv_bits;
+    uint32_t hada_n;
+    uint32_t mhc_lanes;
+    uint32_t engram_slots;
+    uint32_t engram_sub_dim;
+    uint32_t num_engram_tables;
+    uint32_t engram_conv_taps;
+    uint32_t engram_conv_dilation;
+    uint32_t num_engram_orders;
+    uint32_t engram_orders[4];
+    uint32_t num_engram_sites;
+    uint32_t engram_sites[4];
+    float rope_theta;
+    uint32_t group_size;   /* CQ group size of the file (0 if no CQ tensor) */
+    int32_t has_tokenizer; /* 1 if a RAW tokenizer blob is present */
+    uint32_t num_probe_heads;
+    uint32_t probe_head_codes[8]; /* 1 = contrastive, 2 = confidence */
+} needle_model_info;
+
+int needle_model_get_info(const needle_model *model, needle_model_info *out);
+
+typedef enum needle_dtype {
+    NEEDLE_DTYPE_FP16 = 1,
+    NEEDLE_DTYPE_FP32 = 2,
+    NEEDLE_DTYPE_CQ = 3,
+    NEEDLE_DTYPE_RAW = 4
+} needle_dtype;
+
+typedef struct needle_tensor_info {
+    const char *name; /* positional name, e.g. "layer3.q_proj"; static storage of the model */
+    int32_t dtype;    /* needle_dtype */
+    uint32_t ndim;
+    uint32_t shape[4];
+    uint64_t offset;
+    uint64_t nbytes;
+    uint32_t group_size;
+    uint32_t bits; /* 2, 3, 4, or 5 = ternary; 0 for non-CQ */
+} needle_tensor_info;
+
+int needle_model_get_tensor(const needle_model *model, uint32_t index, needle_tensor_info *out);
+
+/* Dequantizes tensor `index` to float32 in logical row-major order (CQ padding dropped).
+ * `n_values` receives the element count; returns NEEDLE_ERR_BUFFER_TOO_SMALL if cap is
+ * smaller (call with out = NULL, cap = 0 to query). RAW tensors are not decodable. */
+int needle_model_decode_tensor(const needle_model *model, uint32_t index, float *out, size_t cap,
+                               size_t *n_values);
+
+/* ------------------------------------------------------------------------------------ */
+/* Tokenizer (needs a model with a tokenizer blob)                                       */
+
+enum {
+    NEEDLE_TOKEN_PAD = 0,
+    NEEDLE_TOKEN_EOS = 1,
+    NEEDLE_TOKEN_BOS = 2,
+    NEEDLE_TOKEN_UNK = 3
+};
+
+/* Encodes UTF-8 text (len bytes, need not be NUL-terminated; NUL bytes are rejected) the
+ * way the reference tokenizer does. No BOS is added. `*n_ids` receives the count; if it
+ * exceeds cap, returns NEEDLE_ERR_BUFFER_TOO_SMALL with `*n_ids` = the needed count. */
+int needle_tokenize(const needle_model *model, const char *text, size_t len, int32_t *ids,
+                    size_t cap, size_t *n_ids);
+
+/* Decodes ids to UTF-8 (control pieces skipped, one leading space stripped, invalid bytes
+ * replaced by U+FFFD), NUL-terminated. `*len` receives the byte length without the NUL;
+ * needs cap >= *len + 1, else NEEDLE_ERR_BUFFER_TOO_SMALL with `*len` set. */
+int needle_detokenize(const needle_model *model, const int32_t *ids, size_t n_ids, char *out,
+                      size_t cap, size_t *len);
+
+/* The raw piece text of a token (meta-space as U+2581, not NUL-terminated). */
+int needle_token_piece(const needle_model *model, int32_t id, const char **piece, size_t *len);
+
+/* ------------------------------------------------------------------------------------ */
+/* Sessions: token-level inference with a KV cache                                       */
+
+typedef struct needle_session needle_session;
+
+typedef enum needle_kv_type {
+    NEEDLE_KV_F32 = 0,
+    NEEDLE_KV_F16 = 1,
+    NEEDLE_KV_INT8 = 2
+} needle_kv_type;
+
+typedef struct needle_session_params {
+    uint32_t n_ctx;     /* maximum positions in the conversation; 0 = header max_seq_len */
+    int32_t kv_window;  /* sliding window; -1 = the header's kv_window, 0 = none */
+    uint32_t n_sinks;   /* positions pinned as attention sinks (the first n_sinks) */
+    int32_t kv_type;    /* needle_kv_type */
+} needle_session_params;
+
+needle_session_params needle_session_default_params(void);
+
+/* Allocates every buffer the session will ever use (KV cache sized for the window plus
+ * sinks, scratch activations). Later calls allocate nothing per token. */
+int needle_session_create(const needle_model *model, const needle_session_params *params,
+                          needle_session **out);
+void needle_session_free(needle_session *session);
+
+/* Runs `n` tokens through the model at the current position and appends them to the
+ * cache. If `logits` is non-NULL it receives [n][vocab] float32 logits, one row per
+ * token (cap counts floats). The last position's logits are always available through
+ * needle_session_logits(). Fails with NEEDLE_ERR_CONTEXT_FULL, leaving the session
+ * unchanged, if the tokens do not fit in n_ctx. */
+int needle_session_eval(needle_session *session, const int32_t *tokens, size_t n, float *logits,
+                        size_t cap);
+
+/* Logits [vocab] after the last evaluated token; NULL before the first eval. */
+const float *needle_session_logits(const needle_session *session);
+
+/* Tokens evaluated so far (the next absolute position). */
+uint32_t needle_session_position(const needle_session *session);
+
+/* Forgets the conversation: position 0, empty cache. */
+void needle_session_reset(needle_session *session);
+
+typedef struct needle_generate_params {
+    uint32_t max_new_tokens; /* 0 = until EOS or the context is full */
+    float temperature;       /* 0 = greedy (argmax, ties to the lowest id) */
+    uint64_t seed;           /* sampling seed (same seed, same tokens) */
+} needle_generate_params;
+
+needle_generate_params needle_generate_default_params(void);
+
+/* Evaluates `prompt` (may be empty when continuing), then generates until EOS (not
+ * stored), max_new_tokens, or the context end. Writes up to `cap` ids to `out`;
+ * `*n_out` receives the number generated. */
+int needle_session_generate(needle_session *session, const int32_t *prompt, size_t n_prompt,
+                            const needle_generate_params *params, int32_t *out, size_t cap,
+                            size_t *n_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEEDLE_H */

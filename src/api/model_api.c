@@ -1,0 +1,176 @@
+/* Public model and tokenizer entry points (needle.h) over the format/model/tokenizer
+ * modules: argument checks, file mapping, and error messages. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "util/error.h"
+
+const char *needle_version(void) { return "0.1.0"; }
+
+needle_model_params needle_model_default_params(void) {
+    needle_model_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+static int finish_open(needle_model *m, const needle_model_params *params, needle_model **out) {
+    m->n_threads = params ? params->n_threads : 0;
+    int rc = model_bind(m, m->image, m->image_size);
+    if (rc) {
+        needle_model_free(m);
+        return rc;
+    }
+    *out = m;
+    needle_clear_error();
+    return NEEDLE_OK;
+}
+
+int needle_model_open(const char *path, const needle_model_params *params, needle_model **out) {
+    if (!path || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "model_open: NULL argument");
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return needle_fail(NEEDLE_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return needle_fail(NEEDLE_ERR_IO, "%s is not a regular file", path);
+    }
+    size_t size = (size_t)st.st_size;
+    if (size == 0) {
+        close(fd);
+        return needle_fail(NEEDLE_ERR_FORMAT, "%s is empty", path);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return needle_fail(NEEDLE_ERR_IO, "cannot map %s: %s", path, strerror(errno));
+    needle_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        munmap(map, size);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model_open: out of memory");
+    }
+    m->mapping = map;
+    m->image = map;
+    m->image_size = size;
+    return finish_open(m, params, out);
+}
+
+int needle_model_open_blob(const void *data, size_t size, const needle_model_params *params,
+                           needle_model **out) {
+    if (!data || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "model_open_blob: NULL argument");
+    needle_model *m = calloc(1, sizeof *m);
+    if (!m) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model_open_blob: out of memory");
+    if ((uintptr_t)data % 64) {
+        /* Tensor blobs are 64-aligned relative to the image; kernels read fp16 norms
+         * directly, so a misaligned image is copied once into aligned memory. */
+        m->owned = aligned_alloc(64, (size + 63) / 64 * 64);
+        if (!m->owned) {
+            free(m);
+            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model_open_blob: out of memory");
+        }
+        memcpy(m->owned, data, size);
+        m->image = m->owned;
+    } else {
+        m->image = data;
+    }
+    m->image_size = size;
+    return finish_open(m, params, out);
+}
+
+void needle_model_free(needle_model *m) {
+    if (!m) return;
+    model_unbind(m);
+    if (m->mapping) munmap(m->mapping, m->image_size);
+    free(m->owned);
+    free(m);
+}
+
+int needle_model_get_info(const needle_model *m, needle_model_info *out) {
+    if (!m || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "model_get_info: NULL argument");
+    *out = m->info;
+    return NEEDLE_OK;
+}
+
+int needle_model_get_tensor(const needle_model *m, uint32_t index, needle_tensor_info *out) {
+    if (!m || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "model_get_tensor: NULL argument");
+    if (index >= m->file.num_tensors)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tensor %u out of range (%u tensors)",
+                           index, m->file.num_tensors);
+    const cact_tensor *t = &m->file.tensors[index];
+    out->name = t->name;
+    out->dtype = t->dtype;
+    out->ndim = t->ndim;
+    memcpy(out->shape, t->shape, sizeof out->shape);
+    out->offset = t->offset;
+    out->nbytes = t->nbytes;
+    out->group_size = t->group;
+    out->bits = t->bits;
+    return NEEDLE_OK;
+}
+
+int needle_model_decode_tensor(const needle_model *m, uint32_t index, float *out, size_t cap,
+                               size_t *n_values) {
+    if (!m || !n_values || (!out && cap))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "model_decode_tensor: NULL argument");
+    if (index >= m->file.num_tensors)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tensor %u out of range", index);
+    const cact_tensor *t = &m->file.tensors[index];
+    if (t->dtype == CACT_RAW)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tensor %u is RAW (not numeric)", index);
+    size_t count = 1;
+    for (uint32_t k = 0; k < t->ndim; k++) count *= t->shape[k];
+    *n_values = count;
+    if (cap < count)
+        return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "tensor %u has %zu values, buffer holds "
+                           "%zu", index, count, cap);
+    if (t->dtype != CACT_CQ) {
+        memcpy(out, m->fp[index], count * sizeof(float));
+        return NEEDLE_OK;
+    }
+    cq_matrix w;
+    model_cq_view(m, index, &w);
+    float *tmp = malloc(w.group * sizeof *tmp);
+    if (!tmp) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (uint32_t r = 0; r < w.rows; r++) cq_dequant_row(&w, r, out + (size_t)r * w.cols, tmp);
+    free(tmp);
+    return NEEDLE_OK;
+}
+
+static int need_tokenizer(const needle_model *m) {
+    if (!m) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "NULL model");
+    if (!m->tok) return needle_fail(NEEDLE_ERR_NO_TOKENIZER, "this .cact file has no tokenizer; "
+                                    "use token ids");
+    return NEEDLE_OK;
+}
+
+int needle_tokenize(const needle_model *m, const char *text, size_t len, int32_t *ids,
+                    size_t cap, size_t *n_ids) {
+    int rc = need_tokenizer(m);
+    if (rc) return rc;
+    if ((!text && len) || !n_ids || (!ids && cap))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tokenize: NULL argument");
+    return tokenizer_encode(m->tok, text ? text : "", len, ids, cap, n_ids);
+}
+
+int needle_detokenize(const needle_model *m, const int32_t *ids, size_t n_ids, char *out,
+                      size_t cap, size_t *len) {
+    int rc = need_tokenizer(m);
+    if (rc) return rc;
+    if ((!ids && n_ids) || !len || (!out && cap))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "detokenize: NULL argument");
+    return tokenizer_decode(m->tok, ids, n_ids, out, cap, len);
+}
+
+int needle_token_piece(const needle_model *m, int32_t id, const char **piece, size_t *len) {
+    int rc = need_tokenizer(m);
+    if (rc) return rc;
+    if (!piece || !len) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "token_piece: NULL argument");
+    if (id < 0 || (uint32_t)id >= m->vocab)
+        return needle_fail(NEEDLE_ERR_INVALID_TOKEN, "token %d outside [0, %u)", id, m->vocab);
+    *piece = tokenizer_piece(m->tok, id, len);
+    return NEEDLE_OK;
+}

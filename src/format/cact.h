@@ -1,0 +1,79 @@
+/* The .cact v2 container (spec §1): header, codebooks, tensor directory, data blobs.
+ *
+ * cact_parse() validates a whole image before anything reads a tensor: header geometry,
+ * codebooks, every directory record (dtype, shape against the positional layout of §1.9,
+ * size against shape/bits/group, 64-byte alignment, bounds, integer overflow) and the
+ * probe-head section. After it succeeds, every `data` pointer may be read for `nbytes`
+ * bytes without further checks; that is the invariant the rest of the engine relies on.
+ * The parser never copies tensor data: records point into the caller's image, which must
+ * outlive the cact_file. */
+#ifndef NEEDLE_FORMAT_CACT_H
+#define NEEDLE_FORMAT_CACT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CACT_TAG 0x05E12A83u
+#define CACT_TAG_V1 0x05E12A82u
+#define CACT_HEADER_BYTES 120u
+#define CACT_RECORD_BYTES 44u
+#define CACT_ALIGN 64u
+#define CACT_CODEBOOK_LEN 28u
+#define CACT_BITS_TERNARY 5u
+#define CACT_TERNARY_LEVEL 1.2240064f /* unit-variance 3-level Lloyd-Max point, §2.2 */
+
+enum cact_dtype { CACT_FP16 = 1, CACT_FP32 = 2, CACT_CQ = 3, CACT_RAW = 4 };
+
+typedef struct cact_header {
+    uint32_t tag, num_tensors, codebook_len, kv_window, kv_bits, vocab, d_model, num_heads,
+        num_kv_heads, num_layers, head_dim, max_seq_len, hada_n, mhc_lanes, engram_slots,
+        engram_sub_dim, num_engram_tables, engram_conv_taps, engram_conv_dilation,
+        num_engram_orders, engram_orders[4], num_engram_sites, engram_sites[4];
+    float rope_theta;
+} cact_header;
+
+typedef struct cact_tensor {
+    char name[40];     /* positional name from §1.9, e.g. "layer3.q_proj" */
+    uint8_t dtype;     /* enum cact_dtype */
+    uint8_t ndim;
+    uint32_t shape[4];
+    uint64_t offset;
+    uint64_t nbytes;
+    uint32_t group;    /* CQ only */
+    uint32_t bits;     /* CQ only: 2, 3, 4 or 5 (ternary) */
+    const uint8_t *data;
+} cact_tensor;
+
+/* Probe heads (§1.10): triples of probes [P][d], proj [out][P*d], bias [out]. */
+typedef struct cact_probe_head {
+    uint32_t code; /* 1 contrastive, 2 confidence */
+    uint32_t probes_index, proj_index, bias_index;
+    uint32_t num_probes, out_dim;
+} cact_probe_head;
+
+#define CACT_MAX_PROBE_HEADS 8
+
+typedef struct cact_file {
+    const uint8_t *base;
+    size_t size;
+    cact_header h;
+    float codebooks[6][16]; /* [bits] -> levels; [5] = ternary {-c, 0, +c}/sqrt(G) */
+    uint32_t group;         /* the CQ group size shared by the file's CQ tensors (0: none) */
+    cact_tensor *tensors;   /* num_tensors records, malloc'd */
+    uint32_t num_tensors;
+    int32_t tokenizer_index; /* index of the RAW record, -1 if absent */
+    uint32_t num_probe_heads;
+    cact_probe_head probe_heads[CACT_MAX_PROBE_HEADS];
+    /* positional indices of the fixed sections */
+    uint32_t mhc_base, engram_base, final_norm_index;
+} cact_file;
+
+/* Parses and validates an image. On failure returns a negative needle_status with the
+ * thread's error message set, and leaves `out` zeroed. */
+int cact_parse(const uint8_t *data, size_t size, cact_file *out);
+void cact_release(cact_file *f);
+
+/* Derived sizes of one CQ record (validated by cact_parse). */
+uint64_t cact_cq_row_bytes(uint64_t cols_pad, uint32_t bits);
+
+#endif

@@ -1,0 +1,211 @@
+/* Binding a validated .cact image into typed weights (see model.h). */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+#include "util/fp16.h"
+
+void model_cq_view(const struct needle_model *m, uint32_t index, cq_matrix *out) {
+    const cact_tensor *t = &m->file.tensors[index];
+    cq_matrix w;
+    w.rows = t->shape[0];
+    w.cols = t->shape[1];
+    w.group = t->group;
+    w.cols_pad = (w.cols + w.group - 1) / w.group * w.group;
+    w.ngroups = w.cols_pad / w.group;
+    w.bits = t->bits;
+    w.row_bytes = (uint32_t)cact_cq_row_bytes(w.cols_pad, w.bits);
+    w.codes = t->data;
+    /* 64-aligned blob + even byte count (G >= 16) keeps the norms 2-byte aligned */
+    w.norms = (const uint16_t *)(const void *)(t->data + (size_t)w.rows * w.row_bytes);
+    w.codebook = m->file.codebooks[w.bits];
+    *out = w;
+}
+
+int model_site_of(const struct needle_model *m, uint32_t layer) {
+    for (uint32_t s = 0; s < m->n_sites; s++)
+        if (m->sites[s].layer == layer) return (int)s;
+    return -1;
+}
+
+/* Widens every FP16/FP32 tensor into one arena: they are small (0.1M values for Needle 2)
+ * and read on every token. */
+static int widen_float_tensors(struct needle_model *m) {
+    const cact_file *f = &m->file;
+    size_t total = 0;
+    for (uint32_t i = 0; i < f->num_tensors; i++) {
+        const cact_tensor *t = &f->tensors[i];
+        if (t->dtype == CACT_FP16) total += t->nbytes / 2;
+        else if (t->dtype == CACT_FP32) total += t->nbytes / 4;
+    }
+    m->arena = malloc((total ? total : 1) * sizeof(float));
+    m->fp = calloc(f->num_tensors, sizeof *m->fp);
+    if (!m->arena || !m->fp) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
+    float *p = m->arena;
+    for (uint32_t i = 0; i < f->num_tensors; i++) {
+        const cact_tensor *t = &f->tensors[i];
+        if (t->dtype == CACT_FP16) {
+            size_t n = t->nbytes / 2;
+            for (size_t k = 0; k < n; k++) p[k] = fp16_to_f32(rd_u16(t->data + 2 * k));
+            m->fp[i] = p;
+            p += n;
+        } else if (t->dtype == CACT_FP32) {
+            size_t n = t->nbytes / 4;
+            for (size_t k = 0; k < n; k++) p[k] = rd_f32(t->data + 4 * k);
+            m->fp[i] = p;
+            p += n;
+        }
+    }
+    return NEEDLE_OK;
+}
+
+static void fill_info(struct needle_model *m) {
+    const cact_header *h = &m->file.h;
+    needle_model_info *info = &m->info;
+    memset(info, 0, sizeof *info);
+    info->file_size = m->image_size;
+    info->num_tensors = h->num_tensors;
+    info->vocab = h->vocab;
+    info->d_model = h->d_model;
+    info->num_layers = h->num_layers;
+    info->num_heads = h->num_heads;
+    info->num_kv_heads = h->num_kv_heads;
+    info->head_dim = h->head_dim;
+    info->max_seq_len = h->max_seq_len;
+    info->kv_window = h->kv_window;
+    info->kv_bits = h->kv_bits;
+    info->hada_n = h->hada_n;
+    info->mhc_lanes = h->mhc_lanes;
+    info->engram_slots = h->engram_slots;
+    info->engram_sub_dim = h->engram_sub_dim;
+    info->num_engram_tables = h->num_engram_tables;
+    info->engram_conv_taps = h->engram_conv_taps;
+    info->engram_conv_dilation = h->engram_conv_dilation;
+    info->num_engram_orders = h->num_engram_orders;
+    info->num_engram_sites = h->num_engram_sites;
+    for (int i = 0; i < 4; i++) {
+        info->engram_orders[i] = h->engram_orders[i];
+        info->engram_sites[i] = h->engram_sites[i];
+    }
+    info->rope_theta = h->rope_theta;
+    info->group_size = m->file.group;
+    info->has_tokenizer = m->file.tokenizer_index >= 0;
+    info->num_probe_heads = m->file.num_probe_heads;
+    for (uint32_t k = 0; k < m->file.num_probe_heads; k++)
+        info->probe_head_codes[k] = m->file.probe_heads[k].code;
+}
+
+int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
+    int rc = cact_parse(image, size, &m->file);
+    if (rc) return rc;
+    m->image = image;
+    m->image_size = size;
+    const cact_header *h = &m->file.h;
+    const cact_file *f = &m->file;
+
+    m->d = h->d_model;
+    m->n_lanes = h->mhc_lanes;
+    m->n_layers = h->num_layers;
+    m->n_heads = h->num_heads;
+    m->n_kv_heads = h->num_kv_heads;
+    m->head_dim = h->head_dim;
+    m->attn_dim = h->num_heads * h->head_dim;
+    m->kv_dim = h->num_kv_heads * h->head_dim;
+    m->vocab = h->vocab;
+    m->hada_n = h->hada_n;
+    m->n_sites = h->num_engram_sites;
+    m->n_tables = h->num_engram_tables;
+    m->slots = h->engram_slots;
+    m->sub_dim = h->engram_sub_dim;
+    m->taps = h->engram_conv_taps;
+    m->dilation = h->engram_conv_dilation;
+    m->n_orders = h->num_engram_orders;
+    m->max_order = 1;
+    for (uint32_t i = 0; i < m->n_orders; i++) {
+        m->orders[i] = h->engram_orders[i];
+        if (m->orders[i] > m->max_order) m->max_order = m->orders[i];
+    }
+
+    if ((rc = widen_float_tensors(m))) return rc;
+    m->layers = calloc(m->n_layers, sizeof *m->layers);
+    m->rope_freq = malloc(m->head_dim / 2 * sizeof *m->rope_freq);
+    if (!m->layers || !m->rope_freq)
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
+
+    model_cq_view(m, 0, &m->embedding);
+    for (uint32_t i = 0; i < m->n_layers; i++) {
+        uint32_t b = 1 + 14 * i;
+        layer_weights *l = &m->layers[i];
+        l->norm_in = m->fp[b + 0];
+        model_cq_view(m, b + 1, &l->q_proj);
+        model_cq_view(m, b + 2, &l->k_proj);
+        model_cq_view(m, b + 3, &l->v_proj);
+        l->q_norm = m->fp[b + 4];
+        l->k_norm = m->fp[b + 5];
+        model_cq_view(m, b + 6, &l->gate_proj);
+        model_cq_view(m, b + 7, &l->out_proj);
+        l->post_norm = m->fp[b + 8];
+        l->attn_gate = m->fp[b + 9][0];
+        l->pre_hada = m->fp[b + 10];
+        l->d1 = m->fp[b + 11];
+        l->d2 = m->fp[b + 12];
+        l->d3 = m->fp[b + 13];
+    }
+    uint32_t mb = f->mhc_base;
+    m->a_pre = m->fp[mb + 0];
+    m->a_post = m->fp[mb + 1];
+    m->a_res = m->fp[mb + 2];
+    m->b_pre = m->fp[mb + 3];
+    m->b_post = m->fp[mb + 4];
+    m->b_res = m->fp[mb + 5];
+    model_cq_view(m, mb + 6, &m->phi_pre);
+    model_cq_view(m, mb + 7, &m->phi_post);
+    model_cq_view(m, mb + 8, &m->phi_res);
+    for (uint32_t s = 0; s < m->n_sites; s++) {
+        uint32_t b = f->engram_base + 4 * s;
+        engram_site *site = &m->sites[s];
+        site->layer = h->engram_sites[s];
+        model_cq_view(m, b + 0, &site->tables);
+        model_cq_view(m, b + 1, &site->key_proj);
+        model_cq_view(m, b + 2, &site->value_proj);
+        site->taps = m->fp[b + 3];
+    }
+    m->final_norm = m->fp[f->final_norm_index];
+    m->n_probe_heads = f->num_probe_heads;
+    for (uint32_t k = 0; k < f->num_probe_heads; k++) {
+        const cact_probe_head *src = &f->probe_heads[k];
+        probe_head *ph = &m->probe_heads[k];
+        ph->code = src->code;
+        ph->num_probes = src->num_probes;
+        ph->out_dim = src->out_dim;
+        ph->probes = m->fp[src->probes_index];
+        ph->proj = m->fp[src->proj_index];
+        ph->bias = m->fp[src->bias_index];
+    }
+
+    /* RoPE inverse frequencies exactly as the reference computes them in float32:
+     * 1 / theta^(2j/hd). */
+    for (uint32_t j = 0; j < m->head_dim / 2; j++) {
+        float expo = (float)(2 * j) / (float)m->head_dim;
+        m->rope_freq[j] = 1.0f / powf(h->rope_theta, expo);
+    }
+
+    if (f->tokenizer_index >= 0) {
+        const cact_tensor *t = &f->tensors[f->tokenizer_index];
+        if ((rc = tokenizer_create(t->data, (size_t)t->nbytes, h->vocab, &m->tok))) return rc;
+    }
+    fill_info(m);
+    return NEEDLE_OK;
+}
+
+void model_unbind(struct needle_model *m) {
+    tokenizer_free(m->tok);
+    free(m->arena);
+    free(m->fp);
+    free(m->layers);
+    free(m->rope_freq);
+    cact_release(&m->file);
+}

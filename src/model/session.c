@@ -1,0 +1,232 @@
+/* Session lifetime, evaluation and generation over the forward pass (see session.h). */
+#include "model/session.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+
+#define DEFAULT_CHUNK 32u
+
+needle_session_params needle_session_default_params(void) {
+    needle_session_params p;
+    memset(&p, 0, sizeof p);
+    p.n_ctx = 0;
+    p.kv_window = -1;
+    p.n_sinks = 0;
+    p.kv_type = NEEDLE_KV_F32;
+    return p;
+}
+
+needle_generate_params needle_generate_default_params(void) {
+    needle_generate_params p;
+    memset(&p, 0, sizeof p);
+    p.max_new_tokens = 0;
+    p.temperature = 0.0f;
+    p.seed = 0;
+    return p;
+}
+
+static float *alloc_floats(size_t n, int *failed) {
+    float *p = calloc(n ? n : 1, sizeof(float));
+    if (!p) *failed = 1;
+    return p;
+}
+
+void needle_session_free(needle_session *s) {
+    if (!s) return;
+    float **bufs[] = {&s->kv_scales, &s->ev_hist, &s->logits, &s->lanes, &s->nx, &s->mix,
+                      &s->u, &s->bx, &s->h, &s->hr, &s->x2, &s->q, &s->k, &s->v, &s->gate,
+                      &s->o, &s->attn, &s->eng_e, &s->eng_er, &s->eng_k, &s->eng_v,
+                      &s->eng_vhat, &s->hada, &s->lane_old, &s->rope_cs, &s->scores, &s->tmp, &s->out_rot};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s);
+}
+
+int needle_session_create(const needle_model *m, const needle_session_params *params,
+                          needle_session **out) {
+    if (!m || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: NULL argument");
+    needle_session_params p = params ? *params : needle_session_default_params();
+    if (p.kv_type < NEEDLE_KV_F32 || p.kv_type > NEEDLE_KV_INT8)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: unknown kv_type %d",
+                           p.kv_type);
+    if (p.kv_type == NEEDLE_KV_INT8 && m->kv_dim % KV_SCALE_GROUP)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: int8 KV cache needs "
+                           "kv_dim (%u) divisible by %u", m->kv_dim, KV_SCALE_GROUP);
+    if (p.kv_window < -1)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: kv_window %d < -1",
+                           p.kv_window);
+    uint32_t n_ctx = p.n_ctx ? p.n_ctx : m->info.max_seq_len;
+    if (n_ctx > (1u << 24))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: n_ctx %u too large",
+                           n_ctx);
+    uint32_t window = p.kv_window < 0 ? m->info.kv_window : (uint32_t)p.kv_window;
+    if (p.n_sinks > n_ctx)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: n_sinks %u exceeds "
+                           "n_ctx %u", p.n_sinks, n_ctx);
+
+    needle_session *s = calloc(1, sizeof *s);
+    if (!s) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session_create: out of memory");
+    s->m = m;
+    s->n_ctx = n_ctx;
+    s->window = window;
+    s->n_sinks = p.n_sinks;
+    s->kv_type = p.kv_type;
+    s->chunk = DEFAULT_CHUNK;
+    uint64_t slots = window ? (uint64_t)p.n_sinks + window : n_ctx;
+    if (slots > n_ctx) slots = n_ctx;
+    s->kv_slots = (uint32_t)slots;
+
+    const size_t d = m->d, nl = m->n_lanes, C = s->chunk, A = m->attn_dim, kvd = m->kv_dim;
+    const size_t kv_elems = (size_t)m->n_layers * s->kv_slots * kvd;
+    const size_t elem = p.kv_type == NEEDLE_KV_F32 ? 4 : p.kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    int failed = 0;
+    s->k_cache = calloc(kv_elems ? kv_elems : 1, elem);
+    s->v_cache = calloc(kv_elems ? kv_elems : 1, elem);
+    if (!s->k_cache || !s->v_cache) failed = 1;
+    if (p.kv_type == NEEDLE_KV_INT8) s->kv_scales = alloc_floats(2 * kv_elems / KV_SCALE_GROUP, &failed);
+
+    size_t h_ld = m->layers[0].q_proj.cols_pad, o_ld = m->layers[0].out_proj.cols_pad;
+    size_t e_ld = m->n_sites ? m->sites[0].key_proj.cols_pad : 1;
+    size_t tmp = m->file.group;
+    if (tmp < 2 * d) tmp = 2 * d;
+    if (tmp < 2 * kvd) tmp = 2 * kvd;
+    s->ev_ring = (m->taps - 1) * m->dilation + 1;
+    if (m->n_sites) s->ev_hist = alloc_floats((size_t)m->n_sites * s->ev_ring * d, &failed);
+    s->logits = alloc_floats(m->vocab, &failed);
+    s->lanes = alloc_floats(C * nl * d, &failed);
+    s->nx = alloc_floats(C * m->phi_pre.cols_pad, &failed);
+    s->mix = alloc_floats(C * (2 * nl + nl * nl), &failed);
+    s->u = alloc_floats(C * d, &failed);
+    s->bx = alloc_floats(C * d, &failed);
+    s->h = alloc_floats(C * d, &failed);
+    s->hr = alloc_floats(C * h_ld, &failed);
+    s->x2 = alloc_floats(C * d, &failed);
+    s->q = alloc_floats(C * A, &failed);
+    s->k = alloc_floats(C * kvd, &failed);
+    s->v = alloc_floats(C * kvd, &failed);
+    s->gate = alloc_floats(C * A, &failed);
+    s->o = alloc_floats(C * o_ld, &failed);
+    s->attn = alloc_floats(C * d, &failed);
+    s->eng_e = alloc_floats((size_t)m->n_tables * m->sub_dim, &failed);
+    s->eng_er = alloc_floats(C * e_ld, &failed);
+    s->eng_k = alloc_floats((size_t)m->n_sites * C * d, &failed);
+    s->eng_v = alloc_floats((size_t)m->n_sites * C * d, &failed);
+    s->eng_vhat = alloc_floats(C * d, &failed);
+    s->hada = alloc_floats(m->hada_n, &failed);
+    s->lane_old = alloc_floats(nl * d, &failed);
+    s->rope_cs = alloc_floats(C * m->head_dim, &failed);
+    s->scores = alloc_floats(s->kv_slots, &failed);
+    s->tmp = alloc_floats(tmp, &failed);
+    s->out_rot = alloc_floats(m->embedding.cols_pad, &failed);
+    if (failed) {
+        needle_session_free(s);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session_create: out of memory for the "
+                           "KV cache and buffers");
+    }
+    *out = s;
+    needle_clear_error();
+    return NEEDLE_OK;
+}
+
+void needle_session_reset(needle_session *s) {
+    if (!s) return;
+    s->pos = 0;
+    s->has_logits = 0;
+}
+
+uint32_t needle_session_position(const needle_session *s) { return s ? s->pos : 0; }
+
+const float *needle_session_logits(const needle_session *s) {
+    return s && s->has_logits ? s->logits : NULL;
+}
+
+static int check_tokens(const needle_session *s, const int32_t *tokens, size_t n) {
+    if (n > s->n_ctx - s->pos)
+        return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "%zu tokens do not fit: position %u of a "
+                           "%u-position context", n, s->pos, s->n_ctx);
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->m->vocab)
+            return needle_fail(NEEDLE_ERR_INVALID_TOKEN, "token %d at index %zu is outside "
+                               "[0, %u)", tokens[i], i, s->m->vocab);
+    return NEEDLE_OK;
+}
+
+int needle_session_eval(needle_session *s, const int32_t *tokens, size_t n, float *logits,
+                        size_t cap) {
+    if (!s || (!tokens && n))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_eval: NULL argument");
+    if (n == 0) return NEEDLE_OK;
+    int rc = check_tokens(s, tokens, n);
+    if (rc) return rc;
+    if (logits && cap / s->m->vocab < n)
+        return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "session_eval: logits buffer holds %zu "
+                           "floats, %zu needed", cap, n * (size_t)s->m->vocab);
+    rc = session_forward(s, tokens, (uint32_t)n, logits);
+    if (rc == NEEDLE_OK) needle_clear_error();
+    return rc;
+}
+
+/* xorshift64* : small, seedable, identical on every platform */
+static uint64_t rng_next(uint64_t *state) {
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+int32_t session_pick_token(const float *logits, uint32_t vocab, float temperature,
+                           uint64_t *rng) {
+    int32_t best = 0;
+    for (uint32_t v = 1; v < vocab; v++)
+        if (logits[v] > logits[best]) best = (int32_t)v;
+    if (temperature <= 0.0f) return best;
+    const float mx = logits[best];
+    double total = 0.0;
+    for (uint32_t v = 0; v < vocab; v++) total += exp((double)(logits[v] - mx) / temperature);
+    double r = (double)(rng_next(rng) >> 11) * (1.0 / 9007199254740992.0) * total;
+    for (uint32_t v = 0; v < vocab; v++) {
+        r -= exp((double)(logits[v] - mx) / temperature);
+        if (r < 0.0) return (int32_t)v;
+    }
+    return best;
+}
+
+int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_prompt,
+                            const needle_generate_params *params, int32_t *out, size_t cap,
+                            size_t *n_out) {
+    if (!s || (!prompt && n_prompt) || (!out && cap) || !n_out)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_generate: NULL argument");
+    needle_generate_params p = params ? *params : needle_generate_default_params();
+    if (!(p.temperature >= 0.0f) || !isfinite(p.temperature))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_generate: temperature must "
+                           "be a finite value >= 0");
+    *n_out = 0;
+    int rc = needle_session_eval(s, prompt, n_prompt, NULL, 0);
+    if (rc) return rc;
+    if (!s->has_logits)
+        return needle_fail(NEEDLE_ERR_STATE, "session_generate: nothing evaluated yet; give a "
+                           "prompt");
+    uint64_t rng = p.seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
+    size_t produced = 0;
+    while (p.max_new_tokens == 0 || produced < p.max_new_tokens) {
+        int32_t tok = session_pick_token(s->logits, s->m->vocab, p.temperature, &rng);
+        if (tok == NEEDLE_TOKEN_EOS) break;
+        if (produced >= cap) {
+            *n_out = produced;
+            return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "session_generate: output holds %zu "
+                               "tokens", cap);
+        }
+        out[produced++] = tok;
+        if (s->pos >= s->n_ctx) break;
+        if ((rc = session_forward(s, &tok, 1, NULL))) break;
+    }
+    *n_out = produced;
+    if (rc == NEEDLE_OK) needle_clear_error();
+    return rc;
+}

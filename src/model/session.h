@@ -1,0 +1,71 @@
+/* A session: one conversation's state over a shared model (spec §3.1).
+ *
+ * Everything is allocated in session_create; the forward pass allocates nothing. Tokens
+ * are processed in chunks of up to `chunk` positions: matrix products run over the whole
+ * chunk (each weight row is decoded once per chunk), attention and the engram conv run
+ * token by token in order, so ring buffers can never be overwritten before use.
+ *
+ * KV cache layout, per layer: `n_sinks` pinned slots for positions [0, n_sinks), then a
+ * ring of `window` slots for later positions (slot n_sinks + (p - n_sinks) % window); with
+ * no window the ring is the whole context. */
+#ifndef NEEDLE_MODEL_SESSION_H
+#define NEEDLE_MODEL_SESSION_H
+
+#include "model/model.h"
+#include "needle.h"
+
+#define SESSION_HISTORY 32u /* token history ring; must exceed the largest n-gram order */
+
+struct needle_session {
+    const struct needle_model *m;
+    uint32_t n_ctx;     /* positions allowed */
+    uint32_t window;    /* 0 = full causal attention */
+    uint32_t n_sinks;
+    uint32_t kv_slots;  /* per layer */
+    int32_t kv_type;
+    uint32_t chunk;     /* tokens per forward chunk */
+
+    uint32_t pos;       /* next absolute position */
+    int has_logits;
+    int32_t history[SESSION_HISTORY];
+
+    /* KV cache: [layer][slot][kv_dim] in the session's kv_type */
+    void *k_cache, *v_cache;
+    float *kv_scales;   /* int8 cache: [2][layer][slot][kv_dim / KV_SCALE_GROUP] */
+
+    /* engram: pre-conv values of the last `ev_ring` positions, [site][ring][d] */
+    uint32_t ev_ring;
+    float *ev_hist;
+
+    float *logits;      /* [vocab] of the last position */
+
+    /* chunk scratch (sizes in session.c) */
+    float *lanes;       /* [chunk][n][d] */
+    float *nx;          /* [chunk][n*d padded] rotated */
+    float *mix;         /* [chunk][n + n + n*n] projections */
+    float *u, *bx, *h, *hr, *x2;  /* [chunk][d or padded] */
+    float *q, *k, *v, *gate;      /* [chunk][A or kvd] */
+    float *o, *orot, *attn;       /* [chunk][A padded], [chunk][d] */
+    float *eng_e, *eng_er;        /* [chunk][T*sub padded] */
+    float *eng_k, *eng_v;         /* [site][chunk][d] */
+    float *eng_vhat;              /* [chunk][d] */
+    float *hada;                  /* [hada_n] */
+    float *lane_old;              /* [n*d] lanes before the write-back */
+    float *rope_cs;               /* [chunk][head_dim]: cos | sin per position */
+    float *scores;                /* [kv_slots] */
+    float *tmp;                   /* [max(group, 2*d, 2*kv_dim)] */
+    float *out_rot;               /* [d padded] */
+};
+
+#define KV_SCALE_GROUP 32u
+
+/* Runs tokens[0:n] at positions pos..pos+n-1; writes [n][vocab] logits to `all_logits` if
+ * non-NULL, and always leaves the last position's logits in s->logits. */
+int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
+                    float *all_logits);
+
+/* Argmax (ties to the lowest id) at temperature 0, else a seeded softmax sample. */
+int32_t session_pick_token(const float *logits, uint32_t vocab, float temperature,
+                           uint64_t *rng);
+
+#endif

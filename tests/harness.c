@@ -1,0 +1,67 @@
+/* See harness.h. Prints one line per test and a closing "N passed, N failed" line. */
+#include "harness.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int harness_failures;
+int harness_checks;
+static int tests_passed, tests_failed;
+
+void harness_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    harness_failures++;
+    if (harness_failures > 20) return; /* keep logs readable */
+    fprintf(stderr, "  FAIL %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void harness_run(const char *name, void (*fn)(void)) {
+    harness_failures = 0;
+    harness_checks = 0;
+    fn();
+    if (harness_failures) {
+        tests_failed++;
+        printf("FAIL %s (%d of %d checks failed)\n", name, harness_failures, harness_checks);
+    } else {
+        tests_passed++;
+        printf("ok   %s (%d checks)\n", name, harness_checks);
+    }
+    fflush(stdout);
+}
+
+int test_summary(void) {
+    printf("%d passed, %d failed\n", tests_passed, tests_failed);
+    return tests_failed ? 1 : 0;
+}
+
+const char *fixture_dir(void) {
+    const char *d = getenv("NEEDLE_FIXTURES");
+    return d && *d ? d : "tests/fixtures";
+}
+
+const char *fixture_path(const char *name) {
+    static char slots[8][1024];
+    static int next;
+    char *p = slots[next++ & 7];
+    snprintf(p, sizeof slots[0], "%s/%s", fixture_dir(), name);
+    return p;
+}
+
+uint8_t *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return NULL; }
+    long n = ftell(f);
+    if (n < 0) { fclose(f); return NULL; }
+    rewind(f);
+    uint8_t *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+    fclose(f);
+    if (buf) { buf[n] = 0; if (size) *size = (size_t)n; }
+    return buf;
+}

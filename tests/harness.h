@@ -1,0 +1,33 @@
+/* Minimal test harness shared by every tests/test_*.c.
+ *
+ * A test file defines `static void test_x(void)` functions and a main() that calls
+ * RUN(test_x) for each and returns test_summary(). CHECK* record a failure with file and
+ * line and keep going, so one run reports every broken case. */
+#ifndef NEEDLE_TEST_HARNESS_H
+#define NEEDLE_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern int harness_failures;   /* failed checks in the current test */
+extern int harness_checks;
+
+void harness_fail(const char *file, int line, const char *fmt, ...);
+void harness_run(const char *name, void (*fn)(void));
+int test_summary(void);
+
+/* Directory of the committed fixtures (env NEEDLE_FIXTURES, else "tests/fixtures"). */
+const char *fixture_dir(void);
+/* "<fixture_dir>/<name>" in a static buffer rotated over 8 slots. */
+const char *fixture_path(const char *name);
+/* Reads a whole file; returns malloc'd bytes (NUL-terminated) or NULL. */
+uint8_t *read_file(const char *path, size_t *size);
+
+#define RUN(fn) harness_run(#fn, fn)
+#define CHECK(cond) do { harness_checks++; if (!(cond)) harness_fail(__FILE__, __LINE__, "%s", #cond); } while (0)
+#define CHECK_MSG(cond, ...) do { harness_checks++; if (!(cond)) harness_fail(__FILE__, __LINE__, __VA_ARGS__); } while (0)
+#define CHECK_EQ_INT(a, b) do { long long va_ = (long long)(a), vb_ = (long long)(b); harness_checks++; \
+    if (va_ != vb_) harness_fail(__FILE__, __LINE__, "%s == %s (%lld vs %lld)", #a, #b, va_, vb_); } while (0)
+
+#endif
