@@ -17,7 +17,12 @@
  * only changes the two pairs around the merged symbol; the old entries stay in the heap and
  * are recognised as stale when popped (the left symbol is dead, or the pair it now forms
  * spans a different length). The first live entry popped is therefore exactly the pair the
- * naive scan would pick. Byte offsets fit size_t, so there is no hidden length cap. */
+ * naive scan would pick. Byte offsets fit size_t, so there is no hidden length cap.
+ *
+ * When no piece holds U+2581 after its first code point (true of SentencePiece vocabularies
+ * that split by whitespace), no merge can span the boundary in front of a U+2581; the text
+ * is then cut there too. Merges on the two sides never interact, so each side ends as it
+ * would in one big run, and the heaps stay word-sized. */
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
@@ -49,6 +54,7 @@ struct tokenizer {
     uint32_t n;
     int32_t special[4]; /* pad, eos, bos, unk */
     int add_dummy_prefix, byte_fallback;
+    int split_at_meta; /* no piece has U+2581 past its start, so no merge crosses "x|▁" */
     piece *pieces;
     char *arena;
     int32_t *slots; /* open addressing, -1 = empty */
@@ -261,6 +267,8 @@ static int read_piece(tokenizer *tok, uint32_t i, const uint8_t *blob, size_t si
     }
     *w = '\0';
     *p = (piece){t, mid, (uint16_t)len, (uint16_t)(w - mid), type, score};
+    for (size_t j = 1; j + 3 <= len && tok->split_at_meta; j++)
+        if (memcmp(t + j, "\xE2\x96\x81", 3) == 0) tok->split_at_meta = 0;
     *cursor = w + 1;
     if (len > tok->max_len) tok->max_len = len;
     return NEEDLE_OK;
@@ -290,6 +298,7 @@ int tokenizer_create(const uint8_t *blob, size_t size, uint32_t expected_vocab, 
     }
     tok->add_dummy_prefix = blob[20] != 0; /* the reference takes any non-zero byte as true */
     tok->byte_fallback = blob[21] != 0;
+    tok->split_at_meta = 1;
 
     /* Each text is stored twice at most (text, mid bytes), each with a NUL. Size by what
      * the blob can hold past the header, not by n records: a hostile early piece may claim
@@ -525,6 +534,11 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
             emit(&e, hit->emit);
             i += hit->len;
             seg = i;
+        } else if (tok->split_at_meta && i > seg && esc_len - i >= 3 && memcmp(esc + i, "\xE2\x96\x81", 3) == 0) {
+            /* Only a speed-up: words then merge in small heaps, in the same order per word. */
+            rc = encode_segment(&e, seg, i);
+            seg = i;
+            i += 3;
         } else {
             i += (size_t)utf8_next((const uint8_t *)esc + i, esc_len - i, &cp, &bad);
         }

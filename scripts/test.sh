@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command: installs missing dependencies, builds with warnings as errors, runs
+# the whole suite, then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and
+# runs the suite again. Exit status 0 only if every run passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== release build (-Werror) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON >/dev/null
+cmake --build build -j "$jobs"
+(cd build && ctest --output-on-failure -j "$jobs")
+
+echo "== sanitizer build (ASan + UBSan) =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -DNEEDLE_SANITIZE=ON >/dev/null
+cmake --build build-asan -j "$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j "$jobs")

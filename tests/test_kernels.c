@@ -1,0 +1,176 @@
+/* CPU kernels against definitions written straight from the spec, in double precision:
+ * the Walsh-Hadamard transform against the Sylvester matrix, fp16 conversion over all
+ * 65536 values, and CQ products/dequantization for every bit width on odd shapes (padded
+ * groups, several tokens with strides) against explicit dequantize-then-dot. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/cact.h"
+#include "harness.h"
+#include "kernels/cq.h"
+#include "util/fp16.h"
+
+static uint64_t rng_state = 0x1234567887654321ULL;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rnd_float(void) { return (float)((int)(rnd() % 20001) - 10000) / 10000.0f; }
+
+static int sylvester(uint32_t i, uint32_t j) { return __builtin_popcount(i & j) & 1 ? -1 : 1; }
+
+static void test_fwht_matches_sylvester_matrix(void) {
+    const uint32_t sizes[] = {1, 2, 16, 64, 128, 512};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        uint32_t n = sizes[s];
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        for (uint32_t i = 0; i < n; i++) x[i] = y[i] = rnd_float();
+        fwht(y, n);
+        double worst = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            double acc = 0;
+            for (uint32_t j = 0; j < n; j++) acc += sylvester(i, j) * (double)x[j];
+            worst = fmax(worst, fabs(acc - y[i]));
+        }
+        CHECK_MSG(worst < 1e-4 * sqrt((double)n), "fwht n=%u error %g", n, worst);
+        free(x);
+        free(y);
+    }
+}
+
+static void test_fp16_roundtrip_all_values(void) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = fp16_to_f32((uint16_t)h);
+        if (isnan(f)) continue;
+        if (f32_to_fp16(f) != h) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(fp16_to_f32(0x3C00) == 1.0f);
+    CHECK(fp16_to_f32(0xC000) == -2.0f);
+    CHECK(fp16_to_f32(0x0001) == ldexpf(1.0f, -24)); /* smallest subnormal */
+    CHECK(f32_to_fp16(65520.0f) == 0x7C00);           /* rounds to infinity */
+    CHECK(f32_to_fp16(1.0f + ldexpf(1.0f, -11)) == 0x3C00); /* tie to even */
+}
+
+typedef struct test_matrix {
+    cq_matrix w;
+    uint8_t *codes;
+    uint16_t *norms;
+    float codebook[16];
+} test_matrix;
+
+/* Random CQ matrix; stores codes through the LSB-first stream definition of §1.6. */
+static void make_matrix(test_matrix *tm, uint32_t rows, uint32_t cols, uint32_t group,
+                        uint32_t bits) {
+    cq_matrix *w = &tm->w;
+    w->rows = rows;
+    w->cols = cols;
+    w->group = group;
+    w->cols_pad = (cols + group - 1) / group * group;
+    w->ngroups = w->cols_pad / group;
+    w->bits = bits;
+    w->row_bytes = (uint32_t)cact_cq_row_bytes(w->cols_pad, bits);
+    tm->codes = calloc((size_t)rows * w->row_bytes, 1);
+    tm->norms = malloc((size_t)rows * w->ngroups * sizeof *tm->norms);
+    const uint32_t width = bits == 5 ? 2 : bits;
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t k = 0; k < w->cols_pad; k++) {
+            uint32_t code = rnd() % (1u << width);
+            if (bits == 5 && code == 2) code = 3; /* crumb 2 is never written */
+            uint64_t bit = (uint64_t)k * width;
+            for (uint32_t b = 0; b < width; b++)
+                if (code >> b & 1)
+                    tm->codes[(size_t)r * w->row_bytes + (bit + b) / 8] |= (uint8_t)(1u << ((bit + b) % 8));
+        }
+    for (size_t i = 0; i < (size_t)rows * w->ngroups; i++)
+        tm->norms[i] = f32_to_fp16(0.5f + (float)(rnd() % 1000) / 500.0f);
+    for (int i = 0; i < 16; i++) tm->codebook[i] = rnd_float() / sqrtf((float)group);
+    w->codes = tm->codes;
+    w->norms = tm->norms;
+    w->codebook = tm->codebook;
+}
+
+static uint32_t code_at(const test_matrix *tm, uint32_t r, uint32_t k) {
+    const uint32_t width = tm->w.bits == 5 ? 2 : tm->w.bits;
+    uint64_t bit = (uint64_t)k * width;
+    uint32_t code = 0;
+    for (uint32_t b = 0; b < width; b++)
+        code |= (uint32_t)((tm->codes[(size_t)r * tm->w.row_bytes + (bit + b) / 8] >> ((bit + b) % 8)) & 1) << b;
+    return code;
+}
+
+/* W[r][j] = (H_G (norm * c))[j], computed with the explicit matrix, in double. */
+static void dense_row(const test_matrix *tm, uint32_t r, double *out) {
+    const cq_matrix *w = &tm->w;
+    const double scale = 1.0 / sqrt((double)w->group);
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        double norm = fp16_to_f32(tm->norms[(size_t)r * w->ngroups + g]);
+        for (uint32_t j = 0; j < w->group; j++) {
+            double acc = 0;
+            for (uint32_t k = 0; k < w->group; k++)
+                acc += sylvester(j, k) * norm * tm->codebook[code_at(tm, r, g * w->group + k)];
+            uint32_t col = g * w->group + j;
+            if (col < w->cols) out[col] = acc * scale;
+        }
+    }
+}
+
+static void check_shape(uint32_t rows, uint32_t cols, uint32_t group, uint32_t bits) {
+    test_matrix tm;
+    make_matrix(&tm, rows, cols, group, bits);
+    const cq_matrix *w = &tm.w;
+    const uint32_t ntok = 3, ld_x = w->cols_pad + 5, ld_y = rows + 3;
+    float *x = malloc((size_t)ntok * cols * sizeof *x);
+    float *xr = calloc((size_t)ntok * ld_x, sizeof *xr);
+    float *y = calloc((size_t)ntok * ld_y, sizeof *y);
+    double *dense = malloc(cols * sizeof *dense);
+    float *row = malloc(cols * sizeof *row), *tmp = malloc(group * sizeof *tmp);
+    for (uint32_t i = 0; i < ntok * cols; i++) x[i] = rnd_float();
+    for (uint32_t t = 0; t < ntok; t++) cq_rotate(w, x + (size_t)t * cols, xr + (size_t)t * ld_x);
+    /* a row range that does not start at 0 */
+    const uint32_t row0 = rows > 2 ? 1 : 0, nrows = rows - row0;
+    cq_matmul(w, row0, nrows, xr, ld_x, ntok, y, ld_y);
+    double worst_dot = 0, worst_row = 0;
+    for (uint32_t r = row0; r < rows; r++) {
+        dense_row(&tm, r, dense);
+        cq_dequant_row(w, r, row, tmp);
+        double mag = 0;
+        for (uint32_t c = 0; c < cols; c++) {
+            worst_row = fmax(worst_row, fabs(row[c] - dense[c]));
+            mag += fabs(dense[c]);
+        }
+        for (uint32_t t = 0; t < ntok; t++) {
+            double ref = 0;
+            for (uint32_t c = 0; c < cols; c++) ref += dense[c] * x[(size_t)t * cols + c];
+            worst_dot = fmax(worst_dot, fabs(ref - y[(size_t)t * ld_y + (r - row0)]) / (mag + 1e-9));
+        }
+    }
+    CHECK_MSG(worst_row < 1e-5, "dequant rows=%u cols=%u G=%u bits=%u: error %g", rows, cols,
+              group, bits, worst_row);
+    CHECK_MSG(worst_dot < 1e-5, "matmul rows=%u cols=%u G=%u bits=%u: error %g", rows, cols,
+              group, bits, worst_dot);
+    free(x); free(xr); free(y); free(dense); free(row); free(tmp);
+    free(tm.codes); free(tm.norms);
+}
+
+static void test_cq_kernels_all_bit_widths(void) {
+    const uint32_t bits[] = {2, 3, 4, 5};
+    for (size_t b = 0; b < 4; b++) {
+        check_shape(7, 200, 128, bits[b]);  /* padded last group */
+        check_shape(5, 96, 128, bits[b]);   /* a single padded group */
+        check_shape(3, 256, 64, bits[b]);   /* several exact groups */
+        check_shape(9, 48, 16, bits[b]);    /* smallest group size */
+        check_shape(1, 1, 16, bits[b]);     /* one column */
+    }
+}
+
+int main(void) {
+    RUN(test_fwht_matches_sylvester_matrix);
+    RUN(test_fp16_roundtrip_all_values);
+    RUN(test_cq_kernels_all_bit_widths);
+    return test_summary();
+}
