@@ -220,6 +220,78 @@ int needle_session_generate(needle_session *session, const int32_t *prompt, size
                             const needle_generate_params *params, int32_t *out, size_t cap,
                             size_t *n_out);
 
+/* ------------------------------------------------------------------------------------ */
+/* Tool calling (spec §7-8)                                                              */
+
+/* Binds tools and system facts to the session and makes it a conversation: the tools
+ * (a JSON array of {name, description, parameters}, or OpenAI-style
+ * {"type":"function","function":{...}} entries) are re-serialized as the model was trained
+ * (compact, key order kept), a grammar is compiled from their schemas, and the static
+ * prefix (system + tools) is prefilled once; with a sliding window it is pinned as
+ * attention sinks. `system` may be NULL or "". Resets the conversation.
+ * Errors: NEEDLE_ERR_JSON (malformed), NEEDLE_ERR_SCHEMA (invalid or unsupported schema,
+ * duplicate names), NEEDLE_ERR_NO_TOKENIZER, NEEDLE_ERR_CONTEXT_FULL (prefix too long). */
+int needle_session_set_tools(needle_session *session, const char *system, const char *tools_json);
+
+typedef enum needle_turn {
+    NEEDLE_TURN_AUTO = 0,        /* a tool result after a "call" with calls, else a query */
+    NEEDLE_TURN_QUERY = 1,       /* a user query */
+    NEEDLE_TURN_TOOL_RESULT = 2  /* the result(s) of the calls of the previous turn */
+} needle_turn;
+
+typedef struct needle_complete_params {
+    int32_t max_new_tokens;    /* cap on generated tokens; <= 0 means 256 */
+    uint32_t max_think_tokens; /* cap on free reasoning tokens; 0 means 64 */
+    float temperature;         /* 0 = greedy; sampling always stays inside the grammar */
+    uint64_t seed;
+    int32_t turn;              /* needle_turn */
+    int32_t extract;           /* 1: exactly one call, no refusal (extraction with one tool) */
+} needle_complete_params;
+
+needle_complete_params needle_complete_default_params(void);
+
+/* Runs one turn: renders `text` as a query or tool result, continues the cached
+ * conversation, decodes <think>..</think> then a grammar-constrained call array, and
+ * writes the response envelope (JSON, spec §8.3) to `out`. Turn-level failures (context
+ * full, max_new_tokens reached, invalid text) are reported inside the envelope with
+ * "success": false and an "error_code", and return NEEDLE_OK; after such a failure the
+ * conversation is back at the cached prefix. Returns NEEDLE_ERR_BUFFER_TOO_SMALL if the
+ * envelope does not fit (`*len` = bytes needed without the NUL), NEEDLE_ERR_STATE if no
+ * tools were set. */
+int needle_session_complete(needle_session *session, const char *text,
+                            const needle_complete_params *params, char *out, size_t cap,
+                            size_t *len);
+
+/* Tokens of the cached static prefix (0 if no tools were set). */
+uint32_t needle_session_prefix_length(const needle_session *session);
+
+/* Counters for tests and benchmarks: forward passes run, tokens prefilled. */
+typedef struct needle_session_stats {
+    uint64_t tokens_evaluated; /* every token run through the model by this session */
+    uint64_t prefix_evaluations; /* times the static prefix was prefilled */
+    double grammar_ms;         /* time spent computing grammar masks */
+    double forward_ms;         /* time spent in the forward pass */
+    uint64_t decode_steps;
+} needle_session_stats;
+
+int needle_session_get_stats(const needle_session *session, needle_session_stats *out);
+
+/* ------------------------------------------------------------------------------------ */
+/* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */
+/* over one default model and session guarded by a lock.                                 */
+
+/* Loads a .cact image; the bytes are NOT copied and must stay valid (the Python client
+ * keeps them alive). Replaces the default model. Returns 0 or a negative status. */
+int needle_load(const char *blob, uint64_t size);
+/* Binds system facts and tools to the default session (loading the model named by
+ * NEEDLE_MODEL, or models/needle-demo.cact, if needle_load was never called).
+ * tool_index_path is accepted and ignored (no retrieval index yet). < 0 on failure. */
+int needle_init(const char *system, const char *tools_json, const char *tool_index_path);
+/* One turn into `out` (NUL-terminated envelope). < 0 on failure; never truncated JSON. */
+int needle_complete(const char *text, int max_new_tokens, char *out, int out_size);
+/* Rewinds the default conversation to the cached tools prefix. */
+void needle_reset(void);
+
 #ifdef __cplusplus
 }
 #endif

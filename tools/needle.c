@@ -4,6 +4,8 @@
  *   needle tokenize --weights FILE "text"
  *   needle generate --weights FILE --prompt TEXT [-n N] [--temperature T --seed S]
  *   needle logits --weights FILE --tokens 2,17,99 --out logits.f32 [--incremental] [--sink N]
+ *   needle run --weights FILE --tools TOOLS [--system TEXT] [-n N] [--temperature T --seed S] QUERY
+ *   needle chat --weights FILE --tools TOOLS [--system TEXT]
  *
  * Exit status: 0 on success, 1 on a library error (message on stderr), 2 on bad usage. */
 #include <errno.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "needle.h"
@@ -25,6 +28,16 @@ static const char *usage_text =
     "                                     continue a prompt (BOS is prepended)\n"
     "  logits --weights FILE --tokens IDS --out FILE [--incremental] [--sink N]\n"
     "                                     float32 [n_tokens][vocab] logits after every token\n"
+    "  bench --weights FILE [--prompt-len N] [--gen N] [--threads N] [--runs N] [--json]\n"
+    "                                     load time, time to first token, prefill and decode\n"
+    "                                     tok/s (medians), peak RSS\n"
+    "  run --weights FILE --tools TOOLS [--system TEXT] [-n N] [--temperature T --seed S] QUERY\n"
+    "                                     one tool-calling turn; prints the JSON envelope\n"
+    "  chat --weights FILE --tools TOOLS [--system TEXT]\n"
+    "                                     interactive: each line is a query or, after a call,\n"
+    "                                     the tool result; /reset, /query TEXT, /result JSON, /quit\n"
+    "\n"
+    "TOOLS is a JSON array of tool schemas, inline or the path of a file holding one.\n"
     "\n"
     "common options:\n"
     "  --kv f32|f16|int8                  KV cache precision (default f32)\n"
@@ -49,8 +62,9 @@ static double now_ms(void) {
 }
 
 typedef struct options {
-    const char *weights, *prompt, *tokens, *out, *text;
+    const char *weights, *prompt, *tokens, *out, *text, *tools, *system;
     long n_new;
+    int n_new_set;
     double temperature;
     unsigned long long seed;
     int incremental;
@@ -80,10 +94,13 @@ static int parse_options(int argc, char **argv, options *o) {
         if (!strcmp(a, "--weights") || !strcmp(a, "-w")) { NEED_VALUE(); o->weights = val; }
         else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { NEED_VALUE(); o->prompt = val; }
         else if (!strcmp(a, "--tokens")) { NEED_VALUE(); o->tokens = val; }
+        else if (!strcmp(a, "--tools")) { NEED_VALUE(); o->tools = val; }
+        else if (!strcmp(a, "--system")) { NEED_VALUE(); o->system = val; }
         else if (!strcmp(a, "--out") || !strcmp(a, "-o")) { NEED_VALUE(); o->out = val; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--max-new-tokens")) {
             NEED_VALUE();
             if (parse_long(val, 0, 1 << 24, &o->n_new)) return usage("bad -n value");
+            o->n_new_set = 1;
         } else if (!strcmp(a, "--temperature")) {
             NEED_VALUE();
             char *end;
@@ -353,6 +370,264 @@ done:
     return rc ? 1 : 0;
 }
 
+/* TOOLS is inline JSON when it starts with '[' (after blanks), else a file path. */
+static char *load_tools(const char *arg) {
+    const char *p = arg;
+    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+    if (*p == '[') return strdup(arg);
+    char *text = NULL;
+    FILE *f = fopen(arg, "rb");
+    if (!f) {
+        fprintf(stderr, "needle: cannot open tools file %s: %s\n", arg, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0, got;
+    text = malloc(cap);
+    while (text && (got = fread(text + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (len + 1 == cap) {
+            char *bigger = realloc(text, cap *= 2);
+            if (!bigger) { free(text); text = NULL; }
+            else text = bigger;
+        }
+    }
+    fclose(f);
+    if (text) text[len] = 0;
+    return text;
+}
+
+/* Opens the model and a session bound to the tools; prints errors. */
+static int open_agent(const options *o, needle_model **m, needle_session **s) {
+    *m = NULL;
+    *s = NULL;
+    if (!o->tools) return usage("--tools TOOLS is required");
+    char *tools = load_tools(o->tools);
+    if (!tools) return 1;
+    int rc = open_model(o, m);
+    if (rc == 0) rc = make_session(*m, o, s);
+    if (rc == 0) {
+        int st = needle_session_set_tools(*s, o->system ? o->system : "", tools);
+        if (st) rc = lib_error("tools", st);
+    }
+    free(tools);
+    if (rc) {
+        needle_session_free(*s);
+        needle_model_free(*m);
+        *s = NULL;
+        *m = NULL;
+    }
+    return rc;
+}
+
+/* Runs one turn and prints its envelope. The envelope of one turn is bounded by the
+ * generated tokens (max_new_tokens) and the reasoning; 1 MiB holds any of them. */
+static int complete_and_print(needle_session *s, const options *o, const char *text, int turn) {
+    needle_complete_params p = needle_complete_default_params();
+    if (o->n_new_set) p.max_new_tokens = (int32_t)o->n_new;
+    p.temperature = (float)o->temperature;
+    p.seed = o->seed;
+    p.turn = turn;
+    size_t cap = 1 << 20, len = 0;
+    char *out = malloc(cap);
+    if (!out) return lib_error("complete", NEEDLE_ERR_OUT_OF_MEMORY);
+    int rc = needle_session_complete(s, text, &p, out, cap, &len);
+    if (rc == NEEDLE_OK) printf("%s\n", out);
+    free(out);
+    fflush(stdout);
+    return rc ? lib_error("complete", rc) : 0;
+}
+
+static int cmd_run(const options *o) {
+    if (!o->text) return usage("run needs a QUERY");
+    needle_model *m;
+    needle_session *s;
+    int rc = open_agent(o, &m, &s);
+    if (rc) return rc;
+    rc = complete_and_print(s, o, o->text, NEEDLE_TURN_QUERY);
+    needle_session_free(s);
+    needle_model_free(m);
+    return rc;
+}
+
+static int cmd_chat(const options *o) {
+    needle_model *m;
+    needle_session *s;
+    int rc = open_agent(o, &m, &s);
+    if (rc) return rc;
+    char line[65536];
+    fprintf(stderr, "needle chat: type a query; after a call, type the tool result. "
+                    "/reset, /query TEXT, /result JSON, /quit\n");
+    while (fputs("> ", stderr), fgets(line, sizeof line, stdin)) {
+        size_t n = strlen(line);
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (!n) continue;
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
+        if (!strcmp(line, "/reset")) {
+            needle_session_reset(s);
+            fprintf(stderr, "(conversation reset to the tools prefix)\n");
+            continue;
+        }
+        int turn = NEEDLE_TURN_AUTO;
+        const char *text = line;
+        if (!strncmp(line, "/query ", 7)) { turn = NEEDLE_TURN_QUERY; text = line + 7; }
+        else if (!strncmp(line, "/result ", 8)) { turn = NEEDLE_TURN_TOOL_RESULT; text = line + 8; }
+        complete_and_print(s, o, text, turn);
+    }
+    needle_session_free(s);
+    needle_model_free(m);
+    return 0;
+}
+
+/* ---- bench: load time, prefill and decode speed, peak memory ----------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void json_string(const char *str) {
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* needle bench --weights FILE [--prompt-len N] [--gen N] [--threads N] [--runs N] [--json]
+ * Prefill of a synthetic prompt (BOS + fixed pseudo-random ids), then greedy decode of
+ * --gen tokens one at a time, repeated --runs times on one session (reset between runs);
+ * reports medians. Threads: --threads, else NEEDLE_THREADS, else the online cores. */
+static int cmd_bench(int argc, char **argv) {
+    const char *weights = NULL;
+    long prompt_len = 256, gen = 64, threads = 0, runs = 5;
+    int json = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        long *target = NULL, lo = 1, hi = 1 << 20;
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--weights") || !strcmp(a, "-w")) {
+            if (!val) return usage("missing value after --weights");
+            weights = val;
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--prompt-len")) target = &prompt_len;
+        else if (!strcmp(a, "--gen") || !strcmp(a, "-n")) { target = &gen; lo = 0; }
+        else if (!strcmp(a, "--threads")) { target = &threads; lo = 0; hi = 256; }
+        else if (!strcmp(a, "--runs")) { target = &runs; hi = 1000; }
+        else return usage("bench: unknown option");
+        if (!val || parse_long(val, lo, hi, target)) return usage("bench: bad option value");
+        i++;
+    }
+    if (!weights) return usage("--weights FILE is required");
+
+    needle_model_params mp = needle_model_default_params();
+    mp.n_threads = (int32_t)threads;
+    double t0 = now_ms();
+    needle_model *m;
+    int rc = needle_model_open(weights, &mp, &m);
+    if (rc) return lib_error(weights, rc);
+    const double load_ms = now_ms() - t0;
+    needle_model_info info;
+    needle_model_get_info(m, &info);
+    if ((uint64_t)prompt_len + (uint64_t)gen > info.max_seq_len) {
+        needle_model_free(m);
+        return usage("bench: --prompt-len + --gen exceed the model's context");
+    }
+    t0 = now_ms();
+    needle_session *s;
+    if ((rc = needle_session_create(m, NULL, &s))) {
+        needle_model_free(m);
+        return lib_error("session", rc);
+    }
+    const double session_ms = now_ms() - t0;
+
+    int32_t *ids = malloc((size_t)prompt_len * sizeof *ids);
+    double *prefill = malloc((size_t)runs * sizeof *prefill);
+    double *ttft = malloc((size_t)runs * sizeof *ttft);
+    double *decode = malloc((size_t)runs * sizeof *decode);
+    if (!ids || !prefill || !ttft || !decode) {
+        rc = lib_error("bench", NEEDLE_ERR_OUT_OF_MEMORY);
+        goto done;
+    }
+    uint32_t state = 0x2545F491u;
+    for (long i = 0; i < prompt_len; i++) {
+        state = state * 1664525u + 1013904223u;
+        const uint32_t lo_id = info.vocab > 512 ? 300 : 0;
+        ids[i] = i == 0 ? NEEDLE_TOKEN_BOS : (int32_t)(lo_id + (state >> 8) % (info.vocab - lo_id));
+    }
+    int32_t last = 0;
+    for (long r = 0; r < runs; r++) {
+        needle_session_reset(s);
+        t0 = now_ms();
+        if ((rc = needle_session_eval(s, ids, (size_t)prompt_len, NULL, 0))) {
+            rc = lib_error("prefill", rc);
+            goto done;
+        }
+        const double t_prefill = now_ms() - t0;
+        const float *lg = needle_session_logits(s);
+        int32_t tok = 0;
+        for (uint32_t v = 1; v < info.vocab; v++)
+            if (lg[v] > lg[tok]) tok = (int32_t)v;
+        ttft[r] = now_ms() - t0;
+        prefill[r] = (double)prompt_len / (t_prefill / 1000.0);
+        t0 = now_ms();
+        for (long g = 0; g < gen; g++) {
+            if ((rc = needle_session_eval(s, &tok, 1, NULL, 0))) {
+                rc = lib_error("decode", rc);
+                goto done;
+            }
+            lg = needle_session_logits(s);
+            tok = 0;
+            for (uint32_t v = 1; v < info.vocab; v++)
+                if (lg[v] > lg[tok]) tok = (int32_t)v;
+        }
+        const double t_decode = now_ms() - t0;
+        decode[r] = gen ? (double)gen / (t_decode / 1000.0) : 0.0;
+        last = tok;
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double rss_mb = (double)ru.ru_maxrss / 1024.0; /* ru_maxrss is in KiB on Linux */
+    const double med_prefill = median(prefill, (int)runs), med_ttft = median(ttft, (int)runs);
+    const double med_decode = median(decode, (int)runs);
+    if (json) {
+        printf("{\"weights\":");
+        json_string(weights);
+        printf(",\"prompt_len\":%ld,\"gen\":%ld,\"runs\":%ld,\"threads\":%ld,"
+               "\"load_ms\":%.2f,\"session_ms\":%.2f,\"ttft_ms\":%.2f,\"prefill_tok_s\":%.1f,"
+               "\"decode_tok_s\":%.1f,\"peak_rss_mb\":%.1f,\"last_token\":%d}\n",
+               prompt_len, gen, runs, threads, load_ms, session_ms, med_ttft,
+               med_prefill, med_decode, rss_mb, last);
+    } else {
+        printf("model      %s (%u layers, d %u, vocab %u)\n", weights, info.num_layers,
+               info.d_model, info.vocab);
+        if (threads) printf("threads    %ld\n", threads);
+        else printf("threads    NEEDLE_THREADS or the online cores\n");
+        printf("load       %.1f ms (+ session %.1f ms)\n", load_ms, session_ms);
+        printf("ttft       %.1f ms for a %ld-token prompt\n", med_ttft, prompt_len);
+        printf("prefill    %.1f tok/s\n", med_prefill);
+        printf("decode     %.1f tok/s (%ld tokens)\n", med_decode, gen);
+        printf("peak rss   %.1f MiB\n", rss_mb);
+        printf("medians of %ld runs\n", runs);
+    }
+done:
+    free(ids);
+    free(prefill);
+    free(ttft);
+    free(decode);
+    needle_session_free(s);
+    needle_model_free(m);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return usage(NULL);
     const char *cmd = argv[1];
@@ -364,6 +639,7 @@ int main(int argc, char **argv) {
         printf("needle %s\n", needle_version());
         return 0;
     }
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
     options o;
     int rc = parse_options(argc, argv, &o);
     if (rc) return rc;
@@ -371,6 +647,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&o);
     if (!strcmp(cmd, "generate")) return cmd_generate(&o);
     if (!strcmp(cmd, "logits")) return cmd_logits(&o);
+    if (!strcmp(cmd, "run")) return cmd_run(&o);
+    if (!strcmp(cmd, "chat")) return cmd_chat(&o);
     fprintf(stderr, "needle: unknown command '%s'\n\n", cmd);
     fputs(usage_text, stderr);
     return 2;

@@ -10,34 +10,14 @@
 
 #include "needle.h"
 #include "util/error.h"
+#include "util/strbuf.h"
 
 #define MAX_DEPTH 128
-
-typedef struct buf {
-    char *data;
-    size_t len, cap;
-    int oom;
-} buf;
-
-static void put(buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->len + n + 1 > cap) cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (!p) { b->oom = 1; return; }
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
 
 typedef struct parser {
     const char *s;
     size_t len, pos;
-    buf out;
+    strbuf out;
     const char *error;
 } parser;
 
@@ -66,7 +46,7 @@ static int hex4(parser *p, unsigned *v) {
     return 0;
 }
 
-static void put_codepoint(buf *b, unsigned cp) {
+static void put_codepoint(strbuf *b, unsigned cp) {
     char u[4];
     size_t n;
     if (cp < 0x80) { u[0] = (char)cp; n = 1; }
@@ -78,24 +58,24 @@ static void put_codepoint(buf *b, unsigned cp) {
         u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 63));
         u[2] = (char)(0x80 | ((cp >> 6) & 63)); u[3] = (char)(0x80 | (cp & 63)); n = 4;
     }
-    put(b, u, n);
+    strbuf_put(b, u, n);
 }
 
 /* Emits one code point as Python's ensure_ascii=False encoder does. */
-static void emit_char(buf *b, unsigned cp) {
+static void emit_char(strbuf *b, unsigned cp) {
     char esc[8];
     switch (cp) {
-    case '"': put(b, "\\\"", 2); return;
-    case '\\': put(b, "\\\\", 2); return;
-    case '\n': put(b, "\\n", 2); return;
-    case '\r': put(b, "\\r", 2); return;
-    case '\t': put(b, "\\t", 2); return;
-    case '\b': put(b, "\\b", 2); return;
-    case '\f': put(b, "\\f", 2); return;
+    case '"': strbuf_put(b, "\\\"", 2); return;
+    case '\\': strbuf_put(b, "\\\\", 2); return;
+    case '\n': strbuf_put(b, "\\n", 2); return;
+    case '\r': strbuf_put(b, "\\r", 2); return;
+    case '\t': strbuf_put(b, "\\t", 2); return;
+    case '\b': strbuf_put(b, "\\b", 2); return;
+    case '\f': strbuf_put(b, "\\f", 2); return;
     default:
         if (cp < 0x20) {
             snprintf(esc, sizeof esc, "\\u%04x", cp);
-            put(b, esc, 6);
+            strbuf_put(b, esc, 6);
         } else {
             put_codepoint(b, cp);
         }
@@ -124,9 +104,9 @@ static int utf8_next(parser *p, unsigned *cp) {
 
 /* Parses a string at p->pos (opening quote) and appends its decoded UTF-8 to `raw` if
  * non-NULL, and its re-escaped form to the output if `emit`. */
-static int parse_string(parser *p, buf *raw, int emit) {
+static int parse_string(parser *p, strbuf *raw, int emit) {
     p->pos++;
-    if (emit) put(&p->out, "\"", 1);
+    if (emit) strbuf_put(&p->out, "\"", 1);
     for (;;) {
         if (p->pos >= p->len) return fail_at(p, "unterminated string");
         unsigned char c = (unsigned char)p->s[p->pos];
@@ -168,7 +148,7 @@ static int parse_string(parser *p, buf *raw, int emit) {
         if (raw) put_codepoint(raw, cp);
         if (emit) emit_char(&p->out, cp);
     }
-    if (emit) put(&p->out, "\"", 1);
+    if (emit) strbuf_put(&p->out, "\"", 1);
     return 0;
 }
 
@@ -239,8 +219,8 @@ static int parse_number(parser *p) {
     size_t n = p->pos - start;
     if (!is_float) {
         /* Python ints keep every digit; only "-0" changes */
-        if (n == 2 && p->s[start] == '-' && p->s[start + 1] == '0') put(&p->out, "0", 1);
-        else put(&p->out, p->s + start, n);
+        if (n == 2 && p->s[start] == '-' && p->s[start + 1] == '0') strbuf_put(&p->out, "0", 1);
+        else strbuf_put(&p->out, p->s + start, n);
         return 0;
     }
     char tmp[512];
@@ -252,7 +232,7 @@ static int parse_number(parser *p) {
         return fail_at(p, "number out of double range");
     }
     char out[40];
-    put(&p->out, out, json_python_float(v, out));
+    strbuf_put(&p->out, out, json_python_float(v, out));
     return 0;
 }
 
@@ -260,16 +240,16 @@ static int parse_value(parser *p, int depth);
 
 static int parse_object(parser *p, int depth) {
     p->pos++;
-    put(&p->out, "{", 1);
+    strbuf_put(&p->out, "{", 1);
     skip_ws(p);
-    if (p->pos < p->len && p->s[p->pos] == '}') { p->pos++; put(&p->out, "}", 1); return 0; }
-    buf keys = {0};
+    if (p->pos < p->len && p->s[p->pos] == '}') { p->pos++; strbuf_put(&p->out, "}", 1); return 0; }
+    strbuf keys = {0};
     int rc = 0;
     for (int first = 1;; first = 0) {
         skip_ws(p);
         if (p->pos >= p->len || p->s[p->pos] != '"') { rc = fail_at(p, "expected a key"); break; }
-        if (!first) put(&p->out, ",", 1);
-        buf key = {0};
+        if (!first) strbuf_put(&p->out, ",", 1);
+        strbuf key = {0};
         if ((rc = parse_string(p, &key, 1))) { free(key.data); break; }
         /* keys are stored NUL-separated to detect duplicates */
         size_t klen = key.len;
@@ -279,17 +259,17 @@ static int parse_object(parser *p, int depth) {
             if (l == klen && !memcmp(keys.data + off, kd, klen)) { rc = fail_at(p, "duplicate key"); break; }
             off += l + 1;
         }
-        put(&keys, kd, klen + 1);
+        strbuf_put(&keys, kd, klen + 1);
         free(key.data);
         if (rc) break;
         skip_ws(p);
         if (p->pos >= p->len || p->s[p->pos] != ':') { rc = fail_at(p, "expected ':'"); break; }
         p->pos++;
-        put(&p->out, ":", 1);
+        strbuf_put(&p->out, ":", 1);
         if ((rc = parse_value(p, depth + 1))) break;
         skip_ws(p);
         if (p->pos < p->len && p->s[p->pos] == ',') { p->pos++; continue; }
-        if (p->pos < p->len && p->s[p->pos] == '}') { p->pos++; put(&p->out, "}", 1); break; }
+        if (p->pos < p->len && p->s[p->pos] == '}') { p->pos++; strbuf_put(&p->out, "}", 1); break; }
         rc = fail_at(p, "expected ',' or '}'");
         break;
     }
@@ -299,15 +279,15 @@ static int parse_object(parser *p, int depth) {
 
 static int parse_array(parser *p, int depth) {
     p->pos++;
-    put(&p->out, "[", 1);
+    strbuf_put(&p->out, "[", 1);
     skip_ws(p);
-    if (p->pos < p->len && p->s[p->pos] == ']') { p->pos++; put(&p->out, "]", 1); return 0; }
+    if (p->pos < p->len && p->s[p->pos] == ']') { p->pos++; strbuf_put(&p->out, "]", 1); return 0; }
     for (int first = 1;; first = 0) {
-        if (!first) put(&p->out, ",", 1);
+        if (!first) strbuf_put(&p->out, ",", 1);
         if (parse_value(p, depth + 1)) return -1;
         skip_ws(p);
         if (p->pos < p->len && p->s[p->pos] == ',') { p->pos++; continue; }
-        if (p->pos < p->len && p->s[p->pos] == ']') { p->pos++; put(&p->out, "]", 1); return 0; }
+        if (p->pos < p->len && p->s[p->pos] == ']') { p->pos++; strbuf_put(&p->out, "]", 1); return 0; }
         return fail_at(p, "expected ',' or ']'");
     }
 }
@@ -316,7 +296,7 @@ static int parse_literal(parser *p, const char *word) {
     size_t n = strlen(word);
     if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n)) return fail_at(p, "unexpected character");
     p->pos += n;
-    put(&p->out, word, n);
+    strbuf_put(&p->out, word, n);
     return 0;
 }
 

@@ -384,7 +384,8 @@ int cact_parse(const uint8_t *data, size_t size, cact_file *out) {
                 rc = fail("cact:", i, "RAW record before the end of the directory");
                 goto error;
             }
-            if (t->ndim != 0 || t->shape[0] || t->group || t->bits) {
+            if (t->ndim != 0 || t->shape[0] || t->shape[1] || t->shape[2] || t->shape[3] ||
+                t->group || t->bits) {
                 rc = fail("cact:", i, "RAW record with a shape, group or bits");
                 goto error;
             }

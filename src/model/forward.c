@@ -3,12 +3,14 @@
  * Read top to bottom it follows the spec: embedding (§3.2), engram memory from token ids
  * (§3.3), then per layer the multi-lane hyper-connection around the block (§3.4), the
  * block with attention and the Hadamard MLP (§3.5-3.7), and the tied logits (§3.8).
- * Matrix products go through cq_matmul over the whole chunk; everything order-dependent
- * (KV ring, engram conv ring) is done token by token inside the chunk. */
+ * Matrix products go through cpu_matmul over the whole chunk, products that read the same
+ * activations in one batch, with rows shared among the session's threads; everything
+ * order-dependent (KV ring, engram conv ring) is done token by token inside the chunk.
+ * CQ kernels come from the session's dispatch table `s->kern` (kernels/cpu/cpu.h). */
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cq.h"
+#include "kernels/cpu/cpu.h"
 #include "model/session.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -78,6 +80,14 @@ static uint32_t kv_slot(const struct needle_session *s, uint32_t p) {
     return p;
 }
 
+/* Scales of int8 cache row (layer, slot): KV_SCALE_GROUPS(kv_dim) floats. */
+static float *kv_row_scales(const struct needle_session *s, int which, uint32_t layer,
+                            uint32_t slot) {
+    const size_t rows = (size_t)s->m->n_layers * s->kv_slots;
+    return s->kv_scales + ((size_t)which * rows + (size_t)layer * s->kv_slots + slot) *
+                              KV_SCALE_GROUPS(s->m->kv_dim);
+}
+
 static void kv_store(struct needle_session *s, int which, uint32_t layer, uint32_t slot,
                      const float *x) {
     const uint32_t n = s->m->kv_dim;
@@ -90,16 +100,16 @@ static void kv_store(struct needle_session *s, int which, uint32_t layer, uint32
         for (uint32_t i = 0; i < n; i++) dst[i] = f32_to_fp16(x[i]);
     } else {
         int8_t *dst = (int8_t *)base + at;
-        float *scales = s->kv_scales + (size_t)which * s->m->n_layers * s->kv_slots *
-                                           (n / KV_SCALE_GROUP) + at / KV_SCALE_GROUP;
-        for (uint32_t g = 0; g < n / KV_SCALE_GROUP; g++) {
-            const float *v = x + g * KV_SCALE_GROUP;
+        float *scales = kv_row_scales(s, which, layer, slot);
+        for (uint32_t g = 0; g < KV_SCALE_GROUPS(n); g++) {
+            /* groups of KV_SCALE_GROUP values; the last one may be shorter */
+            const uint32_t c0 = g * KV_SCALE_GROUP;
+            const uint32_t c1 = n - c0 < KV_SCALE_GROUP ? n : c0 + KV_SCALE_GROUP;
             float amax = 0.0f;
-            for (uint32_t i = 0; i < KV_SCALE_GROUP; i++) amax = fmaxf(amax, fabsf(v[i]));
+            for (uint32_t i = c0; i < c1; i++) amax = fmaxf(amax, fabsf(x[i]));
             float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
             scales[g] = scale;
-            for (uint32_t i = 0; i < KV_SCALE_GROUP; i++)
-                dst[g * KV_SCALE_GROUP + i] = (int8_t)lrintf(v[i] / scale);
+            for (uint32_t i = c0; i < c1; i++) dst[i] = (int8_t)lrintf(x[i] / scale);
         }
     }
 }
@@ -117,8 +127,7 @@ static const float *kv_load(const struct needle_session *s, int which, uint32_t 
         for (uint32_t i = 0; i < n; i++) buf[i] = fp16_to_f32(src[i]);
     } else {
         const int8_t *src = (const int8_t *)base + at;
-        const float *scales = s->kv_scales + (size_t)which * s->m->n_layers * s->kv_slots *
-                                                 (n / KV_SCALE_GROUP) + at / KV_SCALE_GROUP;
+        const float *scales = kv_row_scales(s, which, layer, slot);
         for (uint32_t i = 0; i < n; i++) buf[i] = (float)src[i] * scales[i / KV_SCALE_GROUP];
     }
     return buf;
@@ -159,14 +168,14 @@ static void engram_chunk(struct needle_session *s, const int32_t *tokens, uint32
                         acc = (acc ^ (uint32_t)token_back(s, tokens, p0, t, back)) * 0x01000193u;
                     acc ^= acc >> 15;
                     uint32_t slot = acc % m->slots;
-                    cq_dequant_row(&es->tables, j * m->slots + slot, dst, s->tmp);
+                    s->kern->dequant_row(&es->tables, j * m->slots + slot, dst, s->tmp);
                 }
             }
-            cq_rotate(&es->key_proj, e, s->eng_er + (size_t)i * ecols);
+            s->kern->rotate(&es->key_proj, e, s->eng_er + (size_t)i * ecols);
         }
         float *ek = s->eng_k + (size_t)site * s->chunk * d;
-        cq_matmul(&es->key_proj, 0, d, s->eng_er, ecols, n, ek, d);
-        cq_matmul(&es->value_proj, 0, d, s->eng_er, ecols, n, s->eng_vhat, d);
+        const cq_job kv[] = {{&es->key_proj, 0, d, ek, d}, {&es->value_proj, 0, d, s->eng_vhat, d}};
+        cpu_matmul(s->pool, s->eng_er, ecols, n, kv, 2);
         /* depthwise causal conv over pre-conv values at offsets 0, dil, 2*dil, ... */
         float *ring = s->ev_hist + (size_t)site * s->ev_ring * d;
         float *ev = s->eng_v + (size_t)site * s->chunk * d;
@@ -210,9 +219,7 @@ static void attend(struct needle_session *s, uint32_t layer, uint32_t t, const f
             uint32_t p_end = pass ? t + 1 : n_sink;
             for (uint32_t p = p_begin; p < p_end; p++) {
                 const float *kr = kv_load(s, 0, layer, kv_slot(s, p), kbuf) + (size_t)b * hd;
-                float dot = 0.0f;
-                for (uint32_t c = 0; c < hd; c++) dot += qa[c] * kr[c];
-                dot *= inv_scale;
+                float dot = s->kern->dot(qa, kr, hd) * inv_scale;
                 s->scores[n_pos++] = dot;
                 mx = fmaxf(mx, dot);
             }
@@ -229,8 +236,7 @@ static void attend(struct needle_session *s, uint32_t layer, uint32_t t, const f
             uint32_t p_end = pass ? t + 1 : n_sink;
             for (uint32_t p = p_begin; p < p_end; p++, k++) {
                 const float *vr = kv_load(s, 1, layer, kv_slot(s, p), vbuf) + (size_t)b * hd;
-                const float w = s->scores[k] / sum;
-                for (uint32_t c = 0; c < hd; c++) oa[c] += w * vr[c];
+                s->kern->axpy(oa, s->scores[k] / sum, vr, hd);
             }
         }
     }
@@ -238,17 +244,18 @@ static void attend(struct needle_session *s, uint32_t layer, uint32_t t, const f
 
 /* ---- Hadamard MLP (§3.7) -------------------------------------------------------- */
 
-static void hadamard_mlp(const struct needle_model *m, const layer_weights *l, const float *h,
+static void hadamard_mlp(const struct needle_session *s, const layer_weights *l, const float *h,
                          float *z, float *out) {
+    const struct needle_model *m = s->m;
     const uint32_t N = m->hada_n, d = m->d;
     const float scale = 1.0f / sqrtf((float)N);
     for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
-    fwht(z, N);
+    s->kern->fwht(z, N);
     for (uint32_t i = 0; i < N; i++) {
         float a = l->d2[i] * (z[i] * scale);
         z[i] = a * sigmoidf(a);
     }
-    fwht(z, N);
+    s->kern->fwht(z, N);
     for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
 }
 
@@ -268,11 +275,12 @@ static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint
     for (uint32_t i = 0; i < n; i++) {
         float *nx = s->nx + (size_t)i * nx_ld;
         rms_unit(s->lanes + (size_t)i * nd, nd, nx);
-        cq_rotate(&m->phi_pre, nx, nx);
+        s->kern->rotate(&m->phi_pre, nx, nx);
     }
-    cq_matmul(&m->phi_pre, li * nl, nl, s->nx, nx_ld, n, s->mix, mix_ld);
-    cq_matmul(&m->phi_post, li * nl, nl, s->nx, nx_ld, n, s->mix + nl, mix_ld);
-    cq_matmul(&m->phi_res, li * nl * nl, nl * nl, s->nx, nx_ld, n, s->mix + 2 * nl, mix_ld);
+    const cq_job phi[] = {{&m->phi_pre, li * nl, nl, s->mix, mix_ld},
+                          {&m->phi_post, li * nl, nl, s->mix + nl, mix_ld},
+                          {&m->phi_res, li * nl * nl, nl * nl, s->mix + 2 * nl, mix_ld}};
+    cpu_matmul(s->pool, s->nx, nx_ld, n, phi, 3);
 
     const uint32_t my_lane = li % nl;
     for (uint32_t i = 0; i < n; i++) {
@@ -299,14 +307,13 @@ static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint
         }
         float *h = s->h + (size_t)i * d;
         zc_norm(bx, l->norm_in, d, h);
-        cq_rotate(&l->q_proj, h, s->hr + (size_t)i * h_ld);
+        s->kern->rotate(&l->q_proj, h, s->hr + (size_t)i * h_ld);
     }
 
     /* attention projections for the whole chunk */
-    cq_matmul(&l->q_proj, 0, A, s->hr, h_ld, n, s->q, A);
-    cq_matmul(&l->k_proj, 0, kvd, s->hr, h_ld, n, s->k, kvd);
-    cq_matmul(&l->v_proj, 0, kvd, s->hr, h_ld, n, s->v, kvd);
-    cq_matmul(&l->gate_proj, 0, A, s->hr, h_ld, n, s->gate, A);
+    const cq_job qkvg[] = {{&l->q_proj, 0, A, s->q, A}, {&l->k_proj, 0, kvd, s->k, kvd},
+                           {&l->v_proj, 0, kvd, s->v, kvd}, {&l->gate_proj, 0, A, s->gate, A}};
+    cpu_matmul(s->pool, s->hr, h_ld, n, qkvg, 4);
 
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t t = p0 + i;
@@ -326,9 +333,10 @@ static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint
         attend(s, li, t, q, o);
         const float *g = s->gate + (size_t)i * A;
         for (uint32_t c = 0; c < A; c++) o[c] *= sigmoidf(g[c]);
-        cq_rotate(&l->out_proj, o, o);
+        s->kern->rotate(&l->out_proj, o, o);
     }
-    cq_matmul(&l->out_proj, 0, d, s->o, o_ld, n, s->attn, d);
+    const cq_job out[] = {{&l->out_proj, 0, d, s->attn, d}};
+    cpu_matmul(s->pool, s->o, o_ld, n, out, 1);
 
     const float gate = sigmoidf(l->attn_gate);
     for (uint32_t i = 0; i < n; i++) {
@@ -338,7 +346,7 @@ static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint
         for (uint32_t c = 0; c < d; c++) x[c] = bx[c] + gate * a[c];
         float *h = s->h + (size_t)i * d;
         zc_norm(x, l->pre_hada, d, h);
-        hadamard_mlp(m, l, h, s->hada, a); /* a := MLP(h) */
+        hadamard_mlp(s, l, h, s->hada, a); /* a := MLP(h) */
         /* y = block output - u: the engram term rides inside y (§3.4) */
         float *y = a;
         for (uint32_t c = 0; c < d; c++) y[c] = x[c] + a[c] - u[c];
@@ -368,19 +376,23 @@ static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint
 
 /* ---- output (§3.8) ---------------------------------------------------------------- */
 
-static void logits_for(struct needle_session *s, uint32_t i, float *out) {
+/* Logits of chunk positions [i0, i0 + count) into out[count][vocab]. */
+static void logits_for(struct needle_session *s, uint32_t i0, uint32_t count, float *out) {
     const struct needle_model *m = s->m;
-    const uint32_t d = m->d, nl = m->n_lanes;
-    const float *X = s->lanes + (size_t)i * nl * d;
-    float *xbar = s->tmp;
-    for (uint32_t c = 0; c < d; c++) {
-        float acc = 0.0f;
-        for (uint32_t r = 0; r < nl; r++) acc += X[(size_t)r * d + c];
-        xbar[c] = acc / (float)nl;
+    const uint32_t d = m->d, nl = m->n_lanes, ld = m->embedding.cols_pad;
+    for (uint32_t i = 0; i < count; i++) {
+        const float *X = s->lanes + (size_t)(i0 + i) * nl * d;
+        float *xbar = s->tmp;
+        for (uint32_t c = 0; c < d; c++) {
+            float acc = 0.0f;
+            for (uint32_t r = 0; r < nl; r++) acc += X[(size_t)r * d + c];
+            xbar[c] = acc / (float)nl;
+        }
+        zc_norm(xbar, m->final_norm, d, xbar);
+        s->kern->rotate(&m->embedding, xbar, s->out_rot + (size_t)i * ld);
     }
-    zc_norm(xbar, m->final_norm, d, xbar);
-    cq_rotate(&m->embedding, xbar, s->out_rot);
-    cq_matmul(&m->embedding, 0, m->vocab, s->out_rot, 0, 1, out, 0);
+    const cq_job tied[] = {{&m->embedding, 0, m->vocab, out, m->vocab}};
+    cpu_matmul(s->pool, s->out_rot, ld, count, tied, 1);
 }
 
 int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
@@ -403,7 +415,7 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
         }
         for (uint32_t i = 0; i < cn; i++) {
             float *X = s->lanes + (size_t)i * nl * d;
-            cq_dequant_row(&m->embedding, (uint32_t)tok[i], X, s->tmp);
+            s->kern->dequant_row(&m->embedding, (uint32_t)tok[i], X, s->tmp);
             for (uint32_t c = 0; c < d; c++) X[c] *= emb_scale;
             for (uint32_t r = 1; r < nl; r++) memcpy(X + (size_t)r * d, X, d * sizeof *X);
         }
@@ -412,16 +424,14 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
 
         for (uint32_t i = 0; i < cn; i++) s->history[(p0 + i) % SESSION_HISTORY] = tok[i];
         s->pos = p0 + cn;
-        if (all_logits)
-            for (uint32_t i = 0; i < cn; i++)
-                logits_for(s, i, all_logits + (size_t)(done + i) * m->vocab);
+        if (all_logits) logits_for(s, 0, cn, all_logits + (size_t)done * m->vocab);
         if (done + cn == n) {
             if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * m->vocab,
                                    m->vocab * sizeof(float));
-            else logits_for(s, cn - 1, s->logits);
+            else if (!s->skip_logits) logits_for(s, cn - 1, 1, s->logits);
         }
         done += cn;
     }
-    s->has_logits = 1;
+    s->has_logits = all_logits || !s->skip_logits;
     return NEEDLE_OK;
 }

@@ -4,7 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "agent/chat.h"
 #include "util/error.h"
 
 #define DEFAULT_CHUNK 32u
@@ -43,6 +45,7 @@ void needle_session_free(needle_session *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
     free(s->k_cache);
     free(s->v_cache);
+    cpu_pool_free(s->pool);
     free(s);
 }
 
@@ -53,9 +56,6 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     if (p.kv_type < NEEDLE_KV_F32 || p.kv_type > NEEDLE_KV_INT8)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: unknown kv_type %d",
                            p.kv_type);
-    if (p.kv_type == NEEDLE_KV_INT8 && m->kv_dim % KV_SCALE_GROUP)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: int8 KV cache needs "
-                           "kv_dim (%u) divisible by %u", m->kv_dim, KV_SCALE_GROUP);
     if (p.kv_window < -1)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: kv_window %d < -1",
                            p.kv_window);
@@ -87,7 +87,9 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     s->k_cache = calloc(kv_elems ? kv_elems : 1, elem);
     s->v_cache = calloc(kv_elems ? kv_elems : 1, elem);
     if (!s->k_cache || !s->v_cache) failed = 1;
-    if (p.kv_type == NEEDLE_KV_INT8) s->kv_scales = alloc_floats(2 * kv_elems / KV_SCALE_GROUP, &failed);
+    if (p.kv_type == NEEDLE_KV_INT8)
+        s->kv_scales = alloc_floats(2 * (size_t)m->n_layers * s->kv_slots * KV_SCALE_GROUPS(kvd),
+                                    &failed);
 
     size_t h_ld = m->layers[0].q_proj.cols_pad, o_ld = m->layers[0].out_proj.cols_pad;
     size_t e_ld = m->n_sites ? m->sites[0].key_proj.cols_pad : 1;
@@ -111,7 +113,8 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     s->gate = alloc_floats(C * A, &failed);
     s->o = alloc_floats(C * o_ld, &failed);
     s->attn = alloc_floats(C * d, &failed);
-    s->eng_e = alloc_floats((size_t)m->n_tables * m->sub_dim, &failed);
+    /* engram header fields are only validated (and meaningful) when there are sites */
+    if (m->n_sites) s->eng_e = alloc_floats((size_t)m->n_tables * m->sub_dim, &failed);
     s->eng_er = alloc_floats(C * e_ld, &failed);
     s->eng_k = alloc_floats((size_t)m->n_sites * C * d, &failed);
     s->eng_v = alloc_floats((size_t)m->n_sites * C * d, &failed);
@@ -121,7 +124,17 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     s->rope_cs = alloc_floats(C * m->head_dim, &failed);
     s->scores = alloc_floats(s->kv_slots, &failed);
     s->tmp = alloc_floats(tmp, &failed);
-    s->out_rot = alloc_floats(m->embedding.cols_pad, &failed);
+    s->out_rot = alloc_floats(C * m->embedding.cols_pad, &failed);
+    /* kernel scratch: activations of a whole chunk for the widest matrix input */
+    uint32_t widest = m->embedding.cols_pad;
+    const uint32_t ins[] = {m->phi_pre.cols_pad, (uint32_t)h_ld, (uint32_t)o_ld,
+                            m->n_sites ? m->sites[0].key_proj.cols_pad : 0};
+    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+        if (ins[i] > widest) widest = ins[i];
+    if (!failed && cpu_pool_create(m->n_threads, cpu_kernels_best(),
+                                   cq_scratch_floats(widest, s->chunk), &s->pool) != NEEDLE_OK)
+        failed = 1;
+    s->kern = s->pool ? cpu_pool_kernels(s->pool) : &cpu_kernels_scalar;
     if (failed) {
         needle_session_free(s);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session_create: out of memory for the "
@@ -134,8 +147,60 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
 
 void needle_session_reset(needle_session *s) {
     if (!s) return;
+    if (s->chat) {
+        chat_rewind(s);
+        return;
+    }
     s->pos = 0;
     s->has_logits = 0;
+}
+
+static double clock_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
+                int want_logits) {
+    double t0 = clock_ms();
+    s->skip_logits = !want_logits && !all_logits;
+    int rc = session_forward(s, tokens, n, all_logits);
+    s->skip_logits = 0;
+    s->stats.forward_ms += clock_ms() - t0;
+    if (rc == NEEDLE_OK) s->stats.tokens_evaluated += n;
+    return rc;
+}
+
+int session_configure_sinks(needle_session *s, uint32_t n_sinks) {
+    if (n_sinks > s->n_ctx)
+        return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "%u sink positions exceed the %u-position "
+                           "context", n_sinks, s->n_ctx);
+    uint64_t slots = s->window ? (uint64_t)n_sinks + s->window : s->n_ctx;
+    if (slots > s->n_ctx) slots = s->n_ctx;
+    if (slots > s->kv_slots) {
+        const struct needle_model *m = s->m;
+        const size_t elems = (size_t)m->n_layers * slots * m->kv_dim;
+        const size_t elem = s->kv_type == NEEDLE_KV_F32 ? 4 : s->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+        void *k = calloc(elems, elem), *v = calloc(elems, elem);
+        float *scores = calloc(slots, sizeof(float));
+        const size_t n_scales = 2 * (size_t)m->n_layers * slots * KV_SCALE_GROUPS(m->kv_dim);
+        float *scales = s->kv_type == NEEDLE_KV_INT8 ? calloc(n_scales, sizeof(float)) : NULL;
+        if (!k || !v || !scores || (s->kv_type == NEEDLE_KV_INT8 && !scales)) {
+            free(k); free(v); free(scores); free(scales);
+            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory growing the KV cache");
+        }
+        free(s->k_cache); free(s->v_cache); free(s->scores); free(s->kv_scales);
+        s->k_cache = k;
+        s->v_cache = v;
+        s->scores = scores;
+        s->kv_scales = scales;
+    }
+    s->kv_slots = (uint32_t)slots;
+    s->n_sinks = n_sinks;
+    s->pos = 0;
+    s->has_logits = 0;
+    return NEEDLE_OK;
 }
 
 uint32_t needle_session_position(const needle_session *s) { return s ? s->pos : 0; }
@@ -165,7 +230,7 @@ int needle_session_eval(needle_session *s, const int32_t *tokens, size_t n, floa
     if (logits && cap / s->m->vocab < n)
         return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "session_eval: logits buffer holds %zu "
                            "floats, %zu needed", cap, n * (size_t)s->m->vocab);
-    rc = session_forward(s, tokens, (uint32_t)n, logits);
+    rc = session_run(s, tokens, (uint32_t)n, logits, 1);
     if (rc == NEEDLE_OK) needle_clear_error();
     return rc;
 }
@@ -224,7 +289,7 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
         }
         out[produced++] = tok;
         if (s->pos >= s->n_ctx) break;
-        if ((rc = session_forward(s, &tok, 1, NULL))) break;
+        if ((rc = session_run(s, &tok, 1, NULL, 1))) break;
     }
     *n_out = produced;
     if (rc == NEEDLE_OK) needle_clear_error();

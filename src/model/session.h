@@ -11,6 +11,7 @@
 #ifndef NEEDLE_MODEL_SESSION_H
 #define NEEDLE_MODEL_SESSION_H
 
+#include "kernels/cpu/cpu.h"
 #include "model/model.h"
 #include "needle.h"
 
@@ -24,6 +25,8 @@ struct needle_session {
     uint32_t kv_slots;  /* per layer */
     int32_t kv_type;
     uint32_t chunk;     /* tokens per forward chunk */
+    cpu_pool *pool;     /* this session's threads (model n_threads, NEEDLE_THREADS or cores) */
+    const cpu_kernels *kern; /* the pool's CQ kernels */
 
     uint32_t pos;       /* next absolute position */
     int has_logits;
@@ -31,13 +34,17 @@ struct needle_session {
 
     /* KV cache: [layer][slot][kv_dim] in the session's kv_type */
     void *k_cache, *v_cache;
-    float *kv_scales;   /* int8 cache: [2][layer][slot][kv_dim / KV_SCALE_GROUP] */
+    float *kv_scales;   /* int8 cache: [2][layer][slot][KV_SCALE_GROUPS(kv_dim)] */
 
     /* engram: pre-conv values of the last `ev_ring` positions, [site][ring][d] */
     uint32_t ev_ring;
     float *ev_hist;
 
     float *logits;      /* [vocab] of the last position */
+    int skip_logits;    /* set by session_run when the caller needs no logits */
+
+    struct chat *chat;  /* tools, grammar and cached prefix; NULL for token-level use */
+    needle_session_stats stats;
 
     /* chunk scratch (sizes in session.c) */
     float *lanes;       /* [chunk][n][d] */
@@ -54,15 +61,26 @@ struct needle_session {
     float *rope_cs;               /* [chunk][head_dim]: cos | sin per position */
     float *scores;                /* [kv_slots] */
     float *tmp;                   /* [max(group, 2*d, 2*kv_dim)] */
-    float *out_rot;               /* [d padded] */
+    float *out_rot;               /* [chunk][d padded] rotated final hidden */
 };
 
 #define KV_SCALE_GROUP 32u
+/* int8 scale groups per cache row of `kvd` values (the last group may be partial) */
+#define KV_SCALE_GROUPS(kvd) (((kvd) + KV_SCALE_GROUP - 1) / KV_SCALE_GROUP)
 
 /* Runs tokens[0:n] at positions pos..pos+n-1; writes [n][vocab] logits to `all_logits` if
  * non-NULL, and always leaves the last position's logits in s->logits. */
 int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
                     float *all_logits);
+
+/* session_forward plus bookkeeping (stats, timing); want_logits = 0 skips the output
+ * projection for the last token, for tokens whose successor is forced anyway. */
+int session_run(struct needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
+                int want_logits);
+
+/* Re-lays the KV cache for `n_sinks` pinned positions (reallocating it if it must grow).
+ * Only valid at position 0; the conversation is reset. */
+int session_configure_sinks(struct needle_session *s, uint32_t n_sinks);
 
 /* Argmax (ties to the lowest id) at temperature 0, else a seeded softmax sample. */
 int32_t session_pick_token(const float *logits, uint32_t vocab, float temperature,

@@ -383,8 +383,8 @@ typedef struct encoder {
     const tokenizer *tok;
     const char *esc; /* escaped text: dummy prefix, spaces as U+2581 */
     symbol *syms;
-    candidate *heap;
-    size_t n_heap;
+    candidate *heap; /* room for 3 entries per symbol: n-1 initial pairs + 2 per merge */
+    size_t n_heap, cap_syms;
     int32_t *ids;
     size_t cap, count;
 } encoder;
@@ -431,12 +431,33 @@ static void push_pair(encoder *e, size_t left) {
     if (id >= 0) heap_push(e, (candidate){e->tok->pieces[id].score, left, len});
 }
 
+/* Grows the symbol and heap scratch to hold n symbols; the buffers are reused across
+ * segments, so memory follows the longest segment, not the whole text. */
+static int reserve(encoder *e, size_t n) {
+    if (n <= e->cap_syms) return NEEDLE_OK;
+    size_t cap = e->cap_syms ? e->cap_syms : 64;
+    while (cap < n) cap = cap > SIZE_MAX / 2 ? n : 2 * cap;
+    if (cap > SIZE_MAX / (3 * sizeof(candidate)))
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "tokenizer: segment of %zu symbols is too long", n);
+    symbol *syms = realloc(e->syms, cap * sizeof *syms);
+    if (syms) e->syms = syms;
+    candidate *heap = realloc(e->heap, 3 * cap * sizeof *heap);
+    if (heap) e->heap = heap;
+    if (!syms || !heap) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
+    e->cap_syms = cap;
+    return NEEDLE_OK;
+}
+
 /* BPE over esc[begin, end), emitting ids (spec §6.3 step 5). */
 static int encode_segment(encoder *e, size_t begin, size_t end) {
     const tokenizer *tok = e->tok;
     size_t n_sym = 0;
     uint32_t cp;
     size_t bad;
+    for (size_t p = begin; p < end; p++) n_sym += ((uint8_t)e->esc[p] & 0xC0) != 0x80;
+    int rc = reserve(e, n_sym);
+    if (rc != NEEDLE_OK) return rc;
+    n_sym = 0;
     for (size_t p = begin; p < end; n_sym++) {
         size_t l = (size_t)utf8_next((const uint8_t *)e->esc + p, end - p, &cp, &bad);
         e->syms[n_sym] = (symbol){p, l, n_sym ? n_sym - 1 : NONE, n_sym + 1};
@@ -480,6 +501,11 @@ static int encode_segment(encoder *e, size_t begin, size_t end) {
 
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t *ids, size_t cap,
                      size_t *n_ids) {
+    return tokenizer_encode_ex(tok, text, len, 1, ids, cap, n_ids);
+}
+
+int tokenizer_encode_ex(const tokenizer *tok, const char *text, size_t len, int dummy_prefix,
+                        int32_t *ids, size_t cap, size_t *n_ids) {
     if (!tok || !n_ids || (!text && len) || (!ids && cap))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tokenizer_encode: NULL argument");
     *n_ids = 0;
@@ -488,22 +514,15 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
         return needle_fail(NEEDLE_ERR_INVALID_UTF8, "tokenizer: %s at byte offset %zu",
                            text[bad] ? "invalid UTF-8" : "NUL byte", bad);
     if (len == 0) return NEEDLE_OK; /* no dummy prefix for empty text */
-    if (len > (SIZE_MAX / sizeof(candidate) - 3) / 9)
+    if (len > (SIZE_MAX - 3) / 3)
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "tokenizer: text of %zu bytes is too long", len);
 
     size_t spaces = 0;
     for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
-    size_t prefix = tok->add_dummy_prefix ? 3 : 0;
-    size_t esc_len = prefix + len + 2 * spaces, max_sym = len + 1; /* code points <= bytes */
+    size_t prefix = tok->add_dummy_prefix && dummy_prefix ? 3 : 0;
+    size_t esc_len = prefix + len + 2 * spaces;
     char *esc = malloc(esc_len);
-    symbol *syms = malloc(max_sym * sizeof *syms);
-    candidate *heap = malloc(3 * max_sym * sizeof *heap); /* n-1 initial + 2 per merge */
-    if (!esc || !syms || !heap) {
-        free(esc);
-        free(syms);
-        free(heap);
-        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
-    }
+    if (!esc) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "tokenizer: out of memory");
     char *w = esc;
     if (prefix) {
         memcpy(w, "\xE2\x96\x81", 3);
@@ -518,7 +537,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
         }
     }
 
-    encoder e = {tok, esc, syms, heap, 0, ids, cap, 0};
+    encoder e = {tok, esc, NULL, NULL, 0, 0, ids, cap, 0};
     int rc = NEEDLE_OK;
     size_t seg = 0, i = 0;
     uint32_t cp;
@@ -545,8 +564,8 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t
     }
     if (rc == NEEDLE_OK) rc = encode_segment(&e, seg, esc_len);
     free(esc);
-    free(syms);
-    free(heap);
+    free(e.syms);
+    free(e.heap);
     if (rc != NEEDLE_OK) return rc;
     *n_ids = e.count;
     if (e.count > cap)

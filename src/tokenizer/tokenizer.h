@@ -50,6 +50,13 @@ int32_t tokenizer_marker_id(const tokenizer *tok, const char *text);
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len, int32_t *ids, size_t cap,
                      size_t *n_ids);
 
+/* As tokenizer_encode, but `dummy_prefix` = 0 encodes a continuation: no U+2581 is
+ * prepended even if the tokenizer adds one. Because chat markers split the text into
+ * independently merged segments, encoding a conversation piecewise this way from a marker
+ * boundary gives exactly the ids of encoding it whole. */
+int tokenizer_encode_ex(const tokenizer *tok, const char *text, size_t len, int dummy_prefix,
+                        int32_t *ids, size_t cap, size_t *n_ids);
+
 /* Decodes ids into `out` as UTF-8, NUL-terminated (spec §6.4: byte pieces give their byte,
  * control/unknown give nothing, ill-formed bytes become U+FFFD as Python's
  * errors='replace' does, U+2581 becomes a space, one leading space is stripped).

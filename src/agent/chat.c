@@ -1,0 +1,554 @@
+/* Conversations with tools: prompt rendering, the constrained decode of one assistant turn,
+ * and the envelope (spec §7-8).
+ *
+ * Template: cactus-needle 2.0.15, finetune.render_example. A conversation is
+ *   [BOS] "<|im_start|>system\n" SYSTEM "<|im_end|>\n"        (only if SYSTEM is non-empty)
+ *         "<|im_start|>user\n<tools>" TOOLS "</tools>"         <- static prefix, cached
+ *         "\n" QUERY "<|im_end|>\n<|im_start|>assistant\n"     <- first turn
+ *   assistant: "▁" ["<think>\n" REASONING "\n</think>\n"] "<tool_call>" CALLS "</tool_call><|im_end|>"
+ * and, our choice where the package is silent (spec §8.6), later turns continue with
+ *   "\n<|im_start|>user\n<tool_result>" RESULT "</tool_result><|im_end|>\n<|im_start|>assistant\n"
+ *   "\n<|im_start|>user\n" QUERY "<|im_end|>\n<|im_start|>assistant\n"
+ * Every piece after the first starts right after a marker, and markers split the text
+ * into independently encoded segments, so encoding piece by piece (without the dummy
+ * prefix) gives exactly the ids of encoding the whole conversation at once.
+ *
+ * Decoding is a small state machine: optional "▁", then either <think> (free text up to
+ * max_think_tokens, then </think> and "\n" forced) or <tool_call>; then the call array,
+ * constrained byte by byte by the grammar compiled from the schemas; then </tool_call> and
+ * <|im_end|> forced. Forced tokens skip the logits (no choice to make). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "agent/chat.h"
+#include "agent/envelope.h"
+#include "agent/grammar.h"
+#include "agent/json_canon.h"
+#include "model/session.h"
+#include "util/error.h"
+#include "util/strbuf.h"
+
+#define TEMPLATE_VERSION "cactus-needle 2.0.15"
+
+static const char *const MARKER_TEXT[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
+                                          "<|im_end|>", "<|im_start|>"};
+
+struct chat {
+    grammar *g;         /* any number of calls, [] allowed */
+    grammar *g_extract; /* exactly one call (compiled on first use) */
+    char *tools;        /* canonical tools JSON, for g_extract */
+    size_t tools_len;
+    token_trie *trie;
+    int32_t id_think, id_end_think, id_call, id_end_call, id_im_end, id_im_start, id_space;
+    int32_t newline[8];
+    size_t n_newline;
+    uint32_t prefix_len;
+    /* state right after the prefix, restored by reset */
+    int32_t history[SESSION_HISTORY];
+    float *ev_snapshot;
+    int last_turn_called; /* the previous envelope was a "call" with calls */
+    uint8_t *allowed;     /* [vocab] */
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void chat_free(struct chat *c) {
+    if (!c) return;
+    grammar_free(c->g);
+    grammar_free(c->g_extract);
+    free(c->tools);
+    token_trie_free(c->trie);
+    free(c->ev_snapshot);
+    free(c->allowed);
+    free(c);
+}
+
+needle_complete_params needle_complete_default_params(void) {
+    needle_complete_params p;
+    memset(&p, 0, sizeof p);
+    p.max_new_tokens = 256;
+    p.max_think_tokens = 64;
+    return p;
+}
+
+/* Unwraps OpenAI-style entries and returns the tools array as the model was trained on it
+ * (Python-compact JSON). Plain arrays are re-serialized straight from the caller's text,
+ * which keeps every number exactly as Python would print it. */
+static int canonical_tools(const char *tools_json, char **out, size_t *out_len) {
+    cJSON *root = cJSON_Parse(tools_json);
+    if (!root) return json_canon(tools_json, strlen(tools_json), out, out_len);
+    int wrapped = 0;
+    const cJSON *item;
+    if (cJSON_IsArray(root))
+        cJSON_ArrayForEach(item, root) if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(item, "function"))) wrapped = 1;
+    if (!wrapped) {
+        cJSON_Delete(root);
+        return json_canon(tools_json, strlen(tools_json), out, out_len);
+    }
+    cJSON *flat = cJSON_CreateArray();
+    cJSON_ArrayForEach(item, root) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(item, "function");
+        cJSON_AddItemToArray(flat, cJSON_Duplicate(cJSON_IsObject(fn) ? fn : item, 1));
+    }
+    char *text = cJSON_PrintUnformatted(flat);
+    cJSON_Delete(flat);
+    cJSON_Delete(root);
+    if (!text) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "tools: out of memory");
+    int rc = json_canon(text, strlen(text), out, out_len);
+    cJSON_free(text);
+    return rc;
+}
+
+/* Encodes text into a freshly malloc'd id array. */
+static int encode_alloc(const tokenizer *tok, const char *text, size_t len, int dummy,
+                        int32_t **ids, size_t *n) {
+    size_t need = 0;
+    int rc = tokenizer_encode_ex(tok, text, len, dummy, NULL, 0, &need);
+    if (rc && rc != NEEDLE_ERR_BUFFER_TOO_SMALL) return rc;
+    *ids = malloc((need ? need : 1) * sizeof **ids);
+    if (!*ids) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    rc = tokenizer_encode_ex(tok, text, len, dummy, *ids, need, n);
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return rc;
+}
+
+static int build_trie(struct chat *c, const tokenizer *tok, uint32_t vocab) {
+    const char **bytes = malloc(vocab * sizeof *bytes);
+    size_t *lens = malloc(vocab * sizeof *lens);
+    if (!bytes || !lens) {
+        free(bytes);
+        free(lens);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (uint32_t v = 0; v < vocab; v++) {
+        int type = tokenizer_piece_type(tok, (int32_t)v);
+        /* control, unknown and marker pieces never appear inside the JSON */
+        if (type == TOKENIZER_CONTROL || type == TOKENIZER_UNKNOWN || type == TOKENIZER_USER_DEFINED ||
+            tokenizer_token_bytes(tok, (int32_t)v, &bytes[v], &lens[v]) != NEEDLE_OK) {
+            bytes[v] = "";
+            lens[v] = 0;
+        }
+    }
+    int rc = token_trie_build(bytes, lens, vocab, &c->trie);
+    free(bytes);
+    free(lens);
+    return rc;
+}
+
+int needle_session_set_tools(needle_session *s, const char *system, const char *tools_json) {
+    if (!s || !tools_json)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_tools: NULL argument");
+    const struct needle_model *m = s->m;
+    if (!m->tok) return needle_fail(NEEDLE_ERR_NO_TOKENIZER, "set_tools: the model has no tokenizer");
+    if (!system) system = "";
+
+    struct chat *c = calloc(1, sizeof *c);
+    char *tools = NULL;
+    int32_t *ids = NULL;
+    size_t tools_len = 0, n_ids = 0;
+    strbuf prompt = {0};
+    int rc;
+    if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
+    if ((rc = canonical_tools(tools_json, &tools, &tools_len))) goto fail;
+    if ((rc = grammar_compile(tools, tools_len, NULL, &c->g))) goto fail;
+    if ((rc = build_trie(c, m->tok, m->vocab))) goto fail;
+
+    c->id_think = tokenizer_marker_id(m->tok, "<think>");
+    c->id_end_think = tokenizer_marker_id(m->tok, "</think>");
+    c->id_call = tokenizer_marker_id(m->tok, "<tool_call>");
+    c->id_end_call = tokenizer_marker_id(m->tok, "</tool_call>");
+    c->id_im_end = tokenizer_marker_id(m->tok, "<|im_end|>");
+    c->id_im_start = tokenizer_marker_id(m->tok, "<|im_start|>");
+    const int32_t markers[] = {c->id_think, c->id_end_think, c->id_call, c->id_end_call,
+                               c->id_im_end, c->id_im_start};
+    for (size_t i = 0; i < sizeof markers / sizeof markers[0]; i++)
+        if (markers[i] < 0) {
+            rc = needle_fail(NEEDLE_ERR_FORMAT, "set_tools: the tokenizer lacks the marker %s",
+                             MARKER_TEXT[i]);
+            goto fail;
+        }
+    /* the dummy-prefix piece the trained target starts with, and the ids of "\n" */
+    int32_t sp[4];
+    size_t n_sp = 0;
+    c->id_space = -1;
+    if (tokenizer_encode_ex(m->tok, "<tool_call>", 11, 1, sp, 4, &n_sp) == NEEDLE_OK && n_sp == 2 &&
+        sp[1] == c->id_call)
+        c->id_space = sp[0];
+    if ((rc = tokenizer_encode_ex(m->tok, "\n", 1, 0, c->newline, 8, &c->n_newline))) goto fail;
+    c->allowed = malloc(m->vocab);
+    if (m->n_sites) c->ev_snapshot = malloc((size_t)m->n_sites * s->ev_ring * m->d * sizeof(float));
+    if (!c->allowed || (m->n_sites && !c->ev_snapshot)) {
+        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
+        goto fail;
+    }
+
+    if (*system) {
+        strbuf_puts(&prompt, "<|im_start|>system\n");
+        strbuf_puts(&prompt, system);
+        strbuf_puts(&prompt, "<|im_end|>\n");
+    }
+    strbuf_puts(&prompt, "<|im_start|>user\n<tools>");
+    strbuf_put(&prompt, tools, tools_len);
+    strbuf_puts(&prompt, "</tools>");
+    if (prompt.oom) {
+        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
+        goto fail;
+    }
+    int32_t *body;
+    size_t n_body;
+    if ((rc = encode_alloc(m->tok, prompt.data, prompt.len, 1, &body, &n_body))) goto fail;
+    ids = malloc((n_body + 1) * sizeof *ids);
+    if (!ids) {
+        free(body);
+        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
+        goto fail;
+    }
+    ids[0] = NEEDLE_TOKEN_BOS;
+    memcpy(ids + 1, body, n_body * sizeof *ids);
+    free(body);
+    n_ids = n_body + 1;
+    if (n_ids >= s->n_ctx) {
+        rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix is %zu "
+                         "tokens, the context holds %u", n_ids, s->n_ctx);
+        goto fail;
+    }
+
+    /* With a sliding window the prefix is pinned as attention sinks, so the tools stay
+     * visible however long the conversation grows. */
+    if ((rc = session_configure_sinks(s, s->window ? (uint32_t)n_ids : 0))) goto fail;
+    needle_session_reset(s);
+    if ((rc = session_run(s, ids, (uint32_t)n_ids, NULL, 0))) goto fail;
+    s->stats.prefix_evaluations++;
+    c->prefix_len = (uint32_t)n_ids;
+    memcpy(c->history, s->history, sizeof c->history);
+    if (c->ev_snapshot)
+        memcpy(c->ev_snapshot, s->ev_hist, (size_t)m->n_sites * s->ev_ring * m->d * sizeof(float));
+
+    c->tools = tools;
+    c->tools_len = tools_len;
+    chat_free(s->chat);
+    s->chat = c;
+    free(ids);
+    free(prompt.data);
+    needle_clear_error();
+    return NEEDLE_OK;
+
+fail:
+    chat_free(c);
+    free(tools);
+    free(ids);
+    free(prompt.data);
+    return rc;
+}
+
+void chat_rewind(needle_session *s) {
+    struct chat *c = s->chat;
+    if (!c) return;
+    s->pos = c->prefix_len;
+    s->has_logits = 0;
+    memcpy(s->history, c->history, sizeof c->history);
+    if (c->ev_snapshot)
+        memcpy(s->ev_hist, c->ev_snapshot,
+               (size_t)s->m->n_sites * s->ev_ring * s->m->d * sizeof(float));
+    c->last_turn_called = 0;
+}
+
+uint32_t needle_session_prefix_length(const needle_session *s) {
+    return s && s->chat ? s->chat->prefix_len : 0;
+}
+
+/* Picks a token among allowed[] from the session's logits. */
+static int32_t choose(const needle_session *s, const uint8_t *allowed, float temperature,
+                      uint64_t *rng) {
+    const float *lg = s->logits;
+    const uint32_t V = s->m->vocab;
+    int32_t best = -1;
+    for (uint32_t v = 0; v < V; v++)
+        if (allowed[v] && (best < 0 || lg[v] > lg[best])) best = (int32_t)v;
+    if (best < 0 || temperature <= 0.0f) return best;
+    double total = 0;
+    for (uint32_t v = 0; v < V; v++)
+        if (allowed[v]) total += exp((double)(lg[v] - lg[best]) / temperature);
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    double r = (double)(*rng >> 11) * (1.0 / 9007199254740992.0) * total;
+    for (uint32_t v = 0; v < V; v++) {
+        if (!allowed[v]) continue;
+        r -= exp((double)(lg[v] - lg[best]) / temperature);
+        if (r < 0) return (int32_t)v;
+    }
+    return best;
+}
+
+enum phase { PH_START, PH_AFTER_SPACE, PH_THINK, PH_NEWLINE, PH_CALL_OPEN, PH_JSON, PH_CLOSE,
+             PH_END, PH_DONE };
+
+typedef struct turn {
+    const grammar *g;
+    enum phase phase;
+    uint32_t think_tokens, newline_index;
+    grammar_state gs;
+    strbuf reasoning_ids; /* int32 ids of the reasoning, as bytes */
+    strbuf calls;         /* the call array text */
+} turn;
+
+/* Fills c->allowed for the current phase; returns the number of allowed tokens and the
+ * single forced token in *forced when there is exactly one. */
+static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, int32_t *forced) {
+    struct chat *c = s->chat;
+    const uint32_t V = s->m->vocab;
+    uint8_t *a = c->allowed;
+    int32_t only = -1;
+    switch (t->phase) {
+    case PH_START:
+        memset(a, 0, V);
+        a[c->id_think] = a[c->id_call] = 1;
+        if (c->id_space >= 0) a[c->id_space] = 1;
+        *forced = -1;
+        return 2 + (c->id_space >= 0);
+    case PH_AFTER_SPACE:
+        memset(a, 0, V);
+        a[c->id_think] = a[c->id_call] = 1;
+        *forced = -1;
+        return 2;
+    case PH_THINK: {
+        if (t->think_tokens >= max_think) { only = c->id_end_think; break; }
+        uint32_t n = 0;
+        for (uint32_t v = 0; v < V; v++) {
+            int type = tokenizer_piece_type(s->m->tok, (int32_t)v);
+            a[v] = type == TOKENIZER_NORMAL || type == TOKENIZER_BYTE;
+            n += a[v];
+        }
+        a[c->id_end_think] = 1;
+        *forced = -1;
+        return n + 1;
+    }
+    case PH_NEWLINE: only = c->newline[t->newline_index]; break;
+    case PH_CALL_OPEN: only = c->id_call; break;
+    case PH_JSON: {
+        double t0 = now_ms();
+        uint32_t n = grammar_mask(t->g, &t->gs, c->trie, a);
+        s->stats.grammar_ms += now_ms() - t0;
+        if (grammar_is_complete(t->g, &t->gs)) {
+            a[c->id_end_call] = 1;
+            n++;
+        }
+        if (n == 1) {
+            for (uint32_t v = 0; v < V; v++)
+                if (a[v]) *forced = (int32_t)v;
+        } else {
+            *forced = -1;
+        }
+        return n;
+    }
+    case PH_CLOSE: only = c->id_im_end; break;
+    default: *forced = -1; return 0;
+    }
+    memset(a, 0, V);
+    a[only] = 1;
+    *forced = only;
+    return 1;
+}
+
+static void advance(needle_session *s, turn *t, int32_t tok) {
+    struct chat *c = s->chat;
+    switch (t->phase) {
+    case PH_START:
+        t->phase = tok == c->id_space ? PH_AFTER_SPACE : tok == c->id_think ? PH_THINK : PH_JSON;
+        break;
+    case PH_AFTER_SPACE: t->phase = tok == c->id_think ? PH_THINK : PH_JSON; break;
+    case PH_THINK:
+        if (tok == c->id_end_think) {
+            t->phase = c->n_newline ? PH_NEWLINE : PH_CALL_OPEN;
+        } else {
+            strbuf_put(&t->reasoning_ids, (const char *)&tok, sizeof tok);
+            t->think_tokens++;
+        }
+        break;
+    case PH_NEWLINE:
+        if (++t->newline_index == c->n_newline) t->phase = PH_CALL_OPEN;
+        break;
+    case PH_CALL_OPEN: t->phase = PH_JSON; break;
+    case PH_JSON:
+        if (tok == c->id_end_call) {
+            t->phase = PH_CLOSE;
+        } else {
+            const char *b;
+            size_t n;
+            tokenizer_token_bytes(s->m->tok, tok, &b, &n);
+            grammar_accept_bytes(t->g, &t->gs, b, n);
+            strbuf_put(&t->calls, b, n);
+        }
+        break;
+    case PH_CLOSE: t->phase = PH_DONE; break;
+    default: break;
+    }
+}
+
+/* Renders the turn text that precedes the assistant's answer. */
+static int render_turn(needle_session *s, const char *text, int is_result, strbuf *out) {
+    struct chat *c = s->chat;
+    if (s->pos == c->prefix_len && !is_result) {
+        strbuf_puts(out, "\n");
+        strbuf_puts(out, text);
+    } else if (is_result) {
+        strbuf_puts(out, "\n<|im_start|>user\n<tool_result>");
+        /* results that are JSON are re-serialized like the training data; other text is
+         * passed through */
+        char *canon = NULL;
+        size_t canon_len = 0;
+        if (json_canon(text, strlen(text), &canon, &canon_len) == NEEDLE_OK) strbuf_put(out, canon, canon_len);
+        else strbuf_puts(out, text);
+        free(canon);
+        strbuf_puts(out, "</tool_result>");
+    } else {
+        strbuf_puts(out, "\n<|im_start|>user\n");
+        strbuf_puts(out, text);
+    }
+    strbuf_puts(out, "<|im_end|>\n<|im_start|>assistant\n");
+    return out->oom ? needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory") : NEEDLE_OK;
+}
+
+static int finish(needle_session *s, envelope *e, char *out, size_t cap, size_t *len) {
+    e->peak_ram_mb = envelope_peak_ram_mb();
+    if (!e->success) chat_rewind(s);
+    return envelope_write(e, out, cap, len);
+}
+
+int needle_session_complete(needle_session *s, const char *text, const needle_complete_params *params,
+                            char *out, size_t cap, size_t *len) {
+    if (!s || !text || !len || (!out && cap))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: NULL argument");
+    if (!s->chat) return needle_fail(NEEDLE_ERR_STATE, "complete: set tools on the session first");
+    struct chat *c = s->chat;
+    needle_complete_params p = params ? *params : needle_complete_default_params();
+    if (p.max_new_tokens <= 0) p.max_new_tokens = 256;
+    if (p.max_think_tokens == 0) p.max_think_tokens = 64;
+    if (!(p.temperature >= 0.0f) || !isfinite(p.temperature))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: temperature must be >= 0");
+    const int is_result = p.turn == NEEDLE_TURN_TOOL_RESULT ||
+                          (p.turn == NEEDLE_TURN_AUTO && c->last_turn_called);
+    envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0};
+
+    strbuf chunk = {0};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int rc = render_turn(s, text, is_result, &chunk);
+    if (rc == NEEDLE_OK) rc = encode_alloc(s->m->tok, chunk.data, chunk.len, 0, &ids, &n_ids);
+    free(chunk.data);
+    if (rc == NEEDLE_ERR_INVALID_UTF8) {
+        e.error = needle_last_error();
+        e.error_code = "invalid_input";
+        return finish(s, &e, out, cap, len);
+    }
+    if (rc) return rc;
+    if (n_ids + 4 > s->n_ctx - s->pos) {
+        free(ids);
+        e.error = "the conversation does not fit in the context; reset the session";
+        e.error_code = "context_full";
+        return finish(s, &e, out, cap, len);
+    }
+    double t0 = now_ms();
+    rc = session_run(s, ids, (uint32_t)n_ids, NULL, 1);
+    free(ids);
+    if (rc) return rc;
+    double t_prefill = now_ms() - t0;
+    e.prefill_tps = t_prefill > 0 ? n_ids / (t_prefill / 1e3) : 0;
+
+    turn t;
+    memset(&t, 0, sizeof t);
+    t.g = c->g;
+    if (p.extract) {
+        if (!c->g_extract) {
+            grammar_options go = grammar_default_options();
+            go.allow_empty = 0;
+            go.single_call = 1;
+            if ((rc = grammar_compile(c->tools, c->tools_len, &go, &c->g_extract))) return rc;
+        }
+        t.g = c->g_extract;
+    }
+    grammar_state_init(t.g, &t.gs);
+    uint64_t rng = p.seed * 0x9E3779B97F4A7C15ULL + 1;
+    uint32_t generated = 0;
+    double t1 = now_ms();
+    while (t.phase != PH_DONE) {
+        if (generated >= (uint32_t)p.max_new_tokens || s->pos >= s->n_ctx) {
+            e.error = generated >= (uint32_t)p.max_new_tokens
+                          ? "generation reached max_new_tokens before the call was complete"
+                          : "the conversation filled the context";
+            e.error_code = generated >= (uint32_t)p.max_new_tokens ? "max_tokens" : "context_full";
+            break;
+        }
+        int32_t forced = -1;
+        uint32_t n_allowed = allowed_tokens(s, &t, p.max_think_tokens, &forced);
+        int32_t tok = forced;
+        if (n_allowed == 0) {
+            e.error = "the grammar admits no token here";
+            e.error_code = "internal";
+            break;
+        }
+        if (tok < 0) tok = choose(s, c->allowed, p.temperature, &rng);
+        advance(s, &t, tok);
+        generated++;
+        s->stats.decode_steps++;
+        /* the next token is forced when the phase leaves no choice: skip its logits */
+        int32_t next_forced = -1;
+        int need_logits = 1;
+        if (t.phase != PH_DONE && t.phase != PH_JSON && t.phase != PH_THINK &&
+            t.phase != PH_START && t.phase != PH_AFTER_SPACE) {
+            allowed_tokens(s, &t, p.max_think_tokens, &next_forced);
+            need_logits = next_forced < 0;
+        }
+        if (t.phase == PH_DONE) need_logits = 0;
+        if ((rc = session_run(s, &tok, 1, NULL, need_logits))) break;
+    }
+    double t_decode = now_ms() - t1;
+    e.decode_tps = t_decode > 0 ? generated / (t_decode / 1e3) : 0;
+
+    char *reasoning = NULL;
+    if (rc == NEEDLE_OK && t.reasoning_ids.len) {
+        size_t n = t.reasoning_ids.len / sizeof(int32_t), rlen = 0;
+        int32_t *rids = (int32_t *)(void *)t.reasoning_ids.data;
+        tokenizer_decode(s->m->tok, rids, n, NULL, 0, &rlen);
+        reasoning = malloc(rlen + 1);
+        if (reasoning && tokenizer_decode(s->m->tok, rids, n, reasoning, rlen + 1, &rlen) == NEEDLE_OK) {
+            /* the training data strips the reasoning; drop the template's newlines */
+            char *r = reasoning;
+            while (*r == '\n' || *r == ' ') r++;
+            size_t l = strlen(r);
+            while (l && (r[l - 1] == '\n' || r[l - 1] == ' ')) r[--l] = 0;
+            memmove(reasoning, r, l + 1);
+            e.reasoning = reasoning;
+        }
+    }
+    if (rc == NEEDLE_OK && !e.error_code) {
+        e.success = 1;
+        e.calls_json = t.calls.data ? t.calls.data : "[]";
+        int has_calls = t.calls.len > 2;
+        c->last_turn_called = has_calls;
+        e.type = is_result && !has_calls ? "respond" : "call";
+    }
+    int wrc = rc ? rc : finish(s, &e, out, cap, len);
+    free(reasoning);
+    free(t.reasoning_ids.data);
+    free(t.calls.data);
+    return wrc;
+}
+
+int needle_session_get_stats(const needle_session *s, needle_session_stats *out) {
+    if (!s || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
+    *out = s->stats;
+    return NEEDLE_OK;
+}

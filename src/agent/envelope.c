@@ -1,0 +1,76 @@
+/* Envelope serialization (see envelope.h). */
+#include "agent/envelope.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "needle.h"
+#include "util/error.h"
+
+static void put_number(strbuf *b, double v) {
+    char num[64];
+    if (!isfinite(v)) v = 0;
+    snprintf(num, sizeof num, "%.1f", v);
+    strbuf_puts(b, num);
+}
+
+static void put_nullable(strbuf *b, const char *s) {
+    if (s) strbuf_put_json_string(b, s, strlen(s));
+    else strbuf_puts(b, "null");
+}
+
+static void render(const envelope *e, strbuf *b) {
+    strbuf_puts(b, "{\"type\":");
+    put_nullable(b, e->type ? e->type : "call");
+    strbuf_puts(b, e->success ? ",\"success\":true,\"error\":" : ",\"success\":false,\"error\":");
+    put_nullable(b, e->error);
+    strbuf_puts(b, ",\"error_code\":");
+    put_nullable(b, e->error_code);
+    strbuf_puts(b, ",\"function_calls\":");
+    strbuf_puts(b, e->calls_json ? e->calls_json : "[]");
+    strbuf_puts(b, ",\"reasoning\":");
+    const char *r = e->reasoning ? e->reasoning : "";
+    strbuf_put_json_string(b, r, strlen(r));
+    strbuf_puts(b, ",\"confidence\":null,\"prefill_tps\":");
+    put_number(b, e->prefill_tps);
+    strbuf_puts(b, ",\"decode_tps\":");
+    put_number(b, e->decode_tps);
+    strbuf_puts(b, ",\"peak_ram_mb\":");
+    put_number(b, e->peak_ram_mb);
+    strbuf_puts(b, "}");
+}
+
+int envelope_write(const envelope *e, char *out, size_t cap, size_t *len) {
+    strbuf b = {0};
+    render(e, &b);
+    if (b.oom) {
+        free(b.data);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "envelope: out of memory");
+    }
+    *len = b.len;
+    if (b.len + 1 <= cap && out) {
+        memcpy(out, b.data, b.len + 1);
+        free(b.data);
+        return NEEDLE_OK;
+    }
+    size_t needed = b.len + 1;
+    free(b.data);
+    envelope small = {e->type, 0, "output buffer too small for the response",
+                      "buffer_too_small", "[]", "", 0, 0, 0};
+    strbuf s = {0};
+    render(&small, &s);
+    if (out && cap) out[0] = 0;
+    if (!s.oom && out && s.len + 1 <= cap) memcpy(out, s.data, s.len + 1);
+    free(s.data);
+    return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "the response needs %zu bytes, the buffer "
+                       "holds %zu", needed, cap);
+}
+
+double envelope_peak_ram_mb(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+}

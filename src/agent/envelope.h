@@ -1,0 +1,36 @@
+/* The response envelope (spec §8.3) and its error codes.
+ *
+ * Every turn ends in one JSON object, success or not, so that callers (the official Python
+ * client among them) always get parseable JSON:
+ *   {"type":"call"|"respond","success":bool,"error":null|str,"error_code":null|str,
+ *    "function_calls":[{"name":..,"arguments":{..}}],"reasoning":str,"confidence":null,
+ *    "prefill_tps":num,"decode_tps":num,"peak_ram_mb":num}
+ * error_code values (documented in the README): "context_full", "max_tokens",
+ * "invalid_input", "no_tools", "internal". */
+#ifndef NEEDLE_AGENT_ENVELOPE_H
+#define NEEDLE_AGENT_ENVELOPE_H
+
+#include <stddef.h>
+
+#include "util/strbuf.h"
+
+typedef struct envelope {
+    const char *type;           /* "call" or "respond" */
+    int success;
+    const char *error;          /* NULL on success */
+    const char *error_code;     /* NULL on success */
+    const char *calls_json;     /* the validated call array, e.g. "[]"; NULL -> "[]" */
+    const char *reasoning;      /* UTF-8, may be NULL */
+    double prefill_tps, decode_tps, peak_ram_mb;
+} envelope;
+
+/* Writes the envelope, NUL-terminated, into out. *len receives the length without the NUL.
+ * If it does not fit, returns NEEDLE_ERR_BUFFER_TOO_SMALL with *len = the size needed - 1
+ * and writes instead, when it fits, a short envelope with error_code "buffer_too_small",
+ * else an empty string (never truncated JSON). */
+int envelope_write(const envelope *e, char *out, size_t cap, size_t *len);
+
+/* Peak resident set size of the process in MiB (getrusage). */
+double envelope_peak_ram_mb(void);
+
+#endif

@@ -1,0 +1,377 @@
+/* schema_scalar.c: strings, numbers and enum/const literals of the schema compiler.
+ *
+ * Literals are matched on their spelling, so each value is written the way Python's
+ * json.dumps(separators=(",", ":")) writes it. Strings get two spellings, raw UTF-8
+ * (ensure_ascii=False, what cactus-needle 2.0.15 trains on) and \u-escaped
+ * (ensure_ascii=True, older releases); integral numbers get "1" and "1.0", because cJSON
+ * no longer knows whether the tools JSON said int or float. Spellings of one value share
+ * a member id, so uniqueItems counts values, not spellings. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/json_canon.h"
+#include "agent/schema_build.h"
+
+typedef struct sbuf {
+    uint8_t *v;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *s, const void *p, size_t n) {
+    if (s->oom) return;
+    if (s->n + n > s->cap) {
+        size_t c = s->cap ? s->cap * 2 : 64;
+        while (c < s->n + n) c *= 2;
+        uint8_t *q = realloc(s->v, c);
+        if (!q) {
+            s->oom = 1;
+            return;
+        }
+        s->v = q;
+        s->cap = c;
+    }
+    memcpy(s->v + s->n, p, n);
+    s->n += n;
+}
+
+static void sb_str(sbuf *s, const char *t) { sb_put(s, t, strlen(t)); }
+
+/* Decodes one UTF-8 sequence (input already validated by json_canon). */
+static uint32_t utf8_decode(const unsigned char **p) {
+    const unsigned char *s = *p;
+    uint32_t c = s[0];
+    int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    uint32_t v = n == 1 ? c : n == 2 ? c & 31 : n == 3 ? c & 15 : c & 7;
+    for (int i = 1; i < n; i++) v = v << 6 | (s[i] & 63);
+    *p = s + n;
+    return v;
+}
+
+static void sb_json_string(sbuf *o, const char *s, int ascii) {
+    char esc[16];
+    sb_put(o, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        const unsigned char *start = p;
+        uint32_t cp = utf8_decode(&p);
+        switch (cp) {
+        case '"': sb_str(o, "\\\""); continue;
+        case '\\': sb_str(o, "\\\\"); continue;
+        case '\n': sb_str(o, "\\n"); continue;
+        case '\r': sb_str(o, "\\r"); continue;
+        case '\t': sb_str(o, "\\t"); continue;
+        case '\b': sb_str(o, "\\b"); continue;
+        case '\f': sb_str(o, "\\f"); continue;
+        default: break;
+        }
+        if (cp < 0x20 || (ascii && cp >= 0x7F)) {
+            if (cp >= 0x10000) {
+                uint32_t v = cp - 0x10000;
+                snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+            } else {
+                snprintf(esc, sizeof esc, "\\u%04x", cp);
+            }
+            sb_str(o, esc);
+        } else {
+            sb_put(o, start, (size_t)(p - start));
+        }
+    }
+    sb_put(o, "\"", 1);
+}
+
+static int integral(double v) { return v == floor(v) && fabs(v) < 1e16; }
+
+static void sb_number(sbuf *o, double v, int float_form) {
+    char t[48];
+    if (!float_form && integral(v)) snprintf(t, sizeof t, "%.0f", v == 0 ? 0.0 : v);
+    else json_python_float(v, t);
+    sb_str(o, t);
+}
+
+/* Compact spelling of any value (nested strings raw, nested integral numbers as ints). */
+static void sb_value(sbuf *o, const cJSON *v) {
+    if (cJSON_IsString(v)) sb_json_string(o, v->valuestring, 0);
+    else if (cJSON_IsNumber(v)) sb_number(o, v->valuedouble, 0);
+    else if (cJSON_IsTrue(v)) sb_str(o, "true");
+    else if (cJSON_IsFalse(v)) sb_str(o, "false");
+    else if (cJSON_IsNull(v)) sb_str(o, "null");
+    else {
+        int obj = cJSON_IsObject(v);
+        sb_put(o, obj ? "{" : "[", 1);
+        for (const cJSON *c = v->child; c; c = c->next) {
+            if (c != v->child) sb_put(o, ",", 1);
+            if (obj) {
+                sb_json_string(o, c->string, 0);
+                sb_put(o, ":", 1);
+            }
+            sb_value(o, c);
+        }
+        sb_put(o, obj ? "}" : "]", 1);
+    }
+}
+
+long spell_string(builder *b, const char *s, int ascii) {
+    sbuf o = {0};
+    sb_json_string(&o, s, ascii);
+    long n = o.oom || push_lit(b, o.v, o.n, 0) ? -1 : (long)o.n;
+    free(o.v);
+    return n;
+}
+
+/* Sorts the entries pushed since `first`, drops repeated spellings (keeping the earliest
+ * member) and makes a literal node of them. */
+static int finish_literal(builder *b, uint32_t first, uint32_t *node) {
+    grammar *g = b->g;
+    uint32_t n = g->n_lits - first, m = 0;
+    sort_lits(g, first, n);
+    glit *v = g->lits + first;
+    for (uint32_t i = 0; i < n; i++) {
+        if (m && v[i].len == v[m - 1].len &&
+            !memcmp(g->lit_bytes + v[i].off, g->lit_bytes + v[m - 1].off, v[i].len)) {
+            if (v[i].member < v[m - 1].member) v[m - 1].member = v[i].member;
+            continue;
+        }
+        v[m++] = v[i];
+    }
+    g->n_lits = first + m;
+    uint32_t members = 0;
+    for (uint32_t i = 0; i < m; i++) { /* distinct member ids */
+        uint32_t j = 0;
+        while (j < i && v[j].member != v[i].member) j++;
+        members += j == i;
+    }
+    uint32_t id = new_node(b, GN_LITERAL);
+    if (id == GNONE) return boom(b);
+    g->nodes[id].u.lit.first = first;
+    g->nodes[id].u.lit.count = m;
+    g->nodes[id].u.lit.n_members = members;
+    *node = id;
+    return 0;
+}
+
+int build_fixed_literal(builder *b, const char *const *words, uint32_t n, uint32_t *node) {
+    uint32_t first = b->g->n_lits;
+    for (uint32_t i = 0; i < n; i++)
+        if (push_lit(b, (const uint8_t *)words[i], strlen(words[i]), i)) return boom(b);
+    return finish_literal(b, first, node);
+}
+
+int build_literal(builder *b, const cJSON *s, uint32_t *node) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(s, "enum");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(s, "const");
+    if (e && !cJSON_IsArray(e)) return bfail(b, "enum must be an array");
+    if (!c && !cJSON_GetArraySize(e)) return bfail(b, "enum must not be empty");
+    uint32_t first = b->g->n_lits, member = 0;
+    const cJSON *v = c ? c : e->child; /* const wins over enum */
+    for (; v; v = c ? NULL : v->next, member++) {
+        for (int variant = 0; variant < 2; variant++) {
+            sbuf o = {0};
+            if (cJSON_IsString(v)) sb_json_string(&o, v->valuestring, variant);
+            else if (cJSON_IsNumber(v)) sb_number(&o, v->valuedouble, variant);
+            else if (!variant) sb_value(&o, v);
+            int rc = o.oom || (o.n && push_lit(b, o.v, o.n, member));
+            free(o.v);
+            if (rc) return boom(b);
+        }
+    }
+    return finish_literal(b, first, node);
+}
+
+/* ---- strings ----------------------------------------------------------------------------- */
+
+static int add_dfa(builder *b, regex_dfa *d, int32_t *index) {
+    grammar *g = b->g;
+    if (g->n_dfas == b->cap_dfas) {
+        uint32_t cap = b->cap_dfas ? 2 * b->cap_dfas : 8;
+        regex_dfa *p = realloc(g->dfas, cap * sizeof *p);
+        if (!p) return -1;
+        g->dfas = p;
+        b->cap_dfas = cap;
+    }
+    g->dfas[g->n_dfas] = *d;
+    *index = (int32_t)g->n_dfas++;
+    return 0;
+}
+
+static int add_table(builder *b, uint32_t *next, uint32_t k, int32_t *index) {
+    grammar *g = b->g;
+    if (g->n_tables == b->cap_tables) {
+        uint32_t cap = b->cap_tables ? 2 * b->cap_tables : 8;
+        glen_table *p = realloc(g->tables, cap * sizeof *p);
+        if (!p) return -1;
+        g->tables = p;
+        b->cap_tables = cap;
+    }
+    g->tables[g->n_tables].next = next;
+    g->tables[g->n_tables].k = k;
+    *index = (int32_t)g->n_tables++;
+    return 0;
+}
+
+int build_string(builder *b, const cJSON *s, int ctx, uint32_t *node) {
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    uint32_t min = 0, max = UINT32_MAX;
+    int rc;
+    char err[200];
+    if ((rc = get_count(b, s, "minLength", &min)) || (rc = get_count(b, s, "maxLength", &max))) return rc;
+    if (min > max) return bfail(b, "minLength (%u) > maxLength (%u)", min, max);
+    if (pat && !cJSON_IsString(pat)) return bfail(b, "pattern must be a string");
+    if (fmt && !cJSON_IsString(fmt)) return bfail(b, "format must be a string");
+    regex_dfa dfa;
+    int has_dfa = 0;
+    if (pat) {
+        rc = regex_compile(pat->valuestring, strlen(pat->valuestring), &dfa, err, sizeof err);
+        if (rc == -2) return boom(b);
+        if (rc) return bfail(b, "pattern \"%.80s\": %s", pat->valuestring, err);
+        has_dfa = 1;
+    }
+    if (fmt) {
+        regex_dfa f;
+        rc = regex_compile_format(fmt->valuestring, &f, err, sizeof err);
+        if (rc == -2) {
+            if (has_dfa) regex_free(&dfa);
+            return boom(b);
+        }
+        if (rc == 0) {
+            if (has_dfa) {
+                regex_free(&dfa);
+                regex_free(&f);
+                return bfail(b, "pattern together with format is not supported");
+            }
+            dfa = f;
+            has_dfa = 1;
+        } /* rc == 1: unknown format, an annotation */
+    }
+    if ((ctx & CTX_UNIQUE_ITEM) && (has_dfa || max != UINT32_MAX)) {
+        if (has_dfa) regex_free(&dfa);
+        return bfail(b, "uniqueItems is only supported for strings without maxLength, pattern or format");
+    }
+    int32_t di = -1, ti = -1;
+    if (has_dfa) {
+        if (add_dfa(b, &dfa, &di)) {
+            regex_free(&dfa);
+            return boom(b);
+        }
+        if (min > 0 || max != UINT32_MAX) {
+            uint32_t *next, k;
+            rc = regex_length_table(&b->g->dfas[di], min, max, &next, &k, err, sizeof err);
+            if (rc == -2) return boom(b);
+            if (rc) return bfail(b, "%s", err);
+            if (add_table(b, next, k, &ti)) {
+                free(next);
+                return boom(b);
+            }
+            uint32_t r = next[min <= k ? min : k];
+            if (r == UINT32_MAX || (max != UINT32_MAX && r > max))
+                return bfail(b, "no string matches the %s within minLength %u / maxLength %u",
+                             pat ? "pattern" : "format", min, max);
+        }
+    }
+    uint32_t id = new_node(b, GN_STRING);
+    if (id == GNONE) return boom(b);
+    gnode *n = &b->g->nodes[id];
+    n->u.str.dfa = di;
+    n->u.str.table = ti;
+    n->u.str.min_len = min;
+    n->u.str.max_len = max;
+    *node = id;
+    return 0;
+}
+
+/* ---- numbers ----------------------------------------------------------------------------- */
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+typedef struct bound { double v; int exclusive, lower; } bound;
+
+static int collect_bounds(builder *b, const cJSON *s, bound *out, int *n) {
+    static const char *const names[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    const cJSON *x[4];
+    for (int i = 0; i < 4; i++) x[i] = cJSON_GetObjectItemCaseSensitive(s, names[i]);
+    *n = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!x[i]) continue;
+        if (i >= 2 && cJSON_IsBool(x[i])) continue; /* draft 4: modifies minimum/maximum */
+        if (!cJSON_IsNumber(x[i])) return bfail(b, "%s must be a number", names[i]);
+        out[*n].v = x[i]->valuedouble;
+        out[*n].lower = i % 2 == 0;
+        out[*n].exclusive = i >= 2 || cJSON_IsTrue(x[i + 2]);
+        (*n)++;
+    }
+    return 0;
+}
+
+int build_number(builder *b, const cJSON *s, int integer, int ctx, uint32_t *node) {
+    bound bd[4];
+    int nb, rc;
+    if ((rc = collect_bounds(b, s, bd, &nb))) return rc;
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
+    int64_t step = 1;
+    int scale = 0;
+    if (mo && (!cJSON_IsNumber(mo) || dec_multiple_of(mo->valuedouble, &step, &scale)))
+        return bfail(b, "multipleOf must be a positive number with at most 9 decimal places");
+    uint32_t id = new_node(b, GN_NUMBER);
+    if (id == GNONE) return boom(b);
+    gnode *n = &b->g->nodes[id];
+    *node = id;
+    if (integer || mo) {
+        if (integer && scale) { /* integers that are multiples of k / 10^s */
+            step /= gcd64(step, (int64_t)dec_pow10(scale));
+            scale = 0;
+        }
+        int64_t top = (int64_t)FX_ONE - 1, lo = -top, hi = top;
+        for (int i = 0; i < nb; i++) {
+            fxnum x;
+            int exact;
+            int up = bd[i].lower != bd[i].exclusive; /* ceil for >=, floor for >, ... */
+            fx_from_double(bd[i].v, up, &x, &exact);
+            int64_t t = fx_scaled(x, scale, up);
+            if (bd[i].lower) {
+                t += bd[i].exclusive;
+                if (t > lo) lo = t;
+            } else {
+                t -= bd[i].exclusive;
+                if (t < hi) hi = t;
+            }
+        }
+        n->u.num.mode = NUM_SCALED;
+        n->u.num.scale = (uint8_t)scale;
+        n->u.num.allow_frac = !integer;
+        n->u.num.step = step;
+        n->u.num.slo = lo;
+        n->u.num.shi = hi;
+        if (!node_domain(b, id))
+            return bfail(b, "no %s satisfies minimum/maximum/multipleOf", integer ? "integer" : "number");
+        return 0;
+    }
+    if (!nb && !(ctx & CTX_UNIQUE_ITEM)) return 0; /* NUM_FREE */
+    fxnum lo = fx_neg(fx_max()), hi = fx_max();
+    for (int i = 0; i < nb; i++) {
+        fxnum x;
+        int exact, r = fx_from_double(bd[i].v, bd[i].lower, &x, &exact);
+        if (bd[i].lower) {
+            if (r > 0) return bfail(b, "lower bound %g is beyond the supported range (|x| < 1e18)", bd[i].v);
+            if (bd[i].exclusive && exact && r == 0) x = fx_add(x, 1);
+            if (fx_cmp(x, lo) > 0) lo = x;
+        } else {
+            if (r < 0) return bfail(b, "upper bound %g is beyond the supported range (|x| < 1e18)", bd[i].v);
+            if (bd[i].exclusive && exact && r == 0) x = fx_sub(x, 1);
+            if (fx_cmp(x, hi) < 0) hi = x;
+        }
+    }
+    if (fx_cmp(lo, hi) > 0) return bfail(b, "no number satisfies minimum/maximum");
+    n->u.num.mode = NUM_EXACT;
+    n->u.num.lo = lo;
+    n->u.num.hi = hi;
+    return 0;
+}

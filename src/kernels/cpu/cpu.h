@@ -1,0 +1,113 @@
+/* The CPU backend: a dispatch table of CQ kernels and a persistent thread pool.
+ *
+ * Kernels. `cpu_kernels` is one struct of function pointers per instruction-set level
+ * (the plain C reference, AVX2). Each SIMD file is compiled with per-function target
+ * attributes, so one binary runs everywhere; cpu_kernels_best() probes the CPU once and
+ * picks the best level, which the environment variable NEEDLE_CPU=scalar|avx2 can lower
+ * (an unsupported or unknown request falls back to the best supported level). Every
+ * SIMD kernel is tested against the plain one (tests/test_simd.c).
+ *
+ * Threads. A `cpu_pool` owns n-1 worker threads; the caller of cpu_pool_run is thread
+ * 0. Workers spin briefly after each run and then sleep on a condition variable, so
+ * back-to-back runs (one per matrix product in decode) do not pay a wake-up. A pool is
+ * used by one thread at a time (each session owns one), so sessions never interfere.
+ *
+ * cpu_matmul runs a batch of CQ products that read the same rotated activations, with
+ * rows handed out in chunks through an atomic counter (robust to a busy core). Each row
+ * is computed by exactly one thread with the same arithmetic whichever thread it is, so
+ * the result does not depend on the thread count. */
+#ifndef NEEDLE_KERNELS_CPU_H
+#define NEEDLE_KERNELS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cq.h"
+
+/* Per-thread scratch a kernel may use to re-lay out activations (the SIMD kernels
+ * permute the rotated activations into the order their weight decoding produces). The
+ * owner sets `buf`/`cap` and clears `valid` whenever the activations may have changed;
+ * a kernel given NULL or too small a scratch uses a slower path that needs none. */
+typedef struct cq_scratch {
+    float *buf;   /* 32-byte aligned, `cap` floats */
+    size_t cap;
+    int valid;    /* buf holds `src` re-laid out as below */
+    const float *src;
+    size_t src_ld;
+    uint32_t src_ntok, src_cols, src_layout;
+    const float *src_codebook; /* levels a cached table of activation sums was built with */
+} cq_scratch;
+
+typedef struct cpu_kernels {
+    const char *name; /* "scalar", "avx2" */
+    /* In-place unnormalised Walsh-Hadamard transform, n a power of 2 (see fwht()). */
+    void (*fwht)(float *x, uint32_t n);
+    /* See cq_rotate(). */
+    void (*rotate)(const cq_matrix *w, const float *x, float *xr);
+    /* See cq_matmul(); `scratch` may be NULL. */
+    void (*matmul)(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
+                   size_t ld_x, uint32_t ntok, float *y, size_t ld_y, cq_scratch *scratch);
+    /* See cq_dequant_row(). */
+    void (*dequant_row)(const cq_matrix *w, uint32_t r, float *out, float *tmp);
+    /* sum_i a[i] * b[i] (the plain version sums in order; others in any order) */
+    float (*dot)(const float *a, const float *b, uint32_t n);
+    /* y[i] += a * x[i] */
+    void (*axpy)(float *y, float a, const float *x, uint32_t n);
+} cpu_kernels;
+
+extern const cpu_kernels cpu_kernels_scalar;
+
+/* The AVX2+FMA+F16C table, or NULL if this build or this CPU lacks them. */
+const cpu_kernels *cpu_kernels_avx2(void);
+
+/* The best level this CPU supports, lowered by NEEDLE_CPU; never NULL. Thread-safe. */
+const cpu_kernels *cpu_kernels_best(void);
+
+/* The level called `name` ("scalar", "avx2"), or NULL if unknown or unsupported here. */
+const cpu_kernels *cpu_kernels_named(const char *name);
+
+/* Widest input for which a kernel may build a 1 KiB-per-4-columns table of activation
+ * sums (one-token 2-bit products, see cq_avx2.c). */
+#define CQ_LUT_MAX_COLS 1024u
+
+/* Floats of scratch a kernel needs to take its fast path for `ntok` tokens over matrices
+ * of up to `cols_pad` padded columns. */
+size_t cq_scratch_floats(uint32_t cols_pad, uint32_t ntok);
+
+/* ---- thread pool ------------------------------------------------------------------- */
+
+typedef struct cpu_pool cpu_pool;
+
+/* n_threads <= 0 picks NEEDLE_THREADS, else the online cores. Every thread gets
+ * `scratch_floats` of kernel scratch. Returns 0 or a negative needle_status. */
+int cpu_pool_create(int n_threads, const cpu_kernels *kernels, size_t scratch_floats,
+                    cpu_pool **out);
+void cpu_pool_free(cpu_pool *pool); /* NULL is a no-op */
+
+int cpu_pool_threads(const cpu_pool *pool);
+const cpu_kernels *cpu_pool_kernels(const cpu_pool *pool);
+
+/* Runs fn(arg, i, n) for i = 0..n-1 on the pool's n threads (i = 0 on the caller) and
+ * returns when all have finished. Not reentrant; one caller at a time. */
+void cpu_pool_run(cpu_pool *pool, void (*fn)(void *arg, int i, int n), void *arg);
+
+/* The same for a work-sharing fn (each call takes work items from a shared counter until
+ * none is left): fn(arg, 0, n) runs on the caller, and each worker calls fn only if it
+ * arrives before the caller's call has returned, so a descheduled worker never delays
+ * the caller. Returns when every fn call that started has finished. */
+void cpu_pool_run_shared(cpu_pool *pool, void (*fn)(void *arg, int i, int n), void *arg);
+
+/* One CQ product of a batch: y[t][r - row0] = <W[r], x_t> for r in [row0, row0+nrows). */
+typedef struct cq_job {
+    const cq_matrix *w;
+    uint32_t row0, nrows;
+    float *y;
+    size_t ld_y;
+} cq_job;
+
+/* Runs every job over the same rotated activations xr ([ntok][ld_x]), sharing rows among
+ * the pool's threads. */
+void cpu_matmul(cpu_pool *pool, const float *xr, size_t ld_x, uint32_t ntok,
+                const cq_job *jobs, uint32_t njobs);
+
+#endif

@@ -1,0 +1,67 @@
+/* Kernel-level selection for the CPU backend (see cpu.h): the plain table, the CPU probe
+ * and NEEDLE_CPU. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+static void plain_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
+                         size_t ld_x, uint32_t ntok, float *y, size_t ld_y,
+                         cq_scratch *scratch) {
+    (void)scratch;
+    cq_matmul(w, row0, nrows, xr, ld_x, ntok, y, ld_y);
+}
+
+static float plain_dot(const float *a, const float *b, uint32_t n) {
+    float acc = 0.0f;
+    for (uint32_t i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+static void plain_axpy(float *y, float a, const float *x, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+const cpu_kernels cpu_kernels_scalar = {
+    .name = "scalar",
+    .fwht = fwht,
+    .rotate = cq_rotate,
+    .matmul = plain_matmul,
+    .dequant_row = cq_dequant_row,
+    .dot = plain_dot,
+    .axpy = plain_axpy,
+};
+
+size_t cq_scratch_floats(uint32_t cols_pad, uint32_t ntok) {
+    /* permuted activations of every token plus two decoded weight rows, or for one token
+     * the activations plus the byte-sum table; alignment slack */
+    const size_t rows = ((size_t)ntok + 2) * cols_pad;
+    const uint32_t lut_cols = cols_pad < CQ_LUT_MAX_COLS ? cols_pad : CQ_LUT_MAX_COLS;
+    const size_t table = cols_pad + 64 * (size_t)lut_cols;
+    return (rows > table ? rows : table) + 16;
+}
+
+const cpu_kernels *cpu_kernels_named(const char *name) {
+    if (!name) return NULL;
+    if (!strcmp(name, "scalar")) return &cpu_kernels_scalar;
+    if (!strcmp(name, "avx2")) return cpu_kernels_avx2();
+    return NULL;
+}
+
+static const cpu_kernels *best;
+static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+static void pick_best(void) {
+    const cpu_kernels *k = cpu_kernels_avx2();
+    if (!k) k = &cpu_kernels_scalar;
+    const char *want = getenv("NEEDLE_CPU");
+    if (want && !strcmp(want, "scalar")) k = &cpu_kernels_scalar;
+    /* "avx2", "avx512" or anything else: the best supported level up to it */
+    best = k;
+}
+
+const cpu_kernels *cpu_kernels_best(void) {
+    pthread_once(&best_once, pick_best);
+    return best;
+}

@@ -1,0 +1,443 @@
+/* Grammar tests, table driven: for every supported keyword, values that must be accepted
+ * byte by byte and complete the call array, and values that must be rejected at a given
+ * byte (marked with a backtick in the tables: the byte after the mark is the first one
+ * refused, everything before it is accepted). Then the call-array surface, options, the
+ * API contract, and schema errors (each with NEEDLE_ERR_SCHEMA or NEEDLE_ERR_JSON and a
+ * message naming the tool and the path). Random schemas, random walks and masks are in
+ * test_grammar_walk.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/grammar.h"
+#include "harness.h"
+#include "needle.h"
+#include "util/error.h"
+
+#define MARK '`'
+
+static grammar *compile(const char *tools, const grammar_options *opt) {
+    grammar *g = NULL;
+    int rc = grammar_compile(tools, strlen(tools), opt, &g);
+    CHECK_MSG(rc == NEEDLE_OK, "compile failed (%d): %s\n  tools: %s", rc, needle_last_error(), tools);
+    return rc == NEEDLE_OK ? g : NULL;
+}
+
+/* Feeds `text` (with at most one MARK) to g. Valid text: every byte accepted and the array
+ * complete. Marked text: the bytes before the mark accepted, the one after it rejected. */
+static void expect(const grammar *g, const char *text, const char *what) {
+    const char *mark = strchr(text, MARK);
+    grammar_state st;
+    grammar_state_init(g, &st);
+    size_t n = strlen(text), i = 0;
+    for (const char *p = text; p < text + n; p++) {
+        if (p == mark) continue;
+        int ok = grammar_accept_byte(g, &st, (uint8_t)*p);
+        if (mark && p == mark + 1) {
+            CHECK_MSG(!ok, "%s: byte %zu ('%c') of %s accepted, expected rejected", what, i, *p, text);
+            return;
+        }
+        if (!ok) {
+            CHECK_MSG(0, "%s: byte %zu (0x%02x) of %s rejected", what, i, (uint8_t)*p, text);
+            return;
+        }
+        i++;
+    }
+    if (mark) CHECK_MSG(0, "%s: mark at the end of %s", what, text);
+    else CHECK_MSG(grammar_is_complete(g, &st), "%s: %s accepted but incomplete", what, text);
+}
+
+/* A one-tool grammar whose arguments are {"v": <schema>} with v required; each case is the
+ * text of v. */
+typedef struct vcase { const char *schema; const char *values[16]; } vcase;
+
+static void run_value_cases(const vcase *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char tools[2048], text[1024];
+        snprintf(tools, sizeof tools,
+                 "[{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"v\":%s},"
+                 "\"required\":[\"v\"]}}]", cases[i].schema);
+        grammar *g = compile(tools, NULL);
+        if (!g) continue;
+        for (int k = 0; k < 16 && cases[i].values[k]; k++) {
+            snprintf(text, sizeof text, "[{\"name\":\"f\",\"arguments\":{\"v\":%s}}]", cases[i].values[k]);
+            expect(g, text, cases[i].schema);
+        }
+        grammar_free(g);
+    }
+}
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static void test_strings(void) {
+    static const vcase cases[] = {
+        {"{\"type\":\"string\"}",
+         {"\"abc\"", "\"\"", "\"a\\\"b\\\\c\\/\\b\\f\\n\\r\\t\"", "\"caf\\u00e9\"", "\"caf\xc3\xa9\"",
+          "\"\\ud83d\\ude00\"", "\"\xf0\x9f\x98\x80 \x7f\"", "\"`\x01\"", "\"\\`q\"", "\"\\ud`c00\"",
+          "\"\\ud83d`x\"", "\"\\ud83d\\ud`800\"", "\"`\xc0\xaf\"", "\"\xe0`\x80\x80\"", "\"\xed`\xa0\x80\"",
+          "\"\xc3`x\""}},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+         {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"\\u00e9\\u00e9\\u00e9\"", "\"\\ud83d\\ude00x\"",
+          "\"a`\"", "\"abc`d\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9`\xc3\"", "\"abc`\\u0041\""}},
+        {"{\"type\":\"string\",\"maxLength\":0}", {"\"\"", "\"`a\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-\\\\d{2,4}$\"}",
+         {"\"ABC-12\"", "\"ABC-1234\"", "\"AB`1\"", "\"ABC-1`\"", "\"ABC-1234`5\"", "\"`abc\""}},
+        {"{\"type\":\"string\",\"pattern\":\"(cat|dog)s?\"}",
+         {"\"cats\"", "\"dog\"", "\"\\u0063at\"", "\"c`ow\"", "\"cats`s\""}},
+        {"{\"type\":\"string\",\"pattern\":\"[^a-c]x|\\\\.\\\\w+\"}",
+         {"\"dx\"", "\"\xc3\xa9x\"", "\".a_1\"", "\"`ax\"", "\".`-\""}},
+        {"{\"type\":\"string\",\"pattern\":\"[a-z]+\",\"maxLength\":3}", {"\"abc\"", "\"abc`d\"", "\"`\"\""}},
+        {"{\"type\":\"string\",\"pattern\":\"a*b?\",\"minLength\":2}", {"\"aab\"", "\"ab\"", "\"a`\"", "\"`ba\""}},
+        {"{\"type\":\"string\",\"pattern\":\"\\u00e9+\"}", {"\"\xc3\xa9\"", "\"\\u00e9\\u00e9\"", "\"\\u00`f\""}},
+        {"{\"type\":\"string\",\"pattern\":\"x.y\"}", {"\"x\\u00e9y\"", "\"x\\ud83d\\ude00y\"", "\"x\\`ny\""}},
+        {"{\"type\":\"string\",\"format\":\"date\"}", {"\"2024-02-29\"", "\"2024-1`3-01\"", "\"2024-01-3`2\""}},
+        {"{\"type\":\"string\",\"format\":\"date-time\"}",
+         {"\"2024-01-01T10:00:00Z\"", "\"2024-01-01T10:00:00.123+02:00\"", "\"2024-01-01T10:00\"",
+          "\"2024-01-01`x\"", "\"2024-01-01T2`5:00\""}},
+        {"{\"type\":\"string\",\"format\":\"time\"}", {"\"23:59:60\"", "\"07:30\"", "\"2`4:00\"", "\"07:`60\""}},
+        {"{\"type\":\"string\",\"format\":\"email\"}", {"\"a.b+c@ex.co.uk\"", "\"a@b`\"", "\"`@b.c\""}},
+        {"{\"type\":\"string\",\"format\":\"uri\"}", {"\"https://x.org/a?b=c#d\"", "\"`1http:x\"", "\"http`\""}},
+        {"{\"type\":\"string\",\"format\":\"uuid\"}",
+         {"\"123e4567-e89b-12d3-a456-426614174000\"", "\"123e456`-\"", "\"123e4567-e89`g\""}},
+        {"{\"type\":\"string\",\"format\":\"ipv4\"}", {"\"192.168.0.1\"", "\"25`6.1.1.1\"", "\"1.2.3`\""}},
+        {"{\"type\":\"string\",\"format\":\"color\"}", {"\"anything\""}}, /* unknown: annotation */
+    };
+    run_value_cases(cases, N(cases));
+}
+
+static void test_numbers(void) {
+    static const vcase cases[] = {
+        {"{\"type\":\"number\"}",
+         {"1e-05", "-1.5e+16", "3.14", "0e0", "-0.0", "1`E5", "0`1", "`.5", "1.`e5", "-`}", "1e`}"}},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}",
+         {"0", "1", "0.5", "1.0", "0.999", "-0", "-0.`5", "1.`5", "`2", "1`e5", "1.0000000000000000`1"}},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}",
+         {"0.1", "9.99", "0.000000000000000001", "0`}", "1`0", "9.999999999999999999", "`-1"}},
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.5}", {"-2.5", "-2.50", "-2.`4", "`2"}},
+        {"{\"type\":\"number\",\"maximum\":0.1}", {"0.1", "-1`e5", "0.1`1", "0.10`1", "-99"}},
+        {"{\"type\":\"integer\"}", {"-42", "0", "123456789012345678", "1`.0", "0`1", "-`a", "1`e3",
+                                    "123456789012345678`9"}},
+        {"{\"type\":\"integer\",\"minimum\":10,\"maximum\":20}", {"10", "20", "15", "2`1", "`9", "`3", "1`}"}},
+        {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMinimum\":true}", {"6", "50", "5`}", "`-1"}},
+        {"{\"type\":\"integer\",\"multipleOf\":5}", {"15", "0", "-5", "7`}", "1000000000000000"}},
+        {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":100,\"multipleOf\":25}", {"75", "100", "7`6", "10`}"}},
+        {"{\"type\":\"integer\",\"multipleOf\":0.5}", {"3", "-8", "3`.0"}},
+        {"{\"type\":\"number\",\"multipleOf\":0.01}", {"1.25", "-3.1", "2", "2.0", "1.250", "1.25`5", "1`e2"}},
+        {"{\"type\":\"number\",\"multipleOf\":0.5,\"minimum\":0,\"maximum\":2}", {"1.5", "2.0", "0", "1.`2", "2.`5"}},
+        {"{\"type\":\"number\",\"multipleOf\":3}", {"9", "9.0", "9.`5", "1`}"}},
+        {"{\"type\":\"number\",\"maximum\":1e30}", {"12345", "-1"}},
+        {"{\"type\":\"number\",\"minimum\":-1e30,\"exclusiveMaximum\":1e-20}", {"0", "-5.5", "`1"}},
+    };
+    run_value_cases(cases, N(cases));
+}
+
+static void test_literals(void) {
+    static const vcase cases[] = {
+        {"{\"type\":\"boolean\"}", {"true", "false", "t`x", "`null", "true`e"}},
+        {"{\"type\":\"null\"}", {"null", "`0", "nul`}"}},
+        {"{\"enum\":[\"red\",\"green\",\"blue\"]}", {"\"red\"", "\"blue\"", "\"r`x\"", "\"gre`y\"", "\"red`2\"",
+                                                     "\"`\\u0072ed\""}},
+        {"{\"enum\":[\"caf\xc3\xa9\",\"\\u00fc\"]}", {"\"caf\xc3\xa9\"", "\"caf\\u00e9\"", "\"\\u00fc\"", "\"\xc3\xbc\"",
+                                                      "\"caf\\u00`c9\""}},
+        {"{\"enum\":[1,2.5,10]}", {"1", "1.0", "2.5", "10", "10.0", "2`}", "`3", "10.`5", "1.`5"}},
+        {"{\"enum\":[null,\"a\",1,true,{\"k\":[1,2]}]}",
+         {"null", "\"a\"", "1", "true", "{\"k\":[1,2]}", "{\"k\":[1,`3]}", "{\"`j\"", "`false"}},
+        {"{\"const\":\"fixed\"}", {"\"fixed\"", "\"fixed`2\"", "\"`\""}},
+        {"{\"type\":\"string\",\"enum\":[1,2]}", {"1", "2", "`\"1\""}}, /* tools.py Literal[1, 2] */
+        {"{\"enum\":[\"a\"],\"maxLength\":0}", {"\"a\""}}, /* enum wins; siblings ignored */
+    };
+    run_value_cases(cases, N(cases));
+}
+
+static void test_objects(void) {
+    static const vcase cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},"
+         "\"required\":[\"a\"]}",
+         {"{\"a\":1}", "{\"b\":\"x\",\"a\":2}", "{\"b\":\"x\"`}", "{\"a\":1,\"`a\":2}", "{\"`c\":1}", "{`}",
+          "{` \"a\":1}", "{\"a\"` :1}", "{\"a\":1,\"b\":\"\"`,", "{\"a\":`\"1\"}"}},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"boolean\"}}}", {"{}", "{\"x\":true}"}},
+        {"{\"type\":\"object\",\"additionalProperties\":false}", {"{}", "{`\"x\":1}"}},
+        {"{\"type\":\"object\"}",
+         {"{\"x\":[1,{\"y\":null}],\"z\":\"w\"}", "{}", "{\"x\"` :1}", "{\"\":{\"\":[]}}", "{\"a\":1,`}"}},
+        {"{\"type\":\"object\",\"properties\":{\"na\xc3\xafve\":{\"type\":\"integer\"}}}",
+         {"{\"na\xc3\xafve\":1}", "{\"na\\u00efve\":1}", "{\"na\\u00`f\""}},
+        {"{\"properties\":{\"ab\":{\"type\":\"null\"},\"a\":{\"type\":\"null\"}},\"required\":[\"a\",\"ab\"]}",
+         {"{\"a\":null,\"ab\":null}", "{\"ab\":null,\"a\":null}", "{\"a\":null`}", "{\"ab\":null,\"a`b\""}},
+        {"{\"type\":\"object\",\"properties\":{\"o\":{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"array\","
+         "\"items\":{\"type\":\"integer\"}}},\"required\":[\"p\"]}}}",
+         {"{\"o\":{\"p\":[1,2]}}", "{\"o\":{\"p\":[]}}", "{\"o\":{`}}"}},
+        {"true", {"[1,{\"a\":\"b\"},null]", "-0.5e-3", "\"s\"", "` 1"}},
+        {"{}", {"{\"k\":[true,false]}", "`x"}},
+    };
+    run_value_cases(cases, N(cases));
+}
+
+static void test_arrays(void) {
+    static const vcase cases[] = {
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":3}",
+         {"[1]", "[1,2,3]", "[`]", "[1,2,3`,", "[1,`]", "[1` ,2]"}},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"uniqueItems\":true}",
+         {"[\"a\",\"b\"]", "[]", "[\"b\"]", "[\"a\",\"`a\"]", "[\"a\",\"b\"`,"}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":3},\"uniqueItems\":true,"
+         "\"minItems\":3}",
+         {"[1,2,3]", "[3,1,2]", "[1,`1", "[1,2`]", "[1,2,3`,"}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}",
+         {"[\"a\",\"b\",\"ab\"]", "[\"a\",\"a`\"]", "[\"\\u0061\",\"a`\"]", "[\"\",\"`\"]"}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"uniqueItems\":true}",
+         {"[1,1.5,2]", "[1,1.0`]", "[0,-0`]", "[0.5,0.50`]", "[1,10]"}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true}", {"[true,false]", "[true,false`,"}},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[1,12]},\"uniqueItems\":true}", {"[1,12]", "[12,1]", "[1,1`]", "[12,1`2"}},
+        {"{\"type\":\"array\"}", {"[1,\"a\",[],{}]", "[]", "[`}"}},
+        {"{\"type\":\"array\",\"maxItems\":0}", {"[]", "[`1]"}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"null\"},\"maxItems\":1}}",
+         {"[[],[null]]", "[[null`,null]]"}},
+    };
+    run_value_cases(cases, N(cases));
+}
+
+static void test_unions(void) {
+    static const vcase cases[] = {
+        {"{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}],\"default\":null}", {"\"x\"", "null", "`1"}},
+        {"{\"oneOf\":[{\"type\":\"integer\",\"maximum\":3},{\"type\":\"array\",\"items\":{\"type\":\"string\"}}]}",
+         {"3", "[\"a\"]", "`4", "[`1]"}},
+        {"{\"type\":[\"integer\",\"null\"],\"minimum\":0}", {"5", "null", "-0", "-`1", "`\"5\""}},
+        {"{\"type\":\"string\",\"nullable\":true,\"maxLength\":1}", {"\"a\"", "null", "\"a`b\""}},
+        {"{\"anyOf\":[{\"enum\":[\"a\",\"b\"]},{\"type\":\"integer\"},{\"anyOf\":[{\"type\":\"boolean\"}]}]}",
+         {"\"a\"", "7", "false", "\"`c\""}},
+        {"{\"type\":[\"number\",\"integer\"]}", {"1.5", "2"}},
+        {"{\"minimum\":3}", {"3", "4.5", "2`}"}}, /* type inferred from the keywords */
+        {"{\"minLength\":2,\"minimum\":3}", {"\"ab\"", "3", "\"a`\""}},
+    };
+    run_value_cases(cases, N(cases));
+}
+
+static const char *const WEATHER =
+    "[{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,"
+    "\"maximum\":14}},\"required\":[\"city\"]}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"m\xc3\xa9t\xc3\xa9o\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{}}}},"
+    "{\"name\":\"noop\"}]";
+
+static void test_call_array(void) {
+    grammar *g = compile(WEATHER, NULL);
+    if (!g) return;
+    CHECK_EQ_INT(grammar_tool_count(g), 3);
+    CHECK(!strcmp(grammar_tool_name(g, 1), "m\xc3\xa9t\xc3\xa9o"));
+    CHECK(grammar_tool_name(g, 3) == NULL);
+    const char *cases[] = {
+        "[]",
+        "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\",\"days\":3}}]",
+        "[{\"name\":\"noop\",\"arguments\":{}},{\"name\":\"m\xc3\xa9t\xc3\xa9o\",\"arguments\":{}}]",
+        "[{\"name\":\"m\\u00e9t\\u00e9o\",\"arguments\":{}}]",
+        "[{\"name\":\"noop\",\"arguments\":{}},{\"name\":\"noop\",\"arguments\":{}}]",
+        "`{}", "[` ]", "[`[]", "[{\"name\":\"`x\"", "[{\"name\"` :", "[{\"`arguments\"",
+        "[{\"name\":\"noop\"`}", "[{\"name\":\"noop\",\"arguments\":{`\"a\":1}}]",
+        "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"x\"}`,", "[]` ", "[{\"name\":\"noo`\"",
+        "[{\"name\":\"noop\",\"arguments\":{}},`]",
+    };
+    for (size_t i = 0; i < N(cases); i++) expect(g, cases[i], "call array");
+    grammar_free(g);
+
+    grammar_options o = grammar_default_options();
+    CHECK(o.allow_empty == 1 && o.single_call == 0);
+    o.allow_empty = 0;
+    o.single_call = 1;
+    g = compile(WEATHER, &o);
+    if (!g) return;
+    expect(g, "[`]", "no empty");
+    expect(g, "[{\"name\":\"noop\",\"arguments\":{}}]", "single");
+    expect(g, "[{\"name\":\"noop\",\"arguments\":{}}`,", "single");
+    grammar_free(g);
+
+    g = compile("[]", NULL); /* no tools: only the refusal */
+    if (g) {
+        expect(g, "[]", "no tools");
+        expect(g, "[`{", "no tools");
+        grammar_free(g);
+    }
+}
+
+static void test_api(void) {
+    grammar *g = compile(WEATHER, NULL);
+    if (!g) return;
+    grammar_state st, copy;
+    grammar_state_init(g, &st);
+    const char *head = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"P";
+    CHECK(grammar_accept_bytes(g, &st, head, strlen(head)));
+    grammar_state_copy(&copy, &st);
+    CHECK(!grammar_accept_bytes(g, &st, "aris\"}x", 7)); /* all or nothing */
+    CHECK(!memcmp(&st.frames, &copy.frames, st.depth * sizeof st.frames[0]) && st.depth == copy.depth);
+    CHECK(grammar_accept_bytes(g, &st, "aris\"}}]", 8));
+    CHECK(grammar_is_complete(g, &st));
+    CHECK(!grammar_accept_byte(g, &st, ']'));
+    CHECK(grammar_accept_bytes(g, &st, "", 0));
+    CHECK(!grammar_is_complete(g, &copy));
+    grammar_state big = copy; /* plain struct copies work too */
+    CHECK(grammar_accept_bytes(g, &big, "\"}}]", 4) && grammar_is_complete(g, &big));
+    grammar_free(g);
+    grammar_free(NULL);
+    CHECK(grammar_compile(NULL, 0, NULL, &g) == NEEDLE_ERR_INVALID_ARGUMENT);
+    CHECK(grammar_compile("[]", 2, NULL, NULL) == NEEDLE_ERR_INVALID_ARGUMENT);
+    token_trie *t = NULL;
+    CHECK(token_trie_build(NULL, NULL, 0, &t) == NEEDLE_ERR_INVALID_ARGUMENT);
+    token_trie_free(NULL);
+    CHECK(token_trie_size(NULL) == 0);
+}
+
+/* ---- schema errors ------------------------------------------------------------------- */
+
+typedef struct ecase { int status; const char *tools; const char *needle; } ecase;
+
+#define P1(props) "[{\"name\":\"t1\",\"parameters\":{\"type\":\"object\",\"properties\":" props "}}]"
+#define V1(schema) P1("{\"v\":" schema "}")
+
+static void test_errors(void) {
+    static const ecase cases[] = {
+        {NEEDLE_ERR_JSON, "[{\"name\":\"f\"", "malformed"},
+        {NEEDLE_ERR_JSON, "not json", "malformed"},
+        {NEEDLE_ERR_JSON, "[{\"name\":\"f\xff\"}]", "UTF-8"},
+        {NEEDLE_ERR_JSON, "[{\"name\":\"f\",\"name\":\"g\"}]", "duplicate"},
+        {NEEDLE_ERR_SCHEMA, "{\"name\":\"f\"}", "array"},
+        {NEEDLE_ERR_SCHEMA, "[{\"description\":\"x\"}]", "name"},
+        {NEEDLE_ERR_SCHEMA, "[{\"name\":\"\"}]", "name"},
+        {NEEDLE_ERR_SCHEMA, "[3]", "name"},
+        {NEEDLE_ERR_SCHEMA, "[{\"name\":\"a\"},{\"name\":\"a\"}]", "duplicate tool name"},
+        {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":[]}]", "parameters"},
+        {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":{\"type\":\"string\"}}]", "parameters"},
+        {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":{\"enum\":[1]}}]", "parameters"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"$ref\":\"#/$defs/x\"}"), "t1\": parameters.properties.v: keyword '$ref'"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{}]}"), "allOf"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"not\":{}}"), "'not'"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"if\":{},\"then\":{}}"), "'if'"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"patternProperties\":{}}"), "patternProperties"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"dependencies\":{}}"), "dependencies"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"properties\":{},\"additionalProperties\":true}"),
+         "additionalProperties"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}"),
+         "additionalProperties"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"prefixItems\":[]}"), "prefixItems"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":[{}]}"), "tuple"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"number\",\"minimum\":5,\"maximum\":3}"), "parameters.properties.v: no number"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"number\",\"exclusiveMinimum\":3,\"exclusiveMaximum\":3}"), "no number"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"integer\",\"minimum\":1.2,\"maximum\":1.8}"), "no integer"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"integer\",\"minimum\":1,\"maximum\":4,\"multipleOf\":5}"), "no integer"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"number\",\"minimum\":1e19}"), "range"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"number\",\"multipleOf\":0}"), "multipleOf"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"number\",\"multipleOf\":1e-12}"), "multipleOf"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"number\",\"minimum\":\"1\"}"), "minimum must be a number"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"minLength\":4,\"maxLength\":3}"), "minLength (4) > maxLength (3)"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"minLength\":-1}"), "minLength"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"maxLength\":1.5}"), "maxLength"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"minItems\":2,\"maxItems\":1}"), "minItems (2) > maxItems (1)"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[]}"), "enum"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":\"a\"}"), "enum"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}"), "pattern"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"a(?=b)\"}"), "lookaround"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"(ab\"}"), "missing )"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"ab)\"}"), "unbalanced"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"\\\\bx\"}"), "boundary"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"a^b\"}"), "^"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"*a\"}"), "quantifier"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"[z-a]\"}"), "order"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"a{2001}\"}"), "repetition"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"[]\"}"), "matches no string"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"[a-z]{5}\",\"maxLength\":3}"), "no string matches"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"a\",\"format\":\"date\"}"), "format"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"[ab]*a[ab]{12}\"}"), "DFA states"},
+        {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{}},"
+                            "\"required\":[\"a\",\"b\"]}}]", "parameters.required: 'b' is not a declared property"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"required\":[\"x\"]}"), "not a declared property"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"a\"]}]}"), "differ in JSON type"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}"), "differ"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[]}"), "anyOf"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"anyOf\":[{}]}"), "beside anyOf"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\"},\"uniqueItems\":true}"), "scalar"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"uniqueItems\":true}"), "uniqueItems"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true,"
+                               "\"minItems\":3}"), "at most 2 distinct"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":2},"
+                               "\"uniqueItems\":true}"), "uniqueItems"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true,"
+                               "\"minItems\":65}"), "at most 64"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"strin\"}"), "unknown type"},
+        {NEEDLE_ERR_SCHEMA, V1("false"), "schema must be an object"},
+        {NEEDLE_ERR_SCHEMA, V1("3"), "schema must be an object"},
+    };
+    for (size_t i = 0; i < N(cases); i++) {
+        grammar *g = NULL;
+        needle_clear_error();
+        int rc = grammar_compile(cases[i].tools, strlen(cases[i].tools), NULL, &g);
+        CHECK_MSG(rc == cases[i].status, "case %zu: got %d, want %d (%s)\n  tools: %s", i, rc, cases[i].status,
+                  needle_last_error(), cases[i].tools);
+        CHECK_MSG(strstr(needle_last_error(), cases[i].needle) != NULL, "case %zu: message \"%s\" lacks \"%s\"", i,
+                  needle_last_error(), cases[i].needle);
+        CHECK(g == NULL);
+        if (rc == NEEDLE_OK) grammar_free(g);
+    }
+    /* too deep: 31 nested arrays inside the arguments object */
+    char deep[1024] = "[{\"name\":\"d\",\"parameters\":{\"type\":\"object\",\"properties\":{\"v\":";
+    for (int i = 0; i < 31; i++) strcat(deep, "{\"type\":\"array\",\"items\":");
+    strcat(deep, "{\"type\":\"null\"}");
+    for (int i = 0; i < 31; i++) strcat(deep, "}");
+    strcat(deep, "}}}]");
+    grammar *g = NULL;
+    CHECK(grammar_compile(deep, strlen(deep), NULL, &g) == NEEDLE_ERR_SCHEMA);
+    CHECK_MSG(strstr(needle_last_error(), "tool \"d\"") && strstr(needle_last_error(), "deep"), "%s",
+              needle_last_error());
+    /* 65 properties */
+    char many[4096] = "[{\"name\":\"m\",\"parameters\":{\"type\":\"object\",\"properties\":{";
+    for (int i = 0; i < 65; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"p%d\":{}", i ? "," : "", i);
+    strcat(many, "}}}]");
+    CHECK(grammar_compile(many, strlen(many), NULL, &g) == NEEDLE_ERR_SCHEMA);
+    CHECK(strstr(needle_last_error(), "64") != NULL);
+    grammar_options o = {0, 0};
+    CHECK(grammar_compile("[]", 2, &o, &g) == NEEDLE_ERR_SCHEMA);
+}
+
+/* Declared nesting up to the limit works, and free-form values stop opening containers
+ * when the stack is full but can still close. */
+static void test_depth(void) {
+    char deep[1024] = "[{\"name\":\"d\",\"parameters\":{\"type\":\"object\",\"properties\":{\"v\":";
+    for (int i = 0; i < 28; i++) strcat(deep, "{\"type\":\"array\",\"items\":");
+    strcat(deep, "{\"type\":\"null\"}");
+    for (int i = 0; i < 28; i++) strcat(deep, "}");
+    strcat(deep, "}}}]");
+    grammar *g = compile(deep, NULL);
+    if (g) {
+        char text[256] = "[{\"name\":\"d\",\"arguments\":{\"v\":";
+        for (int i = 0; i < 28; i++) strcat(text, "[");
+        strcat(text, "null");
+        for (int i = 0; i < 28; i++) strcat(text, "]");
+        strcat(text, "}}]");
+        expect(g, text, "deep");
+        grammar_free(g);
+    }
+    g = compile(P1("{\"v\":{}}"), NULL);
+    if (!g) return;
+    grammar_state st;
+    grammar_state_init(g, &st);
+    const char *head = "[{\"name\":\"t1\",\"arguments\":{\"v\":";
+    CHECK(grammar_accept_bytes(g, &st, head, strlen(head)));
+    int opened = 0;
+    while (grammar_accept_byte(g, &st, '[')) opened++;
+    CHECK_EQ_INT(opened, GRAMMAR_MAX_DEPTH - 3);
+    CHECK(!grammar_accept_byte(g, &st, '1')); /* the innermost array can only be empty */
+    for (int i = 0; i < opened; i++) CHECK(grammar_accept_byte(g, &st, ']'));
+    CHECK(grammar_accept_bytes(g, &st, "}}]", 3) && grammar_is_complete(g, &st));
+    grammar_free(g);
+}
+
+int main(void) {
+    RUN(test_strings);
+    RUN(test_numbers);
+    RUN(test_literals);
+    RUN(test_objects);
+    RUN(test_arrays);
+    RUN(test_unions);
+    RUN(test_call_array);
+    RUN(test_api);
+    RUN(test_errors);
+    RUN(test_depth);
+    return test_summary();
+}
