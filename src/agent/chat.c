@@ -33,6 +33,8 @@
 #include "util/strbuf.h"
 
 #define TEMPLATE_VERSION "cactus-needle 2.0.15"
+/* How far ahead of the token budget the closing walk starts checking. */
+#define CLOSE_LOOKAHEAD 96
 
 static const char *const MARKER_TEXT[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
                                           "<|im_end|>", "<|im_start|>"};
@@ -362,6 +364,46 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
     return 1;
 }
 
+/* The bytes that end the call array soonest from `st`, found by a greedy walk that at each
+ * step takes the first byte the grammar accepts in an order favouring closers (quote,
+ * braces, brackets) over content. The grammar never dead-ends, so the walk only has to
+ * avoid growing forever, which the closers-first order does for every schema we accept.
+ * Returns the length, or 0 if no completion was found within cap bytes. */
+static size_t closing_bytes(const grammar *g, const grammar_state *from, char *out, size_t cap) {
+    static const char order[] = "\"}]:0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                ",-.+[{_ @/#%&*()!?;<=>^|~'`$";
+    grammar_state st;
+    grammar_state_copy(&st, from);
+    size_t n = 0;
+    while (!grammar_is_complete(g, &st)) {
+        if (n == cap) return 0;
+        size_t k = 0;
+        while (k < sizeof order - 1 && !grammar_accept_byte(g, &st, (uint8_t)order[k])) k++;
+        if (k == sizeof order - 1) return 0;
+        out[n++] = order[k];
+    }
+    return n;
+}
+
+/* Near the end of the token budget: the allowed token that covers the longest prefix of
+ * the closing bytes, so that the turn always ends with a complete, valid call array. */
+static int32_t closing_token(const needle_session *s, const uint8_t *allowed, const char *close,
+                             size_t n_close) {
+    int32_t best = -1;
+    size_t best_len = 0;
+    for (uint32_t v = 0; v < s->m->vocab; v++) {
+        if (!allowed[v]) continue;
+        const char *b;
+        size_t n;
+        if (tokenizer_token_bytes(s->m->tok, (int32_t)v, &b, &n) != NEEDLE_OK) continue;
+        if (n > best_len && n <= n_close && !memcmp(b, close, n)) {
+            best = (int32_t)v;
+            best_len = n;
+        }
+    }
+    return best;
+}
+
 static void advance(needle_session *s, turn *t, int32_t tok) {
     struct chat *c = s->chat;
     switch (t->phase) {
@@ -498,6 +540,13 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             e.error = "the grammar admits no token here";
             e.error_code = "internal";
             break;
+        }
+        if (tok < 0 && t.phase == PH_JSON) {
+            /* two tokens (</tool_call>, <|im_end|>) must fit after the array */
+            uint32_t left = (uint32_t)p.max_new_tokens - generated;
+            char close[CLOSE_LOOKAHEAD];
+            size_t n_close = left <= CLOSE_LOOKAHEAD ? closing_bytes(t.g, &t.gs, close, sizeof close) : 0;
+            if (n_close && n_close + 2 >= left) tok = closing_token(s, c->allowed, close, n_close);
         }
         if (tok < 0) tok = choose(s, c->allowed, p.temperature, &rng);
         advance(s, &t, tok);

@@ -46,6 +46,7 @@ void needle_session_free(needle_session *s) {
     free(s->k_cache);
     free(s->v_cache);
     cpu_pool_free(s->pool);
+    chat_free(s->chat);
     free(s);
 }
 
