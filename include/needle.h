@@ -228,7 +228,9 @@ int needle_session_generate(needle_session *session, const int32_t *prompt, size
  * {"type":"function","function":{...}} entries) are re-serialized as the model was trained
  * (compact, key order kept), a grammar is compiled from their schemas, and the static
  * prefix (system + tools) is prefilled once; with a sliding window it is pinned as
- * attention sinks. `system` may be NULL or "". Resets the conversation.
+ * attention sinks. `system` may be NULL or "". Resets the conversation. As in the official
+ * engine, a single declared tool means extraction: every turn yields exactly one call of
+ * it (no refusal); with several tools "[]" is the refusal.
  * Errors: NEEDLE_ERR_JSON (malformed), NEEDLE_ERR_SCHEMA (invalid or unsupported schema,
  * duplicate names), NEEDLE_ERR_NO_TOKENIZER, NEEDLE_ERR_CONTEXT_FULL (prefix too long). */
 int needle_session_set_tools(needle_session *session, const char *system, const char *tools_json);

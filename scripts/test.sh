@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs missing dependencies, builds with warnings as errors, runs
 # the whole suite, then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and
-# runs the suite again. Exit status 0 only if every run passed.
+# runs the suite again, then drives the library with the official Python client (needs
+# PyPI the first time, to fill a private venv). Exit status 0 only if every run passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -18,3 +19,6 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -D
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$jobs")
+
+echo "== the official Python client (cactus-needle 2.0.15 from PyPI) on our library =="
+bash tests/official_client/run.sh build

@@ -164,6 +164,16 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
     if ((rc = canonical_tools(tools_json, &tools, &tools_len))) goto fail;
     if ((rc = grammar_compile(tools, tools_len, NULL, &c->g))) goto fail;
+    if (grammar_tool_count(c->g) == 1) {
+        /* The official engine's documented rule: with one declared tool the grammar admits
+         * exactly one call of that name (extraction), so there is no refusal. */
+        grammar_options one = grammar_default_options();
+        one.allow_empty = 0;
+        one.single_call = 1;
+        grammar_free(c->g);
+        c->g = NULL;
+        if ((rc = grammar_compile(tools, tools_len, &one, &c->g))) goto fail;
+    }
     if ((rc = build_trie(c, m->tok, m->vocab))) goto fail;
 
     c->id_think = tokenizer_marker_id(m->tok, "<think>");
