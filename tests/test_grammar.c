@@ -3,8 +3,10 @@
  * byte (marked with a backtick in the tables: the byte after the mark is the first one
  * refused, everything before it is accepted). Then the call-array surface, options, the
  * API contract, and schema errors (each with NEEDLE_ERR_SCHEMA or NEEDLE_ERR_JSON and a
- * message naming the tool and the path). Random schemas, random walks and masks are in
- * test_grammar_walk.c. */
+ * message naming the tool and the path), and an exhaustive walk over short number prefixes.
+ * Random schemas and walks are in test_grammar_walk.c, masks on the real vocabulary in
+ * test_grammar_mask.c. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,11 +91,12 @@ static void test_strings(void) {
         {"{\"type\":\"string\",\"pattern\":\"a*b?\",\"minLength\":2}", {"\"aab\"", "\"ab\"", "\"a`\"", "\"`ba\""}},
         {"{\"type\":\"string\",\"pattern\":\"\\u00e9+\"}", {"\"\xc3\xa9\"", "\"\\u00e9\\u00e9\"", "\"\\u00`f\""}},
         {"{\"type\":\"string\",\"pattern\":\"x.y\"}", {"\"x\\u00e9y\"", "\"x\\ud83d\\ude00y\"", "\"x\\`ny\""}},
-        {"{\"type\":\"string\",\"format\":\"date\"}", {"\"2024-02-29\"", "\"2024-1`3-01\"", "\"2024-01-3`2\""}},
-        {"{\"type\":\"string\",\"format\":\"date-time\"}",
-         {"\"2024-01-01T10:00:00Z\"", "\"2024-01-01T10:00:00.123+02:00\"", "\"2024-01-01T10:00\"",
-          "\"2024-01-01`x\"", "\"2024-01-01T2`5:00\""}},
-        {"{\"type\":\"string\",\"format\":\"time\"}", {"\"23:59:60\"", "\"07:30\"", "\"2`4:00\"", "\"07:`60\""}},
+        {"{\"type\":\"string\",\"format\":\"date\"}", {"\"2024-02-28\"", "\"2024-1`3-01\"", "\"2024-01-3`2\""}},
+        {"{\"type\":\"string\",\"format\":\"date-time\"}", /* RFC 3339: seconds and offset required */
+         {"\"2024-01-01T10:00:00Z\"", "\"2024-01-01t10:00:00.123+02:00\"", "\"2024-01-01`x\"",
+          "\"2024-01-01T2`5:00\"", "\"2024-01-01T10:00`\"", "\"2024-01-01` 10:00:00Z\""}},
+        {"{\"type\":\"string\",\"format\":\"time\"}",
+         {"\"23:59:59Z\"", "\"07:30:00+02:00\"", "\"2`4:00\"", "\"07:`60\"", "\"07:30`\"", "\"07:30:00`\""}},
         {"{\"type\":\"string\",\"format\":\"email\"}", {"\"a.b+c@ex.co.uk\"", "\"a@b`\"", "\"`@b.c\""}},
         {"{\"type\":\"string\",\"format\":\"uri\"}", {"\"https://x.org/a?b=c#d\"", "\"`1http:x\"", "\"http`\""}},
         {"{\"type\":\"string\",\"format\":\"uuid\"}",
@@ -111,7 +114,7 @@ static void test_numbers(void) {
         {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}",
          {"0", "1", "0.5", "1.0", "0.999", "-0", "-0.`5", "1.`5", "`2", "1`e5", "1.0000000000000000`1"}},
         {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}",
-         {"0.1", "9.99", "0.000000000000000001", "0`}", "1`0", "9.999999999999999999", "`-1"}},
+         {"0.1", "9.99", "0.000000000000000001", "0`}", "1`0", "9.999999999999998", "9.99999999999999`9", "`-1"}},
         {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.5}", {"-2.5", "-2.50", "-2.`4", "`2"}},
         {"{\"type\":\"number\",\"maximum\":0.1}", {"0.1", "-1`e5", "0.1`1", "0.10`1", "-99"}},
         {"{\"type\":\"integer\"}", {"-42", "0", "123456789012345678", "1`.0", "0`1", "-`a", "1`e3",
@@ -128,6 +131,66 @@ static void test_numbers(void) {
         {"{\"type\":\"number\",\"minimum\":-1e30,\"exclusiveMaximum\":1e-20}", {"0", "-5.5", "`1"}},
     };
     run_value_cases(cases, N(cases));
+}
+
+/* Every number prefix up to 6 bytes for tricky bounds: each must have a continuation
+ * (no dead end), and each number the grammar lets end must be in range, a multiple of
+ * the step, and an integer where asked (checked with strtod, not the grammar's decimals). */
+typedef struct nbound { const char *schema; double lo, hi; int lo_excl, hi_excl, integer; double step; } nbound;
+
+static void explore(const grammar *g, const grammar_state *st, char *buf, int len, const nbound *nb,
+                    int *ends) {
+    static const char alphabet[] = "-0123456789.e+}";
+    int any = 0;
+    for (const char *a = alphabet; *a; a++) {
+        grammar_state tmp;
+        grammar_state_copy(&tmp, st);
+        if (!grammar_accept_byte(g, &tmp, (uint8_t)*a)) continue;
+        any = 1;
+        if (*a == '}') {
+            buf[len] = 0;
+            double v = strtod(buf, NULL), q = nb->step ? v / nb->step : 0;
+            int ok = (nb->lo_excl ? v > nb->lo : v >= nb->lo) && (nb->hi_excl ? v < nb->hi : v <= nb->hi) &&
+                     (!nb->integer || !strpbrk(buf, ".e")) && fabs(q - round(q)) < 1e-9;
+            CHECK_MSG(ok, "%s: number %s should not end", nb->schema, buf);
+            (*ends)++;
+        } else if (len < 6) {
+            buf[len] = *a;
+            explore(g, &tmp, buf, len + 1, nb, ends);
+        }
+    }
+    buf[len] = 0;
+    CHECK_MSG(any, "%s: dead end after number prefix '%s'", nb->schema, buf);
+}
+
+static void test_number_prefixes(void) {
+    static const nbound cases[] = {
+        {"{\"type\":\"integer\",\"minimum\":10,\"maximum\":20}", 10, 20, 0, 0, 1, 0},
+        {"{\"type\":\"integer\",\"minimum\":-15,\"maximum\":-3,\"multipleOf\":4}", -15, -3, 0, 0, 1, 4},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":99,\"maximum\":1000,\"multipleOf\":7}", 99, 1000, 1, 0, 1, 7},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", 0, 1, 0, 0, 0, 0},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":0.5}", 0, 0.5, 1, 1, 0, 0},
+        {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.5}", -2.5, -2.5, 0, 0, 0, 0},
+        {"{\"type\":\"number\",\"minimum\":-1,\"maximum\":1,\"multipleOf\":0.25}", -1, 1, 0, 0, 0, 0.25},
+        {"{\"type\":\"number\",\"maximum\":0.1}", -1e300, 0.1, 0, 0, 0, 0},
+        {"{\"type\":\"number\",\"minimum\":123.456,\"maximum\":1000}", 123.456, 1000, 0, 0, 0, 0},
+        {"{\"type\":\"number\",\"minimum\":-0.003,\"exclusiveMaximum\":0.002}", -0.003, 0.002, 0, 1, 0, 0},
+    };
+    for (size_t i = 0; i < N(cases); i++) {
+        char tools[512], buf[16];
+        snprintf(tools, sizeof tools, "[{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                 "{\"v\":%s},\"required\":[\"v\"]}}]", cases[i].schema);
+        grammar *g = compile(tools, NULL);
+        if (!g) continue;
+        grammar_state st;
+        grammar_state_init(g, &st);
+        const char *head = "[{\"name\":\"f\",\"arguments\":{\"v\":";
+        CHECK(grammar_accept_bytes(g, &st, head, strlen(head)));
+        int ends = 0;
+        explore(g, &st, buf, 0, &cases[i], &ends);
+        CHECK(ends > 0);
+        grammar_free(g);
+    }
 }
 
 static void test_literals(void) {
@@ -284,6 +347,83 @@ static void test_api(void) {
     CHECK(token_trie_size(NULL) == 0);
 }
 
+/* grammar_complete from hand-picked states: each completion is accepted and ends the
+ * array; some are pinned to the expected text. */
+typedef struct ccase { const char *schema, *prefix, *expect; } ccase;
+
+static void test_complete(void) {
+    static const ccase cases[] = {
+        {"{\"type\":\"string\",\"pattern\":\"x?y*z\"}", "\"", "z\"}}]"},
+        {"{\"type\":\"string\",\"format\":\"email\"}", "\"", "a@a.a\"}}]"},
+        {"{\"type\":\"string\",\"pattern\":\"[a-z]+@[a-z]+\\\\.com\"}", "\"ab", "@a.com\"}}]"},
+        {"{\"type\":\"string\",\"format\":\"date-time\"}", "\"2024-0", NULL},
+        {"{\"type\":\"string\",\"format\":\"uuid\"}", "\"", NULL},
+        {"{\"type\":\"string\",\"pattern\":\"[a-c]{2,}\",\"minLength\":4}", "\"", "aaaa\"}}]"},
+        {"{\"type\":\"string\",\"minLength\":3}", "\"x", "aa\"}}]"},
+        {"{\"type\":\"string\"}", "\"\xc3", "\x80\"}}]"},
+        {"{\"type\":\"string\"}", "\"\\u00", "00\"}}]"},
+        {"{\"type\":\"string\"}", "\"\\ud83d", "\\udc00\"}}]"},
+        {"{\"type\":\"string\",\"pattern\":\"\\\"+\"}", "\"", "\\\"\"}}]"},
+        {"{\"type\":\"integer\",\"minimum\":10}", "", "10}}]"},
+        {"{\"type\":\"integer\",\"minimum\":-20,\"maximum\":-10,\"multipleOf\":7}", "-", "14}}]"},
+        {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.6}", "0.", "5}}]"},
+        {"{\"type\":\"number\"}", "1e", "0}}]"},
+        {"{\"enum\":[1,12,\"abc\"]}", "1", "}}]"},
+        {"{\"enum\":[\"abc\",12]}", "\"a", "bc\"}}]"},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"uniqueItems\":true,\"minItems\":2}", "[\"a\",", "\"b\"]}}]"},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true,\"minItems\":3}", "[\"\",\"a\",", "\"aa\"]}}]"},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":3},\"uniqueItems\":true,"
+         "\"minItems\":3}", "[1,", "2,3]}}]"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"type\":\"object\",\"properties\":"
+         "{\"c\":{\"type\":\"null\"}},\"required\":[\"c\"]}},\"required\":[\"b\"]}", "{", "\"b\":{\"c\":null}}}}]"},
+        {"{\"type\":\"object\"}", "{\"k\":[{\"", "\":\"\"}]}}}]"},
+        {"{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"array\",\"minItems\":1}]}", "[", "\"\"]}}]"},
+    };
+    char text[1024], out[512];
+    for (size_t i = 0; i < N(cases); i++) {
+        char tools[1024];
+        snprintf(tools, sizeof tools,
+                 "[{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"v\":%s},"
+                 "\"required\":[\"v\"]}}]", cases[i].schema);
+        grammar *g = compile(tools, NULL);
+        if (!g) continue;
+        grammar_state st;
+        grammar_state_init(g, &st);
+        snprintf(text, sizeof text, "[{\"name\":\"f\",\"arguments\":{\"v\":%s", cases[i].prefix);
+        CHECK_MSG(grammar_accept_bytes(g, &st, text, strlen(text)), "prefix %s", text);
+        size_t n = 0;
+        int rc = grammar_complete(g, &st, out, sizeof out - 1, &n);
+        out[n] = 0;
+        CHECK_MSG(rc == NEEDLE_OK, "%s: %s", cases[i].schema, needle_last_error());
+        CHECK_MSG(grammar_accept_bytes(g, &st, out, n) && grammar_is_complete(g, &st), "%s: completion %s",
+                  cases[i].schema, out);
+        if (cases[i].expect) CHECK_MSG(!strcmp(out, cases[i].expect), "%s: got %s, want %s", cases[i].schema, out,
+                                       cases[i].expect);
+        grammar_free(g);
+    }
+    /* from the start: the refusal, or with allow_empty = 0 the shortest call */
+    grammar *g = compile(WEATHER, NULL);
+    grammar_options o = {0, 1};
+    grammar *g1 = compile(WEATHER, &o);
+    if (!g || !g1) return;
+    grammar_state st;
+    size_t n = 0;
+    grammar_state_init(g, &st);
+    CHECK(grammar_complete(g, &st, out, sizeof out, &n) == NEEDLE_OK && n == 2 && !memcmp(out, "[]", 2));
+    grammar_state_init(g1, &st);
+    CHECK(grammar_complete(g1, &st, out, sizeof out, &n) == NEEDLE_OK);
+    out[n] = 0;
+    CHECK_MSG(!strcmp(out, "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"\"}}]"), "got %s", out);
+    CHECK(grammar_complete(g1, &st, out, 10, &n) == NEEDLE_ERR_BUFFER_TOO_SMALL && n == 10);
+    CHECK(grammar_complete(g1, NULL, out, 10, &n) == NEEDLE_ERR_INVALID_ARGUMENT);
+    CHECK(grammar_accept_bytes(g, &st, "[]", 2) || 1);
+    grammar_state_init(g, &st);
+    CHECK(grammar_accept_bytes(g, &st, "[]", 2));
+    CHECK(grammar_complete(g, &st, out, sizeof out, &n) == NEEDLE_OK && n == 0);
+    grammar_free(g);
+    grammar_free(g1);
+}
+
 /* ---- schema errors ------------------------------------------------------------------- */
 
 typedef struct ecase { int status; const char *tools; const char *needle; } ecase;
@@ -431,12 +571,14 @@ static void test_depth(void) {
 int main(void) {
     RUN(test_strings);
     RUN(test_numbers);
+    RUN(test_number_prefixes);
     RUN(test_literals);
     RUN(test_objects);
     RUN(test_arrays);
     RUN(test_unions);
     RUN(test_call_array);
     RUN(test_api);
+    RUN(test_complete);
     RUN(test_errors);
     RUN(test_depth);
     return test_summary();

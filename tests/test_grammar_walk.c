@@ -6,9 +6,10 @@
  * reach a state with nothing allowed, and produce text that cJSON parses, that is compact
  * and valid UTF-8, that names declared tools, and that satisfies the schema according to
  * the small validator below, written independently of the grammar (its own pattern and
- * format checkers, double arithmetic, cJSON_Compare for enums and uniqueness). Token walks
- * also compare every mask with the brute-force per-token check. The real vocabulary is
- * exercised in test_grammar_mask.c. */
+ * format checkers, double arithmetic, cJSON_Compare for enums and uniqueness). Along the
+ * byte walks, grammar_complete must finish the array from many intermediate states with
+ * text that passes the same checks. Token walks also compare every mask with the
+ * brute-force per-token check. The real vocabulary is exercised in test_grammar_mask.c. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -174,27 +175,24 @@ static int f_date(const uint32_t *c, int n) {
     if (n != 10 || c[4] != '-' || c[7] != '-' || !digits(c, 4) || !digits(c + 5, 2) || !digits(c + 8, 2)) return 0;
     return num2(c + 5) >= 1 && num2(c + 5) <= 12 && num2(c + 8) >= 1 && num2(c + 8) <= 31;
 }
-/* HH:MM(:SS(.f{1,9})?)?(Z|z|+HH:MM|-HH:MM)? */
+/* RFC 3339 full-time: HH:MM:SS(.f{1,9})?(Z|z|+HH:MM|-HH:MM) */
 static int f_time(const uint32_t *c, int n) {
-    if (n < 5 || !digits(c, 2) || c[2] != ':' || !digits(c + 3, 2) || num2(c) > 23 || num2(c + 3) > 59) return 0;
-    int i = 5;
-    if (i < n && c[i] == ':') {
-        if (i + 3 > n || !digits(c + i + 1, 2) || num2(c + i + 1) > 60) return 0;
-        i += 3;
-        if (i < n && c[i] == '.') {
-            int k = 0;
-            while (i + 1 + k < n && is_digit(c[i + 1 + k])) k++;
-            if (k < 1 || k > 9) return 0;
-            i += 1 + k;
-        }
+    if (n < 9 || !digits(c, 2) || c[2] != ':' || !digits(c + 3, 2) || c[5] != ':' || !digits(c + 6, 2) ||
+        num2(c) > 23 || num2(c + 3) > 59 || num2(c + 6) > 59)
+        return 0;
+    int i = 8;
+    if (c[i] == '.') {
+        int k = 0;
+        while (i + 1 + k < n && is_digit(c[i + 1 + k])) k++;
+        if (k < 1 || k > 9) return 0;
+        i += 1 + k;
     }
-    if (i == n) return 1;
     if (n - i == 1) return c[i] == 'Z' || c[i] == 'z';
     return n - i == 6 && (c[i] == '+' || c[i] == '-') && digits(c + i + 1, 2) && c[i + 3] == ':' &&
            digits(c + i + 4, 2) && num2(c + i + 1) <= 23 && num2(c + i + 4) <= 59;
 }
 static int f_datetime(const uint32_t *c, int n) {
-    return n > 11 && f_date(c, 10) && (c[10] == 'T' || c[10] == 't' || c[10] == ' ') && f_time(c + 11, n - 11);
+    return n > 11 && f_date(c, 10) && (c[10] == 'T' || c[10] == 't') && f_time(c + 11, n - 11);
 }
 static int f_email(const uint32_t *c, int n) {
     int at = -1, i;
@@ -602,13 +600,35 @@ static void allowed_bytes(const grammar *g, const grammar_state *st, uint8_t *al
 
 #define WALK_CAP 20000
 
-/* One byte-level walk; returns its length, or 0 after recording a failure. */
-static size_t byte_walk(const grammar *g, char *out, size_t soft) {
+static int completions;
+
+/* grammar_complete from the state after prefix[0, len): the completion must be accepted,
+ * end the array, and the whole text must satisfy the schemas. */
+static void check_completion(const grammar *g, const grammar_state *st, const char *prefix, size_t len,
+                             const cJSON *tools) {
+    static char text[WALK_CAP + 8192];
+    size_t n = 0;
+    grammar_state s = *st;
+    memcpy(text, prefix, len);
+    int rc = grammar_complete(g, st, text + len, 8192, &n);
+    completions++;
+    text[len + n] = 0;
+    CHECK_MSG(rc == NEEDLE_OK, "grammar_complete: %s after %.300s", needle_last_error(), text);
+    CHECK_MSG(grammar_accept_bytes(g, &s, text + len, n) && grammar_is_complete(g, &s), "completion refused: %.400s",
+              text);
+    char why[64] = "";
+    CHECK_MSG(validate_output(text, len + n, tools, why, sizeof why), "completed text %s: %.400s", why, text);
+}
+
+/* One byte-level walk; returns its length, or 0 after recording a failure. Every 7th
+ * state is also completed with grammar_complete. */
+static size_t byte_walk(const grammar *g, char *out, size_t soft, const cJSON *tools) {
     grammar_state st;
     grammar_state_init(g, &st);
     size_t len = 0;
     uint8_t allowed[256];
     while (!grammar_is_complete(g, &st)) {
+        if (len % 7 == 3) check_completion(g, &st, out, len, tools);
         allowed_bytes(g, &st, allowed);
         int b = pick_byte(allowed, len, soft);
         if (b < 0 || len + 1 >= WALK_CAP) {
@@ -633,7 +653,7 @@ static void test_random_byte_walks(void) {
         cJSON *tools = gen_tools(&g, &rejected);
         if (!tools) continue;
         for (int w = 0; w < 4; w++) {
-            size_t len = byte_walk(g, out, rnd(2) ? 40 : 400);
+            size_t len = byte_walk(g, out, rnd(2) ? 40 : 400, tools);
             char why[64] = "";
             if (len) {
                 walks++;
@@ -650,7 +670,8 @@ static void test_random_byte_walks(void) {
         grammar_free(g);
         cJSON_Delete(tools);
     }
-    printf("     %d byte walks, %zu bytes; %d random tool sets refused as impossible\n", walks, total, rejected);
+    printf("     %d byte walks, %zu bytes, %d completions; %d random tool sets refused as impossible\n", walks,
+           total, completions, rejected);
     CHECK(rejected < WALK_SCHEMAS);
 }
 
@@ -763,68 +784,7 @@ static void test_random_token_walks(void) {
     free(lens);
 }
 
-/* Every number prefix up to 6 bytes for tricky bounds: each must have a continuation, and
- * each number the grammar lets end must satisfy the schema (read with strtod). */
-static void explore(const grammar *g, const grammar_state *st, char *buf, int len, int max_len,
-                    const cJSON *schema, int *states, int *ends) {
-    static const char alphabet[] = "-0123456789.e+}";
-    int any = 0;
-    (*states)++;
-    for (const char *a = alphabet; *a; a++) {
-        grammar_state tmp;
-        grammar_state_copy(&tmp, st);
-        if (!grammar_accept_byte(g, &tmp, (uint8_t)*a)) continue;
-        any = 1;
-        if (*a == '}') {
-            buf[len] = 0;
-            cJSON *v = cJSON_Parse(buf);
-            CHECK_MSG(v && validate(v, schema), "number %s should not end", buf);
-            cJSON_Delete(v);
-            (*ends)++;
-        } else if (len < max_len) {
-            buf[len] = *a;
-            explore(g, &tmp, buf, len + 1, max_len, schema, states, ends);
-        }
-    }
-    buf[len] = 0;
-    CHECK_MSG(any, "dead end after number prefix '%s'", buf);
-}
-
-static void test_number_prefixes(void) {
-    static const char *const schemas[] = {
-        "{\"type\":\"integer\",\"minimum\":10,\"maximum\":20}",
-        "{\"type\":\"integer\",\"minimum\":-15,\"maximum\":-3,\"multipleOf\":4}",
-        "{\"type\":\"integer\",\"exclusiveMinimum\":99,\"maximum\":1000,\"multipleOf\":7}",
-        "{\"type\":\"number\",\"minimum\":0,\"maximum\":1}",
-        "{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":0.5}",
-        "{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.5}",
-        "{\"type\":\"number\",\"minimum\":-1,\"maximum\":1,\"multipleOf\":0.25}",
-        "{\"type\":\"number\",\"maximum\":0.1}",
-        "{\"type\":\"number\",\"minimum\":123.456,\"maximum\":1000}",
-        "{\"type\":\"number\",\"minimum\":-0.003,\"exclusiveMaximum\":0.002}",
-    };
-    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
-        char tools[512], buf[16];
-        snprintf(tools, sizeof tools, "[{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
-                 "{\"v\":%s},\"required\":[\"v\"]}}]", schemas[i]);
-        grammar *g = NULL;
-        CHECK(grammar_compile(tools, strlen(tools), NULL, &g) == NEEDLE_OK);
-        if (!g) continue;
-        cJSON *schema = cJSON_Parse(schemas[i]);
-        grammar_state st;
-        grammar_state_init(g, &st);
-        const char *head = "[{\"name\":\"f\",\"arguments\":{\"v\":";
-        CHECK(grammar_accept_bytes(g, &st, head, strlen(head)));
-        int states = 0, ends = 0;
-        explore(g, &st, buf, 0, 6, schema, &states, &ends);
-        CHECK(ends > 0);
-        cJSON_Delete(schema);
-        grammar_free(g);
-    }
-}
-
 int main(void) {
-    RUN(test_number_prefixes);
     RUN(test_random_byte_walks);
     RUN(test_random_token_walks);
     return test_summary();

@@ -41,7 +41,9 @@ static const char *usage_text =
     "\n"
     "common options:\n"
     "  --kv f32|f16|int8                  KV cache precision (default f32)\n"
-    "  --window N                         sliding window (default: the file's kv_window)\n";
+    "  --window N                         sliding window (default: the file's kv_window)\n"
+    "  --ctx N                            positions per conversation (default: the file's\n"
+    "                                     max_seq_len; run/chat with a window: unbounded)\n";
 
 static int usage(const char *msg) {
     if (msg) fprintf(stderr, "needle: %s\n\n", msg);
@@ -70,6 +72,7 @@ typedef struct options {
     int incremental;
     long sinks;
     long window;
+    long n_ctx;
     int kv_type;
 } options;
 
@@ -116,6 +119,9 @@ static int parse_options(int argc, char **argv, options *o) {
         } else if (!strcmp(a, "--sink")) {
             NEED_VALUE();
             if (parse_long(val, 0, 1 << 24, &o->sinks)) return usage("bad --sink value");
+        } else if (!strcmp(a, "--ctx")) {
+            NEED_VALUE();
+            if (parse_long(val, 1, 1 << 24, &o->n_ctx)) return usage("bad --ctx value");
         } else if (!strcmp(a, "--window")) {
             NEED_VALUE();
             if (parse_long(val, 0, 1 << 24, &o->window)) return usage("bad --window value");
@@ -245,6 +251,7 @@ static int cmd_tokenize(const options *o) {
 static int make_session(const needle_model *m, const options *o, needle_session **s) {
     needle_session_params sp = needle_session_default_params();
     sp.kv_window = (int32_t)o->window;
+    sp.n_ctx = (uint32_t)o->n_ctx;
     sp.n_sinks = (uint32_t)o->sinks;
     sp.kv_type = o->kv_type;
     int rc = needle_session_create(m, &sp, s);
@@ -404,7 +411,14 @@ static int open_agent(const options *o, needle_model **m, needle_session **s) {
     char *tools = load_tools(o->tools);
     if (!tools) return 1;
     int rc = open_model(o, m);
-    if (rc == 0) rc = make_session(*m, o, s);
+    options with_ctx = *o;
+    if (rc == 0 && !o->n_ctx) {
+        /* as the official ABI: a sliding window bounds memory, so positions need no cap */
+        needle_model_info info;
+        needle_model_get_info(*m, &info);
+        if (info.kv_window && o->window != 0) with_ctx.n_ctx = 1 << 20;
+    }
+    if (rc == 0) rc = make_session(*m, &with_ctx, s);
     if (rc == 0) {
         int st = needle_session_set_tools(*s, o->system ? o->system : "", tools);
         if (st) rc = lib_error("tools", st);

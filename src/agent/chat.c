@@ -33,8 +33,6 @@
 #include "util/strbuf.h"
 
 #define TEMPLATE_VERSION "cactus-needle 2.0.15"
-/* How far ahead of the token budget the closing walk starts checking. */
-#define CLOSE_LOOKAHEAD 96
 
 static const char *const MARKER_TEXT[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
                                           "<|im_end|>", "<|im_start|>"};
@@ -54,6 +52,10 @@ struct chat {
     float *ev_snapshot;
     int last_turn_called; /* the previous envelope was a "call" with calls */
     uint8_t *allowed;     /* [vocab] */
+    char *close_buf;      /* [max_new_tokens] scratch walk for the budget check */
+    char *plan_buf;       /* [max_new_tokens] a verified ending from the current state */
+    grammar_state probe;  /* scratch state for the budget check */
+    size_t close_cap;
 };
 
 static double now_ms(void) {
@@ -70,6 +72,8 @@ void chat_free(struct chat *c) {
     token_trie_free(c->trie);
     free(c->ev_snapshot);
     free(c->allowed);
+    free(c->close_buf);
+    free(c->plan_buf);
     free(c);
 }
 
@@ -310,6 +314,10 @@ enum phase { PH_START, PH_AFTER_SPACE, PH_THINK, PH_NEWLINE, PH_CALL_OPEN, PH_JS
 typedef struct turn {
     const grammar *g;
     enum phase phase;
+    uint32_t left;        /* tokens left in the budget, this one included */
+    size_t min_json;      /* bytes of the shortest call array from the start */
+    size_t plan_len, plan_pos; /* the verified ending in chat.plan_buf, and how far it ran */
+    int closing;          /* following the plan to the end */
     uint32_t think_tokens, newline_index;
     grammar_state gs;
     strbuf reasoning_ids; /* int32 ids of the reasoning, as bytes */
@@ -336,7 +344,13 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
         *forced = -1;
         return 2;
     case PH_THINK: {
-        if (t->think_tokens >= max_think) { only = c->id_end_think; break; }
+        /* stop thinking when the cap is reached or when the rest of the budget is only
+         * just enough for "</think>\n<tool_call>", the shortest call array, and the two
+         * closing markers */
+        if (t->think_tokens >= max_think || t->left <= t->min_json + c->n_newline + 4) {
+            only = c->id_end_think;
+            break;
+        }
         uint32_t n = 0;
         for (uint32_t v = 0; v < V; v++) {
             int type = tokenizer_piece_type(s->m->tok, (int32_t)v);
@@ -374,23 +388,49 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
     return 1;
 }
 
-/* The bytes that end the call array soonest from `st`, found by a greedy walk that at each
- * step takes the first byte the grammar accepts in an order favouring closers (quote,
- * braces, brackets) over content. The grammar never dead-ends, so the walk only has to
- * avoid growing forever, which the closers-first order does for every schema we accept.
- * Returns the length, or 0 if no completion was found within cap bytes. */
+/* Bytes that end the call array quickly from `from`: a greedy walk that takes, at each
+ * step, the first byte the grammar accepts in an order favouring closers (quote, braces,
+ * brackets), then separators, digits and letters, then the rest (UTF-8 lead and
+ * continuation bytes last, for enums that need them). A content byte already taken
+ * MAX_RUN times in the last RUN_WINDOW bytes is skipped, so unbounded repetitions (the local part of an
+ * email, a free-form string) cannot cycle and move on to the byte that ends them. The
+ * grammar never dead-ends, so the walk fails only when the completion is longer than
+ * `cap` (or, in theory, when skipping starves a path). Returns its length, 0 on failure. */
+#define MAX_RUN 3
+#define RUN_WINDOW 16
+#define N_STRUCTURAL 5
 static size_t closing_bytes(const grammar *g, const grammar_state *from, char *out, size_t cap) {
-    static const char order[] = "\"}]:0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                ",-.+[{_ @/#%&*()!?;<=>^|~'`$";
+    static uint8_t order[256];
+    static size_t n_order;
+    if (!n_order) { /* built once; racing threads write identical bytes */
+        static const char first[] = "\"}]:,-.@+_/0123456789abcdefghijklmnopqrstuvwxyz"
+                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ [{#%&*()!?;<=>^|~'`$\\";
+        uint8_t seen[256] = {0};
+        size_t n = 0;
+        for (const char *p = first; *p; p++) seen[(uint8_t)*p] = 1, order[n++] = (uint8_t)*p;
+        for (int b = 0x80; b < 0x100; b++) order[n++] = (uint8_t)b;
+        for (int b = 0x20; b < 0x80; b++) if (!seen[b]) order[n++] = (uint8_t)b;
+        n_order = n;
+    }
     grammar_state st;
     grammar_state_copy(&st, from);
+    uint8_t recent[256] = {0}; /* how often each byte occurs in the last RUN_WINDOW */
     size_t n = 0;
     while (!grammar_is_complete(g, &st)) {
         if (n == cap) return 0;
         size_t k = 0;
-        while (k < sizeof order - 1 && !grammar_accept_byte(g, &st, (uint8_t)order[k])) k++;
-        if (k == sizeof order - 1) return 0;
-        out[n++] = order[k];
+        for (; k < n_order; k++) {
+            /* closers and separators (the first N_STRUCTURAL of the order) never cycle */
+            if (k >= N_STRUCTURAL && recent[order[k]] >= MAX_RUN) continue;
+            if (grammar_accept_byte(g, &st, order[k])) break;
+        }
+        if (k == n_order) { /* everything accepted is over-used: take the first anyway */
+            for (k = 0; k < n_order && !grammar_accept_byte(g, &st, order[k]); k++) {}
+            if (k == n_order) return 0;
+        }
+        recent[order[k]]++;
+        if (n >= RUN_WINDOW) recent[(uint8_t)out[n - RUN_WINDOW]]--;
+        out[n++] = (char)order[k];
     }
     return n;
 }
@@ -412,6 +452,23 @@ static int32_t closing_token(const needle_session *s, const uint8_t *allowed, co
         }
     }
     return best;
+}
+
+/* Whether, after `tok`, a valid ending still fits in the budget: `left` tokens remain
+ * including tok, and </tool_call> and <|im_end|> must follow the array. On success the
+ * ending found is in c->close_buf, *len bytes (0 when tok completes the array). */
+static int fits_budget(needle_session *s, const turn *t, int32_t tok, uint32_t left, size_t *len) {
+    struct chat *c = s->chat;
+    *len = 0;
+    if (left < 3) return 0;
+    const char *b;
+    size_t n;
+    if (tokenizer_token_bytes(s->m->tok, tok, &b, &n) != NEEDLE_OK) return 0;
+    grammar_state_copy(&c->probe, &t->gs);
+    if (!grammar_accept_bytes(t->g, &c->probe, b, n)) return 0;
+    if (grammar_is_complete(t->g, &c->probe)) return 1;
+    *len = left > 3 ? closing_bytes(t->g, &c->probe, c->close_buf, left - 3) : 0;
+    return *len > 0;
 }
 
 static void advance(needle_session *s, turn *t, int32_t tok) {
@@ -519,6 +576,14 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     double t_prefill = now_ms() - t0;
     e.prefill_tps = t_prefill > 0 ? n_ids / (t_prefill / 1e3) : 0;
 
+    if (c->close_cap < (size_t)p.max_new_tokens) {
+        char *buf = realloc(c->close_buf, (size_t)p.max_new_tokens);
+        if (buf) c->close_buf = buf;
+        char *plan = realloc(c->plan_buf, (size_t)p.max_new_tokens);
+        if (plan) c->plan_buf = plan;
+        if (!buf || !plan) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "complete: out of memory");
+        c->close_cap = (size_t)p.max_new_tokens;
+    }
     turn t;
     memset(&t, 0, sizeof t);
     t.g = c->g;
@@ -532,6 +597,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         t.g = c->g_extract;
     }
     grammar_state_init(t.g, &t.gs);
+    t.min_json = t.plan_len = closing_bytes(t.g, &t.gs, c->plan_buf, (size_t)p.max_new_tokens);
     uint64_t rng = p.seed * 0x9E3779B97F4A7C15ULL + 1;
     uint32_t generated = 0;
     double t1 = now_ms();
@@ -544,6 +610,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             break;
         }
         int32_t forced = -1;
+        t.left = (uint32_t)p.max_new_tokens - generated;
         uint32_t n_allowed = allowed_tokens(s, &t, p.max_think_tokens, &forced);
         int32_t tok = forced;
         if (n_allowed == 0) {
@@ -551,14 +618,36 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             e.error_code = "internal";
             break;
         }
-        if (tok < 0 && t.phase == PH_JSON) {
-            /* two tokens (</tool_call>, <|im_end|>) must fit after the array */
-            uint32_t left = (uint32_t)p.max_new_tokens - generated;
-            char close[CLOSE_LOOKAHEAD];
-            size_t n_close = left <= CLOSE_LOOKAHEAD ? closing_bytes(t.g, &t.gs, close, sizeof close) : 0;
-            if (n_close && n_close + 2 >= left) tok = closing_token(s, c->allowed, close, n_close);
+        if (t.phase == PH_JSON && tok < 0 && t.closing) {
+            /* follow the verified ending */
+            tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos, t.plan_len - t.plan_pos);
+        } else if (t.phase == PH_JSON && tok < 0) {
+            tok = choose(s, c->allowed, p.temperature, &rng);
+            size_t ending = 0;
+            if (tok != c->id_end_call) {
+                if (fits_budget(s, &t, tok, t.left, &ending)) {
+                    /* the ending found after tok becomes the plan to fall back on */
+                    char *swap = c->plan_buf;
+                    c->plan_buf = c->close_buf;
+                    c->close_buf = swap;
+                    t.plan_len = ending;
+                    t.plan_pos = 0;
+                } else {
+                    /* tok would leave too few tokens to finish: take the verified ending,
+                     * which fits by construction, from here on */
+                    t.closing = 1;
+                    tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos,
+                                        t.plan_len - t.plan_pos);
+                }
+            }
         }
         if (tok < 0) tok = choose(s, c->allowed, p.temperature, &rng);
+        if (t.phase == PH_JSON && t.closing && tok != c->id_end_call) {
+            const char *b;
+            size_t n = 0;
+            tokenizer_token_bytes(s->m->tok, tok, &b, &n);
+            t.plan_pos += n;
+        }
         advance(s, &t, tok);
         generated++;
         s->stats.decode_steps++;

@@ -23,18 +23,10 @@
 #include "needle.h"
 #include "util/error.h"
 
-enum frame_kind { FR_ROOT = 1, FR_CALL, FR_STRING, FR_NUMBER, FR_LITERAL, FR_OBJECT, FR_ARRAY };
-enum frame_flags { FF_UNIQUE = 1, FF_KEY = 2 };
 enum { ST_REJECT = 0, ST_OK = 1, ST_DONE = 2 };
 
-enum { RT_START, RT_OPEN, RT_CALL, RT_AFTER, RT_NEXT };
-enum { C_PREFIX, C_NAME, C_MID, C_ARGS, C_CLOSE };
-enum { O_OPEN, O_FIRST, O_KEY, O_COLON, O_VALUE, O_AFTER, O_NEXT };
-enum { A_OPEN, A_FIRST, A_ITEM, A_AFTER, A_NEXT };
-enum { S_OPEN, S_BODY, S_ESC, S_U, S_LOW0, S_LOW1, S_LOWU, S_UTF8 };
-
-static const char CALL_PREFIX[] = "{\"name\":";
-static const char CALL_MID[] = ",\"arguments\":";
+static const char CALL_PREFIX[] = GRAMMAR_CALL_PREFIX;
+static const char CALL_MID[] = GRAMMAR_CALL_MID;
 
 grammar_options grammar_default_options(void) {
     grammar_options o = {1, 0};
@@ -315,7 +307,7 @@ static uint64_t frame_key(const grammar *g, const grammar_frame *f) {
 }
 
 /* Pops the top frame (its value is complete) and tells the parent. */
-static int finish_top(const grammar *g, grammar_state *st) {
+int grammar_pop(const grammar *g, grammar_state *st) {
     grammar_frame *c = &st->frames[st->depth - 1];
     uint64_t key = frame_key(g, c);
     uint8_t child_flags = c->flags, child_kind = c->kind;
@@ -372,7 +364,7 @@ static int push_value(const grammar *g, grammar_state *st, uint32_t node, uint8_
         st->depth--;
         return 0;
     }
-    return r == ST_DONE ? finish_top(g, st) : 1;
+    return r == ST_DONE ? grammar_pop(g, st) : 1;
 }
 
 static int literal_step(const grammar *g, const grammar_state *st, grammar_frame *f, uint8_t b) {
@@ -568,7 +560,7 @@ static int frame_step(const grammar *g, grammar_state *st, grammar_frame *f, uin
     }
 }
 
-static int frame_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f) {
+int grammar_frame_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f) {
     if (f->kind == FR_NUMBER) {
         int unique = (f->flags & FF_UNIQUE) != 0;
         return gnum_can_end(&g->nodes[f->node], f, st->used, unique ? st->n_used : 0);
@@ -583,9 +575,9 @@ static int step(const grammar *g, grammar_state *st, uint8_t b) {
         grammar_frame *f = &st->frames[st->depth - 1];
         int r = frame_step(g, st, f, b);
         if (r == ST_OK) return 1;
-        if (r == ST_DONE) return finish_top(g, st);
-        if (!frame_can_end(g, st, f)) return 0;
-        finish_top(g, st);
+        if (r == ST_DONE) return grammar_pop(g, st);
+        if (!grammar_frame_can_end(g, st, f)) return 0;
+        grammar_pop(g, st);
     }
     return 0;
 }

@@ -111,6 +111,15 @@ int grammar_accept_bytes(const grammar *g, grammar_state *st, const void *bytes,
 /* 1 once a whole call array has been read; no byte is accepted after that. */
 int grammar_is_complete(const grammar *g, const grammar_state *st);
 
+/* Writes to out a short continuation that takes st to a complete call array (st itself
+ * is not changed), for a decoder that must stop: at most cap bytes, length in *n_out.
+ * Every open value is finished with little text (required properties, minItems,
+ * minLength, shortest matches of patterns and formats, valid numbers) and the walk always
+ * terminates, unlike greedy byte orders. NEEDLE_OK; NEEDLE_ERR_BUFFER_TOO_SMALL if cap
+ * bytes are not enough (*n_out = cap, out holds a prefix); NEEDLE_ERR_INVALID_ARGUMENT on
+ * NULL; NEEDLE_ERR_OUT_OF_MEMORY. Completing an already complete state gives 0 bytes. */
+int grammar_complete(const grammar *g, const grammar_state *st, char *out, size_t cap, size_t *n_out);
+
 /* ---- token masks ------------------------------------------------------------------- */
 
 /* A trie over the byte strings of a vocabulary, built once per vocabulary and shared. */

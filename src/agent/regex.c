@@ -693,9 +693,14 @@ int regex_compile(const char *pattern, size_t len, regex_dfa *out, char *err, si
     return rc;
 }
 
-#define RX_DATE "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
-#define RX_TIME "([01][0-9]|2[0-3]):[0-5][0-9](:([0-5][0-9]|60)(\\.[0-9]{1,9})?)?" \
-                "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?"
+/* Days valid for their month; February stops at 28 (29 would need the year's leap rule) */
+#define RX_DATE "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
+/* RFC 3339 full-time, as JSON Schema's "time" means: seconds and a UTC offset required */
+#define RX_TIME "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?" \
+                "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+/* RFC 3986 pieces: a path segment character, and a reg-name host character */
+#define RX_URI_SEG "([A-Za-z0-9._~:@!$&'()*+,;=-]|%[0-9A-Fa-f][0-9A-Fa-f])"
+#define RX_URI_HOST "([A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f][0-9A-Fa-f])*"
 #define RX_OCTET "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 
 int regex_compile_format(const char *format, regex_dfa *out, char *err, size_t err_len) {
@@ -704,9 +709,10 @@ int regex_compile_format(const char *format, regex_dfa *out, char *err, size_t e
     static const char *const table[][2] = {
         {"date", RX_DATE},
         {"time", RX_TIME},
-        {"date-time", RX_DATE "[Tt ]" RX_TIME},
+        {"date-time", RX_DATE "[Tt]" RX_TIME},
         {"email", "[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+"},
-        {"uri", "[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=%-]+"},
+        {"uri", "[A-Za-z][A-Za-z0-9+.-]*:(//" RX_URI_HOST "(:[0-9]*)?(/" RX_URI_SEG "*)*|/?"
+                RX_URI_SEG "+(/" RX_URI_SEG "*)*)(\\?(" RX_URI_SEG "|[/?])*)?(#(" RX_URI_SEG "|[/?])*)?"},
         {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
         {"ipv4", RX_OCTET "(\\." RX_OCTET "){3}"},
     };

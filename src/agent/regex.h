@@ -15,7 +15,7 @@
  * elsewhere, and patterns whose DFA exceeds REGEX_MAX_STATES.
  *
  * Formats are built-in patterns over the same engine: date, time, date-time, email, uri,
- * uuid, ipv4 (see regex.c for the exact, deliberately lenient definitions).
+ * uuid, ipv4 (see regex.c for the exact definitions).
  *
  * Invariants of a compiled DFA: state 0 is the start; every state can still reach an
  * accepting state (transitions into dead states are -1); classes partition

@@ -28,7 +28,10 @@
  *                   time, date-time, email, uri, uuid, ipv4; others are ignored as
  *                   annotations), not pattern and format together.
  *   number/integer  minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, or
- *                   draft-4 booleans), multipleOf (k * 10^-s with s <= 9).
+ *                   draft-4 booleans), multipleOf (k * 10^-s with s <= 9). Bounds hold both
+ *                   for the decimal written and for the double a tool reads from it: a
+ *                   strict bound b is applied as >= nextafter(b) (inclusive bounds need no
+ *                   care, rounding being monotone).
  * A tool is {"name", "description"?, "parameters"?} (or "input_schema"), optionally wrapped
  * as {"type":"function","function":{...}}; parameters must be an object schema, and a
  * missing one means no arguments ({}).

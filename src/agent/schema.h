@@ -99,6 +99,25 @@ struct grammar {
     uint32_t *tool_args;               /* node of each tool's arguments object */
 };
 
+/* ---- recognizer frames (grammar.c) ---------------------------------------------------- */
+
+enum frame_kind { FR_ROOT = 1, FR_CALL, FR_STRING, FR_NUMBER, FR_LITERAL, FR_OBJECT, FR_ARRAY };
+enum frame_flags { FF_UNIQUE = 1, FF_KEY = 2 }; /* item of a unique array; key of a free object */
+/* phases of each frame kind */
+enum { RT_START, RT_OPEN, RT_CALL, RT_AFTER, RT_NEXT };
+enum { C_PREFIX, C_NAME, C_MID, C_ARGS, C_CLOSE };
+enum { O_OPEN, O_FIRST, O_KEY, O_COLON, O_VALUE, O_AFTER, O_NEXT };
+enum { A_OPEN, A_FIRST, A_ITEM, A_AFTER, A_NEXT };
+enum { S_OPEN, S_BODY, S_ESC, S_U, S_LOW0, S_LOW1, S_LOWU, S_UTF8 };
+
+#define GRAMMAR_CALL_PREFIX "{\"name\":"
+#define GRAMMAR_CALL_MID ",\"arguments\":"
+
+/* 1 if frame f (numbers and unquoted literals) may end here: its value is complete. */
+int grammar_frame_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f);
+/* Pops the top frame, whose value is complete, and advances its parent. */
+int grammar_pop(const grammar *g, grammar_state *st);
+
 /* ---- shared helpers (grammar.c) ------------------------------------------------------ */
 
 /* Narrows the literal range [*lo, *hi) whose entries share their first `off` bytes to the

@@ -292,7 +292,7 @@ static int64_t gcd64(int64_t a, int64_t b) {
     return a;
 }
 
-typedef struct bound { double v; int exclusive, lower; } bound;
+typedef struct bound { double v; int lower; } bound; /* inclusive */
 
 static int collect_bounds(builder *b, const cJSON *s, bound *out, int *n) {
     static const char *const names[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
@@ -305,7 +305,12 @@ static int collect_bounds(builder *b, const cJSON *s, bound *out, int *n) {
         if (!cJSON_IsNumber(x[i])) return bfail(b, "%s must be a number", names[i]);
         out[*n].v = x[i]->valuedouble;
         out[*n].lower = i % 2 == 0;
-        out[*n].exclusive = i >= 2 || cJSON_IsTrue(x[i + 2]);
+        if (i >= 2 || cJSON_IsTrue(x[i + 2])) {
+            /* Consumers read the value as a double, so "> b" must hold for the double: a
+             * decimal just above b that rounds to b would pass an exact test and fail the
+             * tool's. x > b for doubles is x >= nextafter(b), an inclusive bound. */
+            out[*n].v = nextafter(out[*n].v, out[*n].lower ? HUGE_VAL : -HUGE_VAL);
+        }
         (*n)++;
     }
     return 0;
@@ -333,16 +338,10 @@ int build_number(builder *b, const cJSON *s, int integer, int ctx, uint32_t *nod
         for (int i = 0; i < nb; i++) {
             fxnum x;
             int exact;
-            int up = bd[i].lower != bd[i].exclusive; /* ceil for >=, floor for >, ... */
-            fx_from_double(bd[i].v, up, &x, &exact);
-            int64_t t = fx_scaled(x, scale, up);
-            if (bd[i].lower) {
-                t += bd[i].exclusive;
-                if (t > lo) lo = t;
-            } else {
-                t -= bd[i].exclusive;
-                if (t < hi) hi = t;
-            }
+            fx_from_double(bd[i].v, bd[i].lower, &x, &exact); /* ceil a minimum, floor a maximum */
+            int64_t t = fx_scaled(x, scale, bd[i].lower);
+            if (bd[i].lower && t > lo) lo = t;
+            if (!bd[i].lower && t < hi) hi = t;
         }
         n->u.num.mode = NUM_SCALED;
         n->u.num.scale = (uint8_t)scale;
@@ -361,11 +360,9 @@ int build_number(builder *b, const cJSON *s, int integer, int ctx, uint32_t *nod
         int exact, r = fx_from_double(bd[i].v, bd[i].lower, &x, &exact);
         if (bd[i].lower) {
             if (r > 0) return bfail(b, "lower bound %g is beyond the supported range (|x| < 1e18)", bd[i].v);
-            if (bd[i].exclusive && exact && r == 0) x = fx_add(x, 1);
             if (fx_cmp(x, lo) > 0) lo = x;
         } else {
             if (r < 0) return bfail(b, "upper bound %g is beyond the supported range (|x| < 1e18)", bd[i].v);
-            if (bd[i].exclusive && exact && r == 0) x = fx_sub(x, 1);
             if (fx_cmp(x, hi) < 0) hi = x;
         }
     }

@@ -10,10 +10,10 @@ if [ ! -x "$venv/bin/pytest" ]; then
   python3 -m venv "$venv"
   # --no-deps: the client's only dependency (huggingface_hub) serves downloads we never make
   "$venv/bin/pip" install -q --no-deps "cactus-needle==2.0.15"
-  "$venv/bin/pip" install -q pytest
+  "$venv/bin/pip" install -q pytest "jsonschema[format-nongpl]"
 fi
 export NEEDLE_LIB_PATH="$build/libneedle.so"
 export NEEDLE_TEST_WEIGHTS="$root/tests/fixtures/tiny_cq4.cact"
 export NEEDLE_TELEMETRY=0
 cd "$here"
-"$venv/bin/pytest" -q -p no:cacheprovider test_official_client.py
+"$venv/bin/pytest" -q -p no:cacheprovider test_official_client.py test_schemas.py

@@ -11,18 +11,24 @@
  * instead of reordering weights, the kernels reorder the activations once per batch
  * into the same order ("layout", see permute()) and keep a per-thread copy in the
  * caller's cq_scratch. A block is the 32 code bytes one vector holds: 128 columns at 2
- * bits (ternary crumbs too), 64 at 4 bits; the fast path needs whole blocks per group.
+ * bits (ternary crumbs too), 64 at 4 bits; this path needs whole blocks per group.
+ *
+ * One token (decode): weights are decoded in registers and multiplied at once; at 2 bits
+ * every other row instead goes through a table of activation sums per code byte (see
+ * build_lut2), which runs on the scalar units alongside. Several tokens (prefill): each
+ * row is decoded once, norms folded in, into the scratch and multiplied against the
+ * tokens in 2-row x 4-token register tiles, which keeps the FMA units busy.
  *
  * Everything else (3 bits, smaller groups, no scratch) takes the "natural order" path:
  * 8 consecutive codes are broadcast, shifted into lanes with vpsrlvd and looked up with
  * vpermilps / vpermps, in column order.
  *
- * Arithmetic: per group, products are summed in vector lanes, the lane sums are scaled by
- * the group norm into a running vector, and the row total is its horizontal sum. The
- * order differs from the plain kernel (and between one-token and multi-token calls), so
- * results agree with it to float rounding, not bit for bit; a row's value never depends
- * on which rows or threads share the call. fwht/rotate/dequant_row are bit-identical to
- * the plain versions (same butterflies in the same order). */
+ * Arithmetic: float32 throughout, summation order different from the plain kernel (and
+ * between the one-token and multi-token paths), so results agree with it to float
+ * rounding, not bit for bit. A row's value depends only on the row, the activations and
+ * the scratch capacity, never on which rows or threads share the call. fwht, rotate and
+ * dequant_row are bit-identical to the plain versions (same operations in the same
+ * order). */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
