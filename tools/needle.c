@@ -42,6 +42,7 @@ static const char *usage_text =
     "common options:\n"
     "  --kv f32|f16|int8                  KV cache precision (default f32)\n"
     "  --window N                         sliding window (default: the file's kv_window)\n"
+    "  --stats                            run/chat: print forward vs grammar time to stderr\n"
     "  --ctx N                            positions per conversation (default: the file's\n"
     "                                     max_seq_len; run/chat with a window: unbounded)\n";
 
@@ -67,6 +68,7 @@ typedef struct options {
     const char *weights, *prompt, *tokens, *out, *text, *tools, *system;
     long n_new;
     int n_new_set;
+    int stats;
     double temperature;
     unsigned long long seed;
     int incremental;
@@ -114,6 +116,8 @@ static int parse_options(int argc, char **argv, options *o) {
             char *end;
             o->seed = strtoull(val, &end, 10);
             if (end == val || *end) return usage("bad --seed");
+        } else if (!strcmp(a, "--stats")) {
+            o->stats = 1;
         } else if (!strcmp(a, "--incremental")) {
             o->incremental = 1;
         } else if (!strcmp(a, "--sink")) {
@@ -446,6 +450,15 @@ static int complete_and_print(needle_session *s, const options *o, const char *t
     if (!out) return lib_error("complete", NEEDLE_ERR_OUT_OF_MEMORY);
     int rc = needle_session_complete(s, text, &p, out, cap, &len);
     if (rc == NEEDLE_OK) printf("%s\n", out);
+    if (rc == NEEDLE_OK && o->stats) {
+        needle_session_stats st;
+        needle_session_get_stats(s, &st);
+        fprintf(stderr, "[stats] %llu tokens evaluated, %llu decode steps; forward %.1f ms, "
+                "grammar masks %.1f ms (%.3f ms per decode step)\n",
+                (unsigned long long)st.tokens_evaluated, (unsigned long long)st.decode_steps,
+                st.forward_ms, st.grammar_ms,
+                st.decode_steps ? st.grammar_ms / (double)st.decode_steps : 0.0);
+    }
     free(out);
     fflush(stdout);
     return rc ? lib_error("complete", rc) : 0;

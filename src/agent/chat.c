@@ -618,6 +618,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             e.error_code = "internal";
             break;
         }
+        const double t_pick = now_ms();
         if (t.phase == PH_JSON && tok < 0 && t.closing) {
             /* follow the verified ending */
             tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos, t.plan_len - t.plan_pos);
@@ -641,6 +642,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                 }
             }
         }
+        if (t.phase == PH_JSON) s->stats.grammar_ms += now_ms() - t_pick; /* budget walks */
         if (tok < 0) tok = choose(s, c->allowed, p.temperature, &rng);
         if (t.phase == PH_JSON && t.closing && tok != c->id_end_call) {
             const char *b;

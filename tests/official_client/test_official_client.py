@@ -68,6 +68,18 @@ def test_extract_yields_the_schema():
     agent.close()
 
 
+def test_extract_function():
+    schema = {"name": "contact", "parameters": {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 16},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+        "required": ["name", "age"]}}
+    # strict=False: the client's grounding checks would rightly reject random-weight values
+    args = needle.extract("Ada Lovelace is 36", schema, weights=WEIGHTS, max_new_tokens=160,
+                          strict=False)
+    assert set(args) == {"name", "age"}
+    assert isinstance(args["age"], int) and 0 <= args["age"] <= 150
+
+
 def test_reset_and_raw_json_tools():
     tools = json.dumps([{"name": "get_weather", "description": "weather",
                          "parameters": {"type": "object",
