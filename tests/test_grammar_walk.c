@@ -552,7 +552,9 @@ static cJSON *gen_tools(grammar **g, int *rejected) {
         }
         char *text = cJSON_PrintUnformatted(tools);
         int rc = grammar_compile(text, strlen(text), NULL, g);
-        if (rc == NEEDLE_OK) {
+        if (rc == NEEDLE_OK) { /* validate against what was compiled: printing rounds numbers */
+            cJSON_Delete(tools);
+            tools = cJSON_Parse(text);
             free(text);
             return tools;
         }
@@ -617,7 +619,13 @@ static void check_completion(const grammar *g, const grammar_state *st, const ch
     CHECK_MSG(grammar_accept_bytes(g, &s, text + len, n) && grammar_is_complete(g, &s), "completion refused: %.400s",
               text);
     char why[64] = "";
-    CHECK_MSG(validate_output(text, len + n, tools, why, sizeof why), "completed text %s: %.400s", why, text);
+    int ok = validate_output(text, len + n, tools, why, sizeof why);
+    CHECK_MSG(ok, "completed text %s: %.400s", why, text);
+    if (!ok) {
+        char *t = cJSON_PrintUnformatted(tools);
+        fprintf(stderr, "  tools: %.1500s\n", t);
+        free(t);
+    }
 }
 
 /* One byte-level walk; returns its length, or 0 after recording a failure. Every 7th

@@ -388,51 +388,12 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
     return 1;
 }
 
-/* Bytes that end the call array quickly from `from`: a greedy walk that takes, at each
- * step, the first byte the grammar accepts in an order favouring closers (quote, braces,
- * brackets), then separators, digits and letters, then the rest (UTF-8 lead and
- * continuation bytes last, for enums that need them). A content byte already taken
- * MAX_RUN times in the last RUN_WINDOW bytes is skipped, so unbounded repetitions (the local part of an
- * email, a free-form string) cannot cycle and move on to the byte that ends them. The
- * grammar never dead-ends, so the walk fails only when the completion is longer than
- * `cap` (or, in theory, when skipping starves a path). Returns its length, 0 on failure. */
-#define MAX_RUN 3
-#define RUN_WINDOW 16
-#define N_STRUCTURAL 5
+/* Bytes that end the call array from `from` (grammar_complete: required properties,
+ * minimal items and lengths, shortest pattern matches), if they fit in cap. Returns the
+ * length, 0 when they do not fit. */
 static size_t closing_bytes(const grammar *g, const grammar_state *from, char *out, size_t cap) {
-    static uint8_t order[256];
-    static size_t n_order;
-    if (!n_order) { /* built once; racing threads write identical bytes */
-        static const char first[] = "\"}]:,-.@+_/0123456789abcdefghijklmnopqrstuvwxyz"
-                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ [{#%&*()!?;<=>^|~'`$\\";
-        uint8_t seen[256] = {0};
-        size_t n = 0;
-        for (const char *p = first; *p; p++) seen[(uint8_t)*p] = 1, order[n++] = (uint8_t)*p;
-        for (int b = 0x80; b < 0x100; b++) order[n++] = (uint8_t)b;
-        for (int b = 0x20; b < 0x80; b++) if (!seen[b]) order[n++] = (uint8_t)b;
-        n_order = n;
-    }
-    grammar_state st;
-    grammar_state_copy(&st, from);
-    uint8_t recent[256] = {0}; /* how often each byte occurs in the last RUN_WINDOW */
     size_t n = 0;
-    while (!grammar_is_complete(g, &st)) {
-        if (n == cap) return 0;
-        size_t k = 0;
-        for (; k < n_order; k++) {
-            /* closers and separators (the first N_STRUCTURAL of the order) never cycle */
-            if (k >= N_STRUCTURAL && recent[order[k]] >= MAX_RUN) continue;
-            if (grammar_accept_byte(g, &st, order[k])) break;
-        }
-        if (k == n_order) { /* everything accepted is over-used: take the first anyway */
-            for (k = 0; k < n_order && !grammar_accept_byte(g, &st, order[k]); k++) {}
-            if (k == n_order) return 0;
-        }
-        recent[order[k]]++;
-        if (n >= RUN_WINDOW) recent[(uint8_t)out[n - RUN_WINDOW]]--;
-        out[n++] = (char)order[k];
-    }
-    return n;
+    return grammar_complete(g, from, out, cap, &n) == NEEDLE_OK ? n : 0;
 }
 
 /* Near the end of the token budget: the allowed token that covers the longest prefix of

@@ -15,8 +15,9 @@
  *   escapes \" \\ \/ \b \f \n \r \t \uXXXX (either hex case; surrogate pairs must pair);
  *   raw control characters are refused. Lengths count code points.
  * - Numbers: -?(0|[1-9][0-9]*)(.[0-9]+)?(e[+-]?[0-9]+)?, lowercase e only, as Python
- *   writes them; bounded or unique numbers drop the exponent and keep at most 18 integer
- *   and 18 fraction digits, integers at most 18 digits (see grammar_number.c).
+ *   writes them; bounded numbers drop the exponent and keep at most 18 integer and 18
+ *   fraction digits, integers at most 18 digits, items of unique arrays 15 significant
+ *   digits (see grammar_number.c, schema.c).
  * - Objects: declared properties in any order, each at most once, no unknown keys,
  *   required ones before "}". Keys, names, enum and const values are matched on their
  *   spelling: strings raw or \u-escaped (ensure_ascii False or True), integral numbers as

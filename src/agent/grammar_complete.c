@@ -120,7 +120,7 @@ static int pick_cp(uint32_t lo, uint32_t hi, uint32_t *cp, uint32_t *rank) {
 static int string_choice(const grammar *g, const grammar_state *st, dist_cache *dc, uint8_t *seq, size_t *n) {
     const grammar_frame *f = &st->frames[st->depth - 1];
     const gnode *node = &g->nodes[f->node];
-    int b;
+    int b = -1;
     switch (f->phase) {
     case S_BODY: break;
     case S_ESC: seq[0] = 'u'; *n = 1; return 0;

@@ -3,9 +3,9 @@
  * Syntax is JSON's, compact, with a lowercase exponent only (Python never writes 'E'):
  *   -?(0|[1-9][0-9]*)(\.[0-9]+)?(e[+-]?[0-9]+)?
  * NUM_FREE accepts exactly that. NUM_EXACT drops the exponent and caps integer and
- * fraction digits at 18; NUM_SCALED (integers, multipleOf) allows at most `scale`
- * fraction digits (then only zeros) and 18 - scale integer digits, and no fraction at all
- * for type integer.
+ * fraction digits at 18; NUM_SCALED (integers, multipleOf, unique items) allows at most
+ * `scale` fraction digits (then only zeros) and digits - scale integer digits, and no
+ * fraction at all for type integer.
  *
  * Liveness: a bounded number accepts a byte only if some completion of the new prefix is
  * in range (and a multiple of the step, and not yet used in a unique array). The set of
@@ -33,7 +33,7 @@ static uint64_t fx_key(fxnum v) { return gmix(gmix(0, (uint64_t)v.ip), v.fp); }
 /* ---- syntax ----------------------------------------------------------------------------- */
 
 static int max_int_digits(const gnode *n) {
-    return n->u.num.mode == NUM_SCALED ? 18 - n->u.num.scale : n->u.num.mode == NUM_EXACT ? 18 : 255;
+    return n->u.num.mode == NUM_SCALED ? n->u.num.digits - n->u.num.scale : n->u.num.mode == NUM_EXACT ? 18 : 255;
 }
 
 static int frac_allowed(const gnode *n) {
@@ -148,14 +148,14 @@ static int scaled_interval(const gnode *n, int neg, int64_t lo, int64_t hi, cons
 
 static int scaled_live(const gnode *n, const grammar_frame *f, const uint64_t *used, uint32_t n_used) {
     int s = n->u.num.scale, neg = f->u.num.neg;
-    int64_t unit = (int64_t)dec_pow10(s), top = (int64_t)FX_ONE - 1;
+    int64_t unit = (int64_t)dec_pow10(s), top = (int64_t)dec_pow10(n->u.num.digits) - 1;
     switch (f->phase) {
     case N_START: return 1; /* the node admits some value; unique arrays keep one unused */
     case N_MINUS: return scaled_interval(n, 1, 0, top, used, n_used);
     case N_ZERO: return scaled_interval(n, neg, 0, n->u.num.allow_frac ? unit - 1 : 0, used, n_used);
     case N_INT: {
         int64_t ip = (int64_t)f->u.num.ip;
-        for (int j = 0; j <= 18 - s - f->u.num.idig; j++) {
+        for (int j = 0; j <= n->u.num.digits - s - f->u.num.idig; j++) {
             int64_t p = (int64_t)dec_pow10(j + s);
             int64_t hi = n->u.num.allow_frac || j + s == 0 ? (ip + 1) * p - 1 : (ip + 1) * p - 1;
             if (scaled_interval(n, neg, ip * p, hi, used, n_used)) return 1;

@@ -693,8 +693,9 @@ int regex_compile(const char *pattern, size_t len, regex_dfa *out, char *err, si
     return rc;
 }
 
-/* Days valid for their month; February stops at 28 (29 would need the year's leap rule) */
-#define RX_DATE "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
+/* Years 0001-9999; days valid for their month; February stops at 28 (29 would need the
+ * year's leap rule) */
+#define RX_DATE "(000[1-9]|00[1-9][0-9]|0[1-9][0-9][0-9]|[1-9][0-9][0-9][0-9])-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
 /* RFC 3339 full-time, as JSON Schema's "time" means: seconds and a UTC offset required */
 #define RX_TIME "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?" \
                 "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
@@ -704,8 +705,8 @@ int regex_compile(const char *pattern, size_t len, regex_dfa *out, char *err, si
 #define RX_OCTET "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 
 int regex_compile_format(const char *format, regex_dfa *out, char *err, size_t err_len) {
-    /* Lenient on purpose where tools and Python's isoformat() are: seconds and the UTC
-     * offset may be omitted in time and date-time; days are checked as 01-31 only. */
+    /* As JSON Schema validators read them: RFC 3339 full-time (seconds and offset) and
+     * date-time with a 'T', days valid for their month (February to 28), RFC 3986 URIs. */
     static const char *const table[][2] = {
         {"date", RX_DATE},
         {"time", RX_TIME},

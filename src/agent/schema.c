@@ -24,6 +24,8 @@
  *                   JSON's: 1 == 1.0, "\u0061" == "a" (strings by a 64-bit hash of their
  *                   code points, numbers exactly). A repeat is refused at the byte where no
  *                   unused value can follow, so a unique array never traps the decoder.
+ *                   Unique numbers keep to 15 significant digits (plain numbers: 6
+ *                   decimals, below 1e9), so that distinct values stay distinct doubles.
  *   string          minLength/maxLength (code points), pattern (regex.h), format (date,
  *                   time, date-time, email, uri, uuid, ipv4; others are ignored as
  *                   annotations), not pattern and format together.

@@ -29,7 +29,8 @@ enum num_mode {
     NUM_FREE = 0, /* any JSON number (lowercase exponent); nothing tracked */
     NUM_EXACT,    /* bounded or unique: no exponent, <= 18 integer and fraction digits,
                      value tracked exactly as a decimal with 18 fraction digits */
-    NUM_SCALED    /* integer, or multipleOf: value * 10^scale tracked as an int64 */
+    NUM_SCALED    /* integer, multipleOf, or a unique item: value * 10^scale tracked as an
+                     int64, with at most `digits` digits in all (integer part + scale) */
 };
 
 typedef struct gnode {
@@ -42,7 +43,7 @@ typedef struct gnode {
             uint32_t max_len;  /* UINT32_MAX = unbounded */
         } str;
         struct {
-            uint8_t mode, scale, allow_frac;
+            uint8_t mode, scale, allow_frac, digits;
             fxnum lo, hi;        /* NUM_EXACT, inclusive, on the 1e-18 grid */
             int64_t slo, shi;    /* NUM_SCALED, inclusive, in units of 10^-scale */
             int64_t step;        /* NUM_SCALED: value must be a multiple (>= 1) */

@@ -329,12 +329,18 @@ int build_number(builder *b, const cJSON *s, int integer, int ctx, uint32_t *nod
     if (id == GNONE) return boom(b);
     gnode *n = &b->g->nodes[id];
     *node = id;
-    if (integer || mo) {
+    /* Items of a unique array keep to 15 significant digits (DBL_DIG): distinct decimals
+     * of that size stay distinct doubles, so the tool sees distinct values too. A plain
+     * number there becomes a multiple of 1e-6 below 1e9. */
+    int unique = (ctx & CTX_UNIQUE_ITEM) != 0, digits = unique ? 15 : 18;
+    if (unique && !integer && !mo) scale = 6;
+    if (integer || mo || unique) {
         if (integer && scale) { /* integers that are multiples of k / 10^s */
             step /= gcd64(step, (int64_t)dec_pow10(scale));
             scale = 0;
         }
-        int64_t top = (int64_t)FX_ONE - 1, lo = -top, hi = top;
+        if (scale > digits - 1) return bfail(b, "multipleOf needs too many decimal places for uniqueItems");
+        int64_t top = (int64_t)dec_pow10(digits) - 1, lo = -top, hi = top;
         for (int i = 0; i < nb; i++) {
             fxnum x;
             int exact;
@@ -345,6 +351,7 @@ int build_number(builder *b, const cJSON *s, int integer, int ctx, uint32_t *nod
         }
         n->u.num.mode = NUM_SCALED;
         n->u.num.scale = (uint8_t)scale;
+        n->u.num.digits = (uint8_t)digits;
         n->u.num.allow_frac = !integer;
         n->u.num.step = step;
         n->u.num.slo = lo;
@@ -353,7 +360,7 @@ int build_number(builder *b, const cJSON *s, int integer, int ctx, uint32_t *nod
             return bfail(b, "no %s satisfies minimum/maximum/multipleOf", integer ? "integer" : "number");
         return 0;
     }
-    if (!nb && !(ctx & CTX_UNIQUE_ITEM)) return 0; /* NUM_FREE */
+    if (!nb) return 0; /* NUM_FREE */
     fxnum lo = fx_neg(fx_max()), hi = fx_max();
     for (int i = 0; i < nb; i++) {
         fxnum x;
