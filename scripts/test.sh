@@ -22,3 +22,6 @@ cmake --build build-asan -j "$jobs"
 
 echo "== the official Python client (cactus-needle 2.0.15 from PyPI) on our library =="
 bash tests/official_client/run.sh build
+
+echo "== the needle Python package (python/) =="
+bash python/run_tests.sh build

@@ -1,0 +1,31 @@
+"""needle: Python bindings for libneedle, a C11 inference engine for Needle 2
+tool-calling models.
+
+    import needle
+
+    @needle.tool
+    def get_weather(city: str):
+        "Get the current weather for a city."
+        return {"city": city, "temp_c": 27}
+
+    agent = needle.Needle(weights="needle2.cact", tools=[get_weather])
+    print(agent.run("what's it like in Lagos?")["answer"])
+"""
+from ._lib import NeedleError, library_path
+from ._lib import TURN_AUTO, TURN_QUERY, TURN_TOOL_RESULT
+from .agent import BACKENDS, Needle, default_backend, devices, extract
+from .schema import Field, tool, tool_schema, type_schema
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Needle", "NeedleError", "Field", "tool", "tool_schema", "type_schema", "extract",
+    "devices", "default_backend", "BACKENDS", "library_version", "__version__",
+    "TURN_AUTO", "TURN_QUERY", "TURN_TOOL_RESULT",
+]
+
+
+def library_version() -> str:
+    """The version string of the loaded libneedle."""
+    from ._lib import version
+    return version()

@@ -1,0 +1,76 @@
+"""Library lookup and packaging."""
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+import needle
+from needle import _lib
+
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(code, env_update, cwd):
+    env = dict(os.environ)
+    env.pop("NEEDLE_LIB_PATH", None)
+    env.update(env_update)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+def test_no_tools_refuses_first_turn(cq4):
+    with needle.Needle(weights=cq4) as agent:
+        r = agent.run("hello")
+        assert r["function_calls"] == [] and r["results"] == [] and r["answer"] is None
+
+
+def test_bad_lib_path(tmp_path):
+    out = _run("import needle\ntry:\n    needle.library_version()\nexcept needle.NeedleError "
+               "as e:\n    print('ERR', e)\n",
+               {"NEEDLE_LIB_PATH": str(tmp_path / "nope.so"), "PYTHONPATH": PKG_ROOT},
+               str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ERR libneedle not found") and "NEEDLE_LIB_PATH" in out.stdout
+
+
+def test_library_next_to_package(tmp_path):
+    lib_path = os.environ["NEEDLE_LIB_PATH"]
+    dest = tmp_path / "site" / "needle"
+    shutil.copytree(os.path.join(PKG_ROOT, "needle"), dest,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copyfile(lib_path, dest / "libneedle.so")
+    out = _run("import needle, needle._lib as l\nprint(needle.library_version())\n"
+               "l.lib()\nprint(l.library_path)\n",
+               {"PYTHONPATH": str(tmp_path / "site")}, str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0.1.0", str(dest / "libneedle.so")]
+
+
+def test_struct_defaults_match_header():
+    p = _lib.lib().needle_complete_default_params()
+    assert (p.max_new_tokens, p.max_think_tokens, p.temperature, p.seed, p.turn,
+            p.extract) == (256, 64, 0.0, 0, 0, 0)
+    s = _lib.lib().needle_session_default_params()
+    assert (s.n_ctx, s.kv_window, s.n_sinks, s.kv_type) == (0, -1, 0, 0)
+
+
+def test_wheel_bundles_library(tmp_path):
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    src = tmp_path / "src"
+    shutil.copytree(PKG_ROOT, src, ignore=shutil.ignore_patterns(
+        ".venv", "__pycache__", "build", "*.egg-info", "tests"))
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ))  # NEEDLE_LIB_PATH set: copied instead of running CMake
+    assert out.returncode == 0, out.stderr
+    wheels = list((tmp_path / "dist").glob("needle-0.1.0-*.whl"))
+    assert len(wheels) == 1
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    assert "needle/libneedle.so" in names and "needle/agent.py" in names
+    assert not wheels[0].name.endswith("-none-any.whl")  # a platform wheel
