@@ -39,7 +39,7 @@ static void test_matches_python(void) {
 
 static void test_malformed_input_fails(void) {
     const char *bad[] = {"", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "[1 2]", "tru", "01",
-                         "1.", "-", "1e", "\"abc", "\"\\x\"", "\"\\ud800\"", "\"\\udc00x\"",
+                         "1.", "-", "1e", "\"abc", "\"\\x\"", "\"\\s\"", "\"\\ud800\"", "\"\\udc00x\"",
                          "\"a\x01\"", "\"\xff\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "[1] 2",
                          "{\"a\":1,\"a\":2}", "1e999", "{1:2}", "NaN"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

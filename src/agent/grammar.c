@@ -22,6 +22,7 @@
 #include "agent/schema.h"
 #include "needle.h"
 #include "util/error.h"
+#include "util/json_escape.h"
 
 enum { ST_REJECT = 0, ST_OK = 1, ST_DONE = 2 };
 
@@ -219,24 +220,15 @@ static int str_step(const grammar *g, const grammar_state *st, grammar_frame *f,
         return ST_OK;
     }
     case S_ESC: {
-        uint32_t cp;
-        switch (b) {
-        case '"': cp = '"'; break;
-        case '\\': cp = '\\'; break;
-        case '/': cp = '/'; break;
-        case 'b': cp = '\b'; break;
-        case 'f': cp = '\f'; break;
-        case 'n': cp = '\n'; break;
-        case 'r': cp = '\r'; break;
-        case 't': cp = '\t'; break;
-        case 'u': /* any code point is reachable, and one was live when '\' was read */
+        if (b == 'u') { /* any code point is reachable, and one was live when '\' was read */
             f->phase = S_U;
             f->aux = 0;
             f->u.str.acc = 0;
             return ST_OK;
-        default: return ST_REJECT;
         }
-        return str_take(g, n, f, cp);
+        const int cp = json_simple_escape(b);
+        if (cp < 0) return ST_REJECT;
+        return str_take(g, n, f, (uint32_t)cp);
     }
     case S_U: {
         if ((h = hex_value(b)) < 0) return ST_REJECT;

@@ -10,6 +10,7 @@
 
 #include "needle.h"
 #include "util/error.h"
+#include "util/json_escape.h"
 #include "util/strbuf.h"
 
 #define MAX_DEPTH 128
@@ -116,16 +117,10 @@ static int parse_string(parser *p, strbuf *raw, int emit) {
         if (c == '\\') {
             if (++p->pos >= p->len) return fail_at(p, "unterminated escape");
             char e = p->s[p->pos++];
-            switch (e) {
-            case '"': cp = '"'; break;
-            case '\\': cp = '\\'; break;
-            case '/': cp = '/'; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
-            case 'u': {
+            const int simple = json_simple_escape(e);
+            if (simple >= 0) {
+                cp = (unsigned)simple;
+            } else if (e == 'u') {
                 if (hex4(p, &cp)) return -1;
                 if (cp >= 0xD800 && cp <= 0xDBFF) {
                     unsigned lo;
@@ -138,9 +133,8 @@ static int parse_string(parser *p, strbuf *raw, int emit) {
                 } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
                     return fail_at(p, "unpaired surrogate escape");
                 }
-                break;
-            }
-            default: return fail_at(p, "unknown escape");
+            } else {
+                return fail_at(p, "unknown escape");
             }
         } else if (utf8_next(p, &cp)) {
             return -1;
