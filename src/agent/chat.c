@@ -32,7 +32,6 @@
 #include "util/error.h"
 #include "util/strbuf.h"
 
-#define TEMPLATE_VERSION "cactus-needle 2.0.15"
 
 static const char *const MARKER_TEXT[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
                                           "<|im_end|>", "<|im_start|>"};
@@ -282,30 +281,6 @@ void chat_rewind(needle_session *s) {
 
 uint32_t needle_session_prefix_length(const needle_session *s) {
     return s && s->chat ? s->chat->prefix_len : 0;
-}
-
-/* Picks a token among allowed[] from the session's logits. */
-static int32_t choose(const needle_session *s, const uint8_t *allowed, float temperature,
-                      uint64_t *rng) {
-    const float *lg = s->logits;
-    const uint32_t V = s->m->vocab;
-    int32_t best = -1;
-    for (uint32_t v = 0; v < V; v++)
-        if (allowed[v] && (best < 0 || lg[v] > lg[best])) best = (int32_t)v;
-    if (best < 0 || temperature <= 0.0f) return best;
-    double total = 0;
-    for (uint32_t v = 0; v < V; v++)
-        if (allowed[v]) total += exp((double)(lg[v] - lg[best]) / temperature);
-    *rng ^= *rng << 13;
-    *rng ^= *rng >> 7;
-    *rng ^= *rng << 17;
-    double r = (double)(*rng >> 11) * (1.0 / 9007199254740992.0) * total;
-    for (uint32_t v = 0; v < V; v++) {
-        if (!allowed[v]) continue;
-        r -= exp((double)(lg[v] - lg[best]) / temperature);
-        if (r < 0) return (int32_t)v;
-    }
-    return best;
 }
 
 enum phase { PH_START, PH_AFTER_SPACE, PH_THINK, PH_NEWLINE, PH_CALL_OPEN, PH_JSON, PH_CLOSE,
@@ -584,7 +559,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             /* follow the verified ending */
             tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos, t.plan_len - t.plan_pos);
         } else if (t.phase == PH_JSON && tok < 0) {
-            tok = choose(s, c->allowed, p.temperature, &rng);
+            tok = session_pick_token(s->logits, c->allowed, s->m->vocab, p.temperature, &rng);
             size_t ending = 0;
             if (tok != c->id_end_call) {
                 if (fits_budget(s, &t, tok, t.left, &ending)) {
@@ -604,7 +579,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             }
         }
         if (t.phase == PH_JSON) s->stats.grammar_ms += now_ms() - t_pick; /* budget walks */
-        if (tok < 0) tok = choose(s, c->allowed, p.temperature, &rng);
+        if (tok < 0) tok = session_pick_token(s->logits, c->allowed, s->m->vocab, p.temperature, &rng);
         if (t.phase == PH_JSON && t.closing && tok != c->id_end_call) {
             const char *b;
             size_t n = 0;

@@ -246,17 +246,19 @@ static uint64_t rng_next(uint64_t *state) {
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-int32_t session_pick_token(const float *logits, uint32_t vocab, float temperature,
-                           uint64_t *rng) {
-    int32_t best = 0;
-    for (uint32_t v = 1; v < vocab; v++)
-        if (logits[v] > logits[best]) best = (int32_t)v;
-    if (temperature <= 0.0f) return best;
+int32_t session_pick_token(const float *logits, const uint8_t *allowed, uint32_t vocab,
+                           float temperature, uint64_t *rng) {
+    int32_t best = -1;
+    for (uint32_t v = 0; v < vocab; v++)
+        if ((!allowed || allowed[v]) && (best < 0 || logits[v] > logits[best])) best = (int32_t)v;
+    if (best < 0 || temperature <= 0.0f) return best;
     const float mx = logits[best];
     double total = 0.0;
-    for (uint32_t v = 0; v < vocab; v++) total += exp((double)(logits[v] - mx) / temperature);
+    for (uint32_t v = 0; v < vocab; v++)
+        if (!allowed || allowed[v]) total += exp((double)(logits[v] - mx) / temperature);
     double r = (double)(rng_next(rng) >> 11) * (1.0 / 9007199254740992.0) * total;
     for (uint32_t v = 0; v < vocab; v++) {
+        if (allowed && !allowed[v]) continue;
         r -= exp((double)(logits[v] - mx) / temperature);
         if (r < 0.0) return (int32_t)v;
     }
@@ -281,7 +283,7 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
     uint64_t rng = p.seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
     size_t produced = 0;
     while (p.max_new_tokens == 0 || produced < p.max_new_tokens) {
-        int32_t tok = session_pick_token(s->logits, s->m->vocab, p.temperature, &rng);
+        int32_t tok = session_pick_token(s->logits, NULL, s->m->vocab, p.temperature, &rng);
         if (tok == NEEDLE_TOKEN_EOS) break;
         if (produced >= cap) {
             *n_out = produced;

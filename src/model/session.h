@@ -82,8 +82,9 @@ int session_run(struct needle_session *s, const int32_t *tokens, uint32_t n, flo
  * Only valid at position 0; the conversation is reset. */
 int session_configure_sinks(struct needle_session *s, uint32_t n_sinks);
 
-/* Argmax (ties to the lowest id) at temperature 0, else a seeded softmax sample. */
-int32_t session_pick_token(const float *logits, uint32_t vocab, float temperature,
-                           uint64_t *rng);
+/* Among the tokens with allowed[v] != 0 (all when allowed is NULL): the argmax (ties to
+ * the lowest id) at temperature 0, else a seeded softmax sample. -1 if none is allowed. */
+int32_t session_pick_token(const float *logits, const uint8_t *allowed, uint32_t vocab,
+                           float temperature, uint64_t *rng);
 
 #endif
