@@ -63,6 +63,10 @@ typedef struct needle_model needle_model;
 
 typedef struct needle_model_params {
     int32_t n_threads; /* worker threads for sessions of this model; 0 = NEEDLE_THREADS or cores */
+    /* "cpu", "cuda" or "metal"; NULL or "" = auto (see "Backends and devices" below). A
+     * forced backend that is unknown, not built in, or without a device fails the open
+     * with NEEDLE_ERR_BACKEND; there is no silent fallback. */
+    const char *backend;
 } needle_model_params;
 
 needle_model_params needle_model_default_params(void);
@@ -136,6 +140,42 @@ int needle_model_get_tensor(const needle_model *model, uint32_t index, needle_te
  * smaller (call with out = NULL, cap = 0 to query). RAW tensors are not decodable. */
 int needle_model_decode_tensor(const needle_model *model, uint32_t index, float *out, size_t cap,
                                size_t *n_values);
+
+/* The backend the model runs on ("cpu", ...); NULL for a NULL model. Static storage. */
+const char *needle_model_backend(const needle_model *model);
+
+/* ------------------------------------------------------------------------------------ */
+/* Backends and devices                                                                  */
+/*
+ * A backend is chosen when a model is opened, first match wins:
+ *   1. needle_model_params.backend, if not NULL or "";
+ *   2. env NEEDLE_BACKEND = cpu | cuda | metal;
+ *   3. env JAX_PLATFORM_NAME = cpu | gpu | metal ("gpu" means cuda);
+ *   4. the first compiled-in backend that finds a device, CPU last.
+ * Only "cpu" is built in this version; cuda and metal are compiled only with
+ * NEEDLE_CUDA / NEEDLE_METAL. `needle devices` prints the result. */
+
+typedef struct needle_device_info {
+    char backend[16];      /* "cpu", "cuda", "metal" */
+    char name[128];        /* CPU model name, GPU product name */
+    uint64_t memory_bytes; /* physical RAM (CPU) or device memory; 0 if unknown */
+    int32_t compute_units; /* online cores (CPU), SMs / GPU cores */
+    char capability[32];   /* CPU kernel level ("scalar", "avx2"), compute capability */
+    int32_t is_default;    /* 1 for the first device of needle_default_backend() */
+} needle_device_info;
+
+/* Devices of every compiled-in backend that finds one (>= 1: the CPU is always there). */
+int needle_device_count(void);
+
+/* Describes device `index` in [0, needle_device_count()). NEEDLE_ERR_INVALID_ARGUMENT if
+ * out of range or out is NULL. */
+int needle_device_get(int index, needle_device_info *out);
+
+/* The backend a model opened with default params would use now (honours NEEDLE_BACKEND
+ * and JAX_PLATFORM_NAME). If the environment forces one that is unknown, not built in or
+ * without a device, returns NULL and sets needle_last_error() (the error the model open
+ * would report). Static storage. */
+const char *needle_default_backend(void);
 
 /* ------------------------------------------------------------------------------------ */
 /* Tokenizer (needs a model with a tokenizer blob)                                       */

@@ -36,6 +36,8 @@ static const char *usage_text =
     "  chat --weights FILE --tools TOOLS [--system TEXT]\n"
     "                                     interactive: each line is a query or, after a call,\n"
     "                                     the tool result; /reset, /query TEXT, /result JSON, /quit\n"
+    "  devices [--json]                   compute devices found, and the default backend\n"
+    "                                     (NEEDLE_BACKEND / JAX_PLATFORM_NAME honoured)\n"
     "\n"
     "TOOLS is a JSON array of tool schemas, inline or the path of a file holding one.\n"
     "\n"
@@ -655,6 +657,55 @@ done:
     return rc ? 1 : 0;
 }
 
+/* needle devices [--json]: one line per device, then the default backend. Exit 1 if the
+ * environment forces a backend that cannot be used. */
+static int cmd_devices(int argc, char **argv) {
+    int json = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else return usage("devices: unknown option");
+    }
+    const int n = needle_device_count();
+    const char *def = needle_default_backend();
+    char err[512];
+    snprintf(err, sizeof err, "%s", def ? "" : needle_last_error()); /* next calls clear it */
+    if (json) printf("{\"devices\":[");
+    for (int i = 0; i < n; i++) {
+        needle_device_info d;
+        if (needle_device_get(i, &d) != NEEDLE_OK) continue;
+        if (json) {
+            printf("%s{\"backend\":", i ? "," : "");
+            json_string(d.backend);
+            printf(",\"name\":");
+            json_string(d.name);
+            printf(",\"memory_bytes\":%llu,\"compute_units\":%d,\"capability\":",
+                   (unsigned long long)d.memory_bytes, (int)d.compute_units);
+            json_string(d.capability);
+            printf(",\"default\":%s}", d.is_default ? "true" : "false");
+        } else {
+            printf("%-6s %s  %.1f GiB  %d compute units  %s%s\n", d.backend, d.name,
+                   (double)d.memory_bytes / (1024.0 * 1024.0 * 1024.0), (int)d.compute_units,
+                   d.capability, d.is_default ? "  (default)" : "");
+        }
+    }
+    if (json) {
+        printf("],\"default_backend\":");
+        if (def) json_string(def);
+        else printf("null");
+        if (!def) {
+            printf(",\"error\":");
+            json_string(err);
+        }
+        printf("}\n");
+    } else if (def) {
+        printf("default backend: %s\n", def);
+    } else {
+        printf("default backend: none\n");
+        fprintf(stderr, "needle: %s\n", err);
+    }
+    return def ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return usage(NULL);
     const char *cmd = argv[1];
@@ -667,6 +718,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
+    if (!strcmp(cmd, "devices")) return cmd_devices(argc, argv);
     options o;
     int rc = parse_options(argc, argv, &o);
     if (rc) return rc;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -21,7 +22,12 @@ needle_model_params needle_model_default_params(void) {
 
 static int finish_open(needle_model *m, const needle_model_params *params, needle_model **out) {
     m->n_threads = params ? params->n_threads : 0;
-    int rc = model_bind(m, m->image, m->image_size);
+    int rc = backend_select(params ? params->backend : NULL, &m->backend);
+    if (rc) {
+        needle_model_free(m);
+        return rc;
+    }
+    rc = model_bind(m, m->image, m->image_size);
     if (rc) {
         needle_model_free(m);
         return rc;
@@ -87,6 +93,10 @@ void needle_model_free(needle_model *m) {
     if (m->mapping) munmap(m->mapping, m->image_size);
     free(m->owned);
     free(m);
+}
+
+const char *needle_model_backend(const needle_model *m) {
+    return m && m->backend ? m->backend->name : NULL;
 }
 
 int needle_model_get_info(const needle_model *m, needle_model_info *out) {

@@ -45,6 +45,7 @@ struct needle_model {
     tokenizer *tok;         /* NULL if the file has no tokenizer */
     needle_model_info info;
     int32_t n_threads;
+    const struct needle_backend_impl *backend; /* chosen at open (backend/backend.h) */
 
     /* geometry shortcuts */
     uint32_t d, n_lanes, n_layers, n_heads, n_kv_heads, head_dim, attn_dim, kv_dim, vocab;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "agent/chat.h"
+#include "backend/backend.h"
 #include "util/error.h"
 
 #define DEFAULT_CHUNK 32u
@@ -132,8 +133,10 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
                             m->n_sites ? m->sites[0].key_proj.cols_pad : 0};
     for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
         if (ins[i] > widest) widest = ins[i];
-    if (!failed && cpu_pool_create(m->n_threads, cpu_kernels_best(),
-                                   cq_scratch_floats(widest, s->chunk), &s->pool) != NEEDLE_OK)
+    /* kernels of the backend chosen at model open (backend/backend.h) */
+    const cpu_kernels *kern = m->backend ? m->backend->kernels() : cpu_kernels_best();
+    if (!failed && cpu_pool_create(m->n_threads, kern, cq_scratch_floats(widest, s->chunk),
+                                   &s->pool) != NEEDLE_OK)
         failed = 1;
     s->kern = s->pool ? cpu_pool_kernels(s->pool) : &cpu_kernels_scalar;
     if (failed) {
