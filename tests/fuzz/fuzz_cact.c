@@ -1,7 +1,6 @@
-/* libFuzzer target for the .cact loader and a short forward pass:
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
- *     tests/fuzz/fuzz_cact.c src/.../*.c -lcjson -lm -lpthread
- * or configure with -DNEEDLE_FUZZ=ON -DCMAKE_C_COMPILER=clang and build fuzz_cact.
+/* libFuzzer target for the .cact loader and a short forward pass. Build it with
+ *   cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DNEEDLE_SANITIZE=ON -DNEEDLE_FUZZ=ON
+ *   cmake --build build-fuzz --target fuzz_cact
  * Seed it with tests/fixtures/tiny_*.cact. Any input must load cleanly or fail with a
  * status; a loaded model must run a few tokens without a sanitizer report. */
 #include <stdint.h>
