@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs missing dependencies, builds with warnings as errors, runs
-# the whole suite, then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and
+# the whole suite (with the best SIMD kernels, then forced onto the portable ones), then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and
 # runs the suite again, then drives the library with the official Python client (needs
 # PyPI the first time, to fill a private venv). Exit status 0 only if every run passed.
 set -euo pipefail
@@ -13,6 +13,9 @@ echo "== release build (-Werror) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
+
+echo "== the same suite on the portable kernels (NEEDLE_CPU=scalar) =="
+(cd build && NEEDLE_CPU=scalar ctest --output-on-failure -j "$jobs")
 
 echo "== sanitizer build (ASan + UBSan) =="
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -DNEEDLE_SANITIZE=ON >/dev/null
