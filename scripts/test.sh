@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs missing dependencies, builds with warnings as errors, runs
-# the whole suite (with the best SIMD kernels, then forced onto the portable ones), then rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and
-# runs the suite again, then drives the library with the official Python client (needs
-# PyPI the first time, to fill a private venv). Exit status 0 only if every run passed.
+# the whole suite with the best SIMD kernels and again on the portable ones, rebuilds
+# with AddressSanitizer + UndefinedBehaviorSanitizer and runs the suite again, then
+# drives the library with the official Python client and tests the Python package
+# (PyPI is needed the first time, to fill private venvs). Exit 0 only if all passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
