@@ -13,31 +13,8 @@
 
 #include "agent/json_canon.h"
 #include "agent/schema_build.h"
+#include "util/strbuf.h"
 
-typedef struct sbuf {
-    uint8_t *v;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *s, const void *p, size_t n) {
-    if (s->oom) return;
-    if (s->n + n > s->cap) {
-        size_t c = s->cap ? s->cap * 2 : 64;
-        while (c < s->n + n) c *= 2;
-        uint8_t *q = realloc(s->v, c);
-        if (!q) {
-            s->oom = 1;
-            return;
-        }
-        s->v = q;
-        s->cap = c;
-    }
-    memcpy(s->v + s->n, p, n);
-    s->n += n;
-}
-
-static void sb_str(sbuf *s, const char *t) { sb_put(s, t, strlen(t)); }
 
 /* Decodes one UTF-8 sequence (input already validated by json_canon). */
 static uint32_t utf8_decode(const unsigned char **p) {
@@ -50,20 +27,20 @@ static uint32_t utf8_decode(const unsigned char **p) {
     return v;
 }
 
-static void sb_json_string(sbuf *o, const char *s, int ascii) {
+static void sb_json_string(strbuf *o, const char *s, int ascii) {
     char esc[16];
-    sb_put(o, "\"", 1);
+    strbuf_put(o, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
         const unsigned char *start = p;
         uint32_t cp = utf8_decode(&p);
         switch (cp) {
-        case '"': sb_str(o, "\\\""); continue;
-        case '\\': sb_str(o, "\\\\"); continue;
-        case '\n': sb_str(o, "\\n"); continue;
-        case '\r': sb_str(o, "\\r"); continue;
-        case '\t': sb_str(o, "\\t"); continue;
-        case '\b': sb_str(o, "\\b"); continue;
-        case '\f': sb_str(o, "\\f"); continue;
+        case '"': strbuf_puts(o, "\\\""); continue;
+        case '\\': strbuf_puts(o, "\\\\"); continue;
+        case '\n': strbuf_puts(o, "\\n"); continue;
+        case '\r': strbuf_puts(o, "\\r"); continue;
+        case '\t': strbuf_puts(o, "\\t"); continue;
+        case '\b': strbuf_puts(o, "\\b"); continue;
+        case '\f': strbuf_puts(o, "\\f"); continue;
         default: break;
         }
         if (cp < 0x20 || (ascii && cp >= 0x7F)) {
@@ -73,50 +50,50 @@ static void sb_json_string(sbuf *o, const char *s, int ascii) {
             } else {
                 snprintf(esc, sizeof esc, "\\u%04x", cp);
             }
-            sb_str(o, esc);
+            strbuf_puts(o, esc);
         } else {
-            sb_put(o, start, (size_t)(p - start));
+            strbuf_put(o, (const char *)start, (size_t)(p - start));
         }
     }
-    sb_put(o, "\"", 1);
+    strbuf_put(o, "\"", 1);
 }
 
 static int integral(double v) { return v == floor(v) && fabs(v) < 1e16; }
 
-static void sb_number(sbuf *o, double v, int float_form) {
+static void sb_number(strbuf *o, double v, int float_form) {
     char t[48];
     if (!float_form && integral(v)) snprintf(t, sizeof t, "%.0f", v == 0 ? 0.0 : v);
     else json_python_float(v, t);
-    sb_str(o, t);
+    strbuf_puts(o, t);
 }
 
 /* Compact spelling of any value (nested strings raw, nested integral numbers as ints). */
-static void sb_value(sbuf *o, const cJSON *v) {
+static void sb_value(strbuf *o, const cJSON *v) {
     if (cJSON_IsString(v)) sb_json_string(o, v->valuestring, 0);
     else if (cJSON_IsNumber(v)) sb_number(o, v->valuedouble, 0);
-    else if (cJSON_IsTrue(v)) sb_str(o, "true");
-    else if (cJSON_IsFalse(v)) sb_str(o, "false");
-    else if (cJSON_IsNull(v)) sb_str(o, "null");
+    else if (cJSON_IsTrue(v)) strbuf_puts(o, "true");
+    else if (cJSON_IsFalse(v)) strbuf_puts(o, "false");
+    else if (cJSON_IsNull(v)) strbuf_puts(o, "null");
     else {
         int obj = cJSON_IsObject(v);
-        sb_put(o, obj ? "{" : "[", 1);
+        strbuf_put(o, obj ? "{" : "[", 1);
         for (const cJSON *c = v->child; c; c = c->next) {
-            if (c != v->child) sb_put(o, ",", 1);
+            if (c != v->child) strbuf_put(o, ",", 1);
             if (obj) {
                 sb_json_string(o, c->string, 0);
-                sb_put(o, ":", 1);
+                strbuf_put(o, ":", 1);
             }
             sb_value(o, c);
         }
-        sb_put(o, obj ? "}" : "]", 1);
+        strbuf_put(o, obj ? "}" : "]", 1);
     }
 }
 
 long spell_string(builder *b, const char *s, int ascii) {
-    sbuf o = {0};
+    strbuf o = {0};
     sb_json_string(&o, s, ascii);
-    long n = o.oom || push_lit(b, o.v, o.n, 0) ? -1 : (long)o.n;
-    free(o.v);
+    long n = o.oom || push_lit(b, (const uint8_t *)o.data, o.len, 0) ? -1 : (long)o.len;
+    free(o.data);
     return n;
 }
 
@@ -167,12 +144,12 @@ int build_literal(builder *b, const cJSON *s, uint32_t *node) {
     const cJSON *v = c ? c : e->child; /* const wins over enum */
     for (; v; v = c ? NULL : v->next, member++) {
         for (int variant = 0; variant < 2; variant++) {
-            sbuf o = {0};
+            strbuf o = {0};
             if (cJSON_IsString(v)) sb_json_string(&o, v->valuestring, variant);
             else if (cJSON_IsNumber(v)) sb_number(&o, v->valuedouble, variant);
             else if (!variant) sb_value(&o, v);
-            int rc = o.oom || (o.n && push_lit(b, o.v, o.n, member));
-            free(o.v);
+            int rc = o.oom || (o.len && push_lit(b, (const uint8_t *)o.data, o.len, member));
+            free(o.data);
             if (rc) return boom(b);
         }
     }
