@@ -51,6 +51,37 @@ void needle_session_free(needle_session *s) {
     free(s);
 }
 
+/* KV slots per layer: pinned sinks plus the window ring, or the whole context. */
+static uint32_t kv_slots_for(uint32_t window, uint32_t n_sinks, uint32_t n_ctx) {
+    uint64_t slots = window ? (uint64_t)n_sinks + window : n_ctx;
+    return slots > n_ctx ? n_ctx : (uint32_t)slots;
+}
+
+/* (Re)allocates the KV cache, its int8 scales and the attention scores for `slots`
+ * positions per layer; on failure the session keeps its old buffers. */
+static int kv_cache_alloc(needle_session *s, uint32_t slots) {
+    const struct needle_model *m = s->m;
+    const size_t elems = (size_t)m->n_layers * slots * m->kv_dim + 1;
+    const size_t elem = s->kv_type == NEEDLE_KV_F32 ? 4 : s->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    const int int8 = s->kv_type == NEEDLE_KV_INT8;
+    void *k = calloc(elems, elem), *v = calloc(elems, elem);
+    float *scores = calloc((size_t)slots + 1, sizeof(float));
+    float *scales = int8 ? calloc(2 * (size_t)m->n_layers * slots * KV_SCALE_GROUPS(m->kv_dim) + 1,
+                                  sizeof(float)) : NULL;
+    if (!k || !v || !scores || (int8 && !scales)) {
+        free(k); free(v); free(scores); free(scales);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory for a KV cache of %u "
+                           "positions", slots);
+    }
+    free(s->k_cache); free(s->v_cache); free(s->scores); free(s->kv_scales);
+    s->k_cache = k;
+    s->v_cache = v;
+    s->scores = scores;
+    s->kv_scales = scales;
+    s->kv_slots = slots;
+    return NEEDLE_OK;
+}
+
 int needle_session_create(const needle_model *m, const needle_session_params *params,
                           needle_session **out) {
     if (!m || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: NULL argument");
@@ -78,20 +109,8 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     s->n_sinks = p.n_sinks;
     s->kv_type = p.kv_type;
     s->chunk = DEFAULT_CHUNK;
-    uint64_t slots = window ? (uint64_t)p.n_sinks + window : n_ctx;
-    if (slots > n_ctx) slots = n_ctx;
-    s->kv_slots = (uint32_t)slots;
-
     const size_t d = m->d, nl = m->n_lanes, C = s->chunk, A = m->attn_dim, kvd = m->kv_dim;
-    const size_t kv_elems = (size_t)m->n_layers * s->kv_slots * kvd;
-    const size_t elem = p.kv_type == NEEDLE_KV_F32 ? 4 : p.kv_type == NEEDLE_KV_F16 ? 2 : 1;
-    int failed = 0;
-    s->k_cache = calloc(kv_elems ? kv_elems : 1, elem);
-    s->v_cache = calloc(kv_elems ? kv_elems : 1, elem);
-    if (!s->k_cache || !s->v_cache) failed = 1;
-    if (p.kv_type == NEEDLE_KV_INT8)
-        s->kv_scales = alloc_floats(2 * (size_t)m->n_layers * s->kv_slots * KV_SCALE_GROUPS(kvd),
-                                    &failed);
+    int failed = kv_cache_alloc(s, kv_slots_for(window, p.n_sinks, n_ctx)) != NEEDLE_OK;
 
     size_t h_ld = m->layers[0].q_proj.cols_pad, o_ld = m->layers[0].out_proj.cols_pad;
     size_t e_ld = m->n_sites ? m->sites[0].key_proj.cols_pad : 1;
@@ -124,7 +143,6 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     s->hada = alloc_floats(m->hada_n, &failed);
     s->lane_old = alloc_floats(nl * d, &failed);
     s->rope_cs = alloc_floats(C * m->head_dim, &failed);
-    s->scores = alloc_floats(s->kv_slots, &failed);
     s->tmp = alloc_floats(tmp, &failed);
     s->out_rot = alloc_floats(C * m->embedding.cols_pad, &failed);
     /* kernel scratch: activations of a whole chunk for the widest matrix input */
@@ -180,27 +198,12 @@ int session_configure_sinks(needle_session *s, uint32_t n_sinks) {
     if (n_sinks > s->n_ctx)
         return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "%u sink positions exceed the %u-position "
                            "context", n_sinks, s->n_ctx);
-    uint64_t slots = s->window ? (uint64_t)n_sinks + s->window : s->n_ctx;
-    if (slots > s->n_ctx) slots = s->n_ctx;
+    const uint32_t slots = kv_slots_for(s->window, n_sinks, s->n_ctx);
     if (slots > s->kv_slots) {
-        const struct needle_model *m = s->m;
-        const size_t elems = (size_t)m->n_layers * slots * m->kv_dim;
-        const size_t elem = s->kv_type == NEEDLE_KV_F32 ? 4 : s->kv_type == NEEDLE_KV_F16 ? 2 : 1;
-        void *k = calloc(elems, elem), *v = calloc(elems, elem);
-        float *scores = calloc(slots, sizeof(float));
-        const size_t n_scales = 2 * (size_t)m->n_layers * slots * KV_SCALE_GROUPS(m->kv_dim);
-        float *scales = s->kv_type == NEEDLE_KV_INT8 ? calloc(n_scales, sizeof(float)) : NULL;
-        if (!k || !v || !scores || (s->kv_type == NEEDLE_KV_INT8 && !scales)) {
-            free(k); free(v); free(scores); free(scales);
-            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory growing the KV cache");
-        }
-        free(s->k_cache); free(s->v_cache); free(s->scores); free(s->kv_scales);
-        s->k_cache = k;
-        s->v_cache = v;
-        s->scores = scores;
-        s->kv_scales = scales;
+        int rc = kv_cache_alloc(s, slots);
+        if (rc) return rc;
     }
-    s->kv_slots = (uint32_t)slots;
+    s->kv_slots = slots;
     s->n_sinks = n_sinks;
     s->pos = 0;
     s->has_logits = 0;
