@@ -6,6 +6,7 @@
  *   needle logits --weights FILE --tokens 2,17,99 --out logits.f32 [--incremental] [--sink N]
  *   needle run --weights FILE --tools TOOLS [--system TEXT] [-n N] [--temperature T --seed S] QUERY
  *   needle chat --weights FILE --tools TOOLS [--system TEXT]
+ *   needle eval --weights FILE [-n N] [--limit N] [--json] [--verbose] DATA.jsonl  (eval.c)
  *
  * Exit status: 0 on success, 1 on a library error (message on stderr), 2 on bad usage. */
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "eval.h"
 #include "needle.h"
 
 static const char *usage_text =
@@ -36,6 +38,10 @@ static const char *usage_text =
     "  chat --weights FILE --tools TOOLS [--system TEXT]\n"
     "                                     interactive: each line is a query or, after a call,\n"
     "                                     the tool result; /reset, /query TEXT, /result JSON, /quit\n"
+    "  eval --weights FILE [-n N] [--limit N] [--skip-bad] [--json] [--verbose] DATA.jsonl\n"
+    "                                     score the engine on a dataset in the fine-tuning\n"
+    "                                     format (JSONL: query, tools, answers, system?);\n"
+    "                                     a progress bar on stderr when it is a terminal\n"
     "  devices [--json]                   compute devices found, and the default backend\n"
     "                                     (NEEDLE_BACKEND / JAX_PLATFORM_NAME honoured)\n"
     "\n"
@@ -46,7 +52,23 @@ static const char *usage_text =
     "  --window N                         sliding window (default: the file's kv_window)\n"
     "  --stats                            run/chat: print forward vs grammar time to stderr\n"
     "  --ctx N                            positions per conversation (default: the file's\n"
-    "                                     max_seq_len; run/chat with a window: unbounded)\n";
+    "                                     max_seq_len; run/chat/eval with a window: unbounded)\n"
+    "\n"
+    "eval metrics (each example is one fresh greedy query turn):\n"
+    "  exact match         same calls in the same order: names equal, arguments equal as JSON\n"
+    "                      values (key order ignored, 2 == 2.0, strings byte for byte)\n"
+    "  tool-name accuracy  the ordered list of called names equals the expected one\n"
+    "  argument P/R/F1     micro-averaged over (call, key, value): calls paired by position\n"
+    "                      when names match; a key is correct if present in both with equal\n"
+    "                      values; P = correct/predicted keys, R = correct/expected keys\n"
+    "  refusal accuracy    over examples expecting [], the fraction predicting []; false\n"
+    "                      refusals: [] predicted where calls were expected\n"
+    "  well-formed rate    output is an array of {\"name\": a declared tool, \"arguments\": {}}\n"
+    "                      (a failed turn is not; it scores as wrong everywhere)\n"
+    "  latency             needle_session_complete() per example: mean, p50, p95\n"
+    "  --limit N: first N examples; --skip-bad: count and skip malformed lines instead of\n"
+    "  failing; --verbose: every mismatch (query, expected, predicted) on stderr; --json: one\n"
+    "  JSON object on stdout\n";
 
 static int usage(const char *msg) {
     if (msg) fprintf(stderr, "needle: %s\n\n", msg);
@@ -719,6 +741,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc, argv);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     options o;
     int rc = parse_options(argc, argv, &o);
     if (rc) return rc;

@@ -1,0 +1,397 @@
+/* eval.c: `needle eval`, the engine over a dataset in the fine-tuning format (spec §7).
+ *
+ *   needle eval --weights FILE [-n N] [--limit N] [--skip-bad] [--json] [--verbose]
+ *               [--ctx N] [--window N] [--kv f32|f16|int8] DATA.jsonl
+ *
+ * The whole file is read and validated before the model is opened, so a bad line fails
+ * fast with its line number. Each example then runs as one fresh greedy query turn: the
+ * session bound to its tools and system (a few are kept, least recently used replaced,
+ * so a dataset with one tool set prefills it once) is reset to the cached prefix, and
+ * needle_session_complete() is timed. A turn that fails (set_tools rejects the tools, the
+ * envelope reports success: false) counts as a turn error and scores as a missing
+ * prediction. Scoring lives in eval_score.c; the metrics are defined in eval_score.h.
+ * Uses only the public header. */
+#include "eval.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "eval_score.h"
+#include "needle.h"
+
+#define EVAL_SESSIONS 4        /* distinct tools+system sessions kept warm */
+#define EVAL_ENVELOPE (1 << 20) /* one turn's envelope: bounded by max_new_tokens */
+
+static const char *eval_usage_text =
+    "usage: needle eval --weights FILE [-n N] [--limit N] [--skip-bad] [--json] [--verbose]\n"
+    "                   [--ctx N] [--window N] [--kv f32|f16|int8] DATA.jsonl\n"
+    "see `needle --help` and the README (\"Evaluating on a dataset\") for the metrics\n";
+
+static int eval_usage(const char *msg) {
+    fprintf(stderr, "needle eval: %s\n%s", msg, eval_usage_text);
+    return 2;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+typedef struct eval_options {
+    const char *weights, *data;
+    long n_new, limit, n_ctx, window;
+    int n_new_set, skip_bad, json, verbose, kv_type;
+} eval_options;
+
+static int parse_count(const char *s, long lo, long *out) {
+    char *end;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > (1L << 24)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_eval_options(int argc, char **argv, eval_options *o) {
+    memset(o, 0, sizeof *o);
+    o->window = -1;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        long *target = NULL, lo = 1;
+        if (!strcmp(a, "--json")) o->json = 1;
+        else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) o->verbose = 1;
+        else if (!strcmp(a, "--skip-bad")) o->skip_bad = 1;
+        else if (!strcmp(a, "--weights") || !strcmp(a, "-w")) {
+            if (!val) return eval_usage("missing value after --weights");
+            o->weights = val;
+            i++;
+        } else if (!strcmp(a, "--kv")) {
+            if (!val) return eval_usage("missing value after --kv");
+            if (!strcmp(val, "f32")) o->kv_type = NEEDLE_KV_F32;
+            else if (!strcmp(val, "f16")) o->kv_type = NEEDLE_KV_F16;
+            else if (!strcmp(val, "int8")) o->kv_type = NEEDLE_KV_INT8;
+            else return eval_usage("--kv takes f32, f16 or int8");
+            i++;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-new-tokens")) {
+            target = &o->n_new;
+            o->n_new_set = 1;
+        } else if (!strcmp(a, "--limit")) target = &o->limit;
+        else if (!strcmp(a, "--ctx")) target = &o->n_ctx;
+        else if (!strcmp(a, "--window")) { target = &o->window; lo = 0; }
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "needle eval: unknown option %s\n", a);
+            return 2;
+        } else if (!o->data) o->data = a;
+        else return eval_usage("too many arguments");
+        if (target) {
+            if (!val || parse_count(val, lo, target)) return eval_usage("bad option value");
+            i++;
+        }
+    }
+    if (!o->weights) return eval_usage("--weights FILE is required");
+    if (!o->data) return eval_usage("DATA.jsonl is required");
+    return 0;
+}
+
+/* ---- reading the dataset ----------------------------------------------------------- */
+
+typedef struct example {
+    eval_example ex;
+    long line;
+} example;
+
+typedef struct dataset {
+    example *v;
+    size_t n, cap;
+    long skipped;
+} dataset;
+
+static void dataset_free(dataset *d) {
+    for (size_t i = 0; i < d->n; i++) eval_example_free(&d->v[i].ex);
+    free(d->v);
+}
+
+static int blank(const char *s) {
+    for (; *s; s++)
+        if (*s != ' ' && *s != '\t' && *s != '\r' && *s != '\n') return 0;
+    return 1;
+}
+
+/* Reads and validates up to o->limit examples (0 = all). Returns 0, or 1 after printing
+ * the error. */
+static int read_dataset(const eval_options *o, dataset *d) {
+    memset(d, 0, sizeof *d);
+    FILE *f = fopen(o->data, "rb");
+    if (!f) {
+        fprintf(stderr, "needle: cannot open %s: %s\n", o->data, strerror(errno));
+        return 1;
+    }
+    char *line = NULL, err[256];
+    size_t line_cap = 0;
+    ssize_t got;
+    long lineno = 0;
+    int rc = 0;
+    while ((!o->limit || (long)d->n < o->limit) && (got = getline(&line, &line_cap, f)) >= 0) {
+        lineno++;
+        if (blank(line)) continue;
+        example e = {.line = lineno};
+        int bad;
+        if (strlen(line) != (size_t)got) bad = snprintf(err, sizeof err, "holds a NUL byte") > 0;
+        else bad = eval_example_parse(line, &e.ex, err, sizeof err) != 0;
+        if (bad) {
+            fprintf(stderr, "needle: %s:%ld: %s%s\n", o->data, lineno, err,
+                    o->skip_bad ? " (skipped)" : "");
+            if (o->skip_bad) {
+                d->skipped++;
+                continue;
+            }
+            rc = 1;
+            break;
+        }
+        if (d->n == d->cap) {
+            const size_t cap = d->cap ? 2 * d->cap : 64;
+            example *v = realloc(d->v, cap * sizeof *v);
+            if (!v) {
+                eval_example_free(&e.ex);
+                fprintf(stderr, "needle: out of memory reading %s\n", o->data);
+                rc = 1;
+                break;
+            }
+            d->v = v;
+            d->cap = cap;
+        }
+        d->v[d->n++] = e;
+    }
+    if (rc == 0 && ferror(f)) {
+        fprintf(stderr, "needle: cannot read %s: %s\n", o->data, strerror(errno));
+        rc = 1;
+    }
+    free(line);
+    fclose(f);
+    if (rc == 0 && d->n == 0) {
+        fprintf(stderr, "needle: %s: no examples\n", o->data);
+        rc = 1;
+    }
+    if (rc) dataset_free(d);
+    return rc;
+}
+
+/* ---- sessions, one per tools+system, least recently used replaced --------------------- */
+
+typedef struct session_slot {
+    needle_session *s;
+    const char *tools, *system; /* borrowed from the dataset; NULL = not bound */
+    unsigned long used;
+} session_slot;
+
+/* The session for `ex`, reset to its cached prefix; NULL (message in err) when the tools
+ * cannot be bound or the session cannot be made. */
+static needle_session *session_for(session_slot *slots, const needle_model *m,
+                                   const needle_session_params *sp, const eval_example *ex,
+                                   unsigned long tick, char *err, size_t cap) {
+    session_slot *pick = NULL;
+    for (int i = 0; i < EVAL_SESSIONS; i++) {
+        session_slot *sl = &slots[i];
+        if (sl->tools && !strcmp(sl->tools, ex->tools_text) && !strcmp(sl->system, ex->system)) {
+            sl->used = tick;
+            needle_session_reset(sl->s);
+            return sl->s;
+        }
+        if (!pick || !sl->s || (pick->s && sl->used < pick->used)) pick = sl;
+    }
+    int rc = NEEDLE_OK;
+    if (!pick->s) rc = needle_session_create(m, sp, &pick->s);
+    pick->tools = pick->system = NULL;
+    if (rc == NEEDLE_OK) rc = needle_session_set_tools(pick->s, ex->system, ex->tools_text);
+    if (rc != NEEDLE_OK) {
+        snprintf(err, cap, "%s: %s", needle_status_string(rc), needle_last_error());
+        return NULL;
+    }
+    pick->tools = ex->tools_text;
+    pick->system = ex->system;
+    pick->used = tick;
+    return pick->s;
+}
+
+/* ---- output -------------------------------------------------------------------------- */
+
+static void progress(size_t done, size_t total, const eval_metrics *m, double sum_ms) {
+    const int width = 30, fill = (int)(width * done / total);
+    fprintf(stderr, "\r[");
+    for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
+    fprintf(stderr, "] %zu/%zu  exact %.3f  mean %.0f ms", done, total,
+            m->examples ? (double)m->exact / (double)m->examples : 0.0,
+            m->n_latency ? sum_ms / (double)m->n_latency : 0.0);
+    fflush(stderr);
+}
+
+static void print_json_compact(FILE *f, const cJSON *v) {
+    char *s = v ? cJSON_PrintUnformatted(v) : NULL;
+    fputs(s ? s : "null", f);
+    free(s);
+}
+
+static void print_mismatch(const example *e, const cJSON *pred, const char *turn_error) {
+    fprintf(stderr, "line %ld: %s\n  expected:  ", e->line, e->ex.query);
+    print_json_compact(stderr, e->ex.expected);
+    fprintf(stderr, "\n  predicted: ");
+    if (turn_error) fprintf(stderr, "(turn error: %s)", turn_error);
+    else print_json_compact(stderr, pred);
+    fputc('\n', stderr);
+}
+
+static void print_ratio(const char *label, double v, long num, long den) {
+    if (v < 0) printf("%-20s n/a\n", label);
+    else printf("%-20s %.4f  (%ld/%ld)\n", label, v, num, den);
+}
+
+static void print_table(const eval_options *o, eval_metrics *m, long skipped) {
+    const eval_summary s = eval_metrics_summary(m);
+    printf("%-20s %s\n", "model", o->weights);
+    printf("%-20s %s\n", "data", o->data);
+    printf("%-20s %ld (%ld calls expected; %ld lines skipped)\n", "examples", m->examples,
+           m->calls_expected, skipped);
+    print_ratio("exact match", s.exact_match, m->exact, m->examples);
+    print_ratio("tool-name accuracy", s.tool_name_accuracy, m->names_match, m->examples);
+    print_ratio("argument precision", s.arg_precision, m->args_correct, m->args_predicted);
+    print_ratio("argument recall", s.arg_recall, m->args_correct, m->args_expected);
+    printf("%-20s %.4f\n", "argument F1", s.arg_f1);
+    print_ratio("refusal accuracy", s.refusal_accuracy, m->refusals_correct, m->refusal_examples);
+    printf("%-20s %ld\n", "false refusals", m->false_refusals);
+    print_ratio("well-formed rate", s.well_formed_rate, m->well_formed, m->examples);
+    if (s.latency_mean_ms < 0) printf("%-20s n/a (no turn ran)\n", "latency");
+    else printf("%-20s mean %.1f ms, p50 %.1f ms, p95 %.1f ms\n", "latency", s.latency_mean_ms,
+                s.latency_p50_ms, s.latency_p95_ms);
+    printf("%-20s %ld\n", "turn errors", m->turn_errors);
+}
+
+static int print_json(const eval_options *o, eval_metrics *m, long skipped) {
+    cJSON *out = eval_metrics_json(m);
+    if (!out || !cJSON_AddStringToObject(out, "weights", o->weights) ||
+        !cJSON_AddStringToObject(out, "data", o->data) ||
+        !cJSON_AddNumberToObject(out, "skipped_lines", (double)skipped)) {
+        cJSON_Delete(out);
+        fprintf(stderr, "needle: out of memory\n");
+        return 1;
+    }
+    print_json_compact(stdout, out);
+    putchar('\n');
+    cJSON_Delete(out);
+    return 0;
+}
+
+/* ---- the command ----------------------------------------------------------------------- */
+
+/* Runs one example; returns the envelope's function_calls (owned by *env) or NULL with a
+ * reason in err. */
+static const cJSON *run_turn(needle_session *s, const eval_options *o, const char *query,
+                             char *buf, cJSON **env, double *ms, char *err, size_t cap) {
+    needle_complete_params p = needle_complete_default_params();
+    if (o->n_new_set) p.max_new_tokens = (int32_t)o->n_new;
+    p.turn = NEEDLE_TURN_QUERY;
+    size_t len = 0;
+    const double t0 = now_ms();
+    const int rc = needle_session_complete(s, query, &p, buf, EVAL_ENVELOPE, &len);
+    *ms = now_ms() - t0;
+    *env = NULL;
+    if (rc != NEEDLE_OK) {
+        snprintf(err, cap, "%s: %s", needle_status_string(rc), needle_last_error());
+        return NULL;
+    }
+    *env = cJSON_Parse(buf);
+    if (!*env) {
+        snprintf(err, cap, "envelope is not JSON");
+        return NULL;
+    }
+    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(*env, "success"))) {
+        const char *code =
+            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*env, "error_code"));
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*env, "error"));
+        snprintf(err, cap, "%s%s%s", code ? code : "failed", msg ? ": " : "", msg ? msg : "");
+        return NULL;
+    }
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(*env, "function_calls");
+    if (!calls) snprintf(err, cap, "envelope has no function_calls");
+    return calls;
+}
+
+int cmd_eval(int argc, char **argv) {
+    eval_options o;
+    int rc = parse_eval_options(argc, argv, &o);
+    if (rc) return rc;
+    dataset d;
+    if (read_dataset(&o, &d)) return 1;
+
+    needle_model *m = NULL;
+    session_slot slots[EVAL_SESSIONS];
+    memset(slots, 0, sizeof slots);
+    eval_metrics metrics;
+    eval_metrics_init(&metrics);
+    char *buf = malloc(EVAL_ENVELOPE);
+    if (!buf) {
+        fprintf(stderr, "needle: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    if ((rc = needle_model_open(o.weights, NULL, &m)) != NEEDLE_OK) {
+        fprintf(stderr, "needle: %s: %s: %s\n", o.weights, needle_status_string(rc),
+                needle_last_error());
+        rc = 1;
+        goto done;
+    }
+    needle_session_params sp = needle_session_default_params();
+    sp.kv_window = (int32_t)o.window;
+    sp.n_ctx = (uint32_t)o.n_ctx;
+    sp.kv_type = o.kv_type;
+    needle_model_info info;
+    needle_model_get_info(m, &info);
+    /* as `needle run`: a sliding window bounds memory, so positions need no cap */
+    if (!o.n_ctx && info.kv_window && o.window != 0) sp.n_ctx = 1u << 20;
+
+    const int bar = isatty(STDERR_FILENO);
+    int errors_reported = 0;
+    double sum_ms = 0;
+    for (size_t i = 0; i < d.n; i++) {
+        const example *e = &d.v[i];
+        char err[512] = "";
+        cJSON *env = NULL;
+        const cJSON *pred = NULL;
+        double ms = -1; /* stays -1 when the turn never ran */
+        needle_session *s =
+            session_for(slots, m, &sp, &e->ex, (unsigned long)i + 1, err, sizeof err);
+        if (s) pred = run_turn(s, &o, e->ex.query, buf, &env, &ms, err, sizeof err);
+        const eval_result r = eval_score(pred, e->ex.expected, e->ex.tools);
+        if (!pred) metrics.turn_errors++;
+        if (eval_metrics_add(&metrics, &r, ms)) {
+            fprintf(stderr, "needle: out of memory\n");
+            cJSON_Delete(env);
+            rc = 1;
+            goto done;
+        }
+        const int first_error = !pred && !o.verbose && !errors_reported++;
+        if (bar && (first_error || (o.verbose && !r.exact))) fprintf(stderr, "\r\033[K");
+        if (first_error)
+            fprintf(stderr, "needle: %s:%ld: turn error: %s (--verbose lists every one)\n",
+                    o.data, e->line, err);
+        if (o.verbose && !r.exact) print_mismatch(e, pred, pred ? NULL : err);
+        cJSON_Delete(env);
+        if (ms >= 0) sum_ms += ms;
+        if (bar) progress(i + 1, d.n, &metrics, sum_ms);
+    }
+    if (bar) fprintf(stderr, "\r\033[K");
+    rc = o.json ? print_json(&o, &metrics, d.skipped) : (print_table(&o, &metrics, d.skipped), 0);
+done:
+    for (int i = 0; i < EVAL_SESSIONS; i++) needle_session_free(slots[i].s);
+    needle_model_free(m);
+    free(buf);
+    eval_metrics_free(&metrics);
+    dataset_free(&d);
+    return rc;
+}

@@ -1,0 +1,115 @@
+/* eval_score.h: the model-free half of `needle eval`: reading one example of the
+ * fine-tuning data format (spec §7) and scoring predicted tool calls against the
+ * expected ones. No engine calls here, so tests/test_eval.c checks every metric on
+ * hand-made pairs.
+ *
+ * An example is one JSON object per line:
+ *   query    string (required)
+ *   tools    JSON array of tool schemas, or a string holding one (required)
+ *   answers  array of {"name": str, "arguments": {...}}, or a string holding one;
+ *            "function_calls" is accepted as an alias. [] means "refuse".
+ *   system   string (optional)
+ *   reasoning, any other key: ignored
+ * In expected calls, "arguments" may be missing or null (= {}) or a string holding a JSON
+ * object (OpenAI style).
+ *
+ * Metrics (per example, then accumulated; see eval_metrics_summary for the ratios):
+ *   well-formed     the prediction is a JSON array whose every element is an object with a
+ *                   string "name" naming a declared tool and an object "arguments". A
+ *                   prediction that is not well-formed (or missing: the turn failed) scores
+ *                   as wrong everywhere: no exact match, no name match, no correct or
+ *                   predicted arguments, and it is not a refusal.
+ *   exact match     same number of calls, in the same order, same names, arguments equal
+ *                   as JSON values (eval_json_equal).
+ *   name match      the ordered list of called names equals the expected list.
+ *   arguments       micro-averaged over (call, key, value) items. Calls are paired by
+ *                   position (i-th predicted with i-th expected) when their names match;
+ *                   an expected key is correct if the paired prediction has the key with a
+ *                   JSON-equal value. predicted = keys over all predicted calls, expected =
+ *                   keys over all expected calls. precision = correct / predicted (1 when
+ *                   nothing was predicted), recall = correct / expected (1 when nothing was
+ *                   expected), F1 = 2PR / (P + R) (0 when P + R = 0).
+ *   refusal         over examples expecting []: correct when the prediction is a
+ *                   well-formed []. A false refusal is a well-formed [] where calls were
+ *                   expected.
+ *   latency         per example whose turn ran, in ms; mean, p50 and p95 (nearest rank);
+ *                   -1 (n/a) when no turn ran. */
+#ifndef NEEDLE_TOOLS_EVAL_SCORE_H
+#define NEEDLE_TOOLS_EVAL_SCORE_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+/* One parsed example. Everything is owned by the struct (eval_example_free). */
+typedef struct eval_example {
+    char *query;
+    char *system;     /* "" when absent */
+    char *tools_text; /* the tools exactly as written in the data (the array's own text, or
+                       * the string's content): what set_tools gets, and the session key */
+    cJSON *tools;     /* the parsed tools array */
+    cJSON *expected;  /* array of {"name": str, "arguments": object}, normalized */
+} eval_example;
+
+/* Parses one JSONL line (NUL-terminated). Returns 0 and fills *out, or -1 with a one-line
+ * reason in err (e.g. "answers: expected an array of calls") and *out zeroed. The tools
+ * text is kept verbatim because the engine re-serializes it as in training, where "1.0"
+ * and "1" differ; a cJSON round trip would lose that. */
+int eval_example_parse(const char *line, eval_example *out, char *err, size_t errcap);
+void eval_example_free(eval_example *ex);
+
+/* JSON value equality: same type; numbers by value (2 == 2.0); strings byte for byte;
+ * arrays element by element in order; objects with the same key set (key order ignored)
+ * and equal values per key. NULL equals only NULL. */
+int eval_json_equal(const cJSON *a, const cJSON *b);
+
+/* 1 if `pred` is a well-formed call array for `tools` (see above). NULL is not. Tool names
+ * come from each entry's "name" or, OpenAI style, "function"."name". */
+int eval_well_formed(const cJSON *pred, const cJSON *tools);
+
+/* What one example scored. */
+typedef struct eval_result {
+    int well_formed, exact, names_match;
+    int refusal_expected;    /* expected [] */
+    int refused;             /* well-formed [] predicted */
+    int calls_expected;
+    int args_correct, args_predicted, args_expected;
+} eval_result;
+
+/* Scores `pred` (NULL when the turn produced nothing usable) against `expected` (a
+ * normalized call array, as in eval_example). */
+eval_result eval_score(const cJSON *pred, const cJSON *expected, const cJSON *tools);
+
+/* Running totals over a dataset. Latencies are kept for the percentiles. */
+typedef struct eval_metrics {
+    long examples, calls_expected;
+    long exact, names_match, well_formed;
+    long args_correct, args_predicted, args_expected;
+    long refusal_examples, refusals_correct, false_refusals;
+    long turn_errors; /* turns that failed inside the engine (set_tools, complete, envelope) */
+    double *latency_ms;
+    size_t n_latency, cap_latency;
+} eval_metrics;
+
+void eval_metrics_init(eval_metrics *m);
+void eval_metrics_free(eval_metrics *m);
+/* Adds one scored example and its latency; a negative latency (the turn never ran, e.g.
+ * the tools were rejected) is left out of the latency figures. Returns -1 if out of
+ * memory (nothing added). */
+int eval_metrics_add(eval_metrics *m, const eval_result *r, double latency_ms);
+
+/* The ratios. A ratio over an empty set is reported as -1 (printed "n/a" / null). */
+typedef struct eval_summary {
+    double exact_match, tool_name_accuracy, well_formed_rate;
+    double arg_precision, arg_recall, arg_f1;
+    double refusal_accuracy; /* -1 when no example expects [] */
+    double latency_mean_ms, latency_p50_ms, latency_p95_ms;
+} eval_summary;
+
+/* Sorts the latencies in place (percentiles). */
+eval_summary eval_metrics_summary(eval_metrics *m);
+
+/* The metrics as one JSON object (caller frees with cJSON_Delete); NULL if out of memory. */
+cJSON *eval_metrics_json(eval_metrics *m);
+
+#endif
