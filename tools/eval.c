@@ -12,6 +12,7 @@
  * prediction. Scoring lives in eval_score.c; the metrics are defined in eval_score.h.
  * Uses only the public header. */
 #include "eval.h"
+#include "default_model.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -95,7 +96,8 @@ static int parse_eval_options(int argc, char **argv, eval_options *o) {
             i++;
         }
     }
-    if (!o->weights) return eval_usage("--weights FILE is required");
+    if (!o->weights) o->weights = cli_default_weights();
+    if (!o->weights) return cli_no_weights();
     if (!o->data) return eval_usage("DATA.jsonl is required");
     return 0;
 }

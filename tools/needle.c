@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "eval.h"
+#include "default_model.h"
 #include "needle.h"
 
 static const char *usage_text =
@@ -100,6 +101,7 @@ typedef struct options {
     long window;
     long n_ctx;
     int kv_type;
+    int weights_defaulted; /* no --weights: the default model (default_model.h) is used */
 } options;
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -169,11 +171,15 @@ static int parse_options(int argc, char **argv, options *o) {
         }
 #undef NEED_VALUE
     }
+    if (!o->weights) {
+        o->weights = cli_default_weights();
+        o->weights_defaulted = o->weights != NULL;
+    }
     return 0;
 }
 
 static int open_model(const options *o, needle_model **m) {
-    if (!o->weights) return usage("--weights FILE is required");
+    if (!o->weights) return cli_no_weights();
     int rc = needle_model_open(o->weights, NULL, m);
     return rc ? lib_error(o->weights, rc) : 0;
 }
@@ -435,8 +441,12 @@ static char *load_tools(const char *arg) {
 static int open_agent(const options *o, needle_model **m, needle_session **s) {
     *m = NULL;
     *s = NULL;
-    if (!o->tools) return usage("--tools TOOLS is required");
-    char *tools = load_tools(o->tools);
+    const char *tools_arg = o->tools;
+    /* the demo model's own tool list is the default only for the default model */
+    if (!tools_arg && o->weights_defaulted && !getenv("NEEDLE_MODEL"))
+        tools_arg = cli_default_tools();
+    if (!tools_arg) return usage("--tools TOOLS is required");
+    char *tools = load_tools(tools_arg);
     if (!tools) return 1;
     int rc = open_model(o, m);
     options with_ctx = *o;
@@ -577,7 +587,8 @@ static int cmd_bench(int argc, char **argv) {
         if (!val || parse_long(val, lo, hi, target)) return usage("bench: bad option value");
         i++;
     }
-    if (!weights) return usage("--weights FILE is required");
+    if (!weights) weights = cli_default_weights();
+    if (!weights) return cli_no_weights();
 
     needle_model_params mp = needle_model_default_params();
     mp.n_threads = (int32_t)threads;
