@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs missing dependencies, builds with warnings as errors, runs
 # the whole suite with the best SIMD kernels and again on the portable ones, rebuilds
-# with AddressSanitizer + UndefinedBehaviorSanitizer and runs the suite again, then
-# drives the library with the official Python client and tests the Python package
-# (PyPI is needed the first time, to fill private venvs). Exit 0 only if all passed.
+# with AddressSanitizer + UndefinedBehaviorSanitizer and runs the suite again,
+# cross-builds for aarch64 and runs the suite under qemu-user (NEON kernels, then the
+# portable ones), then drives the library with the official Python client and tests the
+# Python package (PyPI is needed the first time, to fill private venvs). Exit 0 only if
+# all passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -23,6 +25,15 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -D
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$jobs")
+
+echo "== aarch64 (NEON) cross build, suite under qemu-user =="
+# Emulated, not real ARM hardware: this proves the NEON kernels' results, not their speed.
+cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64-linux-gnu.cmake \
+  -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON >/dev/null
+cmake --build build-aarch64 -j "$jobs"
+(cd build-aarch64 && ctest --output-on-failure -j "$jobs")
+echo "== aarch64 suite under qemu-user on the portable kernels (NEEDLE_CPU=scalar) =="
+(cd build-aarch64 && NEEDLE_CPU=scalar ctest --output-on-failure -j "$jobs")
 
 echo "== the official Python client (cactus-needle 2.0.15 from PyPI) on our library =="
 bash tests/official_client/run.sh build

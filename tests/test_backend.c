@@ -153,7 +153,8 @@ static void test_devices(void) {
             CHECK(d.is_default == 1);
             CHECK(d.compute_units >= 1);
             CHECK(d.memory_bytes > 0);
-            CHECK(!strcmp(d.capability, "scalar") || !strcmp(d.capability, "avx2"));
+            CHECK(!strcmp(d.capability, "scalar") || !strcmp(d.capability, "avx2") ||
+                  !strcmp(d.capability, "neon"));
         }
     }
     CHECK_EQ_INT(defaults, 1);

@@ -1,5 +1,6 @@
-/* Every CPU kernel level against the plain C reference (kernels/cpu/cq_plain.c), and the
- * thread pool against one thread.
+/* Every CPU kernel level this machine supports (AVX2 on x86-64, NEON on aarch64, where
+ * the suite also runs under qemu-user, see scripts/test.sh) against the plain C
+ * reference (kernels/cpu/cq_plain.c), and the thread pool against one thread.
  *
  * CQ products: random matrices of every bit width and group size 16..256, odd row
  * counts, padded last groups, 1..40 tokens with strided inputs and outputs, through both
@@ -143,7 +144,7 @@ static int n_levels;
 
 static void find_levels(void) {
     n_levels = 0;
-    const char *names[] = {"scalar", "avx2"};
+    const char *names[] = {"scalar", "avx2", "neon"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cpu_kernels *k = cpu_kernels_named(names[i]);
         if (k) levels[n_levels++] = k;

@@ -64,7 +64,7 @@ static void put_codepoint(strbuf *b, unsigned cp) {
 
 /* Emits one code point as Python's ensure_ascii=False encoder does. */
 static void emit_char(strbuf *b, unsigned cp) {
-    char esc[8];
+    char esc[12]; /* room for any unsigned, so no truncation warning on any compiler */
     switch (cp) {
     case '"': strbuf_put(b, "\\\"", 2); return;
     case '\\': strbuf_put(b, "\\\\", 2); return;

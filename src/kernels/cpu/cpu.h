@@ -1,11 +1,17 @@
 /* The CPU backend: a dispatch table of CQ kernels and a persistent thread pool.
  *
- * Kernels. `cpu_kernels` is one struct of function pointers per instruction-set level
- * (the plain C reference, AVX2). Each SIMD file is compiled with per-function target
- * attributes, so one binary runs everywhere; cpu_kernels_best() probes the CPU once and
- * picks the best level, which the environment variable NEEDLE_CPU=scalar|avx2 can lower
- * (an unsupported or unknown request falls back to the best supported level). Every
- * SIMD kernel is tested against the plain one (tests/test_simd.c).
+ * Kernels. `cpu_kernels` is one struct of function pointers per instruction-set level:
+ * the plain C reference ("scalar"), AVX2 on x86-64 and NEON on aarch64. Every SIMD file
+ * is compiled on every architecture and reduces to a stub returning NULL on the others.
+ * The AVX2 file uses per-function target attributes and a CPUID probe, so one x86 binary
+ * runs everywhere; NEON (AdvSIMD with FMA) is part of every aarch64 CPU, so it needs no
+ * probe. The NEON kernels use no optional extension (in particular not the SDOT/UDOT
+ * dot product, which multiplies int8 and so does not apply to float activations); one
+ * that did would need a run-time probe (getauxval(AT_HWCAP) on Linux, sysctl on Apple)
+ * before its table is handed out. cpu_kernels_best() picks the best level once, which
+ * the environment variable NEEDLE_CPU=scalar|avx2|neon can lower (an unsupported or
+ * unknown request falls back to the best supported level). Every SIMD kernel is tested
+ * against the plain one (tests/test_simd.c).
  *
  * Threads. A `cpu_pool` owns n-1 worker threads; the caller of cpu_pool_run is thread
  * 0. Workers spin briefly after each run and then sleep on a condition variable, so
@@ -39,7 +45,7 @@ typedef struct cq_scratch {
 } cq_scratch;
 
 typedef struct cpu_kernels {
-    const char *name; /* "scalar", "avx2" */
+    const char *name; /* "scalar", "avx2", "neon" */
     /* In-place unnormalised Walsh-Hadamard transform, n a power of 2 (see fwht()). */
     void (*fwht)(float *x, uint32_t n);
     /* See cq_rotate(). */
@@ -60,10 +66,14 @@ extern const cpu_kernels cpu_kernels_scalar;
 /* The AVX2+FMA+F16C table, or NULL if this build or this CPU lacks them. */
 const cpu_kernels *cpu_kernels_avx2(void);
 
+/* The NEON table on (little-endian) aarch64, else NULL. */
+const cpu_kernels *cpu_kernels_neon(void);
+
 /* The best level this CPU supports, lowered by NEEDLE_CPU; never NULL. Thread-safe. */
 const cpu_kernels *cpu_kernels_best(void);
 
-/* The level called `name` ("scalar", "avx2"), or NULL if unknown or unsupported here. */
+/* The level called `name` ("scalar", "avx2", "neon"), or NULL if unknown or unsupported
+ * here. */
 const cpu_kernels *cpu_kernels_named(const char *name);
 
 /* Widest input for which a kernel may build a 1 KiB-per-4-columns table of activation

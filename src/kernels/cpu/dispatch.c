@@ -46,6 +46,7 @@ const cpu_kernels *cpu_kernels_named(const char *name) {
     if (!name) return NULL;
     if (!strcmp(name, "scalar")) return &cpu_kernels_scalar;
     if (!strcmp(name, "avx2")) return cpu_kernels_avx2();
+    if (!strcmp(name, "neon")) return cpu_kernels_neon();
     return NULL;
 }
 
@@ -53,11 +54,13 @@ static const cpu_kernels *best;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 static void pick_best(void) {
+    /* at most one SIMD level exists per architecture */
     const cpu_kernels *k = cpu_kernels_avx2();
+    if (!k) k = cpu_kernels_neon();
     if (!k) k = &cpu_kernels_scalar;
     const char *want = getenv("NEEDLE_CPU");
     if (want && !strcmp(want, "scalar")) k = &cpu_kernels_scalar;
-    /* "avx2", "avx512" or anything else: the best supported level up to it */
+    /* "avx2", "neon", "avx512" or anything else: the best supported level */
     best = k;
 }
 

@@ -11,8 +11,8 @@
  *     for workers that joined (`active`). A worker that lost its core (busy or
  *     oversubscribed machine) thus never delays the caller: it finds the run closed.
  *     The join is a Dekker handshake on sequentially consistent atomics: a worker
- *     increments `active` then reads `open`; the caller clears `open` then reads
- *     `active`, so at least one of them sees the other.
+ *     increments `active` then reads `open`; the caller clears `open`, issues a full
+ *     fence, then reads `active`, so at least one of them sees the other.
  * The mutex, the sequentially consistent generation store and the release/acquire on
  * the countdowns make the caller's writes (fn, arg, inputs) visible to workers and the
  * workers' outputs visible to the caller when the run returns.
@@ -241,6 +241,11 @@ static void run(cpu_pool *pool, void (*fn)(void *arg, int i, int n), void *arg, 
     fn(arg, 0, pool->n);
     if (joinable) {
         atomic_store(&pool->open, 0);
+        /* the Dekker handshake needs this store ordered before the loads of `active`,
+         * which are only acquire loads: an acquire load may be satisfied early (ARMv8.3
+         * LDAPR; qemu-user on x86 hosts, where a stale read let a late worker run fn
+         * after this call had returned) */
+        atomic_thread_fence(memory_order_seq_cst);
         wait_zero(&pool->active);
     } else {
         wait_zero(&pool->pending);
