@@ -46,6 +46,7 @@ struct needle_model {
     needle_model_info info;
     int32_t n_threads;
     const struct needle_backend_impl *backend; /* chosen at open (backend/backend.h) */
+    void *device_weights;   /* the backend's copy of the weights (ops->model_load), or NULL */
 
     /* geometry shortcuts */
     uint32_t d, n_lanes, n_layers, n_heads, n_kv_heads, head_dim, attn_dim, kv_dim, vocab;
