@@ -27,7 +27,7 @@
 #define TOL_LOGITS 1e-3
 
 #ifdef NEEDLE_TEST_METAL_C
-extern const needle_backend_ops metal_c_ops;
+extern const needle_backend_ops nk_backend_ops; /* metal_ops.c over metal_emu.c */
 #endif
 
 static uint64_t rng_state = 0x1234567887654321ULL;
@@ -366,7 +366,7 @@ static void test_compiled_backends(void) {
 
 static void test_metal_kernels_as_c(void) {
 #ifdef NEEDLE_TEST_METAL_C
-    run_impl(&metal_c_ops, "metal-c");
+    run_impl(&nk_backend_ops, "metal-c");
 #else
     printf("  SKIP metal-c: not built\n");
 #endif

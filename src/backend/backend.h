@@ -110,6 +110,10 @@ typedef struct needle_backend_ops {
      * final_norm); argmax (host [count], optional): the first maximal id. */
     void (*logits)(struct needle_session *s, const float *lanes, uint32_t count, float *out,
                    int32_t *argmax);
+
+    /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
+     * for a device error seen since the last call. Called at the end of each forward. */
+    int (*finish)(struct needle_session *s);
 } needle_backend_ops;
 
 typedef struct needle_backend_impl {

@@ -143,6 +143,13 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
         }
         done += cn;
     }
+    if (ops->finish) {
+        int rc = ops->finish(s);
+        if (rc) {
+            s->has_logits = 0;
+            return rc;
+        }
+    }
     s->has_logits = all_logits || !s->skip_logits;
     return NEEDLE_OK;
 }

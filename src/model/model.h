@@ -55,6 +55,7 @@ struct needle_model {
     uint32_t max_order;
 
     float *arena;            /* widened FP tensors */
+    size_t arena_floats;
     const float **fp;        /* [num_tensors] -> widened values (NULL for CQ/RAW) */
     cq_matrix embedding;     /* [vocab][d], tied output */
     layer_weights *layers;   /* [n_layers] */
