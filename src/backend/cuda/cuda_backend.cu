@@ -454,8 +454,10 @@ __global__ void k_attend(kv_args a, const float *q, uint32_t t, uint32_t hd, uin
     uint32_t first = a.n_sinks;
     if (a.window && t + 1 > a.window && t + 1 - a.window > first) first = t + 1 - a.window;
     const uint32_t n_sink = a.n_sinks < t + 1 ? a.n_sinks : t + 1;
+    /* sinks [0, n_sink), then the window tail [tail0, t]; the tail is empty while the
+     * sinks reach past t */
     const uint32_t tail0 = first > n_sink ? first : n_sink;
-    const uint32_t n_pos = n_sink + (t + 1 - tail0);
+    const uint32_t n_pos = n_sink + (tail0 <= t ? t + 1 - tail0 : 0);
     const float *qa = q + (size_t)head * hd;
     float *sc = scores + (size_t)head * a.slots;
     float mx = -INFINITY;
@@ -913,7 +915,7 @@ static int cu_model_load(struct needle_model *m) {
     if (e == cudaSuccess)
         e = cudaMemcpy(w->codebooks, m->file.codebooks, sizeof m->file.codebooks, cudaMemcpyHostToDevice);
     /* kernels whose shared vector may pass the default 48 KiB */
-    const size_t big = smem(m->n_lanes * m->d + m->phi_pre.group);
+    const size_t big = smem(m->phi_pre.cols_pad);
     if (e == cudaSuccess && big > 48 * 1024)
         e = cudaFuncSetAttribute(k_lane_norm, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)big);
     if (e != cudaSuccess) {
