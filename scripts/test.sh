@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The test command: installs missing dependencies, builds with warnings as errors, runs
 # the whole suite with the best SIMD kernels and again on the portable ones, rebuilds
-# with AddressSanitizer + UndefinedBehaviorSanitizer and runs the suite again,
+# with AddressSanitizer + UndefinedBehaviorSanitizer and runs the suite again;
 # cross-builds for aarch64 and runs the suite under qemu-user (NEON kernels, then the
-# portable ones), then drives the library with the official Python client and tests the
-# Python package (PyPI is needed the first time, to fill private venvs). Exit 0 only if
-# all passed.
+# portable ones); when nvcc exists, builds the CUDA backend too (build-cuda, -Werror)
+# and runs the suite there: on a machine with an NVIDIA GPU that is the suite on CUDA,
+# without one the CUDA tests say they skip. Then drives the library with the official
+# Python client and tests the Python package (PyPI is needed the first time, to fill
+# private venvs). Exit 0 only if all passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -13,7 +15,7 @@ bash scripts/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 
 echo "== release build (-Werror) =="
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON -DNEEDLE_CUDA=OFF >/dev/null
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
 
@@ -21,7 +23,8 @@ echo "== the same suite on the portable kernels (NEEDLE_CPU=scalar) =="
 (cd build && NEEDLE_CPU=scalar ctest --output-on-failure -j "$jobs")
 
 echo "== sanitizer build (ASan + UBSan) =="
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -DNEEDLE_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -DNEEDLE_SANITIZE=ON \
+  -DNEEDLE_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$jobs")
@@ -34,6 +37,19 @@ cmake --build build-aarch64 -j "$jobs"
 (cd build-aarch64 && ctest --output-on-failure -j "$jobs")
 echo "== aarch64 suite under qemu-user on the portable kernels (NEEDLE_CPU=scalar) =="
 (cd build-aarch64 && NEEDLE_CPU=scalar ctest --output-on-failure -j "$jobs")
+
+nvcc=$(command -v nvcc || true)
+if [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc=/usr/local/cuda/bin/nvcc; fi
+if [ -n "$nvcc" ]; then
+  echo "== CUDA build (-DNEEDLE_CUDA=ON, $nvcc) and the suite on it =="
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON -DNEEDLE_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER="$nvcc" >/dev/null
+  cmake --build build-cuda -j "$jobs"
+  (cd build-cuda && ctest --output-on-failure -j "$jobs")
+  ./build-cuda/needle devices
+else
+  echo "== no nvcc: the CUDA backend is not built =="
+fi
 
 echo "== the official Python client (cactus-needle 2.0.15 from PyPI) on our library =="
 bash tests/official_client/run.sh build

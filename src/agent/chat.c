@@ -247,8 +247,7 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
     s->stats.prefix_evaluations++;
     c->prefix_len = (uint32_t)n_ids;
     memcpy(c->history, s->history, sizeof c->history);
-    if (c->ev_snapshot)
-        memcpy(c->ev_snapshot, s->ev_hist, (size_t)m->n_sites * s->ev_ring * m->d * sizeof(float));
+    if (c->ev_snapshot) session_save_engram(s, c->ev_snapshot);
 
     c->tools = tools;
     c->tools_len = tools_len;
@@ -273,9 +272,7 @@ void chat_rewind(needle_session *s) {
     s->pos = c->prefix_len;
     s->has_logits = 0;
     memcpy(s->history, c->history, sizeof c->history);
-    if (c->ev_snapshot)
-        memcpy(s->ev_hist, c->ev_snapshot,
-               (size_t)s->m->n_sites * s->ev_ring * s->m->d * sizeof(float));
+    if (c->ev_snapshot) session_restore_engram(s, c->ev_snapshot);
     c->last_turn_called = 0;
 }
 

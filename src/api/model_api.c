@@ -28,6 +28,7 @@ static int finish_open(needle_model *m, const needle_model_params *params, needl
         return rc;
     }
     rc = model_bind(m, m->image, m->image_size);
+    if (!rc && m->backend->ops->model_load) rc = m->backend->ops->model_load(m);
     if (rc) {
         needle_model_free(m);
         return rc;
@@ -89,6 +90,7 @@ int needle_model_open_blob(const void *data, size_t size, const needle_model_par
 
 void needle_model_free(needle_model *m) {
     if (!m) return;
+    if (m->backend && m->backend->ops->model_unload) m->backend->ops->model_unload(m);
     model_unbind(m);
     if (m->mapping) munmap(m->mapping, m->image_size);
     free(m->owned);

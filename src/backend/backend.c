@@ -76,7 +76,7 @@ static const needle_backend_impl cpu_backend = {
     .probe = cpu_probe,
     .device_count = cpu_device_count,
     .device_info = cpu_device_info,
-    .kernels = cpu_kernels_best,
+    .ops = &cpu_backend_ops,
 };
 
 /* ------------------------------------------------------------------------------------ */

@@ -42,6 +42,7 @@ static int widen_float_tensors(struct needle_model *m) {
         else if (t->dtype == CACT_FP32) total += t->nbytes / 4;
     }
     m->arena = malloc((total ? total : 1) * sizeof(float));
+    m->arena_floats = total;
     m->fp = calloc(f->num_tensors, sizeof *m->fp);
     if (!m->arena || !m->fp) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
     float *p = m->arena;

@@ -46,6 +46,7 @@ struct needle_model {
     needle_model_info info;
     int32_t n_threads;
     const struct needle_backend_impl *backend; /* chosen at open (backend/backend.h) */
+    void *device_weights;   /* the backend's copy of the weights (ops->model_load), or NULL */
 
     /* geometry shortcuts */
     uint32_t d, n_lanes, n_layers, n_heads, n_kv_heads, head_dim, attn_dim, kv_dim, vocab;
@@ -54,6 +55,7 @@ struct needle_model {
     uint32_t max_order;
 
     float *arena;            /* widened FP tensors */
+    size_t arena_floats;
     const float **fp;        /* [num_tensors] -> widened values (NULL for CQ/RAW) */
     cq_matrix embedding;     /* [vocab][d], tied output */
     layer_weights *layers;   /* [n_layers] */

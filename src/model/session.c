@@ -31,22 +31,28 @@ needle_generate_params needle_generate_default_params(void) {
     return p;
 }
 
-static float *alloc_floats(size_t n, int *failed) {
-    float *p = calloc(n ? n : 1, sizeof(float));
+/* Backend memory for `n` floats (zeroed); sets *failed on failure. */
+static float *alloc_floats(needle_session *s, size_t n, int *failed) {
+    float *p = s->ops->alloc(s, (n ? n : 1) * sizeof(float));
     if (!p) *failed = 1;
     return p;
 }
 
 void needle_session_free(needle_session *s) {
     if (!s) return;
-    float **bufs[] = {&s->kv_scales, &s->ev_hist, &s->logits, &s->lanes, &s->nx, &s->mix,
-                      &s->u, &s->bx, &s->h, &s->hr, &s->x2, &s->q, &s->k, &s->v, &s->gate,
-                      &s->o, &s->attn, &s->eng_e, &s->eng_er, &s->eng_k, &s->eng_v,
-                      &s->eng_vhat, &s->hada, &s->lane_old, &s->rope_cs, &s->scores, &s->tmp, &s->out_rot};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
-    free(s->k_cache);
-    free(s->v_cache);
-    cpu_pool_free(s->pool);
+    if (s->ops) {
+        float **bufs[] = {&s->kv_scales, &s->scores, &s->ev_hist, &s->lanes, &s->nx, &s->mix,
+                          &s->u, &s->bx, &s->h, &s->hr, &s->x2, &s->q, &s->k, &s->v,
+                          &s->gate, &s->o, &s->attn, &s->eng_er, &s->eng_k, &s->eng_v,
+                          &s->eng_vhat};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) s->ops->release(s, *bufs[i]);
+        s->ops->release(s, s->k_cache);
+        s->ops->release(s, s->v_cache);
+        s->ops->session_free(s);
+    }
+    free(s->logits);
+    free(s->rope_cs);
+    free(s->eng_slots);
     chat_free(s->chat);
     free(s);
 }
@@ -58,22 +64,25 @@ static uint32_t kv_slots_for(uint32_t window, uint32_t n_sinks, uint32_t n_ctx) 
 }
 
 /* (Re)allocates the KV cache, its int8 scales and the attention scores for `slots`
- * positions per layer; on failure the session keeps its old buffers. */
+ * positions per layer in backend memory; on failure the session keeps its old buffers. */
 static int kv_cache_alloc(needle_session *s, uint32_t slots) {
     const struct needle_model *m = s->m;
+    const needle_backend_ops *ops = s->ops;
     const size_t elems = (size_t)m->n_layers * slots * m->kv_dim + 1;
     const size_t elem = s->kv_type == NEEDLE_KV_F32 ? 4 : s->kv_type == NEEDLE_KV_F16 ? 2 : 1;
     const int int8 = s->kv_type == NEEDLE_KV_INT8;
-    void *k = calloc(elems, elem), *v = calloc(elems, elem);
-    float *scores = calloc((size_t)slots + 1, sizeof(float));
-    float *scales = int8 ? calloc(2 * (size_t)m->n_layers * slots * KV_SCALE_GROUPS(m->kv_dim) + 1,
-                                  sizeof(float)) : NULL;
+    void *k = ops->alloc(s, elems * elem), *v = ops->alloc(s, elems * elem);
+    float *scores = ops->alloc(s, ((size_t)m->n_heads * slots + 1) * sizeof(float));
+    float *scales = int8 ? ops->alloc(s, (2 * (size_t)m->n_layers * slots *
+                                          KV_SCALE_GROUPS(m->kv_dim) + 1) * sizeof(float))
+                         : NULL;
     if (!k || !v || !scores || (int8 && !scales)) {
-        free(k); free(v); free(scores); free(scales);
+        ops->release(s, k); ops->release(s, v); ops->release(s, scores); ops->release(s, scales);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory for a KV cache of %u "
                            "positions", slots);
     }
-    free(s->k_cache); free(s->v_cache); free(s->scores); free(s->kv_scales);
+    ops->release(s, s->k_cache); ops->release(s, s->v_cache);
+    ops->release(s, s->scores); ops->release(s, s->kv_scales);
     s->k_cache = k;
     s->v_cache = v;
     s->scores = scores;
@@ -82,9 +91,10 @@ static int kv_cache_alloc(needle_session *s, uint32_t slots) {
     return NEEDLE_OK;
 }
 
-int needle_session_create(const needle_model *m, const needle_session_params *params,
-                          needle_session **out) {
-    if (!m || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: NULL argument");
+int session_create_with_ops(const needle_model *m, const needle_session_params *params,
+                            const needle_backend_ops *ops, needle_session **out) {
+    if (!m || !out || !ops)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: NULL argument");
     needle_session_params p = params ? *params : needle_session_default_params();
     if (p.kv_type < NEEDLE_KV_F32 || p.kv_type > NEEDLE_KV_INT8)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: unknown kv_type %d",
@@ -109,54 +119,44 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     s->n_sinks = p.n_sinks;
     s->kv_type = p.kv_type;
     s->chunk = DEFAULT_CHUNK;
+    s->n_threads = m->n_threads;
+    int rc = ops->session_init(s);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    s->ops = ops;
     const size_t d = m->d, nl = m->n_lanes, C = s->chunk, A = m->attn_dim, kvd = m->kv_dim;
     int failed = kv_cache_alloc(s, kv_slots_for(window, p.n_sinks, n_ctx)) != NEEDLE_OK;
 
     size_t h_ld = m->layers[0].q_proj.cols_pad, o_ld = m->layers[0].out_proj.cols_pad;
     size_t e_ld = m->n_sites ? m->sites[0].key_proj.cols_pad : 1;
-    size_t tmp = m->file.group;
-    if (tmp < 2 * d) tmp = 2 * d;
-    if (tmp < 2 * kvd) tmp = 2 * kvd;
     s->ev_ring = (m->taps - 1) * m->dilation + 1;
-    if (m->n_sites) s->ev_hist = alloc_floats((size_t)m->n_sites * s->ev_ring * d, &failed);
-    s->logits = alloc_floats(m->vocab, &failed);
-    s->lanes = alloc_floats(C * nl * d, &failed);
-    s->nx = alloc_floats(C * m->phi_pre.cols_pad, &failed);
-    s->mix = alloc_floats(C * (2 * nl + nl * nl), &failed);
-    s->u = alloc_floats(C * d, &failed);
-    s->bx = alloc_floats(C * d, &failed);
-    s->h = alloc_floats(C * d, &failed);
-    s->hr = alloc_floats(C * h_ld, &failed);
-    s->x2 = alloc_floats(C * d, &failed);
-    s->q = alloc_floats(C * A, &failed);
-    s->k = alloc_floats(C * kvd, &failed);
-    s->v = alloc_floats(C * kvd, &failed);
-    s->gate = alloc_floats(C * A, &failed);
-    s->o = alloc_floats(C * o_ld, &failed);
-    s->attn = alloc_floats(C * d, &failed);
+    if (m->n_sites) s->ev_hist = alloc_floats(s, (size_t)m->n_sites * s->ev_ring * d, &failed);
+    s->lanes = alloc_floats(s, C * nl * d, &failed);
+    s->nx = alloc_floats(s, C * m->phi_pre.cols_pad, &failed);
+    s->mix = alloc_floats(s, C * (2 * nl + nl * nl), &failed);
+    s->u = alloc_floats(s, C * d, &failed);
+    s->bx = alloc_floats(s, C * d, &failed);
+    s->h = alloc_floats(s, C * d, &failed);
+    s->hr = alloc_floats(s, C * h_ld, &failed);
+    s->x2 = alloc_floats(s, C * d, &failed);
+    s->q = alloc_floats(s, C * A, &failed);
+    s->k = alloc_floats(s, C * kvd, &failed);
+    s->v = alloc_floats(s, C * kvd, &failed);
+    s->gate = alloc_floats(s, C * A, &failed);
+    s->o = alloc_floats(s, C * o_ld, &failed);
+    s->attn = alloc_floats(s, C * d, &failed);
+    s->eng_er = alloc_floats(s, C * e_ld, &failed);
+    s->eng_k = alloc_floats(s, (size_t)m->n_sites * C * d, &failed);
+    s->eng_v = alloc_floats(s, (size_t)m->n_sites * C * d, &failed);
+    s->eng_vhat = alloc_floats(s, C * d, &failed);
+    /* host memory */
+    s->logits = calloc(m->vocab, sizeof(float));
+    s->rope_cs = calloc(C * m->head_dim, sizeof(float));
     /* engram header fields are only validated (and meaningful) when there are sites */
-    if (m->n_sites) s->eng_e = alloc_floats((size_t)m->n_tables * m->sub_dim, &failed);
-    s->eng_er = alloc_floats(C * e_ld, &failed);
-    s->eng_k = alloc_floats((size_t)m->n_sites * C * d, &failed);
-    s->eng_v = alloc_floats((size_t)m->n_sites * C * d, &failed);
-    s->eng_vhat = alloc_floats(C * d, &failed);
-    s->hada = alloc_floats(m->hada_n, &failed);
-    s->lane_old = alloc_floats(nl * d, &failed);
-    s->rope_cs = alloc_floats(C * m->head_dim, &failed);
-    s->tmp = alloc_floats(tmp, &failed);
-    s->out_rot = alloc_floats(C * m->embedding.cols_pad, &failed);
-    /* kernel scratch: activations of a whole chunk for the widest matrix input */
-    uint32_t widest = m->embedding.cols_pad;
-    const uint32_t ins[] = {m->phi_pre.cols_pad, (uint32_t)h_ld, (uint32_t)o_ld,
-                            m->n_sites ? m->sites[0].key_proj.cols_pad : 0};
-    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
-        if (ins[i] > widest) widest = ins[i];
-    /* kernels of the backend chosen at model open (backend/backend.h) */
-    const cpu_kernels *kern = m->backend ? m->backend->kernels() : cpu_kernels_best();
-    if (!failed && cpu_pool_create(m->n_threads, kern, cq_scratch_floats(widest, s->chunk),
-                                   &s->pool) != NEEDLE_OK)
-        failed = 1;
-    s->kern = s->pool ? cpu_pool_kernels(s->pool) : &cpu_kernels_scalar;
+    s->eng_slots = calloc(m->n_sites ? C * m->n_tables : 1, sizeof(uint32_t));
+    if (!s->logits || !s->rope_cs || !s->eng_slots) failed = 1;
     if (failed) {
         needle_session_free(s);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session_create: out of memory for the "
@@ -165,6 +165,26 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     *out = s;
     needle_clear_error();
     return NEEDLE_OK;
+}
+
+int needle_session_create(const needle_model *m, const needle_session_params *params,
+                          needle_session **out) {
+    if (!m || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: NULL argument");
+    /* the operations of the backend chosen at model open (backend/backend.h) */
+    const needle_backend_ops *ops = m->backend ? m->backend->ops : &cpu_backend_ops;
+    return session_create_with_ops(m, params, ops, out);
+}
+
+void session_save_engram(needle_session *s, float *host) {
+    const struct needle_model *m = s->m;
+    if (m->n_sites)
+        s->ops->download(s, host, s->ev_hist, (size_t)m->n_sites * s->ev_ring * m->d * sizeof(float));
+}
+
+void session_restore_engram(needle_session *s, const float *host) {
+    const struct needle_model *m = s->m;
+    if (m->n_sites)
+        s->ops->upload(s, s->ev_hist, host, (size_t)m->n_sites * s->ev_ring * m->d * sizeof(float));
 }
 
 void needle_session_reset(needle_session *s) {

@@ -11,7 +11,6 @@
 #ifndef NEEDLE_MODEL_SESSION_H
 #define NEEDLE_MODEL_SESSION_H
 
-#include "kernels/cpu/cpu.h"
 #include "model/model.h"
 #include "needle.h"
 
@@ -19,49 +18,49 @@
 
 struct needle_session {
     const struct needle_model *m;
+    const struct needle_backend_ops *ops; /* the model's backend (backend/backend.h) */
+    void *dev;          /* the backend's per-session state (threads, streams, scratch) */
     uint32_t n_ctx;     /* positions allowed */
     uint32_t window;    /* 0 = full causal attention */
     uint32_t n_sinks;
     uint32_t kv_slots;  /* per layer */
     int32_t kv_type;
     uint32_t chunk;     /* tokens per forward chunk */
-    cpu_pool *pool;     /* this session's threads (model n_threads, NEEDLE_THREADS or cores) */
-    const cpu_kernels *kern; /* the pool's CQ kernels */
+    int32_t n_threads;  /* CPU threads asked for (model n_threads; 0 = NEEDLE_THREADS/cores) */
 
     uint32_t pos;       /* next absolute position */
     int has_logits;
     int32_t history[SESSION_HISTORY];
 
+    /* Below: backend memory (ops->alloc), never dereferenced by shared code. */
     /* KV cache: [layer][slot][kv_dim] in the session's kv_type */
     void *k_cache, *v_cache;
     float *kv_scales;   /* int8 cache: [2][layer][slot][KV_SCALE_GROUPS(kv_dim)] */
+    float *scores;      /* [n_heads][kv_slots] attention scratch */
 
     /* engram: pre-conv values of the last `ev_ring` positions, [site][ring][d] */
     uint32_t ev_ring;
     float *ev_hist;
 
-    float *logits;      /* [vocab] of the last position */
-    int skip_logits;    /* set by session_run when the caller needs no logits */
-
-    struct chat *chat;  /* tools, grammar and cached prefix; NULL for token-level use */
-    needle_session_stats stats;
-
-    /* chunk scratch (sizes in session.c) */
+    /* chunk activations (sizes in session.c) */
     float *lanes;       /* [chunk][n][d] */
     float *nx;          /* [chunk][n*d padded] rotated */
     float *mix;         /* [chunk][n + n + n*n] projections */
     float *u, *bx, *h, *hr, *x2;  /* [chunk][d or padded] */
     float *q, *k, *v, *gate;      /* [chunk][A or kvd] */
-    float *o, *orot, *attn;       /* [chunk][A padded], [chunk][d] */
-    float *eng_e, *eng_er;        /* [chunk][T*sub padded] */
+    float *o, *attn;              /* [chunk][A padded], [chunk][d] */
+    float *eng_er;                /* [chunk][T*sub padded] */
     float *eng_k, *eng_v;         /* [site][chunk][d] */
     float *eng_vhat;              /* [chunk][d] */
-    float *hada;                  /* [hada_n] */
-    float *lane_old;              /* [n*d] lanes before the write-back */
-    float *rope_cs;               /* [chunk][head_dim]: cos | sin per position */
-    float *scores;                /* [kv_slots] */
-    float *tmp;                   /* [max(group, 2*d, 2*kv_dim)] */
-    float *out_rot;               /* [chunk][d padded] rotated final hidden */
+
+    /* host memory */
+    float *logits;      /* [vocab] of the last position */
+    int skip_logits;    /* set by session_run when the caller needs no logits */
+    float *rope_cs;     /* [chunk][head_dim]: cos | sin per position */
+    uint32_t *eng_slots; /* [chunk][n_tables] engram table slots */
+
+    struct chat *chat;  /* tools, grammar and cached prefix; NULL for token-level use */
+    needle_session_stats stats;
 };
 
 #define KV_SCALE_GROUP 32u
@@ -84,6 +83,16 @@ int session_configure_sinks(struct needle_session *s, uint32_t n_sinks);
 
 /* Among the tokens with allowed[v] != 0 (all when allowed is NULL): the argmax (ties to
  * the lowest id) at temperature 0, else a seeded softmax sample. -1 if none is allowed. */
+/* needle_session_create with the operations `ops` instead of the model's backend's (the
+ * backend-vs-CPU tests run other implementations of the same interface). */
+int session_create_with_ops(const struct needle_model *m, const needle_session_params *params,
+                            const struct needle_backend_ops *ops, struct needle_session **out);
+
+/* Copies the engram ring to or from host memory `host` (n_sites * ev_ring * d floats),
+ * for the chat prefix snapshot. */
+void session_save_engram(struct needle_session *s, float *host);
+void session_restore_engram(struct needle_session *s, const float *host);
+
 int32_t session_pick_token(const float *logits, const uint8_t *allowed, uint32_t vocab,
                            float temperature, uint64_t *rng);
 

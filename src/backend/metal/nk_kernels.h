@@ -1,0 +1,449 @@
+/* The Metal kernels' arithmetic, in the common subset of MSL and C (metal_compat.h).
+ *
+ * Every kernel is one function nk_<name>(NK_PARAMS) run for gid = 0 .. a->n_items - 1, one
+ * GPU thread per item (kernels.metal wraps each in a `kernel`; metal_emu.c runs the same
+ * functions in a C loop on Linux). Items are independent within a dispatch; order between
+ * dispatches is the host's (metal_ops.c). Buffers are b0..b8 (their meaning is listed per
+ * kernel) plus `wf`, the model's widened float tensors, indexed by the offsets o_a..o_d.
+ * The arithmetic follows the CPU reference (backend/cpu_ops.c, kernels/cpu/cq_plain.c)
+ * operation by operation; only the CPU's SIMD dot products sum in another order. */
+#ifndef NEEDLE_METAL_NK_KERNELS_H
+#define NEEDLE_METAL_NK_KERNELS_H
+
+/* A CQ matrix's geometry (its codes, norms and codebook come as buffers). */
+typedef struct nk_cq {
+    uint rows, cols, cols_pad, group, ngroups, bits, row_bytes, unused;
+} nk_cq;
+
+/* The argument block of every kernel: only 4-byte fields, so C and MSL lay it out alike. */
+typedef struct nk_args {
+    uint n_items;                 /* grid size */
+    nk_cq w;                      /* the kernel's matrix (or the rotation's geometry) */
+    uint row0, nrows, ntok, ld_x, ld_y;
+    uint d, nl, p0, t, my_lane, mix_ld, has_site;
+    uint n_tables, n_slots, sub, scr_ld;
+    uint taps, dil, ring_n, first;
+    uint H, hd, A, kvd, reps;
+    uint kv_type, slots, layer, n_layers, n_sinks, window;
+    uint N, vocab;
+    uint o_a, o_b, o_c, o_d;      /* offsets into wf */
+    float f0;                     /* a scalar weight (attn_gate, sqrt(d)) */
+} nk_args;
+
+#define NK_KV_F32 0u
+#define NK_KV_F16 1u
+#define NK_KV_I8 2u
+#define NK_KV_GROUP 32u
+#define NK_MASKED 0xFFFFFFFFu
+
+#define NK_PARAMS                                                                            \
+    NK_CONST const nk_args *a, NK_DEVICE uchar *b0, NK_DEVICE uchar *b1, NK_DEVICE uchar *b2, \
+        NK_DEVICE uchar *b3, NK_DEVICE uchar *b4, NK_DEVICE uchar *b5, NK_DEVICE uchar *b6,   \
+        NK_DEVICE uchar *b7, NK_DEVICE uchar *b8, NK_DEVICE const float *wf, uint gid
+
+#define NK_F(p) ((NK_DEVICE float *)(p))
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+NK_FN float nk_sigmoid(float z) { return 1.0f / (1.0f + NK_EXP(-z)); }
+
+/* Code k of a packed row (LSB-first streams). */
+NK_FN uint nk_code(NK_DEVICE const uchar *row, uint bits, uint k) {
+    if (bits == 4u) return ((uint)row[k >> 1] >> ((k & 1u) * 4u)) & 15u;
+    if (bits == 3u) {
+        NK_DEVICE const uchar *p = row + (k >> 3) * 3u;
+        uint word = (uint)p[0] | ((uint)p[1] << 8) | ((uint)p[2] << 16);
+        return (word >> (3u * (k & 7u))) & 7u;
+    }
+    return ((uint)row[k >> 2] >> ((k & 3u) * 2u)) & 3u; /* 2 bits, ternary crumbs */
+}
+
+/* In-place unnormalised Walsh-Hadamard transform, n a power of two (fwht()). */
+NK_FN void nk_fwht(NK_DEVICE float *x, uint n) {
+    for (uint h = 1; h < n; h <<= 1)
+        for (uint i = 0; i < n; i += h << 1)
+            for (uint j = i; j < i + h; j++) {
+                float p = x[j], q = x[j + h];
+                x[j] = p + q;
+                x[j + h] = p - q;
+            }
+}
+
+/* xr[0:cols_pad] = per-group H_G [x, 0...] / sqrt(G) (cq_rotate); xr may equal x. */
+NK_FN void nk_rotate(nk_cq w, NK_DEVICE const float *x, NK_DEVICE float *xr) {
+    const float scale = 1.0f / NK_SQRT((float)w.group);
+    if (xr != x)
+        for (uint k = 0; k < w.cols; k++) xr[k] = x[k];
+    for (uint k = w.cols; k < w.cols_pad; k++) xr[k] = 0.0f;
+    for (uint g = 0; g < w.ngroups; g++) {
+        NK_DEVICE float *v = xr + g * w.group;
+        nk_fwht(v, w.group);
+        for (uint k = 0; k < w.group; k++) v[k] *= scale;
+    }
+}
+
+/* tmp[0:cols_pad] = row r before the final 1/sqrt(G): per group H_G (norm * levels). */
+NK_FN void nk_dequant_raw(nk_cq w, NK_DEVICE const uchar *codes, NK_DEVICE const uchar *norms,
+                          NK_DEVICE const uchar *codebook, uint r, NK_DEVICE float *tmp) {
+    NK_DEVICE const uchar *row = codes + (ulong)r * w.row_bytes;
+    NK_DEVICE const ushort *nr = (NK_DEVICE const ushort *)norms + (ulong)r * w.ngroups;
+    NK_DEVICE const float *cb = (NK_DEVICE const float *)codebook;
+    for (uint g = 0; g < w.ngroups; g++) {
+        const float norm = NK_HALF_TO_FLOAT(nr[g]);
+        NK_DEVICE float *v = tmp + g * w.group;
+        for (uint k = 0; k < w.group; k++) v[k] = cb[nk_code(row, w.bits, g * w.group + k)] * norm;
+        nk_fwht(v, w.group);
+    }
+}
+
+NK_FN float nk_mean_square(NK_DEVICE const float *x, uint n) {
+    float ss = 0.0f;
+    for (uint i = 0; i < n; i++) ss += x[i] * x[i];
+    return ss / (float)n;
+}
+
+/* ZC(x; s) with s in wf; out may alias x. */
+NK_FN void nk_zc(NK_DEVICE const float *x, NK_DEVICE const float *s, uint n, NK_DEVICE float *out) {
+    const float rms = NK_SQRT(nk_mean_square(x, n) + 1e-6f);
+    for (uint i = 0; i < n; i++) out[i] = (1.0f + s[i]) * x[i] / rms;
+}
+
+/* ---- KV cache ---------------------------------------------------------------------------- */
+
+NK_FN uint nk_kv_slot(NK_CONST const nk_args *a, uint p) {
+    if (p < a->n_sinks) return p;
+    if (a->window) return a->n_sinks + (p - a->n_sinks) % a->window;
+    return p;
+}
+
+NK_FN ulong nk_kv_row(NK_CONST const nk_args *a, uint slot) {
+    return ((ulong)a->layer * a->slots + slot) * a->kvd;
+}
+
+NK_FN NK_DEVICE float *nk_kv_scales(NK_CONST const nk_args *a, NK_DEVICE uchar *scales,
+                                    uint which, uint slot) {
+    const uint groups = (a->kvd + NK_KV_GROUP - 1u) / NK_KV_GROUP;
+    const ulong rows = (ulong)a->n_layers * a->slots;
+    return NK_F(scales) + ((ulong)which * rows + (ulong)a->layer * a->slots + slot) * groups;
+}
+
+NK_FN float nk_kv_get(NK_CONST const nk_args *a, NK_DEVICE uchar *base, NK_DEVICE uchar *scales,
+                      uint which, uint slot, uint c) {
+    const ulong at = nk_kv_row(a, slot) + c;
+    if (a->kv_type == NK_KV_F32) return ((NK_DEVICE const float *)base)[at];
+    if (a->kv_type == NK_KV_F16) return NK_HALF_TO_FLOAT(((NK_DEVICE const ushort *)base)[at]);
+    return (float)((NK_DEVICE const nk_i8 *)base)[at] * nk_kv_scales(a, scales, which, slot)[c / NK_KV_GROUP];
+}
+
+/* ---- kernels ----------------------------------------------------------------------------- */
+
+/* b0 codes, b1 norms, b2 codebook, b3 tokens (int), b4 lanes, b5 scratch. gid: token. */
+NK_FN void nk_embed(NK_PARAMS) {
+    NK_DEVICE float *tmp = NK_F(b5) + (ulong)gid * a->scr_ld;
+    const int tok = ((NK_DEVICE const int *)b3)[gid];
+    nk_dequant_raw(a->w, b0, b1, b2, (uint)tok, tmp);
+    const float scale = 1.0f / NK_SQRT((float)a->w.group);
+    NK_DEVICE float *X = NK_F(b4) + (ulong)gid * a->nl * a->d;
+    for (uint k = 0; k < a->d; k++) X[k] = (tmp[k] * scale) * a->f0;
+    for (uint r = 1; r < a->nl; r++)
+        for (uint k = 0; k < a->d; k++) X[r * a->d + k] = X[k];
+}
+
+/* b0 codes, b1 norms, b2 codebook, b3 xr [ntok][ld_x], b4 y [ntok][ld_y].
+ * gid: t * nrows + row. */
+NK_FN void nk_matmul(NK_PARAMS) {
+    const nk_cq w = a->w;
+    const uint i = gid % a->nrows, t = gid / a->nrows, r = a->row0 + i;
+    NK_DEVICE const uchar *row = b0 + (ulong)r * w.row_bytes;
+    NK_DEVICE const ushort *nr = (NK_DEVICE const ushort *)b1 + (ulong)r * w.ngroups;
+    NK_DEVICE const float *cb = (NK_DEVICE const float *)b2;
+    NK_DEVICE const float *x = NK_F(b3) + (ulong)t * a->ld_x;
+    float y = 0.0f;
+    for (uint g = 0; g < w.ngroups; g++) {
+        float acc = 0.0f;
+        for (uint k = g * w.group; k < (g + 1u) * w.group; k++) acc += cb[nk_code(row, w.bits, k)] * x[k];
+        y += NK_HALF_TO_FLOAT(nr[g]) * acc;
+    }
+    NK_F(b4)[(ulong)t * a->ld_y + i] = y;
+}
+
+/* b0 codes, b1 norms, b2 codebook (tables), b3 slots (uint [n][T]), b4 e [n][ld_y],
+ * b5 scratch. gid: i * n_tables + j. */
+NK_FN void nk_engram_gather(NK_PARAMS) {
+    const uint i = gid / a->n_tables, j = gid % a->n_tables;
+    const uint slot = ((NK_DEVICE const uint *)b3)[gid];
+    NK_DEVICE float *dst = NK_F(b4) + (ulong)i * a->ld_y + j * a->sub;
+    if (slot == NK_MASKED) {
+        for (uint k = 0; k < a->sub; k++) dst[k] = 0.0f;
+        return;
+    }
+    NK_DEVICE float *tmp = NK_F(b5) + (ulong)i * a->scr_ld + j * a->w.cols_pad;
+    nk_dequant_raw(a->w, b0, b1, b2, j * a->n_slots + slot, tmp);
+    const float scale = 1.0f / NK_SQRT((float)a->w.group);
+    for (uint k = 0; k < a->sub; k++) dst[k] = tmp[k] * scale;
+}
+
+/* b0 x [n][ld_x], b1 out [n][ld_y] = rotate_w(x). gid: token. */
+NK_FN void nk_rotate_rows(NK_PARAMS) {
+    nk_rotate(a->w, NK_F(b0) + (ulong)gid * a->ld_x, NK_F(b1) + (ulong)gid * a->ld_y);
+}
+
+/* b0 ring [ring_n][d] (before this chunk), b1 vhat [n][d], b2 ev [n][d]; taps at wf + o_a.
+ * gid: i * d + c. */
+NK_FN void nk_engram_conv(NK_PARAMS) {
+    const uint i = gid / a->d, c = gid % a->d, t = a->p0 + i;
+    NK_DEVICE const float *taps = wf + a->o_a;
+    float out = 0.0f;
+    for (uint tap = 0; tap < a->taps; tap++) {
+        const uint back = tap * a->dil;
+        if (back > t) break;
+        const uint p = t - back;
+        const float src = p >= a->p0 ? NK_F(b1)[(ulong)(p - a->p0) * a->d + c]
+                                     : NK_F(b0)[(ulong)(p % a->ring_n) * a->d + c];
+        out += taps[tap * a->d + c] * src;
+    }
+    NK_F(b2)[(ulong)i * a->d + c] = out;
+}
+
+/* b0 ring, b1 vhat: ring[t % ring_n] = vhat[i] for i = first + gid / d. */
+NK_FN void nk_ring_store(NK_PARAMS) {
+    const uint i = a->first + gid / a->d, c = gid % a->d, t = a->p0 + i;
+    NK_F(b0)[(ulong)(t % a->ring_n) * a->d + c] = NK_F(b1)[(ulong)i * a->d + c];
+}
+
+/* b0 lanes [n][nl*d], b1 nx [n][w.cols_pad] = rotate_w(rms_unit(lanes)). gid: token. */
+NK_FN void nk_lane_norm(NK_PARAMS) {
+    const uint nd = a->nl * a->d;
+    NK_DEVICE const float *X = NK_F(b0) + (ulong)gid * nd;
+    NK_DEVICE float *out = NK_F(b1) + (ulong)gid * a->w.cols_pad;
+    const float inv = 1.0f / NK_SQRT(nk_mean_square(X, nd) + 1e-6f);
+    for (uint k = 0; k < nd; k++) out[k] = X[k] * inv;
+    nk_rotate(a->w, out, out);
+}
+
+/* b0 lanes, b1 mix [n][mix_ld], b2 ek, b3 ev (has_site), b4 u, b5 bx, b6 h (scratch),
+ * b7 hr [n][w.cols_pad]; wf: o_a a_pre[layer], o_b b_pre[layer], o_c norm_in. gid: token. */
+NK_FN void nk_lane_read(NK_PARAMS) {
+    const uint d = a->d, nl = a->nl;
+    NK_DEVICE const float *mix = NK_F(b1) + (ulong)gid * a->mix_ld;
+    NK_DEVICE const float *X = NK_F(b0) + (ulong)gid * nl * d;
+    NK_DEVICE float *u = NK_F(b4) + (ulong)gid * d, *bx = NK_F(b5) + (ulong)gid * d;
+    for (uint k = 0; k < d; k++) u[k] = 0.0f;
+    for (uint r = 0; r < nl; r++) {
+        const float off = r == a->my_lane ? 4.0f : -4.0f;
+        const float wr = nk_sigmoid(wf[a->o_a] * mix[r] + wf[a->o_b + r] + off);
+        for (uint k = 0; k < d; k++) u[k] += wr * X[r * d + k];
+    }
+    for (uint k = 0; k < d; k++) bx[k] = u[k];
+    if (a->has_site) {
+        NK_DEVICE const float *ek = NK_F(b2) + (ulong)gid * d, *ev = NK_F(b3) + (ulong)gid * d;
+        const float iu = 1.0f / NK_SQRT(nk_mean_square(u, d) + 1e-6f);
+        const float ik = 1.0f / NK_SQRT(nk_mean_square(ek, d) + 1e-6f);
+        float dot = 0.0f;
+        for (uint k = 0; k < d; k++) dot += (u[k] * iu) * (ek[k] * ik);
+        const float alpha = nk_sigmoid(dot / NK_SQRT((float)d));
+        for (uint k = 0; k < d; k++) bx[k] += alpha * ev[k];
+    }
+    NK_DEVICE float *h = NK_F(b6) + (ulong)gid * d;
+    nk_zc(bx, wf + a->o_c, d, h);
+    nk_rotate(a->w, h, NK_F(b7) + (ulong)gid * a->w.cols_pad);
+}
+
+/* b0 q [n][A], b1 k [n][kvd], b2 rope [n][hd] (cos | sin); wf: o_a q_norm, o_b k_norm.
+ * gid: i * (H + KV) + head; normalises and rotates one head in place. */
+NK_FN void nk_qk_norm_rope(NK_PARAMS) {
+    const uint heads = a->H + a->kvd / a->hd, i = gid / heads, head = gid % heads;
+    const uint hd = a->hd, hh = hd / 2u;
+    NK_DEVICE float *z = head < a->H ? NK_F(b0) + (ulong)i * a->A + head * hd
+                                     : NK_F(b1) + (ulong)i * a->kvd + (head - a->H) * hd;
+    nk_zc(z, wf + (head < a->H ? a->o_a : a->o_b), hd, z);
+    NK_DEVICE const float *cs = NK_F(b2) + (ulong)i * hd;
+    for (uint j = 0; j < hh; j++) {
+        const float p = z[j], q = z[j + hh];
+        z[j] = p * cs[j] - q * cs[hh + j];
+        z[j + hh] = q * cs[j] + p * cs[hh + j];
+    }
+}
+
+/* b0 k cache, b1 v cache, b2 int8 scales, b3 k row, b4 v row: stores position t.
+ * gid: 0 = k, 1 = v. */
+NK_FN void nk_kv_store(NK_PARAMS) {
+    NK_DEVICE uchar *base = gid ? b1 : b0;
+    NK_DEVICE const float *x = NK_F(gid ? b4 : b3);
+    const uint slot = nk_kv_slot(a, a->t);
+    const ulong at = nk_kv_row(a, slot);
+    const uint n = a->kvd;
+    if (a->kv_type == NK_KV_F32) {
+        for (uint c = 0; c < n; c++) NK_F(base)[at + c] = x[c];
+    } else if (a->kv_type == NK_KV_F16) {
+        for (uint c = 0; c < n; c++) ((NK_DEVICE ushort *)base)[at + c] = NK_FLOAT_TO_HALF(x[c]);
+    } else {
+        NK_DEVICE float *scales = nk_kv_scales(a, b2, gid, slot);
+        NK_DEVICE nk_i8 *dst = (NK_DEVICE nk_i8 *)base + at;
+        for (uint g = 0; g * NK_KV_GROUP < n; g++) {
+            const uint c0 = g * NK_KV_GROUP;
+            const uint c1 = n - c0 < NK_KV_GROUP ? n : c0 + NK_KV_GROUP;
+            float amax = 0.0f;
+            for (uint c = c0; c < c1; c++) amax = NK_FMAX(amax, NK_FABS(x[c]));
+            const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+            scales[g] = scale;
+            for (uint c = c0; c < c1; c++) dst[c] = (nk_i8)(int)NK_RINT(x[c] / scale);
+        }
+    }
+}
+
+/* b0 k cache, b1 v cache, b2 scales, b3 q row [A], b4 scores [H][slots], b5 o row [A].
+ * Attention of the token at position t; gid: query head. */
+NK_FN void nk_attend(NK_PARAMS) {
+    const uint head = gid, b = head / a->reps, hd = a->hd, t = a->t;
+    const float inv_scale = 1.0f / NK_SQRT((float)hd);
+    uint first = a->n_sinks;
+    if (a->window && t + 1u > a->window && t + 1u - a->window > first) first = t + 1u - a->window;
+    const uint n_sink = a->n_sinks < t + 1u ? a->n_sinks : t + 1u;
+    const uint tail0 = first > n_sink ? first : n_sink;
+    NK_DEVICE const float *qa = NK_F(b3) + head * hd;
+    NK_DEVICE float *sc = NK_F(b4) + (ulong)head * a->slots;
+    uint n_pos = 0;
+    float mx = -INFINITY;
+    for (uint pass = 0; pass < 2u; pass++) {
+        const uint p_begin = pass ? tail0 : 0u, p_end = pass ? t + 1u : n_sink;
+        for (uint p = p_begin; p < p_end; p++) {
+            const uint slot = nk_kv_slot(a, p);
+            float dot = 0.0f;
+            for (uint c = 0; c < hd; c++) dot += qa[c] * nk_kv_get(a, b0, b2, 0u, slot, b * hd + c);
+            dot *= inv_scale;
+            sc[n_pos++] = dot;
+            mx = NK_FMAX(mx, dot);
+        }
+    }
+    float sum = 0.0f;
+    for (uint k = 0; k < n_pos; k++) {
+        sc[k] = NK_EXP(sc[k] - mx);
+        sum += sc[k];
+    }
+    NK_DEVICE float *oa = NK_F(b5) + head * hd;
+    for (uint c = 0; c < hd; c++) oa[c] = 0.0f;
+    uint k = 0;
+    for (uint pass = 0; pass < 2u; pass++) {
+        const uint p_begin = pass ? tail0 : 0u, p_end = pass ? t + 1u : n_sink;
+        for (uint p = p_begin; p < p_end; p++, k++) {
+            const uint slot = nk_kv_slot(a, p);
+            const float wgt = sc[k] / sum;
+            for (uint c = 0; c < hd; c++) oa[c] += wgt * nk_kv_get(a, b1, b2, 1u, slot, b * hd + c);
+        }
+    }
+}
+
+/* b0 o [n][w.cols_pad], b1 gate [n][A]: o *= sigmoid(gate), rotated in place. gid: token. */
+NK_FN void nk_gate_rotate(NK_PARAMS) {
+    NK_DEVICE float *o = NK_F(b0) + (ulong)gid * a->w.cols_pad;
+    NK_DEVICE const float *g = NK_F(b1) + (ulong)gid * a->A;
+    for (uint c = 0; c < a->A; c++) o[c] *= nk_sigmoid(g[c]);
+    nk_rotate(a->w, o, o);
+}
+
+/* b0 attn, b1 bx, b2 x, b3 h, all [n][d]; wf: o_a post_norm, o_b pre_hada; f0 attn_gate.
+ * gid: token. */
+NK_FN void nk_attn_residual(NK_PARAMS) {
+    const uint d = a->d;
+    NK_DEVICE float *at = NK_F(b0) + (ulong)gid * d, *x = NK_F(b2) + (ulong)gid * d;
+    NK_DEVICE const float *bx = NK_F(b1) + (ulong)gid * d;
+    const float gate = nk_sigmoid(a->f0);
+    nk_zc(at, wf + a->o_a, d, at);
+    for (uint k = 0; k < d; k++) x[k] = bx[k] + gate * at[k];
+    nk_zc(x, wf + a->o_b, d, NK_F(b3) + (ulong)gid * d);
+}
+
+/* b0 h [n][d], b1 out [n][d], b2 scratch; wf: o_a d1, o_b d2, o_c d3. gid: token. */
+NK_FN void nk_hadamard(NK_PARAMS) {
+    const uint N = a->N, d = a->d;
+    const float scale = 1.0f / NK_SQRT((float)N);
+    NK_DEVICE const float *h = NK_F(b0) + (ulong)gid * d;
+    NK_DEVICE float *out = NK_F(b1) + (ulong)gid * d;
+    NK_DEVICE float *z = NK_F(b2) + (ulong)gid * a->scr_ld;
+    NK_DEVICE const float *d1 = wf + a->o_a, *d2 = wf + a->o_b, *d3 = wf + a->o_c;
+    for (uint i = 0; i < N; i++) z[i] = i < d ? d1[i] * h[i] : 0.0f;
+    nk_fwht(z, N);
+    for (uint i = 0; i < N; i++) {
+        const float v = d2[i] * (z[i] * scale);
+        z[i] = v * nk_sigmoid(v);
+    }
+    nk_fwht(z, N);
+    for (uint i = 0; i < d; i++) out[i] = d3[i] * (z[i] * scale);
+}
+
+/* b0 mix, b1 x, b2 mlp (becomes y), b3 u, b4 lanes, b5 scratch; wf: o_a a_post[layer],
+ * o_b b_post[layer], o_c a_res[layer], o_d b_res[layer]. gid: token. */
+NK_FN void nk_lane_write(NK_PARAMS) {
+    const uint d = a->d, nl = a->nl, nd = nl * d;
+    NK_DEVICE const float *x = NK_F(b1) + (ulong)gid * d, *u = NK_F(b3) + (ulong)gid * d;
+    NK_DEVICE float *y = NK_F(b2) + (ulong)gid * d;
+    for (uint k = 0; k < d; k++) y[k] = x[k] + y[k] - u[k];
+    NK_DEVICE const float *mix = NK_F(b0) + (ulong)gid * a->mix_ld;
+    NK_DEVICE float *P = NK_F(b5) + (ulong)gid * a->scr_ld, *hpost = P + nl * nl, *old = hpost + nl;
+    for (uint r = 0; r < nl; r++) {
+        const float off = r == a->my_lane ? 0.0f : -4.0f;
+        hpost[r] = 2.0f * nk_sigmoid(wf[a->o_a] * mix[nl + r] + wf[a->o_b + r] + off);
+    }
+    for (uint k = 0; k < nl * nl; k++) P[k] = wf[a->o_c] * mix[2u * nl + k] + wf[a->o_d + k];
+    for (int it = 0; it < 20; it++) { /* log-space Sinkhorn: rows, then columns */
+        for (uint r = 0; r < nl; r++) {
+            float m = P[r * nl];
+            for (uint c = 1; c < nl; c++) m = NK_FMAX(m, P[r * nl + c]);
+            float sum = 0.0f;
+            for (uint c = 0; c < nl; c++) sum += NK_EXP(P[r * nl + c] - m);
+            const float lse = m + NK_LOG(sum);
+            for (uint c = 0; c < nl; c++) P[r * nl + c] -= lse;
+        }
+        for (uint c = 0; c < nl; c++) {
+            float m = P[c];
+            for (uint r = 1; r < nl; r++) m = NK_FMAX(m, P[r * nl + c]);
+            float sum = 0.0f;
+            for (uint r = 0; r < nl; r++) sum += NK_EXP(P[r * nl + c] - m);
+            const float lse = m + NK_LOG(sum);
+            for (uint r = 0; r < nl; r++) P[r * nl + c] -= lse;
+        }
+    }
+    for (uint k = 0; k < nl * nl; k++) P[k] = NK_EXP(P[k]);
+    NK_DEVICE float *X = NK_F(b4) + (ulong)gid * nd;
+    for (uint k = 0; k < nd; k++) old[k] = X[k];
+    for (uint r = 0; r < nl; r++) {
+        NK_DEVICE float *dst = X + r * d;
+        for (uint k = 0; k < d; k++) dst[k] = hpost[r] * y[k];
+        for (uint cc = 0; cc < nl; cc++) {
+            const float pw = P[r * nl + cc];
+            for (uint k = 0; k < d; k++) dst[k] += pw * old[cc * d + k];
+        }
+    }
+}
+
+/* b0 lanes, b1 out_rot [n][w.cols_pad], b2 scratch; wf: o_a final_norm. gid: token. */
+NK_FN void nk_final(NK_PARAMS) {
+    const uint d = a->d, nl = a->nl;
+    NK_DEVICE const float *X = NK_F(b0) + (ulong)gid * nl * d;
+    NK_DEVICE float *xbar = NK_F(b2) + (ulong)gid * a->scr_ld;
+    for (uint k = 0; k < d; k++) {
+        float acc = 0.0f;
+        for (uint r = 0; r < nl; r++) acc += X[r * d + k];
+        xbar[k] = acc / (float)nl;
+    }
+    nk_zc(xbar, wf + a->o_a, d, xbar);
+    nk_rotate(a->w, xbar, NK_F(b1) + (ulong)gid * a->w.cols_pad);
+}
+
+/* b0 logits [n][vocab], b1 argmax (int [n]): the first maximal id. gid: token. */
+NK_FN void nk_argmax(NK_PARAMS) {
+    NK_DEVICE const float *row = NK_F(b0) + (ulong)gid * a->vocab;
+    uint best = 0;
+    for (uint v = 1; v < a->vocab; v++)
+        if (row[v] > row[best]) best = v;
+    ((NK_DEVICE int *)b1)[gid] = (int)best;
+}
+
+/* The kernels, in the order of their ids (metal_ops.h NK_K_*). */
+#define NK_KERNEL_LIST(X)                                                                   \
+    X(embed) X(matmul) X(engram_gather) X(rotate_rows) X(engram_conv) X(ring_store)         \
+    X(lane_norm) X(lane_read) X(qk_norm_rope) X(kv_store) X(attend) X(gate_rotate)          \
+    X(attn_residual) X(hadamard) X(lane_write) X(final) X(argmax)
+
+#endif

@@ -1,0 +1,380 @@
+/* Every backend operation (backend/backend.h) against the CPU reference.
+ *
+ * Implementations under test: every compiled-in backend whose probe finds a device here
+ * (a backend without a device is skipped with a message), plus the Metal kernels compiled
+ * as C through src/backend/metal/metal_compat.h ("metal-c", always), plus the CPU against
+ * itself (must be exact; it checks the harness). For each fixture model two sessions are
+ * made, one on the CPU ops and one on the ops under test; every op gets the same random
+ * inputs in both and the outputs are compared:
+ *
+ *   |out - ref| <= TOL * max(1, max|ref|)  per op call, with TOL = 1e-4 (float32 with a
+ *   different summation order; the ops are at most a few thousand terms deep), except the
+ *   int8 KV cache (TOL_INT8 = 2e-2: a rounding tie of the quantizer may flip one level).
+ *
+ * Then the whole forward pass: prefill and one-token logits within 1e-3 x max|logit| (the
+ * parity tolerance) and identical greedy tokens. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "harness.h"
+#include "model/session.h"
+#include "needle.h"
+
+#define TOL 1e-4
+#define TOL_INT8 2e-2
+#define TOL_LOGITS 1e-3
+
+#ifdef NEEDLE_TEST_METAL_C
+extern const needle_backend_ops nk_backend_ops; /* metal_ops.c over metal_emu.c */
+#endif
+
+static uint64_t rng_state = 0x1234567887654321ULL;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (float)((rng_state * 0x2545F4914F6CDD1DULL) >> 40) / 8388608.0f - 1.0f;
+}
+
+static float *rand_vec(size_t n, float scale) {
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = scale * frand();
+    return v;
+}
+
+/* The pair of sessions and the name of the implementation under test. */
+typedef struct pair {
+    const char *name;
+    needle_session *ref, *dut;
+    double tol;
+} pair;
+
+/* Uploads the same n host floats into a buffer of each session. */
+static void put(pair *p, float *ref_buf, float *dut_buf, const float *host, size_t n) {
+    p->ref->ops->upload(p->ref, ref_buf, host, n * sizeof(float));
+    p->dut->ops->upload(p->dut, dut_buf, host, n * sizeof(float));
+}
+
+/* Compares n floats of both sessions' buffers; `what` names the op. */
+static void expect_close(pair *p, const float *ref_buf, const float *dut_buf, size_t n,
+                         const char *what) {
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    p->ref->ops->download(p->ref, a, ref_buf, n * sizeof(float));
+    p->dut->ops->download(p->dut, b, dut_buf, n * sizeof(float));
+    double mx = 1.0, err = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(a[i]));
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= err)) { err = e; worst = i; }
+    }
+    CHECK_MSG(err <= p->tol * mx, "%s %s: worst |diff| %.3g at %zu (%.9g vs %.9g), limit %.3g",
+              p->name, what, err, worst, a[worst], b[worst], p->tol * mx);
+    free(a);
+    free(b);
+}
+
+static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, const char *name,
+                        int32_t kv_type, int32_t window, uint32_t sinks) {
+    needle_session_params sp = needle_session_default_params();
+    sp.kv_type = kv_type;
+    sp.kv_window = window;
+    sp.n_sinks = sinks;
+    sp.n_ctx = 96;
+    pair p = {name, NULL, NULL, kv_type == NEEDLE_KV_INT8 ? TOL_INT8 : TOL};
+    CHECK_EQ_INT(session_create_with_ops(m, &sp, &cpu_backend_ops, &p.ref), NEEDLE_OK);
+    CHECK_EQ_INT(session_create_with_ops(m, &sp, ops, &p.dut), NEEDLE_OK);
+    if (!p.ref || !p.dut) {
+        needle_session_free(p.ref);
+        needle_session_free(p.dut);
+        return;
+    }
+    needle_session *r = p.ref, *d = p.dut;
+    const uint32_t D = m->d, nl = m->n_lanes, nd = nl * D, C = r->chunk, mix_ld = 2 * nl + nl * nl;
+    const uint32_t A = m->attn_dim, kvd = m->kv_dim, hd = m->head_dim;
+    const uint32_t n = 5; /* tokens per op call */
+    char what[96];
+
+    /* embed */
+    int32_t toks[5] = {1, 7, (int32_t)m->vocab - 1, 42, 3};
+    r->ops->embed(r, toks, n, r->lanes);
+    d->ops->embed(d, toks, n, d->lanes);
+    expect_close(&p, r->lanes, d->lanes, (size_t)n * nd, "embed");
+
+    /* lane_norm on random lanes */
+    float *lanes = rand_vec((size_t)C * nd, 3.0f);
+    put(&p, r->lanes, d->lanes, lanes, (size_t)C * nd);
+    r->ops->lane_norm(r, r->lanes, n, r->nx);
+    d->ops->lane_norm(d, d->lanes, n, d->nx);
+    expect_close(&p, r->nx, d->nx, (size_t)n * m->phi_pre.cols_pad, "lane_norm");
+
+    /* matmul: a batch of three products over the same activations, and the wide tied one */
+    const uint32_t li = m->n_layers - 1;
+    {
+        const cq_job jr[] = {{&m->phi_pre, li * nl, nl, r->mix, mix_ld},
+                             {&m->phi_post, li * nl, nl, r->mix + nl, mix_ld},
+                             {&m->phi_res, li * nl * nl, nl * nl, r->mix + 2 * nl, mix_ld}};
+        const cq_job jd[] = {{&m->phi_pre, li * nl, nl, d->mix, mix_ld},
+                             {&m->phi_post, li * nl, nl, d->mix + nl, mix_ld},
+                             {&m->phi_res, li * nl * nl, nl * nl, d->mix + 2 * nl, mix_ld}};
+        r->ops->matmul(r, r->nx, m->phi_pre.cols_pad, n, jr, 3);
+        d->ops->matmul(d, d->nx, m->phi_pre.cols_pad, n, jd, 3);
+        expect_close(&p, r->mix, d->mix, (size_t)n * mix_ld, "matmul (mHC batch)");
+        const layer_weights *l = &m->layers[0];
+        float *hr = rand_vec((size_t)C * l->q_proj.cols_pad, 1.0f);
+        put(&p, r->hr, d->hr, hr, (size_t)C * l->q_proj.cols_pad);
+        const cq_job qr[] = {{&l->q_proj, 0, A, r->q, A}, {&l->k_proj, 0, kvd, r->k, kvd},
+                             {&l->v_proj, 0, kvd, r->v, kvd}, {&l->gate_proj, 0, A, r->gate, A}};
+        const cq_job qd[] = {{&l->q_proj, 0, A, d->q, A}, {&l->k_proj, 0, kvd, d->k, kvd},
+                             {&l->v_proj, 0, kvd, d->v, kvd}, {&l->gate_proj, 0, A, d->gate, A}};
+        r->ops->matmul(r, r->hr, l->q_proj.cols_pad, n, qr, 4);
+        d->ops->matmul(d, d->hr, l->q_proj.cols_pad, n, qd, 4);
+        expect_close(&p, r->q, d->q, (size_t)n * A, "matmul (q)");
+        expect_close(&p, r->k, d->k, (size_t)n * kvd, "matmul (k)");
+        expect_close(&p, r->v, d->v, (size_t)n * kvd, "matmul (v)");
+        expect_close(&p, r->gate, d->gate, (size_t)n * A, "matmul (gate)");
+        free(hr);
+    }
+
+    /* engram gather and conv, every site, two chunks so the ring wraps */
+    if (m->n_sites) {
+        uint32_t *slots = malloc((size_t)n * m->n_tables * sizeof *slots);
+        for (uint32_t i = 0; i < n * m->n_tables; i++)
+            slots[i] = i % 3 == 1 ? ENGRAM_MASKED : (uint32_t)(i * 2654435761u) % m->slots;
+        for (uint32_t site = 0; site < m->n_sites; site++) {
+            const engram_site *es = &m->sites[site];
+            r->ops->engram_gather(r, es, slots, n, r->eng_er);
+            d->ops->engram_gather(d, es, slots, n, d->eng_er);
+            snprintf(what, sizeof what, "engram_gather (site %u)", site);
+            expect_close(&p, r->eng_er, d->eng_er, (size_t)n * es->key_proj.cols_pad, what);
+            for (uint32_t p0 = 0; p0 < 3 * n; p0 += n) {
+                float *vhat = rand_vec((size_t)C * D, 2.0f);
+                put(&p, r->eng_vhat, d->eng_vhat, vhat, (size_t)C * D);
+                float *rr = r->ev_hist + (size_t)site * r->ev_ring * D;
+                float *dr = d->ev_hist + (size_t)site * d->ev_ring * D;
+                r->ops->engram_conv(r, es, rr, r->eng_vhat, p0, n, r->eng_v);
+                d->ops->engram_conv(d, es, dr, d->eng_vhat, p0, n, d->eng_v);
+                snprintf(what, sizeof what, "engram_conv (site %u, p0 %u)", site, p0);
+                expect_close(&p, r->eng_v, d->eng_v, (size_t)n * D, what);
+                expect_close(&p, rr, dr, (size_t)r->ev_ring * D, what);
+                free(vhat);
+            }
+        }
+        free(slots);
+    }
+
+    /* lane_read with and without an engram site */
+    float *mix = rand_vec((size_t)C * mix_ld, 2.0f);
+    float *ek = rand_vec((size_t)C * D, 1.0f), *ev = rand_vec((size_t)C * D, 1.0f);
+    put(&p, r->mix, d->mix, mix, (size_t)C * mix_ld);
+    put(&p, r->eng_k, d->eng_k, ek, (size_t)C * D);
+    put(&p, r->eng_v, d->eng_v, ev, (size_t)C * D);
+    for (int with_site = 0; with_site < 2; with_site++) {
+        for (uint32_t layer = 0; layer < 2 && layer < m->n_layers; layer++) {
+            const uint32_t h_ld = m->layers[layer].q_proj.cols_pad;
+            r->ops->lane_read(r, layer, n, r->lanes, r->mix, with_site ? r->eng_k : NULL,
+                              with_site ? r->eng_v : NULL, r->u, r->bx, r->hr);
+            d->ops->lane_read(d, layer, n, d->lanes, d->mix, with_site ? d->eng_k : NULL,
+                              with_site ? d->eng_v : NULL, d->u, d->bx, d->hr);
+            snprintf(what, sizeof what, "lane_read (layer %u, site %d)", layer, with_site);
+            expect_close(&p, r->u, d->u, (size_t)n * D, what);
+            expect_close(&p, r->bx, d->bx, (size_t)n * D, what);
+            expect_close(&p, r->hr, d->hr, (size_t)n * h_ld, what);
+        }
+    }
+
+    /* attention: chunks of 5, 1, 7 and 1 tokens so the window and sinks come into play */
+    {
+        const uint32_t steps[] = {5, 1, 7, 1, 12, 1};
+        uint32_t p0 = 0;
+        float *cs = malloc((size_t)C * hd * sizeof *cs);
+        for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+            const uint32_t cn = steps[k];
+            for (uint32_t i = 0; i < cn; i++)
+                for (uint32_t j = 0; j < hd / 2; j++) {
+                    float ang = (float)(p0 + i) * m->rope_freq[j];
+                    cs[(size_t)i * hd + j] = cosf(ang);
+                    cs[(size_t)i * hd + hd / 2 + j] = sinf(ang);
+                }
+            float *q = rand_vec((size_t)C * A, 2.0f), *kk = rand_vec((size_t)C * kvd, 2.0f);
+            float *v = rand_vec((size_t)C * kvd, 2.0f), *g = rand_vec((size_t)C * A, 3.0f);
+            put(&p, r->q, d->q, q, (size_t)C * A);
+            put(&p, r->k, d->k, kk, (size_t)C * kvd);
+            put(&p, r->v, d->v, v, (size_t)C * kvd);
+            put(&p, r->gate, d->gate, g, (size_t)C * A);
+            for (uint32_t layer = 0; layer < m->n_layers; layer += m->n_layers - 1) {
+                r->ops->attention(r, layer, p0, cn, cs, r->q, r->k, r->v, r->gate, r->o);
+                d->ops->attention(d, layer, p0, cn, cs, d->q, d->k, d->v, d->gate, d->o);
+                snprintf(what, sizeof what, "attention (layer %u, p0 %u, n %u)", layer, p0, cn);
+                expect_close(&p, r->o, d->o, (size_t)cn * m->layers[layer].out_proj.cols_pad,
+                             what);
+                put(&p, r->q, d->q, q, (size_t)C * A); /* the op normalises q and k in place */
+                put(&p, r->k, d->k, kk, (size_t)C * kvd);
+                if (m->n_layers == 1) break;
+            }
+            free(q); free(kk); free(v); free(g);
+            p0 += cn;
+        }
+        free(cs);
+    }
+
+    /* attn_residual, hadamard_mlp, lane_write */
+    {
+        float *a = rand_vec((size_t)C * D, 2.0f), *bx = rand_vec((size_t)C * D, 2.0f);
+        float *u = rand_vec((size_t)C * D, 2.0f);
+        put(&p, r->attn, d->attn, a, (size_t)C * D);
+        put(&p, r->bx, d->bx, bx, (size_t)C * D);
+        put(&p, r->u, d->u, u, (size_t)C * D);
+        r->ops->attn_residual(r, li, n, r->attn, r->bx, r->x2, r->h);
+        d->ops->attn_residual(d, li, n, d->attn, d->bx, d->x2, d->h);
+        expect_close(&p, r->attn, d->attn, (size_t)n * D, "attn_residual (attn)");
+        expect_close(&p, r->x2, d->x2, (size_t)n * D, "attn_residual (x)");
+        expect_close(&p, r->h, d->h, (size_t)n * D, "attn_residual (h)");
+        r->ops->hadamard_mlp(r, li, n, r->h, r->attn);
+        d->ops->hadamard_mlp(d, li, n, d->h, d->attn);
+        expect_close(&p, r->attn, d->attn, (size_t)n * D, "hadamard_mlp");
+        r->ops->lane_write(r, li, n, r->mix, r->x2, r->attn, r->u, r->lanes);
+        d->ops->lane_write(d, li, n, d->mix, d->x2, d->attn, d->u, d->lanes);
+        expect_close(&p, r->attn, d->attn, (size_t)n * D, "lane_write (y)");
+        expect_close(&p, r->lanes, d->lanes, (size_t)n * nd, "lane_write (lanes)");
+        free(a); free(bx); free(u);
+    }
+
+    /* logits and argmax */
+    {
+        float *lr = malloc((size_t)n * m->vocab * sizeof *lr), *ld = malloc((size_t)n * m->vocab * sizeof *ld);
+        int32_t ar[5], ad[5];
+        r->ops->logits(r, r->lanes, n, lr, ar);
+        d->ops->logits(d, d->lanes, n, ld, ad);
+        double mx = 1.0, err = 0.0;
+        for (size_t i = 0; i < (size_t)n * m->vocab; i++) {
+            mx = fmax(mx, fabs(lr[i]));
+            err = fmax(err, fabs((double)lr[i] - ld[i]));
+        }
+        CHECK_MSG(err <= TOL * mx, "%s logits: worst |diff| %.3g (max %.3g)", name, err, mx);
+        for (uint32_t i = 0; i < n; i++) {
+            /* the reference's argmax is exact; the device's must name a maximal logit */
+            CHECK_MSG(ad[i] >= 0 && (uint32_t)ad[i] < m->vocab &&
+                      ld[(size_t)i * m->vocab + ad[i]] >= ld[(size_t)i * m->vocab + ar[i]],
+                      "%s argmax %u: %d vs %d", name, i, ad[i], ar[i]);
+        }
+        free(lr);
+        free(ld);
+    }
+    free(lanes); free(mix); free(ek); free(ev);
+    needle_session_free(p.ref);
+    needle_session_free(p.dut);
+}
+
+/* The whole forward pass on both, by prefill and by one-token steps, plus greedy tokens. */
+static void test_forward_on(const needle_model *m, const needle_backend_ops *ops,
+                            const char *name) {
+    needle_session_params sp = needle_session_default_params();
+    sp.n_ctx = 80;
+    needle_session *r = NULL, *d = NULL;
+    CHECK_EQ_INT(session_create_with_ops(m, &sp, &cpu_backend_ops, &r), NEEDLE_OK);
+    CHECK_EQ_INT(session_create_with_ops(m, &sp, ops, &d), NEEDLE_OK);
+    if (!r || !d) {
+        needle_session_free(r);
+        needle_session_free(d);
+        return;
+    }
+    const uint32_t n_tok = 40, V = m->vocab;
+    int32_t toks[40];
+    for (uint32_t i = 0; i < n_tok; i++) toks[i] = (int32_t)((i * 7919u + 13u) % V);
+    toks[0] = NEEDLE_TOKEN_BOS;
+    float *lr = malloc((size_t)n_tok * V * sizeof *lr), *ld = malloc((size_t)n_tok * V * sizeof *ld);
+    CHECK_EQ_INT(needle_session_eval(r, toks, n_tok, lr, (size_t)n_tok * V), NEEDLE_OK);
+    CHECK_EQ_INT(needle_session_eval(d, toks, n_tok, ld, (size_t)n_tok * V), NEEDLE_OK);
+    double worst = 0.0;
+    for (uint32_t t = 0; t < n_tok; t++) {
+        double mx = 0.0, err = 0.0;
+        for (uint32_t v = 0; v < V; v++) {
+            mx = fmax(mx, fabs(lr[(size_t)t * V + v]));
+            err = fmax(err, fabs((double)lr[(size_t)t * V + v] - ld[(size_t)t * V + v]));
+        }
+        double rel = mx > 0 ? err / mx : err;
+        if (!(rel <= worst)) worst = rel;
+    }
+    CHECK_MSG(worst <= TOL_LOGITS, "%s forward: worst relative logit error %.3g", name, worst);
+    /* greedy continuation, one token at a time */
+    for (int step = 0; step < 16; step++) {
+        int32_t a = session_pick_token(needle_session_logits(r), NULL, V, 0.0f, NULL);
+        int32_t b = session_pick_token(needle_session_logits(d), NULL, V, 0.0f, NULL);
+        CHECK_MSG(a == b, "%s greedy step %d: %d vs cpu %d", name, step, b, a);
+        if (a != b) break;
+        CHECK_EQ_INT(needle_session_eval(r, &a, 1, NULL, 0), NEEDLE_OK);
+        CHECK_EQ_INT(needle_session_eval(d, &a, 1, NULL, 0), NEEDLE_OK);
+    }
+    printf("  %s: forward worst relative logit error %.2e\n", name, worst);
+    free(lr);
+    free(ld);
+    needle_session_free(r);
+    needle_session_free(d);
+}
+
+static void run_impl(const needle_backend_ops *ops, const char *name) {
+    const char *models[] = {"tiny_mixed.cact", "tinyb_mixed.cact", "tinyb_ternary.cact",
+                            "full_mixed.cact"};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        needle_model *m = NULL;
+        needle_model_params mp = needle_model_default_params();
+        mp.backend = "cpu"; /* the ops under test are given explicitly */
+        mp.n_threads = 2;
+        CHECK_EQ_INT(needle_model_open(fixture_path(models[k]), &mp, &m), NEEDLE_OK);
+        if (!m) continue;
+        /* a device backend's ops need that backend's weights on the model */
+        struct needle_model *mm = m;
+        int loaded = 0;
+        if (ops->model_load) {
+            CHECK_EQ_INT(ops->model_load(mm), NEEDLE_OK);
+            loaded = 1;
+        }
+        char label[128];
+        const int32_t kv[] = {NEEDLE_KV_F32, NEEDLE_KV_F16, NEEDLE_KV_INT8};
+        for (size_t t = 0; t < 3; t++) {
+            /* no window; a window of 6 with 2 sinks */
+            snprintf(label, sizeof label, "%s/%s kv%zu full", name, models[k], t);
+            test_ops_on(m, ops, label, kv[t], 0, 0);
+            snprintf(label, sizeof label, "%s/%s kv%zu window", name, models[k], t);
+            test_ops_on(m, ops, label, kv[t], 6, 2);
+        }
+        snprintf(label, sizeof label, "%s/%s", name, models[k]);
+        test_forward_on(m, ops, label);
+        if (loaded) ops->model_unload(mm);
+        needle_model_free(m);
+    }
+}
+
+static void test_cpu_against_itself(void) { run_impl(&cpu_backend_ops, "cpu"); }
+
+static void test_compiled_backends(void) {
+    size_t n = 0;
+    const needle_backend_impl *const *table = backend_table(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(table[i]->name, "cpu")) continue;
+        if (!table[i]->probe() || table[i]->device_count() <= 0) {
+            printf("  SKIP %s: compiled in, but no device on this machine\n", table[i]->name);
+            continue;
+        }
+        run_impl(table[i]->ops, table[i]->name);
+    }
+}
+
+static void test_metal_kernels_as_c(void) {
+#ifdef NEEDLE_TEST_METAL_C
+    run_impl(&nk_backend_ops, "metal-c");
+#else
+    printf("  SKIP metal-c: not built\n");
+#endif
+}
+
+int main(void) {
+    RUN(test_cpu_against_itself);
+    RUN(test_compiled_backends);
+    RUN(test_metal_kernels_as_c);
+    return test_summary();
+}
