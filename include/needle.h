@@ -314,6 +314,17 @@ typedef struct needle_session_stats {
     double grammar_ms;         /* time spent computing grammar masks */
     double forward_ms;         /* time spent in the forward pass */
     uint64_t decode_steps;
+    /* Where forward_ms went, by operation (wall time around each backend operation). A
+     * device backend queues work asynchronously: there these are queueing times and the
+     * wait for the device shows up in sync_ms. */
+    double embed_ms;     /* token embedding */
+    double matmul_ms;    /* every CQ matrix product (projections, lane mixing, engram keys/values) */
+    double engram_ms;    /* engram hashing, table gathers and the causal conv */
+    double mhc_ms;       /* multi-lane hyper-connections: lane norm, read, write with Sinkhorn */
+    double attention_ms; /* attention over the KV cache and the attention residual */
+    double hadamard_ms;  /* the Hadamard MLP */
+    double logits_ms;    /* tied output projection */
+    double sync_ms;      /* waiting for the backend at the end of a forward pass */
 } needle_session_stats;
 
 int needle_session_get_stats(const needle_session *session, needle_session_stats *out);

@@ -561,6 +561,28 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The operations of needle_session_stats' profile, in the order bench prints them. */
+#define PROFILE_OPS 9
+static const char *const profile_names[PROFILE_OPS] = {
+    "matmul", "attention", "mhc", "hadamard", "engram", "logits", "embed", "sync", "other"};
+
+/* prof[k] += the profile of (b - a); "other" is the forward time no operation accounts for
+ * (RoPE angles, bookkeeping). */
+static void profile_add(double *prof, const needle_session_stats *a,
+                        const needle_session_stats *b) {
+    const double v[PROFILE_OPS - 1] = {
+        b->matmul_ms - a->matmul_ms, b->attention_ms - a->attention_ms, b->mhc_ms - a->mhc_ms,
+        b->hadamard_ms - a->hadamard_ms, b->engram_ms - a->engram_ms,
+        b->logits_ms - a->logits_ms, b->embed_ms - a->embed_ms, b->sync_ms - a->sync_ms};
+    double sum = 0;
+    for (int k = 0; k < PROFILE_OPS - 1; k++) {
+        prof[k] += v[k];
+        sum += v[k];
+    }
+    const double other = (b->forward_ms - a->forward_ms) - sum;
+    prof[PROFILE_OPS - 1] += other > 0 ? other : 0;
+}
+
 /* needle bench --weights FILE [--prompt-len N] [--gen N] [--threads N] [--runs N] [--json]
  * Prefill of a synthetic prompt (BOS + fixed pseudo-random ids), then greedy decode of
  * --gen tokens one at a time, repeated --runs times on one session (reset between runs);
@@ -626,8 +648,12 @@ static int cmd_bench(int argc, char **argv) {
         ids[i] = i == 0 ? NEEDLE_TOKEN_BOS : (int32_t)(lo_id + (state >> 8) % (info.vocab - lo_id));
     }
     int32_t last = 0;
+    /* per-operation profile, summed over the runs: [0] prefill, [1] decode */
+    double prof[2][PROFILE_OPS] = {{0}};
+    needle_session_stats st0, st1, st2;
     for (long r = 0; r < runs; r++) {
         needle_session_reset(s);
+        needle_session_get_stats(s, &st0);
         t0 = now_ms();
         if ((rc = needle_session_eval(s, ids, (size_t)prompt_len, NULL, 0))) {
             rc = lib_error("prefill", rc);
@@ -640,6 +666,7 @@ static int cmd_bench(int argc, char **argv) {
             if (lg[v] > lg[tok]) tok = (int32_t)v;
         ttft[r] = now_ms() - t0;
         prefill[r] = (double)prompt_len / (t_prefill / 1000.0);
+        needle_session_get_stats(s, &st1);
         t0 = now_ms();
         for (long g = 0; g < gen; g++) {
             if ((rc = needle_session_eval(s, &tok, 1, NULL, 0))) {
@@ -654,6 +681,9 @@ static int cmd_bench(int argc, char **argv) {
         const double t_decode = now_ms() - t0;
         decode[r] = gen ? (double)gen / (t_decode / 1000.0) : 0.0;
         last = tok;
+        needle_session_get_stats(s, &st2);
+        profile_add(prof[0], &st0, &st1);
+        profile_add(prof[1], &st1, &st2);
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -665,9 +695,18 @@ static int cmd_bench(int argc, char **argv) {
         json_string(weights);
         printf(",\"prompt_len\":%ld,\"gen\":%ld,\"runs\":%ld,\"threads\":%ld,"
                "\"load_ms\":%.2f,\"session_ms\":%.2f,\"ttft_ms\":%.2f,\"prefill_tok_s\":%.1f,"
-               "\"decode_tok_s\":%.1f,\"peak_rss_mb\":%.1f,\"last_token\":%d}\n",
+               "\"decode_tok_s\":%.1f,\"peak_rss_mb\":%.1f,\"last_token\":%d",
                prompt_len, gen, runs, threads, load_ms, session_ms, med_ttft,
                med_prefill, med_decode, rss_mb, last);
+        /* per-operation ms per run (means over the runs) */
+        for (int phase = 0; phase < 2; phase++) {
+            printf(",\"profile_%s_ms\":{", phase ? "decode" : "prefill");
+            for (int k = 0; k < PROFILE_OPS; k++)
+                printf("%s\"%s\":%.3f", k ? "," : "", profile_names[k],
+                       prof[phase][k] / (double)runs);
+            printf("}");
+        }
+        printf("}\n");
     } else {
         printf("model      %s (%u layers, d %u, vocab %u)\n", weights, info.num_layers,
                info.d_model, info.vocab);
@@ -679,6 +718,18 @@ static int cmd_bench(int argc, char **argv) {
         printf("decode     %.1f tok/s (%ld tokens)\n", med_decode, gen);
         printf("peak rss   %.1f MiB\n", rss_mb);
         printf("medians of %ld runs\n", runs);
+        printf("\nprofile (ms per run, share of the forward pass)\n");
+        printf("  %-10s %18s %18s\n", "operation", "prefill", "decode");
+        double tot[2] = {0, 0};
+        for (int k = 0; k < PROFILE_OPS; k++)
+            for (int phase = 0; phase < 2; phase++) tot[phase] += prof[phase][k];
+        for (int k = 0; k < PROFILE_OPS; k++) {
+            printf("  %-10s", profile_names[k]);
+            for (int phase = 0; phase < 2; phase++)
+                printf(" %10.2f (%4.1f%%)", prof[phase][k] / (double)runs,
+                       tot[phase] > 0 ? 100.0 * prof[phase][k] / tot[phase] : 0.0);
+            printf("\n");
+        }
     }
 done:
     free(ids);

@@ -16,6 +16,14 @@
 #include "model/session.h"
 #include "util/error.h"
 
+/* Runs one backend operation and adds its wall time to the session's profile field. */
+#define TIMED(field, call)                                \
+    do {                                                  \
+        const double t0_ = session_clock_ms();            \
+        call;                                             \
+        s->stats.field += session_clock_ms() - t0_;       \
+    } while (0)
+
 /* ---- engram memory (§3.3) --------------------------------------------------------- */
 
 /* Token at absolute position t - back, for a chunk starting at p0 (0 before the start). */
@@ -59,16 +67,17 @@ static void engram_chunk(struct needle_session *s, const int32_t *tokens, uint32
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
     const uint32_t d = m->d;
-    engram_slots(s, tokens, p0, n, s->eng_slots);
+    TIMED(engram_ms, engram_slots(s, tokens, p0, n, s->eng_slots));
     for (uint32_t site = 0; site < m->n_sites; site++) {
         const engram_site *es = &m->sites[site];
-        ops->engram_gather(s, es, s->eng_slots, n, s->eng_er);
+        TIMED(engram_ms, ops->engram_gather(s, es, s->eng_slots, n, s->eng_er));
         float *ek = s->eng_k + (size_t)site * s->chunk * d;
         const cq_job kv[] = {{&es->key_proj, 0, d, ek, d}, {&es->value_proj, 0, d, s->eng_vhat, d}};
-        ops->matmul(s, s->eng_er, es->key_proj.cols_pad, n, kv, 2);
+        TIMED(matmul_ms, ops->matmul(s, s->eng_er, es->key_proj.cols_pad, n, kv, 2));
         /* depthwise causal conv over pre-conv values at offsets 0, dil, 2*dil, ... */
-        ops->engram_conv(s, es, s->ev_hist + (size_t)site * s->ev_ring * d, s->eng_vhat, p0, n,
-                         s->eng_v + (size_t)site * s->chunk * d);
+        TIMED(engram_ms, ops->engram_conv(s, es, s->ev_hist + (size_t)site * s->ev_ring * d,
+                                          s->eng_vhat, p0, n,
+                                          s->eng_v + (size_t)site * s->chunk * d));
     }
 }
 
@@ -83,29 +92,30 @@ static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint
     const int site = model_site_of(m, li);
 
     /* lane mixing weights from the normalised lanes */
-    ops->lane_norm(s, s->lanes, n, s->nx);
+    TIMED(mhc_ms, ops->lane_norm(s, s->lanes, n, s->nx));
     const cq_job phi[] = {{&m->phi_pre, li * nl, nl, s->mix, mix_ld},
                           {&m->phi_post, li * nl, nl, s->mix + nl, mix_ld},
                           {&m->phi_res, li * nl * nl, nl * nl, s->mix + 2 * nl, mix_ld}};
-    ops->matmul(s, s->nx, m->phi_pre.cols_pad, n, phi, 3);
+    TIMED(matmul_ms, ops->matmul(s, s->nx, m->phi_pre.cols_pad, n, phi, 3));
 
     /* u = lane read, bx = u (+ engram), hr = rotated ZC(bx; norm_in) */
     const float *ek = site >= 0 ? s->eng_k + (size_t)site * s->chunk * d : NULL;
     const float *ev = site >= 0 ? s->eng_v + (size_t)site * s->chunk * d : NULL;
-    ops->lane_read(s, li, n, s->lanes, s->mix, ek, ev, s->u, s->bx, s->hr);
+    TIMED(mhc_ms, ops->lane_read(s, li, n, s->lanes, s->mix, ek, ev, s->u, s->bx, s->hr));
 
     /* attention */
     const cq_job qkvg[] = {{&l->q_proj, 0, A, s->q, A}, {&l->k_proj, 0, kvd, s->k, kvd},
                            {&l->v_proj, 0, kvd, s->v, kvd}, {&l->gate_proj, 0, A, s->gate, A}};
-    ops->matmul(s, s->hr, l->q_proj.cols_pad, n, qkvg, 4);
-    ops->attention(s, li, p0, n, s->rope_cs, s->q, s->k, s->v, s->gate, s->o);
+    TIMED(matmul_ms, ops->matmul(s, s->hr, l->q_proj.cols_pad, n, qkvg, 4));
+    TIMED(attention_ms,
+          ops->attention(s, li, p0, n, s->rope_cs, s->q, s->k, s->v, s->gate, s->o));
     const cq_job out[] = {{&l->out_proj, 0, d, s->attn, d}};
-    ops->matmul(s, s->o, l->out_proj.cols_pad, n, out, 1);
+    TIMED(matmul_ms, ops->matmul(s, s->o, l->out_proj.cols_pad, n, out, 1));
 
     /* x2 = bx + gate * ZC(attn), h = ZC(x2), attn := MLP(h), then the lane write */
-    ops->attn_residual(s, li, n, s->attn, s->bx, s->x2, s->h);
-    ops->hadamard_mlp(s, li, n, s->h, s->attn);
-    ops->lane_write(s, li, n, s->mix, s->x2, s->attn, s->u, s->lanes);
+    TIMED(attention_ms, ops->attn_residual(s, li, n, s->attn, s->bx, s->x2, s->h));
+    TIMED(hadamard_ms, ops->hadamard_mlp(s, li, n, s->h, s->attn));
+    TIMED(mhc_ms, ops->lane_write(s, li, n, s->mix, s->x2, s->attn, s->u, s->lanes));
 }
 
 /* ---- the chunk loop -------------------------------------------------------------------- */
@@ -128,23 +138,27 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
                 cs[(size_t)i * hd + hd / 2 + j] = sinf(ang);
             }
         }
-        ops->embed(s, tok, cn, s->lanes);
+        TIMED(embed_ms, ops->embed(s, tok, cn, s->lanes));
         if (m->n_sites) engram_chunk(s, tok, p0, cn);
         for (uint32_t li = 0; li < m->n_layers; li++) layer_chunk(s, li, p0, cn);
 
         for (uint32_t i = 0; i < cn; i++) s->history[(p0 + i) % SESSION_HISTORY] = tok[i];
         s->pos = p0 + cn;
-        if (all_logits) ops->logits(s, s->lanes, cn, all_logits + (size_t)done * m->vocab, NULL);
+        if (all_logits)
+            TIMED(logits_ms,
+                  ops->logits(s, s->lanes, cn, all_logits + (size_t)done * m->vocab, NULL));
         if (done + cn == n) {
             if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * m->vocab,
                                    m->vocab * sizeof(float));
             else if (!s->skip_logits)
-                ops->logits(s, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits, NULL);
+                TIMED(logits_ms,
+                      ops->logits(s, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits, NULL));
         }
         done += cn;
     }
     if (ops->finish) {
-        int rc = ops->finish(s);
+        int rc;
+        TIMED(sync_ms, rc = ops->finish(s));
         if (rc) {
             s->has_logits = 0;
             return rc;

@@ -197,7 +197,7 @@ void needle_session_reset(needle_session *s) {
     s->has_logits = 0;
 }
 
-static double clock_ms(void) {
+double session_clock_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
@@ -205,11 +205,11 @@ static double clock_ms(void) {
 
 int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
                 int want_logits) {
-    double t0 = clock_ms();
+    double t0 = session_clock_ms();
     s->skip_logits = !want_logits && !all_logits;
     int rc = session_forward(s, tokens, n, all_logits);
     s->skip_logits = 0;
-    s->stats.forward_ms += clock_ms() - t0;
+    s->stats.forward_ms += session_clock_ms() - t0;
     if (rc == NEEDLE_OK) s->stats.tokens_evaluated += n;
     return rc;
 }
