@@ -3,8 +3,9 @@
 # the whole suite with the best SIMD kernels and again on the portable ones, rebuilds
 # with AddressSanitizer + UndefinedBehaviorSanitizer and runs the suite again;
 # cross-builds for aarch64 and runs the suite under qemu-user (NEON kernels); when nvcc
-# exists, builds the CUDA backend too (build-cuda, -Werror) and runs the suite there: on a machine with an NVIDIA GPU that is the suite on CUDA,
-# without one the CUDA tests say they skip. Then drives the library with the official
+# exists, builds the CUDA backend too (build-cuda, -Werror) and runs the suite there: on
+# a machine with an NVIDIA GPU that is the suite on CUDA, without one the CUDA tests say
+# they skip. Then drives the library with the official
 # Python client and tests the Python package (PyPI is needed the first time, to fill
 # private venvs). Exit 0 only if all passed.
 set -euo pipefail
