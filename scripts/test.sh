@@ -5,9 +5,9 @@
 # cross-builds for aarch64 and runs the suite under qemu-user (NEON kernels); when nvcc
 # exists, builds the CUDA backend too (build-cuda, -Werror) and runs the suite there: on
 # a machine with an NVIDIA GPU that is the suite on CUDA, without one the CUDA tests say
-# they skip. Then drives the library with the official
-# Python client and tests the Python package (PyPI is needed the first time, to fill
-# private venvs). Exit 0 only if all passed.
+# they skip. Then drives the library with the official Python client and tests the
+# Python package (PyPI is needed the first time, to fill private venvs). Exit 0 only if
+# all passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
