@@ -7,7 +7,9 @@ Environment:
   NEEDLE_LIB_PATH   an already built libneedle: it is copied instead of running CMake.
   NEEDLE_SKIP_CMAKE=1  bundle nothing; the library is then found at import time through
                     NEEDLE_LIB_PATH (or the repository's build/ folder in a checkout).
-  NEEDLE_CMAKE_ARGS extra arguments for the CMake configure step.
+  NEEDLE_CMAKE_ARGS extra arguments for the CMake configure step, e.g. -DNEEDLE_CUDA=ON.
+The demo model (models/needle-demo.cact and its tool list) is copied into the package as
+the default weights.
 A failed or impossible CMake build (no CMake, no C compiler, no repository sources as in
 an sdist built elsewhere) is reported as a warning, not an error, for the same fallback.
 """
@@ -61,9 +63,20 @@ def _build_library(tmp):
     return None
 
 
+DEMO_FILES = ("needle-demo.cact", "needle-demo.tools.json")
+
+
 class BuildPyWithLibrary(build_py):
     def run(self):
         super().run()
+        # the demo model (models/, trained by train/) ships inside the package as the
+        # default weights of Needle(); an sdist without it simply has no default
+        for name in DEMO_FILES:
+            src = os.path.join(REPO, "models", name)
+            if os.path.isfile(src):
+                dest = os.path.join(self.build_lib, "needle", "models", name)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                shutil.copyfile(src, dest)
         if os.environ.get("NEEDLE_SKIP_CMAKE") == "1":
             return
         with tempfile.TemporaryDirectory() as tmp:

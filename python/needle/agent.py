@@ -65,14 +65,23 @@ _models: Dict[str, _Model] = {}
 _models_lock = threading.RLock()  # reentrant: __del__ may run under it via gc
 
 
+def demo_model_path() -> Optional[str]:
+    """The bundled demo model (installed package), else the repository's models/ folder
+    (a checkout), else None."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for demo in (os.path.join(here, "models", "needle-demo.cact"),
+                 os.path.join(os.path.dirname(os.path.dirname(here)), "models",
+                              "needle-demo.cact")):
+        if os.path.exists(demo):
+            return demo
+    return None
+
+
 def _resolve_weights(weights: Optional[str]) -> str:
     if weights is None:
         weights = os.environ.get("NEEDLE_MODEL")
     if weights is None:
-        here = os.path.dirname(os.path.abspath(__file__))
-        demo = os.path.join(os.path.dirname(os.path.dirname(here)), "models", "needle-demo.cact")
-        if os.path.exists(demo):
-            weights = demo
+        weights = demo_model_path()
     if weights is None:
         raise NeedleError("no weights given: pass weights='path/to/model.cact' or set "
                           "NEEDLE_MODEL")
