@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 int harness_failures;
 int harness_checks;
@@ -64,4 +65,23 @@ uint8_t *read_file(const char *path, size_t *size) {
     fclose(f);
     if (buf) { buf[n] = 0; if (size) *size = (size_t)n; }
     return buf;
+}
+
+const char *cli_path(void) {
+    const char *p = getenv("NEEDLE_CLI");
+    return p && *p ? p : "./needle";
+}
+
+int run_command(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    if (out && cap) {
+        size_t n = fread(out, 1, cap - 1, p);
+        out[n] = 0;
+    } else {
+        char sink[4096];
+        while (fread(sink, 1, sizeof sink, p) > 0) {}
+    }
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

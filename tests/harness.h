@@ -24,6 +24,13 @@ const char *fixture_path(const char *name);
 /* Reads a whole file; returns malloc'd bytes (NUL-terminated) or NULL. */
 uint8_t *read_file(const char *path, size_t *size);
 
+/* The `needle` CLI to run (env NEEDLE_CLI, else "./needle"). */
+const char *cli_path(void);
+/* Runs a shell command; returns its exit status (-1 if it did not exit normally) and
+ * captures stdout into `out` (NUL-terminated, truncated to cap - 1), or discards it when
+ * out is NULL. */
+int run_command(const char *cmd, char *out, size_t cap);
+
 #define RUN(fn) harness_run(#fn, fn)
 #define CHECK(cond) do { harness_checks++; if (!(cond)) harness_fail(__FILE__, __LINE__, "%s", #cond); } while (0)
 #define CHECK_MSG(cond, ...) do { harness_checks++; if (!(cond)) harness_fail(__FILE__, __LINE__, __VA_ARGS__); } while (0)

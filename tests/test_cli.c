@@ -12,27 +12,6 @@
 #include "harness.h"
 #include "needle.h"
 
-static const char *cli(void) {
-    const char *p = getenv("NEEDLE_CLI");
-    return p && *p ? p : "./needle";
-}
-
-/* Runs a shell command; returns its exit status and captures stdout into `out`. */
-static int run(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = 0;
-    if (out && cap) {
-        n = fread(out, 1, cap - 1, p);
-        out[n] = 0;
-    } else {
-        char sink[4096];
-        while (fread(sink, 1, sizeof sink, p) > 0) {}
-    }
-    int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 static char model_path[1024];
 
 static int pick_model(void) {
@@ -48,8 +27,8 @@ static int pick_model(void) {
 static void test_inspect(void) {
     static char out[1 << 17];
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s inspect %s", cli(), model_path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "%s inspect %s", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     CHECK(strstr(out, "embedding") && strstr(out, "layer0.q_proj") && strstr(out, "final_norm"));
     CHECK(strstr(out, "tokenizer"));
     needle_model *m;
@@ -66,9 +45,9 @@ static void test_inspect(void) {
 static void test_tokenize_matches_library(void) {
     static char out[1 << 16];
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s tokenize --weights %s 'Hello, world: {\"a\": 1}'", cli(),
+    snprintf(cmd, sizeof cmd, "%s tokenize --weights %s 'Hello, world: {\"a\": 1}'", cli_path(),
              model_path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 0);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     needle_model *m;
     CHECK_EQ_INT(needle_model_open(model_path, NULL, &m), NEEDLE_OK);
     const char *text = "Hello, world: {\"a\": 1}";
@@ -104,8 +83,8 @@ static void test_logits_match_library(void) {
     for (int k = 0; k < 2; k++) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "%s logits --weights %s --tokens 2,17,99,5,42,300,7 --out %s%s "
-                 "2>/dev/null", cli(), model_path, path, modes[k]);
-        CHECK_EQ_INT(run(cmd, NULL, 0), 0);
+                 "2>/dev/null", cli_path(), model_path, path, modes[k]);
+        CHECK_EQ_INT(run_command(cmd, NULL, 0), 0);
         size_t size = 0;
         float *got = (float *)read_file(path, &size);
         CHECK_EQ_INT(size, n * info.vocab * sizeof(float));
@@ -125,16 +104,16 @@ static void test_generate_deterministic(void) {
     static char a[8192], b[8192];
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s generate --weights %s --prompt 'call the weather tool' -n 12 "
-             "2>&1", cli(), model_path);
-    CHECK_EQ_INT(run(cmd, a, sizeof a), 0);
-    CHECK_EQ_INT(run(cmd, b, sizeof b), 0);
+             "2>&1", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, a, sizeof a), 0);
+    CHECK_EQ_INT(run_command(cmd, b, sizeof b), 0);
     /* the ids line is printed on stderr and is timing-free */
     const char *ia = strstr(a, "ids:"), *ib = strstr(b, "ids:");
     CHECK(ia && ib && !strcmp(ia, ib));
     snprintf(cmd, sizeof cmd, "%s generate --weights %s --prompt 'x' -n 8 --temperature 0.8 "
-             "--seed 7 2>&1", cli(), model_path);
-    CHECK_EQ_INT(run(cmd, a, sizeof a), 0);
-    CHECK_EQ_INT(run(cmd, b, sizeof b), 0);
+             "--seed 7 2>&1", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, a, sizeof a), 0);
+    CHECK_EQ_INT(run_command(cmd, b, sizeof b), 0);
     ia = strstr(a, "ids:");
     ib = strstr(b, "ids:");
     CHECK(ia && ib && !strcmp(ia, ib));
@@ -142,22 +121,22 @@ static void test_generate_deterministic(void) {
 
 static void test_errors_and_usage(void) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s 2>/dev/null", cli());
-    CHECK_EQ_INT(run(cmd, NULL, 0), 2);
-    snprintf(cmd, sizeof cmd, "%s frobnicate 2>/dev/null", cli());
-    CHECK_EQ_INT(run(cmd, NULL, 0), 2);
+    snprintf(cmd, sizeof cmd, "%s 2>/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, NULL, 0), 2);
+    snprintf(cmd, sizeof cmd, "%s frobnicate 2>/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, NULL, 0), 2);
     snprintf(cmd, sizeof cmd, "%s logits --weights %s --tokens 2,x --out /dev/null 2>/dev/null",
-             cli(), model_path);
-    CHECK_EQ_INT(run(cmd, NULL, 0), 2);
-    snprintf(cmd, sizeof cmd, "%s inspect /nonexistent.cact 2>/dev/null", cli());
-    CHECK_EQ_INT(run(cmd, NULL, 0), 1);
+             cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, NULL, 0), 2);
+    snprintf(cmd, sizeof cmd, "%s inspect /nonexistent.cact 2>/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, NULL, 0), 1);
     static char out[4096];
-    snprintf(cmd, sizeof cmd, "%s inspect %s/README.md 2>&1", cli(), fixture_dir());
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 1);
+    snprintf(cmd, sizeof cmd, "%s inspect %s/README.md 2>&1", cli_path(), fixture_dir());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
     CHECK(strstr(out, "tag") != NULL); /* the message says why */
     snprintf(cmd, sizeof cmd, "%s logits --weights %s --tokens 2,999999 --out /dev/null 2>&1",
-             cli(), model_path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 1);
+             cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
     CHECK(strstr(out, "999999") != NULL);
 }
 

@@ -308,21 +308,6 @@ static void test_example_parse(void) {
 
 static char model_path[1024];
 
-static const char *cli(void) {
-    const char *p = getenv("NEEDLE_CLI");
-    return p && *p ? p : "./needle";
-}
-
-/* Runs a shell command; returns its exit status, stdout in `out`. */
-static int run(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* The model's greedy function_calls for one query, as `needle eval` runs it. */
 static cJSON *predict(needle_model *m, const char *system, const char *query) {
     needle_session_params sp = needle_session_default_params();
@@ -496,8 +481,8 @@ static void test_cli_end_to_end(void) {
     static char out[1 << 16];
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s eval --weights %s --ctx %u -n %d --json --verbose %s 2>/dev/null",
-             cli(), model_path, E2E_CTX, E2E_MAX_NEW, path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 0);
+             cli_path(), model_path, E2E_CTX, E2E_MAX_NEW, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     cJSON *j = cJSON_Parse(out); /* --verbose goes to stderr: stdout is one JSON object */
     CHECK_MSG(j != NULL, "eval --json printed: %s", out);
     if (j) {
@@ -528,14 +513,14 @@ static void test_cli_end_to_end(void) {
 
     /* --limit 2; the human table */
     snprintf(cmd, sizeof cmd, "%s eval --weights %s --ctx %u -n %d --json --limit 2 %s 2>/dev/null",
-             cli(), model_path, E2E_CTX, E2E_MAX_NEW, path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 0);
+             cli_path(), model_path, E2E_CTX, E2E_MAX_NEW, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     j = cJSON_Parse(out);
     CHECK(j && num(j, "examples") == 2 && num(j, "exact_matches") == 2 && num(j, "arg_f1") == 1);
     cJSON_Delete(j);
-    snprintf(cmd, sizeof cmd, "%s eval --weights %s --ctx %u -n %d %s 2>/dev/null", cli(),
+    snprintf(cmd, sizeof cmd, "%s eval --weights %s --ctx %u -n %d %s 2>/dev/null", cli_path(),
              model_path, E2E_CTX, E2E_MAX_NEW, path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 0);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     CHECK_MSG(strstr(out, "exact match") && strstr(out, "argument F1") &&
               strstr(out, "refusal accuracy") && strstr(out, "p95"), "table: %s", out);
 
@@ -559,17 +544,17 @@ static void test_cli_bad_input(void) {
     static char out[1 << 14];
     char cmd[4096];
     /* the line number and the reason, exit 1, nothing on stdout */
-    snprintf(cmd, sizeof cmd, "%s eval --weights %s --json %s 2>&1 >/dev/null", cli(), model_path, path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 1);
+    snprintf(cmd, sizeof cmd, "%s eval --weights %s --json %s 2>&1 >/dev/null", cli_path(), model_path, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
     CHECK_MSG(strstr(out, ":2: tools") != NULL, "error was: %s", out);
-    snprintf(cmd, sizeof cmd, "%s eval --weights %s --json %s 2>/dev/null", cli(), model_path, path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 1);
+    snprintf(cmd, sizeof cmd, "%s eval --weights %s --json %s 2>/dev/null", cli_path(), model_path, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
     CHECK_EQ_INT(strlen(out), 0);
     /* --skip-bad counts it; with no tools the model refuses; a schema the engine rejects
      * is a turn error: not well formed, not a refusal, no latency */
     snprintf(cmd, sizeof cmd, "%s eval --weights %s --ctx %u --json --skip-bad %s 2>/dev/null",
-             cli(), model_path, E2E_CTX, path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 0);
+             cli_path(), model_path, E2E_CTX, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     cJSON *j = cJSON_Parse(out);
     CHECK_MSG(j != NULL, "%s", out);
     if (j) {
@@ -585,8 +570,8 @@ static void test_cli_bad_input(void) {
     }
     cJSON_Delete(j);
     snprintf(cmd, sizeof cmd, "%s eval --weights %s --ctx %u --skip-bad --verbose %s 2>&1 >/dev/null",
-             cli(), model_path, E2E_CTX, path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 0);
+             cli_path(), model_path, E2E_CTX, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     CHECK_MSG(strstr(out, ":2:") && strstr(out, "(skipped)") && strstr(out, "line 3: q") &&
               strstr(out, "turn error") && strstr(out, "frob"), "stderr: %s", out);
 
@@ -594,23 +579,23 @@ static void test_cli_bad_input(void) {
     f = fopen(path, "w");
     fprintf(f, "\n  \n");
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s eval --weights %s %s 2>&1", cli(), model_path, path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 1);
+    snprintf(cmd, sizeof cmd, "%s eval --weights %s %s 2>&1", cli_path(), model_path, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
     CHECK(strstr(out, "no examples") != NULL);
-    snprintf(cmd, sizeof cmd, "%s eval --weights %s /nonexistent/data.jsonl 2>&1", cli(), model_path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 1);
+    snprintf(cmd, sizeof cmd, "%s eval --weights %s /nonexistent/data.jsonl 2>&1", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
     CHECK(strstr(out, "cannot open") != NULL);
     f = fopen(path, "w");
     fprintf(f, "{\"query\":\"q\",\"tools\":[],\"answers\":[]}\n");
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s eval --weights %s/README.md %s 2>/dev/null", cli(), fixture_dir(), path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 1);
-    snprintf(cmd, sizeof cmd, "%s eval --weights %s 2>/dev/null", cli(), model_path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 2);
-    snprintf(cmd, sizeof cmd, "%s eval %s 2>/dev/null", cli(), path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 2);
-    snprintf(cmd, sizeof cmd, "%s eval --weights %s --limit 0 %s 2>/dev/null", cli(), model_path, path);
-    CHECK_EQ_INT(run(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s eval --weights %s/README.md %s 2>/dev/null", cli_path(), fixture_dir(), path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
+    snprintf(cmd, sizeof cmd, "%s eval --weights %s 2>/dev/null", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s eval %s 2>/dev/null", cli_path(), path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 2);
+    snprintf(cmd, sizeof cmd, "%s eval --weights %s --limit 0 %s 2>/dev/null", cli_path(), model_path, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 2);
     unlink(path);
 }
 
