@@ -163,8 +163,33 @@ def is_heldout(value):
     return stable(value) % 7 == 3
 
 
+SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"] + ["sha", "tri", "kro", "lin",
+                                                                   "mor", "ven", "ska", "dra"]
+KEEP_WORDS = {"the", "a", "an", "to", "of", "in", "on", "at", "for", "me", "my", "I", "I'm",
+              "is", "and", "with", "you", "your", "it", "be", "up"}
+
+
+def pseudo_word(r, like):
+    """A made-up word shaped like `like` (case, length class), or `like` itself when it
+    is a function word: used to fill argument values with strings no model can guess."""
+    if like in KEEP_WORDS or not like.isalpha():
+        return like
+    if like.isupper() and len(like) > 1:
+        return "".join(r.choice("ABCDEFGHIJKLMNOPRSTUVWXYZ") for _ in like)
+    w = "".join(r.choice(SYLLABLES) for _ in range(r.randint(1, 3)))
+    return w.capitalize() if like[:1].isupper() else w
+
+
 class Pools:
-    """Draws values from the split's side of every pool."""
+    """Draws values from the split's side of every pool.
+
+    In the training split, half of the draws from a word pool are replaced by made-up
+    words of the same shape (capitalised names, upper-case codes, lower-case phrases):
+    a value that appears only in its query can only be produced by copying it, which is
+    the skill the held-out split measures. Without them a small model learns the pools
+    by heart instead (training loss falls while the held-out loss rises)."""
+
+    SYNTHETIC = 0.5
 
     def __init__(self, split, rng):
         self.test = split == "test"
@@ -173,6 +198,13 @@ class Pools:
     def pick(self, pool):
         side = [v for v in pool if is_heldout(v) == self.test]
         return self.r.choice(side or pool)
+
+    def value(self, pool):
+        """An argument value from a free-text pool (see the class comment)."""
+        v = self.pick(pool)
+        if self.test or self.r.random() >= self.SYNTHETIC:
+            return v
+        return " ".join(pseudo_word(self.r, w) for w in v.split(" "))
 
     def draw(self, make, tries=200):
         """A value from a generator function, on this split's side."""
@@ -184,12 +216,12 @@ class Pools:
 
     # composite values
     def city(self):
-        return self.pick(CITIES)
+        return self.value(CITIES)
 
     def person(self):
         if self.r.random() < 0.55:
-            return self.pick(FIRST)
-        return self.pick(FIRST) + " " + self.pick(LAST)
+            return self.value(FIRST)
+        return self.value(FIRST) + " " + self.value(LAST)
 
     def int_in(self, lo, hi):
         return self.draw(lambda r: r.randint(lo, hi))
@@ -318,7 +350,7 @@ def _timer(p):
     m = p.int_in(1, 180)
     dur = f"{m} minutes" if m != 1 else "1 minute"
     if p.r.random() < 0.3:
-        label = p.pick(["pasta", "eggs", "laundry", "tea", "bread", "nap", "workout", "pizza",
+        label = p.value(["pasta", "eggs", "laundry", "tea", "bread", "nap", "workout", "pizza",
                         "rice", "homework", "parking", "oven", "meditation", "cookies", "break"])
         t = choose(p, ["set a {d} timer for the {l}", "start a timer called {l} for {d}",
                        "timer for {d} named {l}", "set a timer for {d} for the {l}",
@@ -336,7 +368,7 @@ def _timer(p):
 def _alarm(p):
     tm = p.clock()
     if p.r.random() < 0.3:
-        label = p.pick(["work", "gym", "school run", "medication", "flight", "meeting",
+        label = p.value(["work", "gym", "school run", "medication", "flight", "meeting",
                         "wake up", "yoga", "pickup", "standup"])
         t = choose(p, ["set an alarm for {t} called {l}", "alarm at {t} for {l}",
                        "wake me at {t} for {l}", "set a {l} alarm at {t}",
@@ -353,7 +385,7 @@ def _alarm(p):
       {"room": S("Room name"), "state": E("on or off", ["on", "off"]),
        "brightness": I("Brightness percent", 0, 100)}, ["room", "state"])
 def _lights(p):
-    room = p.pick(ROOMS)
+    room = p.value(ROOMS)
     state = p.r.choice(["on", "off"])
     if state == "on" and p.r.random() < 0.3:
         b = p.int_in(1, 100)
@@ -400,7 +432,7 @@ def _thermo(p):
 @tool("send_message", "Send a text message to a contact.",
       {"recipient": S("Contact name"), "message": S("Message text")}, ["recipient", "message"])
 def _message(p):
-    who, msg = p.person(), p.pick(MESSAGE_HEADS)
+    who, msg = p.person(), p.value(MESSAGE_HEADS)
     t = choose(p, ["text {w} that {m}", "send a message to {w} saying {m}", "tell {w} {m}",
                    "message {w}: {m}", "send {w} a text: {m}", "let {w} know that {m}",
                    "shoot {w} a message saying {m}", "sms {w} {m}",
@@ -421,7 +453,7 @@ def _call(p):
       {"title": S("Event title"), "date": S("Date"), "time": S("Start time")},
       ["title", "date"])
 def _event(p):
-    title, date = p.pick(EVENT_TITLES), p.date()
+    title, date = p.value(EVENT_TITLES), p.date()
     if p.r.random() < 0.6:
         tm = p.clock()
         t = choose(p, ["schedule {e} on {d} at {t}", "add {e} to my calendar for {d} at {t}",
@@ -438,7 +470,7 @@ def _event(p):
 @tool("create_reminder", "Create a reminder.",
       {"text": S("What to be reminded of"), "time": S("When")}, ["text", "time"])
 def _reminder(p):
-    item = p.pick(NOTE_ITEMS)
+    item = p.value(NOTE_ITEMS)
     when = p.clock() if p.r.random() < 0.5 else p.date()
     t = choose(p, ["remind me to {x} at {w}", "remind me {w} to {x}",
                    "set a reminder to {x} {w}", "don't let me forget to {x} {w}",
@@ -450,7 +482,7 @@ def _reminder(p):
 @tool("play_music", "Play music by artist, song, playlist or genre.",
       {"query": S("What to play"), "shuffle": B("Shuffle playback")}, ["query"])
 def _music(p):
-    q = p.pick(ARTISTS) if p.r.random() < 0.6 else p.pick(GENRES)
+    q = p.value(ARTISTS) if p.r.random() < 0.6 else p.value(GENRES)
     if p.r.random() < 0.25:
         t = choose(p, ["shuffle {q}", "play {q} on shuffle", "shuffle some {q}",
                        "put {q} on shuffle", "play {q} shuffled"])
@@ -466,7 +498,7 @@ def _music(p):
        "mode": E("Travel mode", ["driving", "walking", "transit", "cycling"])},
       ["destination"])
 def _directions(p):
-    dest = p.city() if p.r.random() < 0.5 else p.pick(
+    dest = p.city() if p.r.random() < 0.5 else p.value(
         ["the airport", "the nearest pharmacy", "the train station", "the office",
          "the stadium", "the beach", "the city center", "the hospital", "the zoo",
          "the museum", "the mall", "the harbor", "the university", "the market"])
@@ -491,7 +523,7 @@ def _directions(p):
 
 @tool("create_note", "Save a note.", {"content": S("Note text")}, ["content"])
 def _note(p):
-    x = p.pick(NOTE_ITEMS)
+    x = p.value(NOTE_ITEMS)
     t = choose(p, ["make a note to {x}", "note: {x}", "write down {x}", "save a note saying {x}",
                    "jot down {x}", "add a note {x}", "take a note: {x}", "remember this: {x}"])
     return t.format(x=x), {"content": x}
@@ -511,8 +543,8 @@ def _contact(p):
        "to_currency": S("ISO code to convert to")}, ["amount", "from_currency", "to_currency"])
 def _currency(p):
     amt = p.amount()
-    a = p.pick(CURRENCIES)
-    b = p.pick([c for c in CURRENCIES if c != a])
+    a = p.value(CURRENCIES)
+    b = p.value([c for c in CURRENCIES if c != a])
     t = choose(p, ["convert {v} {a} to {b}", "how much is {v} {a} in {b}",
                    "{v} {a} to {b}", "what's {v} {a} in {b}", "exchange {v} {a} into {b}",
                    "change {v} {a} to {b}", "how many {b} is {v} {a}",
@@ -566,9 +598,9 @@ def _dnd(p):
       {"to": S("Recipient"), "subject": S("Subject line"), "body": S("Body text")},
       ["to", "subject"])
 def _email(p):
-    who, subj = p.person(), p.pick(SUBJECTS)
+    who, subj = p.person(), p.value(SUBJECTS)
     if p.r.random() < 0.4:
-        body = p.pick(MESSAGE_HEADS)
+        body = p.value(MESSAGE_HEADS)
         t = choose(p, ["email {w} about {s} saying {b}", "send {w} an email about {s}: {b}",
                        "write an email to {w} with subject {s} and say {b}",
                        "mail {w} re {s}: {b}"])
@@ -581,7 +613,7 @@ def _email(p):
 
 @tool("search_web", "Search the web.", {"query": S("Search terms")}, ["query"])
 def _search(p):
-    q = p.pick(SEARCHES)
+    q = p.value(SEARCHES)
     t = choose(p, ["search for {q}", "google {q}", "look up {q} online", "search the web for {q}",
                    "find {q} on the internet", "web search: {q}", "can you search {q}"])
     return t.format(q=q), {"query": q}
@@ -590,7 +622,7 @@ def _search(p):
 @tool("get_stock_price", "Get the latest stock price for a ticker.",
       {"symbol": S("Ticker symbol")}, ["symbol"])
 def _stock(p):
-    s = p.pick(STOCKS)
+    s = p.value(STOCKS)
     t = choose(p, ["what's {s} trading at", "stock price of {s}", "how is {s} doing today",
                    "quote for {s}", "check the {s} share price", "get me {s} stock",
                    "price of {s} shares"])
@@ -601,7 +633,7 @@ def _stock(p):
       {"destination": S("Drop-off place"), "ride_type": E("Ride class", RIDE_TYPES)},
       ["destination"])
 def _ride(p):
-    dest = p.pick(["the airport", "the train station", "the office", "downtown", "the hotel",
+    dest = p.value(["the airport", "the train station", "the office", "downtown", "the hotel",
                    "the stadium", "the conference center", "the hospital", "home",
                    "the mall", "the museum", "the harbor"]) if p.r.random() < 0.6 else p.city()
     if p.r.random() < 0.35:
@@ -618,7 +650,7 @@ def _ride(p):
       {"text": S("Text to translate"), "target_language": S("Language to translate into")},
       ["text", "target_language"])
 def _translate(p):
-    x, lang = p.pick(TRANSLATE_TEXTS), p.pick(LANGUAGES)
+    x, lang = p.value(TRANSLATE_TEXTS), p.value(LANGUAGES)
     t = choose(p, ["translate {x} into {l}", "how do you say {x} in {l}",
                    "what is {x} in {l}", "say {x} in {l}", "{l} for {x}",
                    "translate to {l}: {x}"])
@@ -641,7 +673,7 @@ def _brightness(p):
       {"name": S("Full name"), "phone": S("Phone number"), "email": S("Email address")},
       ["name", "phone"])
 def _card(p):
-    name = p.pick(FIRST) + " " + p.pick(LAST)
+    name = p.value(FIRST) + " " + p.value(LAST)
     phone = p.phone()
     if p.r.random() < 0.6:
         mail = p.email(name)
@@ -662,7 +694,7 @@ def _card(p):
        "nights": I("Number of nights", 1, 60), "room_type": E("Room type", ROOM_TYPES)},
       ["guest", "check_in", "nights", "room_type"])
 def _booking(p):
-    name = p.pick(FIRST) + " " + p.pick(LAST)
+    name = p.value(FIRST) + " " + p.value(LAST)
     date = p.date()
     nights = p.int_in(1, 14)
     room = p.r.choice(ROOM_TYPES)
@@ -680,7 +712,7 @@ def _booking(p):
       {"vendor": S("Who issued it"), "amount": N("Total amount"), "due": S("Due date")},
       ["vendor", "amount", "due"])
 def _invoice(p):
-    vendor, amt, due = p.pick(VENDORS), p.amount(), p.date()
+    vendor, amt, due = p.value(VENDORS), p.amount(), p.date()
     t = choose(p, ["invoice from {v} for {a} due {d}", "{v} billed us {a}, payment due {d}",
                    "record the {v} invoice: {a}, due {d}",
                    "we owe {v} {a} by {d}, log the invoice",
