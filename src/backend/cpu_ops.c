@@ -159,6 +159,26 @@ static void cpu_session_free(struct needle_session *s) {
     s->dev = NULL;
 }
 
+/* One cpu_scratch per pool thread, each starting on its own 64-byte line; `tmp` floats of
+ * c->th[i].tmp. Returns 0, or -1 when out of memory. */
+static int thread_scratch_alloc(cpu_session *c, const struct needle_model *m, size_t tmp) {
+    c->n_threads = cpu_pool_threads(c->pool);
+    const size_t lane = (size_t)m->n_lanes * m->d;
+    const size_t per = (m->hada_n + lane + tmp + 15) / 16 * 16;
+    const size_t bytes = (size_t)c->n_threads * per * sizeof(float);
+    c->th = calloc((size_t)c->n_threads, sizeof *c->th);
+    c->th_mem = aligned_alloc(64, bytes);
+    if (!c->th || !c->th_mem) return -1;
+    memset(c->th_mem, 0, bytes);
+    for (int i = 0; i < c->n_threads; i++) {
+        float *base = c->th_mem + (size_t)i * per;
+        c->th[i].hada = base;
+        c->th[i].lane_old = base + m->hada_n;
+        c->th[i].tmp = base + m->hada_n + lane;
+    }
+    return 0;
+}
+
 static int cpu_session_init(struct needle_session *s) {
     const cpu_kernels *kern = cpu_kernels_best();
     const struct needle_model *m = s->m;
@@ -181,27 +201,13 @@ static int cpu_session_init(struct needle_session *s) {
         if (ins[i] > widest) widest = ins[i];
     if (!c->eng_e || !c->out_rot ||
         cpu_pool_create(s->n_threads, kern, cq_scratch_floats(widest, s->chunk), &c->pool) !=
-            NEEDLE_OK)
-        goto oom;
-    c->kern = cpu_pool_kernels(c->pool);
-    /* one scratch per pool thread, each starting on its own 64-byte line */
-    c->n_threads = cpu_pool_threads(c->pool);
-    const size_t lane = (size_t)m->n_lanes * d;
-    const size_t per = (m->hada_n + lane + tmp + 15) / 16 * 16;
-    c->th = calloc((size_t)c->n_threads, sizeof *c->th);
-    c->th_mem = aligned_alloc(64, (size_t)c->n_threads * per * sizeof(float));
-    if (!c->th || !c->th_mem) goto oom;
-    memset(c->th_mem, 0, (size_t)c->n_threads * per * sizeof(float));
-    for (int i = 0; i < c->n_threads; i++) {
-        float *base = c->th_mem + (size_t)i * per;
-        c->th[i].hada = base;
-        c->th[i].lane_old = base + m->hada_n;
-        c->th[i].tmp = base + m->hada_n + lane;
+            NEEDLE_OK ||
+        thread_scratch_alloc(c, m, tmp) != 0) {
+        cpu_session_free(s);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for CPU scratch");
     }
+    c->kern = cpu_pool_kernels(c->pool);
     return NEEDLE_OK;
-oom:
-    cpu_session_free(s);
-    return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for CPU scratch");
 }
 
 /* ---- KV cache access in the session's precision ---------------------------------- */
