@@ -7,7 +7,8 @@
  * reset; generation: greedy determinism and agreement with argmax, seeded sampling,
  * temperature validation, short output buffers; f16 and int8 KV caches against f32 (the
  * deviation is printed); tokenize/detokenize errors and size reporting; two sessions on
- * one model from two threads against sequential runs; thread-local error messages.
+ * one model from two threads against sequential runs; thread-local error messages; logits
+ * bit-identical with 1 and 3 pool threads (windowed f32, f16 and int8 caches).
  *
  * Uses the smallest tests/fixtures/tiny_*.cact that has a tokenizer. */
 #include <glob.h>
@@ -22,6 +23,7 @@
 #include "needle.h"
 
 static needle_model *g_model;
+static char g_path[1100]; /* the fixture g_model was opened from */
 static needle_model_info g_info;
 static uint32_t V; /* vocab */
 
@@ -46,6 +48,7 @@ static int open_fixture(void) {
         needle_model_get_info(m, &g_info);
         if (g_info.has_tokenizer) {
             g_model = m;
+            snprintf(g_path, sizeof g_path, "%s", g.gl_pathv[i]);
             printf("fixture %s: vocab %u, d_model %u, %u layers, kv_dim %u, kv_window %u\n",
                    g.gl_pathv[i], g_info.vocab, g_info.d_model, g_info.num_layers,
                    g_info.num_kv_heads * g_info.head_dim, g_info.kv_window);
@@ -595,6 +598,61 @@ static void test_threads(void) {
     }
 }
 
+/* ---- pool threads ------------------------------------------------------------------- */
+
+/* [N + STEPS][V] logits of a prefill of N tokens then STEPS single-token evals, on a model
+ * opened with `n_threads` pool threads. */
+static float *logits_with_threads(int32_t n_threads, int32_t kv_type, const int32_t *t, size_t N,
+                                  size_t steps) {
+    needle_model_params mp = needle_model_default_params();
+    mp.n_threads = n_threads;
+    needle_model *m = NULL;
+    int rc = needle_model_open(g_path, &mp, &m);
+    CHECK_MSG(rc == NEEDLE_OK, "open %s: %s", g_path, needle_last_error());
+    if (rc) return NULL;
+    needle_session_params p = needle_session_default_params();
+    p.n_ctx = 96;
+    p.kv_type = kv_type;
+    p.n_sinks = 2; /* sinks and the header's window ring both attended */
+    needle_session *s = NULL;
+    float *out = malloc((N + steps) * V * sizeof *out);
+    rc = needle_session_create(m, &p, &s);
+    CHECK_MSG(rc == NEEDLE_OK, "session_create: %s", needle_last_error());
+    if (rc == NEEDLE_OK) rc = needle_session_eval(s, t, N, out, N * V);
+    for (size_t i = 0; rc == NEEDLE_OK && i < steps; i++)
+        rc = needle_session_eval(s, t + N + i, 1, out + (N + i) * V, V);
+    CHECK_MSG(rc == NEEDLE_OK, "eval: %s", needle_last_error());
+    needle_session_free(s);
+    needle_model_free(m);
+    if (rc) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* The ops split tokens (prefill) and query heads (attention) among the pool's threads;
+ * every item is computed the same way whichever thread takes it. */
+static void test_thread_counts(void) {
+    enum { N = 44, STEPS = 4 };
+    int32_t t[N + STEPS];
+    make_tokens(t, N + STEPS, 7);
+    CHECK_MSG(g_info.kv_window > 0 && g_info.kv_window + 2 < N,
+              "fixture window %u does not wrap in %d tokens", g_info.kv_window, N);
+    const struct { int32_t type; const char *name; } kinds[] = {
+        {NEEDLE_KV_F32, "f32"}, {NEEDLE_KV_F16, "f16"}, {NEEDLE_KV_INT8, "int8"}};
+    for (int k = 0; k < 3; k++) {
+        float *one = logits_with_threads(1, kinds[k].type, t, N, STEPS);
+        float *three = logits_with_threads(3, kinds[k].type, t, N, STEPS);
+        if (one && three)
+            CHECK_MSG(memcmp(one, three, (size_t)(N + STEPS) * V * sizeof(float)) == 0,
+                      "kv %s: logits with 1 and 3 threads differ (%g)", kinds[k].name,
+                      rel_dev(one, three, (size_t)(N + STEPS) * V));
+        free(one);
+        free(three);
+    }
+}
+
 int main(void) {
     if (!open_fixture()) {
         fprintf(stderr, "test_api: no tests/fixtures/tiny_*.cact with a tokenizer\n");
@@ -608,6 +666,7 @@ int main(void) {
     RUN(test_kv_types);
     RUN(test_text);
     RUN(test_threads);
+    RUN(test_thread_counts);
     needle_model_free(g_model);
     return test_summary();
 }

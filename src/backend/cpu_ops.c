@@ -1,8 +1,17 @@
 /* The CPU backend's operations (backend.h): plain C float32 over host memory, CQ products
  * through the session's thread pool and the dispatch table of kernels/cpu. This is the
  * reference: every other backend is tested against these (tests/test_backend_ops.c), and
- * the arithmetic is exactly that of the original single-file forward pass. */
+ * the arithmetic is exactly that of the original single-file forward pass.
+ *
+ * Threads. Besides the CQ products, the per-token ops of a prefill chunk (lane norm, read
+ * and write, attention residual, Hadamard MLP, the logits rotation) and the query heads
+ * of one token's attention are shared among the pool's threads by par_for. Every item is
+ * computed by one thread with the same arithmetic whichever thread it is, using that
+ * thread's own scratch (cpu_scratch), so results do not depend on the thread count.
+ * Attention stays token by token: token i's K/V is stored before token i attends, and a
+ * later token's store may overwrite a ring slot an earlier token still reads. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,15 +20,22 @@
 #include "util/error.h"
 #include "util/fp16.h"
 
+/* Scratch of one pool thread (index 0: the caller). */
+typedef struct cpu_scratch {
+    float *hada;     /* [hada_n] */
+    float *lane_old; /* [n*d] lanes before the write-back */
+    float *tmp;      /* [max(group, 2*d, 2*kv_dim)] */
+} cpu_scratch;
+
 /* Per-session CPU state: the pool, its kernels and host scratch. */
 typedef struct cpu_session {
     cpu_pool *pool;
     const cpu_kernels *kern;
-    float *eng_e;    /* [T * sub] one token's gathered engram rows */
-    float *hada;     /* [hada_n] */
-    float *lane_old; /* [n*d] lanes before the write-back */
-    float *tmp;      /* [max(group, 2*d, 2*kv_dim)] */
-    float *out_rot;  /* [chunk][d padded] rotated final hidden */
+    int n_threads;     /* the pool's, the caller included */
+    cpu_scratch *th;   /* [n_threads] */
+    float *th_mem;     /* backs every th[i] */
+    float *eng_e;      /* [T * sub] one token's gathered engram rows */
+    float *out_rot;    /* [chunk][d padded] rotated final hidden */
 } cpu_session;
 
 static cpu_session *cs_of(const struct needle_session *s) { return (cpu_session *)s->dev; }
@@ -77,6 +93,43 @@ static void sinkhorn(float *lg, uint32_t n) {
     for (uint32_t k = 0; k < n * n; k++) lg[k] = expf(lg[k]);
 }
 
+/* ---- work sharing over the pool ---------------------------------------------------- */
+
+/* One item of a parallel loop; `thread` (0 = the caller) selects the scratch c->th[]. */
+typedef void (*item_fn)(struct needle_session *s, const void *ctx, uint32_t item, int thread);
+
+typedef struct par_loop {
+    struct needle_session *s;
+    const void *ctx;
+    item_fn body;
+    uint32_t n;
+    atomic_uint next; /* the next item not yet taken */
+} par_loop;
+
+static void par_worker(void *arg, int thread, int n_threads) {
+    (void)n_threads;
+    par_loop *L = arg;
+    for (;;) {
+        const uint32_t i = atomic_fetch_add_explicit(&L->next, 1, memory_order_relaxed);
+        if (i >= L->n) break;
+        L->body(L->s, L->ctx, i, thread);
+    }
+}
+
+/* Runs body(s, ctx, i, thread) once for every i in [0, n), items taken from a shared
+ * counter by the pool's threads; a single item runs on the caller (a dispatch costs more
+ * than one token's vector work). Returns when all items are done. */
+static void par_for(struct needle_session *s, uint32_t n, item_fn body, const void *ctx) {
+    cpu_session *c = cs_of(s);
+    if (n < 2 || c->n_threads < 2) {
+        for (uint32_t i = 0; i < n; i++) body(s, ctx, i, 0);
+        return;
+    }
+    par_loop L = {.s = s, .ctx = ctx, .body = body, .n = n};
+    atomic_init(&L.next, 0);
+    cpu_pool_run_shared(c->pool, par_worker, &L);
+}
+
 /* ---- session state -------------------------------------------------------------------- */
 
 static void *cpu_alloc(struct needle_session *s, size_t bytes) {
@@ -98,13 +151,32 @@ static void cpu_session_free(struct needle_session *s) {
     cpu_session *c = cs_of(s);
     if (!c) return;
     free(c->eng_e);
-    free(c->hada);
-    free(c->lane_old);
-    free(c->tmp);
+    free(c->th);
+    free(c->th_mem);
     free(c->out_rot);
     cpu_pool_free(c->pool);
     free(c);
     s->dev = NULL;
+}
+
+/* One cpu_scratch per pool thread, each starting on its own 64-byte line; `tmp` floats of
+ * c->th[i].tmp. Returns 0, or -1 when out of memory. */
+static int thread_scratch_alloc(cpu_session *c, const struct needle_model *m, size_t tmp) {
+    c->n_threads = cpu_pool_threads(c->pool);
+    const size_t lane = (size_t)m->n_lanes * m->d;
+    const size_t per = (m->hada_n + lane + tmp + 15) / 16 * 16;
+    const size_t bytes = (size_t)c->n_threads * per * sizeof(float);
+    c->th = calloc((size_t)c->n_threads, sizeof *c->th);
+    c->th_mem = aligned_alloc(64, bytes);
+    if (!c->th || !c->th_mem) return -1;
+    memset(c->th_mem, 0, bytes);
+    for (int i = 0; i < c->n_threads; i++) {
+        float *base = c->th_mem + (size_t)i * per;
+        c->th[i].hada = base;
+        c->th[i].lane_old = base + m->hada_n;
+        c->th[i].tmp = base + m->hada_n + lane;
+    }
+    return 0;
 }
 
 static int cpu_session_init(struct needle_session *s) {
@@ -119,9 +191,6 @@ static int cpu_session_init(struct needle_session *s) {
     if (tmp < 2 * kvd) tmp = 2 * kvd;
     /* engram header fields are only validated (and meaningful) when there are sites */
     c->eng_e = calloc(m->n_sites ? (size_t)m->n_tables * m->sub_dim : 1, sizeof(float));
-    c->hada = calloc(m->hada_n, sizeof(float));
-    c->lane_old = calloc((size_t)m->n_lanes * d, sizeof(float));
-    c->tmp = calloc(tmp, sizeof(float));
     c->out_rot = calloc((size_t)s->chunk * m->embedding.cols_pad, sizeof(float));
     /* kernel scratch: activations of a whole chunk for the widest matrix input */
     uint32_t widest = m->embedding.cols_pad;
@@ -130,9 +199,10 @@ static int cpu_session_init(struct needle_session *s) {
                             m->n_sites ? m->sites[0].key_proj.cols_pad : 0};
     for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
         if (ins[i] > widest) widest = ins[i];
-    if (!c->eng_e || !c->hada || !c->lane_old || !c->tmp || !c->out_rot ||
+    if (!c->eng_e || !c->out_rot ||
         cpu_pool_create(s->n_threads, kern, cq_scratch_floats(widest, s->chunk), &c->pool) !=
-            NEEDLE_OK) {
+            NEEDLE_OK ||
+        thread_scratch_alloc(c, m, tmp) != 0) {
         cpu_session_free(s);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for CPU scratch");
     }
@@ -186,12 +256,11 @@ static void kv_store(struct needle_session *s, int which, uint32_t layer, uint32
     }
 }
 
-/* Returns a float view of cached row (layer, slot); `buf` holds kv_dim floats when the
- * cache is not f32. */
+/* Returns a float view of values [off, off + n) of cached row (layer, slot); `buf` holds
+ * n floats when the cache is not f32. */
 static const float *kv_load(const struct needle_session *s, int which, uint32_t layer,
-                            uint32_t slot, float *buf) {
-    const uint32_t n = s->m->kv_dim;
-    size_t at = kv_index(s, layer, slot);
+                            uint32_t slot, uint32_t off, uint32_t n, float *buf) {
+    size_t at = kv_index(s, layer, slot) + off;
     const void *base = which ? s->v_cache : s->k_cache;
     if (s->kv_type == NEEDLE_KV_F32) return (const float *)base + at;
     if (s->kv_type == NEEDLE_KV_F16) {
@@ -200,7 +269,8 @@ static const float *kv_load(const struct needle_session *s, int which, uint32_t 
     } else {
         const int8_t *src = (const int8_t *)base + at;
         const float *scales = kv_row_scales(s, which, layer, slot);
-        for (uint32_t i = 0; i < n; i++) buf[i] = (float)src[i] * scales[i / KV_SCALE_GROUP];
+        for (uint32_t i = 0; i < n; i++)
+            buf[i] = (float)src[i] * scales[(off + i) / KV_SCALE_GROUP];
     }
     return buf;
 }
@@ -215,7 +285,7 @@ static void cpu_embed(struct needle_session *s, const int32_t *tokens, uint32_t 
     const float emb_scale = (float)sqrt((double)d);
     for (uint32_t i = 0; i < n; i++) {
         float *X = lanes + (size_t)i * nl * d;
-        c->kern->dequant_row(&m->embedding, (uint32_t)tokens[i], X, c->tmp);
+        c->kern->dequant_row(&m->embedding, (uint32_t)tokens[i], X, c->th[0].tmp);
         for (uint32_t k = 0; k < d; k++) X[k] *= emb_scale;
         for (uint32_t r = 1; r < nl; r++) memcpy(X + (size_t)r * d, X, d * sizeof *X);
     }
@@ -237,7 +307,7 @@ static void cpu_engram_gather(struct needle_session *s, const engram_site *es,
             float *dst = e + (size_t)j * m->sub_dim;
             const uint32_t slot = slots[(size_t)i * m->n_tables + j];
             if (slot == ENGRAM_MASKED) memset(dst, 0, m->sub_dim * sizeof *dst);
-            else c->kern->dequant_row(&es->tables, j * m->slots + slot, dst, c->tmp);
+            else c->kern->dequant_row(&es->tables, j * m->slots + slot, dst, c->th[0].tmp);
         }
         c->kern->rotate(&es->key_proj, e, er + (size_t)i * ecols);
     }
@@ -262,95 +332,129 @@ static void cpu_engram_conv(struct needle_session *s, const engram_site *es, flo
     }
 }
 
-static void cpu_lane_norm(struct needle_session *s, const float *lanes, uint32_t n, float *nx) {
+typedef struct lane_norm_args {
+    const float *lanes;
+    float *nx;
+} lane_norm_args;
+
+static void lane_norm_token(struct needle_session *s, const void *ctx, uint32_t i, int thread) {
+    (void)thread;
+    const lane_norm_args *a = ctx;
     const struct needle_model *m = s->m;
     const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad;
-    for (uint32_t i = 0; i < n; i++) {
-        float *out = nx + (size_t)i * ld;
-        rms_unit(lanes + (size_t)i * nd, nd, out);
-        cs_of(s)->kern->rotate(&m->phi_pre, out, out);
+    float *out = a->nx + (size_t)i * ld;
+    rms_unit(a->lanes + (size_t)i * nd, nd, out);
+    cs_of(s)->kern->rotate(&m->phi_pre, out, out);
+}
+
+static void cpu_lane_norm(struct needle_session *s, const float *lanes, uint32_t n, float *nx) {
+    const lane_norm_args a = {lanes, nx};
+    par_for(s, n, lane_norm_token, &a);
+}
+
+typedef struct lane_read_args {
+    uint32_t li;
+    const float *lanes, *mix_all, *ek_all, *ev_all;
+    float *u_all, *bx_all, *hr;
+} lane_read_args;
+
+static void lane_read_token(struct needle_session *s, const void *ctx, uint32_t i, int thread) {
+    const lane_read_args *a = ctx;
+    const struct needle_model *m = s->m;
+    const cpu_session *c = cs_of(s);
+    const uint32_t li = a->li;
+    const layer_weights *l = &m->layers[li];
+    const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
+    const uint32_t h_ld = l->q_proj.cols_pad, my_lane = li % nl;
+    const float *mix = a->mix_all + (size_t)i * mix_ld;
+    const float *X = a->lanes + (size_t)i * nd;
+    float *u = a->u_all + (size_t)i * d, *bx = a->bx_all + (size_t)i * d;
+    memset(u, 0, d * sizeof *u);
+    for (uint32_t r = 0; r < nl; r++) {
+        float off = r == my_lane ? 4.0f : -4.0f;
+        float w = sigmoidf(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] + off);
+        for (uint32_t k = 0; k < d; k++) u[k] += w * X[(size_t)r * d + k];
     }
+    memcpy(bx, u, d * sizeof *bx);
+    if (a->ek_all) {
+        const float *ek = a->ek_all + (size_t)i * d, *ev = a->ev_all + (size_t)i * d;
+        float *ru = c->th[thread].tmp, *rk = c->th[thread].tmp + d;
+        rms_unit(u, d, ru);
+        rms_unit(ek, d, rk);
+        float dot = 0.0f;
+        for (uint32_t k = 0; k < d; k++) dot += ru[k] * rk[k];
+        float alpha = sigmoidf(dot / sqrtf((float)d));
+        for (uint32_t k = 0; k < d; k++) bx[k] += alpha * ev[k];
+    }
+    float *h = s->h + (size_t)i * d;
+    zc_norm(bx, l->norm_in, d, h);
+    c->kern->rotate(&l->q_proj, h, a->hr + (size_t)i * h_ld);
 }
 
 static void cpu_lane_read(struct needle_session *s, uint32_t li, uint32_t n, const float *lanes,
                           const float *mix_all, const float *ek_all, const float *ev_all,
                           float *u_all, float *bx_all, float *hr) {
-    const struct needle_model *m = s->m;
-    const cpu_session *c = cs_of(s);
-    const layer_weights *l = &m->layers[li];
-    const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
-    const uint32_t h_ld = l->q_proj.cols_pad, my_lane = li % nl;
-    for (uint32_t i = 0; i < n; i++) {
-        const float *mix = mix_all + (size_t)i * mix_ld;
-        const float *X = lanes + (size_t)i * nd;
-        float *u = u_all + (size_t)i * d, *bx = bx_all + (size_t)i * d;
-        memset(u, 0, d * sizeof *u);
-        for (uint32_t r = 0; r < nl; r++) {
-            float off = r == my_lane ? 4.0f : -4.0f;
-            float w = sigmoidf(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] + off);
-            for (uint32_t k = 0; k < d; k++) u[k] += w * X[(size_t)r * d + k];
-        }
-        memcpy(bx, u, d * sizeof *bx);
-        if (ek_all) {
-            const float *ek = ek_all + (size_t)i * d, *ev = ev_all + (size_t)i * d;
-            float *ru = c->tmp, *rk = c->tmp + d;
-            rms_unit(u, d, ru);
-            rms_unit(ek, d, rk);
-            float dot = 0.0f;
-            for (uint32_t k = 0; k < d; k++) dot += ru[k] * rk[k];
-            float alpha = sigmoidf(dot / sqrtf((float)d));
-            for (uint32_t k = 0; k < d; k++) bx[k] += alpha * ev[k];
-        }
-        float *h = s->h + (size_t)i * d;
-        zc_norm(bx, l->norm_in, d, h);
-        c->kern->rotate(&l->q_proj, h, hr + (size_t)i * h_ld);
-    }
+    const lane_read_args a = {li, lanes, mix_all, ek_all, ev_all, u_all, bx_all, hr};
+    par_for(s, n, lane_read_token, &a);
 }
 
-/* Attention of one token at position t over the cache (§3.6). */
-static void attend(struct needle_session *s, uint32_t layer, uint32_t t, const float *q,
-                   float *o) {
+/* One token at position t of layer `layer`, its K/V already in the cache. */
+typedef struct attend_args {
+    uint32_t layer, t;
+    const float *cs;   /* RoPE cos | sin of t */
+    float *q;          /* [A], normalised and rotated per head in place */
+    const float *gate; /* [A] */
+    float *o;          /* [A] */
+} attend_args;
+
+/* Attention of query head `a` over the cache (§3.6): q ZC norm and RoPE, softmax over the
+ * sinks and the window tail, o = sigmoid(gate) * sum_p softmax_p * v_p for the head. */
+static void attend_head(struct needle_session *s, const void *ctx, uint32_t a, int thread) {
+    const attend_args *x = ctx;
     const struct needle_model *m = s->m;
     const cpu_session *c = cs_of(s);
-    const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads;
+    const layer_weights *l = &m->layers[x->layer];
+    const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, t = x->t;
+    const uint32_t b = a / reps;
     const float inv_scale = 1.0f / sqrtf((float)hd);
     /* positions attended: sinks [0, min(n_sinks, t+1)), then the window tail */
     uint32_t first = s->n_sinks;
     if (s->window && t + 1 > s->window && t + 1 - s->window > first) first = t + 1 - s->window;
-    uint32_t n_sink = s->n_sinks < t + 1 ? s->n_sinks : t + 1;
-    float *kbuf = c->tmp, *vbuf = c->tmp + m->kv_dim, *scores = s->scores;
-    memset(o, 0, m->attn_dim * sizeof *o);
-    for (uint32_t a = 0; a < m->n_heads; a++) {
-        const uint32_t b = a / reps;
-        const float *qa = q + (size_t)a * hd;
-        uint32_t n_pos = 0;
-        float mx = -INFINITY;
-        for (uint32_t pass = 0; pass < 2; pass++) {
-            uint32_t p_begin = pass ? (first > n_sink ? first : n_sink) : 0;
-            uint32_t p_end = pass ? t + 1 : n_sink;
-            for (uint32_t p = p_begin; p < p_end; p++) {
-                const float *kr = kv_load(s, 0, layer, kv_slot(s, p), kbuf) + (size_t)b * hd;
-                float dot = c->kern->dot(qa, kr, hd) * inv_scale;
-                scores[n_pos++] = dot;
-                mx = fmaxf(mx, dot);
-            }
-        }
-        float sum = 0.0f;
-        for (uint32_t k = 0; k < n_pos; k++) {
-            scores[k] = expf(scores[k] - mx);
-            sum += scores[k];
-        }
-        float *oa = o + (size_t)a * hd;
-        uint32_t k = 0;
-        for (uint32_t pass = 0; pass < 2; pass++) {
-            uint32_t p_begin = pass ? (first > n_sink ? first : n_sink) : 0;
-            uint32_t p_end = pass ? t + 1 : n_sink;
-            for (uint32_t p = p_begin; p < p_end; p++, k++) {
-                const float *vr = kv_load(s, 1, layer, kv_slot(s, p), vbuf) + (size_t)b * hd;
-                c->kern->axpy(oa, scores[k] / sum, vr, hd);
-            }
+    const uint32_t n_sink = s->n_sinks < t + 1 ? s->n_sinks : t + 1;
+    const uint32_t tail = first > n_sink ? first : n_sink;
+    float *kbuf = c->th[thread].tmp, *vbuf = c->th[thread].tmp + hd;
+    float *scores = s->scores + (size_t)a * s->kv_slots;
+    float *qa = x->q + (size_t)a * hd;
+    zc_norm(qa, l->q_norm, hd, qa);
+    rope(qa, hd, x->cs);
+    uint32_t n_pos = 0;
+    float mx = -INFINITY;
+    for (uint32_t pass = 0; pass < 2; pass++) {
+        const uint32_t p_begin = pass ? tail : 0, p_end = pass ? t + 1 : n_sink;
+        for (uint32_t p = p_begin; p < p_end; p++) {
+            const float *kr = kv_load(s, 0, x->layer, kv_slot(s, p), b * hd, hd, kbuf);
+            float dot = c->kern->dot(qa, kr, hd) * inv_scale;
+            scores[n_pos++] = dot;
+            mx = fmaxf(mx, dot);
         }
     }
+    float sum = 0.0f;
+    for (uint32_t k = 0; k < n_pos; k++) {
+        scores[k] = expf(scores[k] - mx);
+        sum += scores[k];
+    }
+    float *oa = x->o + (size_t)a * hd;
+    memset(oa, 0, hd * sizeof *oa);
+    uint32_t k = 0;
+    for (uint32_t pass = 0; pass < 2; pass++) {
+        const uint32_t p_begin = pass ? tail : 0, p_end = pass ? t + 1 : n_sink;
+        for (uint32_t p = p_begin; p < p_end; p++, k++) {
+            const float *vr = kv_load(s, 1, x->layer, kv_slot(s, p), b * hd, hd, vbuf);
+            c->kern->axpy(oa, scores[k] / sum, vr, hd);
+        }
+    }
+    const float *ga = x->gate + (size_t)a * hd;
+    for (uint32_t j = 0; j < hd; j++) oa[j] *= sigmoidf(ga[j]);
 }
 
 static void cpu_attention(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n,
@@ -363,115 +467,152 @@ static void cpu_attention(struct needle_session *s, uint32_t li, uint32_t p0, ui
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t t = p0 + i;
         const float *cs = rope_cs + (size_t)i * hd;
-        float *q = q_all + (size_t)i * A, *k = k_all + (size_t)i * kvd;
-        for (uint32_t a = 0; a < m->n_heads; a++) {
-            zc_norm(q + a * hd, l->q_norm, hd, q + a * hd);
-            rope(q + a * hd, hd, cs);
-        }
+        float *k = k_all + (size_t)i * kvd;
         for (uint32_t b = 0; b < m->n_kv_heads; b++) {
             zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
             rope(k + b * hd, hd, cs);
         }
         kv_store(s, 0, li, kv_slot(s, t), k);
         kv_store(s, 1, li, kv_slot(s, t), v_all + (size_t)i * kvd);
-        float *o = o_all + (size_t)i * o_ld;
-        attend(s, li, t, q, o);
-        const float *g = gate_all + (size_t)i * A;
-        for (uint32_t k2 = 0; k2 < A; k2++) o[k2] *= sigmoidf(g[k2]);
-        cs_of(s)->kern->rotate(&l->out_proj, o, o);
+        const attend_args a = {li, t, cs, q_all + (size_t)i * A, gate_all + (size_t)i * A,
+                               o_all + (size_t)i * o_ld};
+        par_for(s, m->n_heads, attend_head, &a);
+        cs_of(s)->kern->rotate(&l->out_proj, a.o, a.o);
     }
+}
+
+typedef struct attn_residual_args {
+    uint32_t li;
+    float *attn;
+    const float *bx_all;
+    float *x_all, *h_all;
+} attn_residual_args;
+
+static void attn_residual_token(struct needle_session *s, const void *ctx, uint32_t i,
+                                int thread) {
+    (void)thread;
+    const attn_residual_args *r = ctx;
+    const layer_weights *l = &s->m->layers[r->li];
+    const uint32_t d = s->m->d;
+    const float gate = sigmoidf(l->attn_gate);
+    const float *bx = r->bx_all + (size_t)i * d;
+    float *a = r->attn + (size_t)i * d, *x = r->x_all + (size_t)i * d;
+    zc_norm(a, l->post_norm, d, a);
+    for (uint32_t k = 0; k < d; k++) x[k] = bx[k] + gate * a[k];
+    zc_norm(x, l->pre_hada, d, r->h_all + (size_t)i * d);
 }
 
 static void cpu_attn_residual(struct needle_session *s, uint32_t li, uint32_t n, float *attn,
                               const float *bx_all, float *x_all, float *h_all) {
+    const attn_residual_args r = {li, attn, bx_all, x_all, h_all};
+    par_for(s, n, attn_residual_token, &r);
+}
+
+typedef struct hadamard_args {
+    uint32_t li;
+    const float *h_all;
+    float *out_all;
+} hadamard_args;
+
+static void hadamard_token(struct needle_session *s, const void *ctx, uint32_t t, int thread) {
+    const hadamard_args *a = ctx;
     const struct needle_model *m = s->m;
-    const layer_weights *l = &m->layers[li];
-    const uint32_t d = m->d;
-    const float gate = sigmoidf(l->attn_gate);
-    for (uint32_t i = 0; i < n; i++) {
-        const float *bx = bx_all + (size_t)i * d;
-        float *a = attn + (size_t)i * d, *x = x_all + (size_t)i * d;
-        zc_norm(a, l->post_norm, d, a);
-        for (uint32_t k = 0; k < d; k++) x[k] = bx[k] + gate * a[k];
-        zc_norm(x, l->pre_hada, d, h_all + (size_t)i * d);
+    const cpu_session *c = cs_of(s);
+    const layer_weights *l = &m->layers[a->li];
+    const uint32_t N = m->hada_n, d = m->d;
+    const float scale = 1.0f / sqrtf((float)N);
+    float *z = c->th[thread].hada;
+    const float *h = a->h_all + (size_t)t * d;
+    float *out = a->out_all + (size_t)t * d;
+    for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
+    c->kern->fwht(z, N);
+    for (uint32_t i = 0; i < N; i++) {
+        float v = l->d2[i] * (z[i] * scale);
+        z[i] = v * sigmoidf(v);
     }
+    c->kern->fwht(z, N);
+    for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
 }
 
 static void cpu_hadamard_mlp(struct needle_session *s, uint32_t li, uint32_t n,
                              const float *h_all, float *out_all) {
+    const hadamard_args a = {li, h_all, out_all};
+    par_for(s, n, hadamard_token, &a);
+}
+
+typedef struct lane_write_args {
+    uint32_t li;
+    const float *mix_all, *x_all;
+    float *mlp;
+    const float *u_all;
+    float *lanes;
+} lane_write_args;
+
+static void lane_write_token(struct needle_session *s, const void *ctx, uint32_t i, int thread) {
+    const lane_write_args *a = ctx;
     const struct needle_model *m = s->m;
-    const cpu_session *c = cs_of(s);
-    const layer_weights *l = &m->layers[li];
-    const uint32_t N = m->hada_n, d = m->d;
-    const float scale = 1.0f / sqrtf((float)N);
-    float *z = c->hada;
-    for (uint32_t t = 0; t < n; t++) {
-        const float *h = h_all + (size_t)t * d;
-        float *out = out_all + (size_t)t * d;
-        for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
-        c->kern->fwht(z, N);
-        for (uint32_t i = 0; i < N; i++) {
-            float a = l->d2[i] * (z[i] * scale);
-            z[i] = a * sigmoidf(a);
+    const uint32_t li = a->li;
+    const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
+    const uint32_t my_lane = li % nl;
+    const float *x = a->x_all + (size_t)i * d, *u = a->u_all + (size_t)i * d;
+    /* y = block output - u: the engram term rides inside y (§3.4) */
+    float *y = a->mlp + (size_t)i * d;
+    for (uint32_t k = 0; k < d; k++) y[k] = x[k] + y[k] - u[k];
+
+    const float *mix = a->mix_all + (size_t)i * mix_ld;
+    float hpost[64], P[64 * 64];
+    for (uint32_t r = 0; r < nl; r++) {
+        float off = r == my_lane ? 0.0f : -4.0f;
+        hpost[r] = 2.0f * sigmoidf(m->a_post[li] * mix[nl + r] + m->b_post[li * nl + r] + off);
+    }
+    for (uint32_t k = 0; k < nl * nl; k++)
+        P[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
+    sinkhorn(P, nl);
+    float *X = a->lanes + (size_t)i * nd, *old = cs_of(s)->th[thread].lane_old;
+    memcpy(old, X, nd * sizeof *old);
+    for (uint32_t r = 0; r < nl; r++) {
+        float *dst = X + (size_t)r * d;
+        for (uint32_t k = 0; k < d; k++) dst[k] = hpost[r] * y[k];
+        for (uint32_t cc = 0; cc < nl; cc++) {
+            const float pw = P[r * nl + cc];
+            const float *src = old + (size_t)cc * d;
+            for (uint32_t k = 0; k < d; k++) dst[k] += pw * src[k];
         }
-        c->kern->fwht(z, N);
-        for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
     }
 }
 
 static void cpu_lane_write(struct needle_session *s, uint32_t li, uint32_t n,
                            const float *mix_all, const float *x_all, float *mlp,
                            const float *u_all, float *lanes) {
-    const struct needle_model *m = s->m;
-    const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
-    const uint32_t my_lane = li % nl;
-    for (uint32_t i = 0; i < n; i++) {
-        const float *x = x_all + (size_t)i * d, *u = u_all + (size_t)i * d;
-        /* y = block output - u: the engram term rides inside y (§3.4) */
-        float *y = mlp + (size_t)i * d;
-        for (uint32_t k = 0; k < d; k++) y[k] = x[k] + y[k] - u[k];
+    const lane_write_args a = {li, mix_all, x_all, mlp, u_all, lanes};
+    par_for(s, n, lane_write_token, &a);
+}
 
-        const float *mix = mix_all + (size_t)i * mix_ld;
-        float hpost[64], P[64 * 64];
-        for (uint32_t r = 0; r < nl; r++) {
-            float off = r == my_lane ? 0.0f : -4.0f;
-            hpost[r] = 2.0f * sigmoidf(m->a_post[li] * mix[nl + r] + m->b_post[li * nl + r] + off);
-        }
-        for (uint32_t k = 0; k < nl * nl; k++)
-            P[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
-        sinkhorn(P, nl);
-        float *X = lanes + (size_t)i * nd, *old = cs_of(s)->lane_old;
-        memcpy(old, X, nd * sizeof *old);
-        for (uint32_t r = 0; r < nl; r++) {
-            float *dst = X + (size_t)r * d;
-            for (uint32_t k = 0; k < d; k++) dst[k] = hpost[r] * y[k];
-            for (uint32_t cc = 0; cc < nl; cc++) {
-                const float pw = P[r * nl + cc];
-                const float *src = old + (size_t)cc * d;
-                for (uint32_t k = 0; k < d; k++) dst[k] += pw * src[k];
-            }
-        }
+/* out_rot[i] = rotate_{embedding}(ZC(mean of the lanes of token i; final_norm)) */
+static void final_hidden_token(struct needle_session *s, const void *ctx, uint32_t i,
+                               int thread) {
+    const float *lanes = ctx;
+    const struct needle_model *m = s->m;
+    const cpu_session *c = cs_of(s);
+    const uint32_t d = m->d, nl = m->n_lanes;
+    const float *X = lanes + (size_t)i * nl * d;
+    float *xbar = c->th[thread].tmp;
+    for (uint32_t k = 0; k < d; k++) {
+        float acc = 0.0f;
+        for (uint32_t r = 0; r < nl; r++) acc += X[(size_t)r * d + k];
+        xbar[k] = acc / (float)nl;
     }
+    zc_norm(xbar, m->final_norm, d, xbar);
+    c->kern->rotate(&m->embedding, xbar, c->out_rot + (size_t)i * m->embedding.cols_pad);
 }
 
 static void cpu_logits(struct needle_session *s, const float *lanes, uint32_t count, float *out,
                        int32_t *argmax) {
     const struct needle_model *m = s->m;
     const cpu_session *c = cs_of(s);
-    const uint32_t d = m->d, nl = m->n_lanes, ld = m->embedding.cols_pad;
-    for (uint32_t i = 0; i < count; i++) {
-        const float *X = lanes + (size_t)i * nl * d;
-        float *xbar = c->tmp;
-        for (uint32_t k = 0; k < d; k++) {
-            float acc = 0.0f;
-            for (uint32_t r = 0; r < nl; r++) acc += X[(size_t)r * d + k];
-            xbar[k] = acc / (float)nl;
-        }
-        zc_norm(xbar, m->final_norm, d, xbar);
-        c->kern->rotate(&m->embedding, xbar, c->out_rot + (size_t)i * ld);
-    }
+    par_for(s, count, final_hidden_token, lanes);
     const cq_job tied[] = {{&m->embedding, 0, m->vocab, out, m->vocab}};
-    cpu_matmul(c->pool, c->out_rot, ld, count, tied, 1);
+    cpu_matmul(c->pool, c->out_rot, m->embedding.cols_pad, count, tied, 1);
     if (argmax)
         for (uint32_t i = 0; i < count; i++) {
             const float *row = out + (size_t)i * m->vocab;
