@@ -32,7 +32,7 @@ cmake --build build-asan -j "$jobs"
 echo "== aarch64 (NEON) cross build, suite under qemu-user =="
 # Emulated, not real ARM hardware: this proves the NEON kernels' results, not their speed.
 cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64-linux-gnu.cmake \
-  -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON >/dev/null
+  -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON -DNEEDLE_CUDA=OFF >/dev/null
 cmake --build build-aarch64 -j "$jobs"
 (cd build-aarch64 && ctest --output-on-failure -j "$jobs")
 # (The portable kernels are covered natively above with NEEDLE_CPU=scalar, and test_simd
