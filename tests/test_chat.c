@@ -156,6 +156,35 @@ static void test_single_tool_extraction_always_calls_it(void) {
     needle_session_free(s);
 }
 
+/* A session re-bound to other tools answers exactly as a fresh session bound to them: no
+ * state of the earlier tools' conversation (position, KV, engram ring) survives. */
+static void test_rebinding_tools_starts_afresh(void) {
+    const char *other = "[{\"name\":\"play_music\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"query\":{\"type\":\"string\",\"maxLength\":16}},"
+                        "\"required\":[\"query\"]}}]";
+    static char a[65536], b[65536];
+    needle_session *reused = chat_session(0, WEATHER_TOOLS);
+    needle_session *fresh = chat_session(0, other);
+    if (!reused || !fresh) goto done;
+    CHECK_EQ_INT(complete(reused, "weather in Oslo?", NEEDLE_TURN_QUERY, 0, 0, a, sizeof a), NEEDLE_OK);
+    CHECK_EQ_INT(needle_session_set_tools(reused, "You are a helpful assistant.", other), NEEDLE_OK);
+    CHECK_EQ_INT(complete(reused, "play some jazz", NEEDLE_TURN_QUERY, 0, 0, a, sizeof a), NEEDLE_OK);
+    CHECK_EQ_INT(complete(fresh, "play some jazz", NEEDLE_TURN_QUERY, 0, 0, b, sizeof b), NEEDLE_OK);
+    /* the envelopes differ only in timing fields, so compare the calls */
+    cJSON *ea = cJSON_Parse(a), *eb = cJSON_Parse(b);
+    char *ca = ea ? cJSON_PrintUnformatted(cJSON_GetObjectItem(ea, "function_calls")) : NULL;
+    char *cb = eb ? cJSON_PrintUnformatted(cJSON_GetObjectItem(eb, "function_calls")) : NULL;
+    CHECK_MSG(ca && cb && !strcmp(ca, cb), "re-bound: %s\n    fresh: %s", ca ? ca : a, cb ? cb : b);
+    CHECK_EQ_INT(needle_session_position(reused), needle_session_position(fresh));
+    free(ca);
+    free(cb);
+    cJSON_Delete(ea);
+    cJSON_Delete(eb);
+done:
+    needle_session_free(reused);
+    needle_session_free(fresh);
+}
+
 static void test_multi_turn_reuses_the_cache(void) {
     needle_session *s = chat_session(0, WEATHER_TOOLS);
     static char first[65536], again[65536], out[65536];
@@ -351,6 +380,7 @@ int main(void) {
     if (!model) return test_summary();
     RUN(test_calls_are_well_formed);
     RUN(test_single_tool_extraction_always_calls_it);
+    RUN(test_rebinding_tools_starts_afresh);
     RUN(test_multi_turn_reuses_the_cache);
     RUN(test_long_conversation_bounded_memory);
     RUN(test_bad_input);

@@ -239,10 +239,13 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
         goto fail;
     }
 
+    /* The previous tools' conversation ends here. (Rewinding it instead would restore
+     * its prefix position, so the new prefix would be appended after the old one.) */
+    chat_free(s->chat);
+    s->chat = NULL;
     /* With a sliding window the prefix is pinned as attention sinks, so the tools stay
-     * visible however long the conversation grows. */
+     * visible however long the conversation grows. configure_sinks starts at position 0. */
     if ((rc = session_configure_sinks(s, s->window ? (uint32_t)n_ids : 0))) goto fail;
-    needle_session_reset(s);
     if ((rc = session_run(s, ids, (uint32_t)n_ids, NULL, 0))) goto fail;
     s->stats.prefix_evaluations++;
     c->prefix_len = (uint32_t)n_ids;
