@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #ifndef NEEDLE_INSTALLED_MODEL
@@ -26,13 +27,10 @@ const char *cli_default_weights(void) {
 
 const char *cli_default_tools(void) {
     /* the model path with ".cact" replaced: models/needle-demo.tools.json */
-    static const char *installed = NEEDLE_INSTALLED_MODEL;
-    static const char *source = NEEDLE_SOURCE_MODEL;
     static char buf[2][4096];
-    const char *paths[2] = {installed, source};
+    const char *paths[2] = {NEEDLE_INSTALLED_MODEL, NEEDLE_SOURCE_MODEL};
     for (int i = 0; i < 2; i++) {
-        size_t n = 0;
-        while (paths[i][n]) n++;
+        const size_t n = strlen(paths[i]);
         if (n < 5 || n + sizeof DEMO_TOOLS_SUFFIX > sizeof buf[i]) continue;
         snprintf(buf[i], sizeof buf[i], "%.*s%s", (int)(n - 5), paths[i], DEMO_TOOLS_SUFFIX);
     }

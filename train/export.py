@@ -25,14 +25,19 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--checkpoint", action="store_true")
     ap.add_argument("--bits", type=int, default=None, help="default: the width QAT used")
-    ap.add_argument("--d-model", type=int, default=training.GEOMETRY["d_model"])
-    ap.add_argument("--layers", type=int, default=training.GEOMETRY["num_layers"])
+    # only for a --checkpoint of a run with a non-default geometry: final.pkl records it
+    ap.add_argument("--d-model", type=int, default=None)
+    ap.add_argument("--layers", type=int, default=None)
     a = ap.parse_args()
     name = "checkpoint.pkl" if a.checkpoint else "final.pkl"
     with open(os.path.join(a.work, name), "rb") as f:
         state = pickle.load(f)
     geom = dict(training.GEOMETRY)
-    geom.update(state.get("config", {}), d_model=a.d_model, num_layers=a.layers)
+    geom.update(state.get("config", {}))
+    if a.d_model:
+        geom["d_model"] = a.d_model
+    if a.layers:
+        geom["num_layers"] = a.layers
     cfg = A.TransformerConfig(dtype="float32", **geom)
     bits = a.bits or state.get("bits", 4)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
