@@ -83,6 +83,18 @@ int needle_model_open_blob(const void *data, size_t size, const needle_model_par
 /* Frees the model. All its sessions must be freed first. NULL is a no-op. */
 void needle_model_free(needle_model *model);
 
+/* The model to open when the caller names none (the CLI without --weights, the official
+ * ABI's needle_init without needle_load): env NEEDLE_MODEL if set and non-empty, else the
+ * installed demo model (<datadir>/needle/needle-demo.cact), else the demo model of the
+ * source tree this library was built from; NULL if none of those is readable. The
+ * string is the environment's or static. */
+const char *needle_default_model_path(void);
+
+/* The demo model's tool list (needle-demo.tools.json beside the installed or source-tree
+ * demo model), or NULL if it is missing. It describes the demo model only: pair it with
+ * another model at your own risk. Static storage. */
+const char *needle_default_tools_path(void);
+
 typedef struct needle_model_info {
     uint64_t file_size;
     uint32_t num_tensors;

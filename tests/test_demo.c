@@ -4,7 +4,8 @@
  *    whose argument values and phrasings the model never saw in training) run through
  *    the engine with grammar-constrained decoding and give exactly the expected calls:
  *    one call, two calls in order, a refusal, argument spans copied and converted.
- * 2. The CLI with neither --weights nor --tools uses the demo model and its tool list.
+ * 2. The CLI with neither --weights nor --tools uses the demo model and its tool list,
+ *    which needle_default_model_path / needle_default_tools_path find.
  *    (The held-out cases are queries this small model gets right; they prove the path
  *    end to end. Its accuracy is what 3. and README.md's table measure.)
  * 3. `needle eval` over the first held-out examples stays above floors set a few points
@@ -106,6 +107,25 @@ static void test_cli_defaults(void) {
     cJSON_Delete(env);
 }
 
+static int ends_with(const char *s, const char *tail) {
+    const size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcmp(s + n - k, tail);
+}
+
+static void test_default_paths(void) {
+    unsetenv("NEEDLE_MODEL");
+    const char *m = needle_default_model_path(), *t = needle_default_tools_path();
+    CHECK_MSG(m && ends_with(m, "/needle-demo.cact"), "default model %s", m ? m : "(none)");
+    CHECK_MSG(t && ends_with(t, "/needle-demo.tools.json"), "default tools %s", t ? t : "(none)");
+    setenv("NEEDLE_MODEL", "/elsewhere/mine.cact", 1);
+    m = needle_default_model_path();
+    CHECK(m && !strcmp(m, "/elsewhere/mine.cact"));
+    setenv("NEEDLE_MODEL", "", 1); /* empty counts as unset */
+    m = needle_default_model_path();
+    CHECK(m && ends_with(m, "/needle-demo.cact"));
+    unsetenv("NEEDLE_MODEL");
+}
+
 static double metric(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItem(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
@@ -138,6 +158,7 @@ int main(void) {
              NEEDLE_SOURCE_DIR);
     snprintf(test_split, sizeof test_split, "%s/train/data/test.jsonl", NEEDLE_SOURCE_DIR);
     RUN(test_heldout_calls);
+    RUN(test_default_paths);
     RUN(test_cli_defaults);
     RUN(test_eval_floors);
     return test_summary();

@@ -96,7 +96,7 @@ static int parse_eval_options(int argc, char **argv, eval_options *o) {
             i++;
         }
     }
-    if (!o->weights) o->weights = cli_default_weights();
+    if (!o->weights) o->weights = needle_default_model_path();
     if (!o->weights) return cli_no_weights();
     if (!o->data) return eval_usage("DATA.jsonl is required");
     return 0;

@@ -172,7 +172,7 @@ static int parse_options(int argc, char **argv, options *o) {
 #undef NEED_VALUE
     }
     if (!o->weights) {
-        o->weights = cli_default_weights();
+        o->weights = needle_default_model_path();
         o->weights_defaulted = o->weights != NULL;
     }
     return 0;
@@ -444,7 +444,7 @@ static int open_agent(const options *o, needle_model **m, needle_session **s) {
     const char *tools_arg = o->tools;
     /* the demo model's own tool list is the default only for the default model */
     if (!tools_arg && o->weights_defaulted && !getenv("NEEDLE_MODEL"))
-        tools_arg = cli_default_tools();
+        tools_arg = needle_default_tools_path();
     if (!tools_arg) return usage("--tools TOOLS is required");
     char *tools = load_tools(tools_arg);
     if (!tools) return 1;
@@ -609,7 +609,7 @@ static int cmd_bench(int argc, char **argv) {
         if (!val || parse_long(val, lo, hi, target)) return usage("bench: bad option value");
         i++;
     }
-    if (!weights) weights = cli_default_weights();
+    if (!weights) weights = needle_default_model_path();
     if (!weights) return cli_no_weights();
 
     needle_model_params mp = needle_model_default_params();

@@ -206,6 +206,17 @@ class Pools:
             return v
         return " ".join(pseudo_word(self.r, w) for w in v.split(" "))
 
+    # Training prompts favour fewer declared tools: each tool schema costs ~55 tokens,
+    # and compute, not data, limits a 2-core training run. The test split keeps the
+    # uniform 1-5 (its draws, and so its examples, are unchanged).
+    TRAIN_TOOL_WEIGHTS = [3.0, 3.0, 2.0, 1.2, 0.8]
+
+    def tool_count(self, lo, hi):
+        """How many tools an example declares, in [lo, hi]."""
+        if self.test:
+            return self.r.randint(lo, hi)
+        return self.r.choices(range(lo, hi + 1), self.TRAIN_TOOL_WEIGHTS[lo - 1:hi])[0]
+
     def draw(self, make, tries=200):
         """A value from a generator function, on this split's side."""
         for _ in range(tries):
@@ -769,13 +780,13 @@ def example(p, names):
     """One example. `names` is the tool catalogue."""
     r = p.r.random()
     if r < 0.10:                    # off-topic, any tools declared
-        declared = p.r.sample(names, p.r.randint(1, 5))
+        declared = p.r.sample(names, p.tool_count(1, 5))
         return finish(p, off_topic(p)), declared, []
     if r < 0.16:                    # a request for a tool that is not declared
         want = p.r.choice(names)
         frag, _ = PHRASES[want](p)
         others = [n for n in names if n != want and not _similar(n, want)]
-        declared = p.r.sample(others, p.r.randint(1, 4))
+        declared = p.r.sample(others, p.tool_count(1, 4))
         return finish(p, frag), declared, []
     ncalls = 2 if r < 0.36 else 1
     called = p.r.sample(names, ncalls)
@@ -788,7 +799,7 @@ def example(p, names):
     for f in frags[1:]:
         q += p.pick(CONNECTORS) + f
     extra = [n for n in names if n not in called]
-    declared = called + p.r.sample(extra, p.r.randint(0, 5 - ncalls))
+    declared = called + p.r.sample(extra, p.tool_count(ncalls, 5) - ncalls)
     p.r.shuffle(declared)
     return finish(p, q), declared, calls
 

@@ -4,23 +4,12 @@
  *
  * needle_load keeps a pointer to the caller's bytes without copying (the Python client
  * keeps them alive for the life of the process). Without needle_load, needle_init loads
- * the model named by NEEDLE_MODEL, else the demo model (installed, else in the source
- * tree this library was built from, else ./models/): our stand-in for the official
- * engine's built-in weights. */
+ * needle_default_model_path(), else ./models/needle-demo.cact: our stand-in for the
+ * official engine's built-in weights. */
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "needle.h"
 #include "util/error.h"
-
-#ifndef NEEDLE_INSTALLED_MODEL
-#define NEEDLE_INSTALLED_MODEL ""
-#endif
-#ifndef NEEDLE_SOURCE_MODEL
-#define NEEDLE_SOURCE_MODEL ""
-#endif
 
 static pthread_mutex_t abi_lock = PTHREAD_MUTEX_INITIALIZER;
 static needle_model *abi_model;
@@ -46,17 +35,8 @@ int needle_load(const char *blob, uint64_t size) {
 
 static int default_model(void) {
     if (abi_model) return NEEDLE_OK;
-    const char *path = getenv("NEEDLE_MODEL");
-    if (!path || !*path) {
-        static const char *const demo[] = {NEEDLE_INSTALLED_MODEL, NEEDLE_SOURCE_MODEL};
-        path = "models/needle-demo.cact";
-        for (size_t i = 0; i < sizeof demo / sizeof demo[0]; i++)
-            if (demo[i][0] && access(demo[i], R_OK) == 0) {
-                path = demo[i];
-                break;
-            }
-    }
-    return needle_model_open(path, NULL, &abi_model);
+    const char *path = needle_default_model_path();
+    return needle_model_open(path ? path : "models/needle-demo.cact", NULL, &abi_model);
 }
 
 int needle_init(const char *system, const char *tools_json, const char *tool_index_path) {
