@@ -189,7 +189,7 @@ class Pools:
     the skill the held-out split measures. Without them a small model learns the pools
     by heart instead (training loss falls while the held-out loss rises)."""
 
-    SYNTHETIC = 0.5
+    SYNTHETIC = 0.7
 
     def __init__(self, split, rng):
         self.test = split == "test"

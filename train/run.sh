@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the demo model: data -> tokenizer -> training -> export -> evaluation.
 #
-#   bash train/run.sh [MINUTES]     (default 112: the wall-clock training budget)
+#   bash train/run.sh [MINUTES]     (default 120: the wall-clock training budget)
 #
 # Writes train/data/ (train.jsonl is not committed; test.jsonl and tools.json are),
 # train/work/ (tokenizer, checkpoints, logs) and models/needle-demo.cact with its tool
@@ -10,7 +10,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-MINUTES="${1:-112}"
+MINUTES="${1:-120}"
 PY="$(bash scripts/reference-venv.sh)"
 export JAX_PLATFORMS=cpu NEEDLE_TELEMETRY=0 DO_NOT_TRACK=1
 
