@@ -75,13 +75,15 @@ const char *cli_path(void) {
 int run_command(const char *cmd, char *out, size_t cap) {
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
+    size_t n = 0;
     if (out && cap) {
-        size_t n = fread(out, 1, cap - 1, p);
+        n = fread(out, 1, cap - 1, p);
         out[n] = 0;
-    } else {
-        char sink[4096];
-        while (fread(sink, 1, sizeof sink, p) > 0) {}
     }
+    /* Read to the end whatever did not fit: a child blocked on a full pipe would never
+     * exit, and pclose would wait for it forever. */
+    char sink[4096];
+    while (fread(sink, 1, sizeof sink, p) > 0) {}
     int status = pclose(p);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

@@ -10,7 +10,9 @@
  *    end to end. Its accuracy is what 3. and README.md's table measure.)
  * 3. `needle eval` over the first held-out examples stays above floors set a few points
  *    under the scores measured when the model was shipped (train/README.md), and every
- *    output is well formed. NEEDLE_DEMO_EVAL_LIMIT shortens the run (emulated builds). */
+ *    output is well formed. NEEDLE_DEMO_EVAL_LIMIT shortens the run: the emulated builds
+ *    (several seconds a query under qemu) run a dozen examples and check only that every
+ *    output is well formed. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +26,7 @@
 #define NEEDLE_SOURCE_DIR "."
 #endif
 
-/* Floors for the first 200 held-out examples (60 under emulation): the shipped model's
+/* Floors for the first 200 held-out examples: the shipped model's
  * scores minus a margin. Measured: exact 0.115 / 0.100, tool names 0.615 / 0.633 (the
  * whole split is in README.md). Its refusal accuracy there is 0.05 / 0, so it has no
  * floor; the held-out cases above include refusals it does get right. */
@@ -146,6 +148,14 @@ static void test_eval_floors(void) {
     printf("    demo eval: exact %.3f, tool names %.3f, refusals %.3f, well formed %.3f\n",
            exact, names, refusal, formed);
     CHECK_MSG(formed == 1.0, "well-formed rate %.3f", formed);
+    /* A rate over a dozen examples says nothing about the floors (one query is 8 points);
+     * the emulated builds, which can afford no more, check well-formedness only. */
+    const double examples = metric(r, "examples");
+    if (examples < 100) {
+        printf("    (%.0f examples: floors not checked)\n", examples);
+        cJSON_Delete(r);
+        return;
+    }
     CHECK_MSG(exact >= DEMO_FLOOR_EXACT, "exact match %.3f < %.2f", exact, DEMO_FLOOR_EXACT);
     CHECK_MSG(names >= DEMO_FLOOR_NAMES, "tool-name accuracy %.3f < %.2f", names,
               DEMO_FLOOR_NAMES);

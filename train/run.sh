@@ -25,3 +25,5 @@ cp train/data/tools.json models/needle-demo.tools.json
 
 [ -x build/needle ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j; }
 ./build/needle eval --weights models/needle-demo.cact train/data/test.jsonl
+# the end-to-end cases of tests/test_demo.c: held-out queries this model answers exactly
+"$PY" train/pick_heldout.py --needle build/needle --weights models/needle-demo.cact
