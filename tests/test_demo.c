@@ -26,12 +26,12 @@
 #define NEEDLE_SOURCE_DIR "."
 #endif
 
-/* Floors for the first 200 held-out examples: the shipped model's
- * scores minus a margin. Measured: exact 0.115 / 0.100, tool names 0.615 / 0.633 (the
- * whole split is in README.md). Its refusal accuracy there is 0.05 / 0, so it has no
- * floor; the held-out cases above include refusals it does get right. */
-#define DEMO_FLOOR_EXACT 0.08
-#define DEMO_FLOOR_NAMES 0.55
+/* Floors for the first 200 held-out examples: the shipped model's scores minus a margin.
+ * Measured: exact 0.220, tool names 0.655 (the whole split is in README.md). Its refusal
+ * accuracy there is 0.02, so it has no floor; the held-out cases above include refusals
+ * it does get right. */
+#define DEMO_FLOOR_EXACT 0.18
+#define DEMO_FLOOR_NAMES 0.60
 
 static char model_path[1024], heldout_path[1024], test_split[1024];
 
