@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import random
+import re
 import zlib
 
 # --------------------------------------------------------------------------------------
@@ -741,8 +742,7 @@ ANIMALS = ["cats", "penguins", "dogs", "owls", "sharks", "elephants", "frogs", "
 FOODS = ["rice", "pasta", "pancakes", "soup", "curry", "bread", "jollof", "risotto"]
 
 
-def off_topic(p):
-    t = choose(p, ["what's the capital of {c}", "tell me a joke about {a}",
+OFF_TOPIC = ["what's the capital of {c}", "tell me a joke about {a}",
                    "how do I cook {f}", "who are you", "what is the meaning of life",
                    "write a poem about {a}", "why is the sky blue", "how old is the universe",
                    "what does {a} eat", "recommend a book about {c}", "hello there",
@@ -752,9 +752,107 @@ def off_topic(p):
                    "how are you today", "good morning", "can {a} swim", "what is {x} plus {y}",
                    "who invented the telephone", "summarize the history of {c}",
                    "I'm bored", "what's a good name for a cat", "do you like {f}",
-                   "how do airplanes fly", "what is love", "define photosynthesis"])
+                   "how do airplanes fly", "what is love", "define photosynthesis"]
+
+
+def off_topic(p):
+    t = choose(p, OFF_TOPIC)
     return t.format(c=p.pick(COUNTRIES), a=p.pick(ANIMALS), f=p.pick(FOODS),
                     x=p.r.randint(2, 99), y=p.r.randint(2, 99))
+
+
+# Training-only variety for the off-topic class. The thirty templates above are split by
+# hash like every other list, which leaves the model two dozen off-topic sentences to learn
+# "answer []" from, and it learns those sentences rather than the class: held-out refusal
+# accuracy was 3%. These are composed from parts (several thousand distinct sentences);
+# any that matches a held-out template above is dropped (`_leaks_heldout`), so the test
+# split's off-topic phrasings stay unseen.
+CHAT_TOPICS = ["volcanoes", "the moon", "black holes", "the Roman empire", "dinosaurs",
+               "chess", "football", "the ocean", "rainbows", "electricity", "coffee",
+               "the pyramids", "bitcoin", "tea", "jazz history", "the internet", "vaccines",
+               "earthquakes", "the olympics", "honey", "glaciers", "robots", "democracy",
+               "the stock market", "sleep", "yoga", "origami", "tides", "the Renaissance",
+               "quantum physics", "climate change", "mushrooms", "the Silk Road", "tigers",
+               "whales", "lightning", "magnets", "cheese", "chocolate", "the brain",
+               "samurai", "vikings", "the printing press", "bridges", "deserts", "comets",
+               "photosynthesis in algae", "the human heart", "poetry", "opera", "knitting",
+               "marathons", "the Nile", "Mount Everest", "the Amazon rainforest", "gardening"]
+CHAT_ASK = ["tell me about {t}", "what do you know about {t}", "explain {t} to me",
+            "give me three facts about {t}", "why are people interested in {t}",
+            "how does {t} work", "what is the history of {t}", "teach me something about {t}",
+            "is {t} interesting", "what's so special about {t}", "describe {t}",
+            "I want to learn about {t}", "any fun facts about {t}?", "what should I know about {t}",
+            "can you explain {t} simply", "write a short story about {t}",
+            "write a haiku about {t}", "make up a riddle about {t}", "what do you think of {t}",
+            "I love {t}", "do you know anything about {t}?", "compare {t} and {u}",
+            "which is older, {t} or {u}?", "what's the link between {t} and {u}"]
+CHAT_PLAIN = ["hi", "hey", "good evening", "good night", "how's it going", "what's up",
+              "thank you", "thanks a lot", "you're awesome", "never mind", "ok cool",
+              "that's funny", "I'm tired", "I'm hungry", "I feel sad today", "I'm happy",
+              "what can you do", "are you a robot", "what's your name", "do you dream",
+              "sing me a song", "tell me a story", "flip a coin", "pick a number",
+              "what day is it today", "is it a good day", "I need advice", "cheer me up",
+              "what should I eat tonight", "what should I watch", "guess my age",
+              "let's play a game", "say something nice", "do you have feelings",
+              "what's the best movie ever", "how do I become rich", "what is happiness",
+              "should I learn to code", "how do I stay motivated", "what is art",
+              "who won the last world cup", "what time zone is it in space",
+              "how far away is the sun", "how many legs does a spider have",
+              "how hot is the sun", "what is the tallest mountain", "why do cats purr",
+              "what is the speed of light", "how do bees make honey", "what is DNA"]
+CHAT_MATH = ["what is {x} times {y}", "what's {x} minus {y}", "how much is {x} divided by {y}",
+             "add {x} and {y}", "is {x} a prime number", "what is the square of {x}",
+             "{x} plus {y} equals what", "what is {x} percent of {y}"]
+CHAT_ASK_PLACE = ["what is {c} famous for", "what food is popular in {c}",
+                  "what's the weather usually like in {c} in {m}",
+                  "is {c} a good place to live", "what sports do people play in {c}",
+                  "tell me about the culture of {c}", "what currency does {c} use",
+                  "when was {c} founded", "which river runs through {c}",
+                  "what is the oldest building in {c}", "what's the national dish of {c}"]
+UNAVAILABLE = ["order a pizza", "buy new running shoes", "vacuum the floor",
+               "start the dishwasher", "lock the front door", "feed the fish",
+               "open the garage door", "print this page", "take a photo",
+               "record a voice memo", "scan this document", "order more coffee pods",
+               "pay my electricity bill", "water the garden", "start the car",
+               "book a table for two", "check my bank balance", "delete my last photo",
+               "turn on the coffee machine", "charge my phone", "renew my library books",
+               "tweet that I'm on holiday", "post a photo to instagram", "rate this song five stars",
+               "subscribe to the newsletter", "cancel my gym membership", "order groceries",
+               "track my package", "update my apps", "clear the browser history"]
+
+
+def _template_regex(t):
+    return re.compile("^" + re.sub(r"\\\{[a-z]\\\}", ".+", re.escape(t)) + "$", re.I)
+
+
+HELDOUT_OFF_TOPIC = None
+
+
+def _leaks_heldout(q):
+    global HELDOUT_OFF_TOPIC
+    if HELDOUT_OFF_TOPIC is None:
+        HELDOUT_OFF_TOPIC = [_template_regex(t) for t in OFF_TOPIC if is_heldout(t)]
+    return any(rx.match(q) for rx in HELDOUT_OFF_TOPIC)
+
+
+def chatter(p):
+    """A training-only off-topic query composed from parts (see CHAT_TOPICS)."""
+    while True:
+        k = p.r.random()
+        if k < 0.35:
+            t, u = p.r.sample(CHAT_TOPICS, 2)
+            q = p.r.choice(CHAT_ASK).format(t=t, u=u)
+        elif k < 0.6:
+            q = p.r.choice(CHAT_PLAIN)
+        elif k < 0.72:
+            q = p.r.choice(CHAT_MATH).format(x=p.r.randint(2, 999), y=p.r.randint(2, 999))
+        elif k < 0.87:
+            place = p.city() if p.r.random() < 0.5 else p.pick(COUNTRIES)
+            q = p.r.choice(CHAT_ASK_PLACE).format(c=place, m=p.r.choice(MONTHS))
+        else:
+            q = p.r.choice(UNAVAILABLE)
+        if not _leaks_heldout(q):
+            return q
 
 
 CONNECTORS = [" and ", ", then ", " and also ", ". Also ", ", and ", " then "]
@@ -778,17 +876,26 @@ def finish(p, q):
 
 def example(p, names):
     """One example. `names` is the tool catalogue."""
+    # Cumulative shares: composed chatter, off-topic template, request for an undeclared
+    # tool, two calls (the rest is one call). Training sees more refusals than the test
+    # split's 16%, half of its off-topic queries composed (`chatter`), so the class is
+    # learned rather than its two dozen sentences. The test split's shares, draws and
+    # so examples are unchanged.
+    chat, off, undeclared, two = (0.0, 0.10, 0.16, 0.36) if p.test else (0.08, 0.16, 0.26, 0.46)
     r = p.r.random()
-    if r < 0.10:                    # off-topic, any tools declared
+    if r < chat:
+        declared = p.r.sample(names, p.tool_count(1, 5))
+        return finish(p, chatter(p)), declared, []
+    if r < off:                     # off-topic, any tools declared
         declared = p.r.sample(names, p.tool_count(1, 5))
         return finish(p, off_topic(p)), declared, []
-    if r < 0.16:                    # a request for a tool that is not declared
+    if r < undeclared:              # a request for a tool that is not declared
         want = p.r.choice(names)
         frag, _ = PHRASES[want](p)
         others = [n for n in names if n != want and not _similar(n, want)]
         declared = p.r.sample(others, p.tool_count(1, 4))
         return finish(p, frag), declared, []
-    ncalls = 2 if r < 0.36 else 1
+    ncalls = 2 if r < two else 1
     called = p.r.sample(names, ncalls)
     frags, calls = [], []
     for n in called:

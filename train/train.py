@@ -128,6 +128,9 @@ def main():
     ap.add_argument("--bits", type=int, default=4, help="CQ width the export and QAT use")
     ap.add_argument("--qat-frac", type=float, default=0.2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", default=None,
+                    help="start from this final.pkl's weights (fresh optimizer and schedule): "
+                         "a second stage on new data")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--bench", type=int, default=0, help="time N steps per bucket and exit")
     a = ap.parse_args()
@@ -203,6 +206,13 @@ def main():
         log(logf, f"resumed at step {step_i}, {elapsed / 60:.1f} min trained")
     else:
         params = init_params(cfg, a.seed)
+        if a.init:
+            with open(a.init, "rb") as f:
+                start = pickle.load(f)
+            if start["config"] != GEOMETRY | dict(d_model=a.d_model, num_layers=a.layers):
+                raise SystemExit(f"--init {a.init}: its geometry differs from this run's")
+            params = jax.tree.map(jnp.asarray, start["params"])
+            log(logf, f"init from {a.init} ({start['steps']} steps, {start['minutes']:.0f} min)")
         opt_state = opt.init(params)
         step_i, elapsed, rng_state = 0, 0.0, None
         n = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
