@@ -27,11 +27,11 @@
 #endif
 
 /* Floors for the first 200 held-out examples: the shipped model's scores minus a margin.
- * Measured: exact 0.220, tool names 0.655 (the whole split is in README.md). Its refusal
- * accuracy there is 0.02, so it has no floor; the held-out cases above include refusals
- * it does get right. */
-#define DEMO_FLOOR_EXACT 0.18
-#define DEMO_FLOOR_NAMES 0.60
+ * Measured: exact 0.295, tool names 0.630, refusals 0.432 (the whole split is in
+ * README.md). */
+#define DEMO_FLOOR_EXACT 0.25
+#define DEMO_FLOOR_NAMES 0.58
+#define DEMO_FLOOR_REFUSALS 0.35
 
 static char model_path[1024], heldout_path[1024], test_split[1024];
 
@@ -159,6 +159,8 @@ static void test_eval_floors(void) {
     CHECK_MSG(exact >= DEMO_FLOOR_EXACT, "exact match %.3f < %.2f", exact, DEMO_FLOOR_EXACT);
     CHECK_MSG(names >= DEMO_FLOOR_NAMES, "tool-name accuracy %.3f < %.2f", names,
               DEMO_FLOOR_NAMES);
+    CHECK_MSG(refusal >= DEMO_FLOOR_REFUSALS, "refusal accuracy %.3f < %.2f", refusal,
+              DEMO_FLOOR_REFUSALS);
     cJSON_Delete(r);
 }
 
