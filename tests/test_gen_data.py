@@ -36,7 +36,7 @@ def strip_finish(q):
     q = q.rstrip(".")
     if q.endswith(" please"):
         q = q[:-len(" please")]
-    for lead in ["hey, ", "please ", "could you ", "ok ", "quick one: "]:
+    for lead in G.LEAD_INS:
         if q.lower().startswith(lead):
             q = q[len(lead):]
     return q

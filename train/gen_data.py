@@ -743,16 +743,16 @@ FOODS = ["rice", "pasta", "pancakes", "soup", "curry", "bread", "jollof", "risot
 
 
 OFF_TOPIC = ["what's the capital of {c}", "tell me a joke about {a}",
-                   "how do I cook {f}", "who are you", "what is the meaning of life",
-                   "write a poem about {a}", "why is the sky blue", "how old is the universe",
-                   "what does {a} eat", "recommend a book about {c}", "hello there",
-                   "thanks, that's all", "what's your favorite color", "explain gravity",
-                   "how many people live in {c}", "is {f} healthy",
-                   "what language do they speak in {c}", "tell me something interesting",
-                   "how are you today", "good morning", "can {a} swim", "what is {x} plus {y}",
-                   "who invented the telephone", "summarize the history of {c}",
-                   "I'm bored", "what's a good name for a cat", "do you like {f}",
-                   "how do airplanes fly", "what is love", "define photosynthesis"]
+             "how do I cook {f}", "who are you", "what is the meaning of life",
+             "write a poem about {a}", "why is the sky blue", "how old is the universe",
+             "what does {a} eat", "recommend a book about {c}", "hello there",
+             "thanks, that's all", "what's your favorite color", "explain gravity",
+             "how many people live in {c}", "is {f} healthy",
+             "what language do they speak in {c}", "tell me something interesting",
+             "how are you today", "good morning", "can {a} swim", "what is {x} plus {y}",
+             "who invented the telephone", "summarize the history of {c}",
+             "I'm bored", "what's a good name for a cat", "do you like {f}",
+             "how do airplanes fly", "what is love", "define photosynthesis"]
 
 
 def off_topic(p):
@@ -825,13 +825,10 @@ def _template_regex(t):
     return re.compile("^" + re.sub(r"\\\{[a-z]\\\}", ".+", re.escape(t)) + "$", re.I)
 
 
-HELDOUT_OFF_TOPIC = None
+HELDOUT_OFF_TOPIC = [_template_regex(t) for t in OFF_TOPIC if is_heldout(t)]
 
 
 def _leaks_heldout(q):
-    global HELDOUT_OFF_TOPIC
-    if HELDOUT_OFF_TOPIC is None:
-        HELDOUT_OFF_TOPIC = [_template_regex(t) for t in OFF_TOPIC if is_heldout(t)]
     return any(rx.match(q) for rx in HELDOUT_OFF_TOPIC)
 
 
@@ -855,6 +852,7 @@ def chatter(p):
             return q
 
 
+LEAD_INS = ["hey, ", "please ", "could you ", "ok ", "quick one: "]
 CONNECTORS = [" and ", ", then ", " and also ", ". Also ", ", and ", " then "]
 
 
@@ -870,7 +868,7 @@ def finish(p, q):
     elif r < 0.35 and not q.endswith("?"):
         q += " please"
     elif r < 0.45:
-        q = p.pick(["hey, ", "please ", "could you ", "ok ", "quick one: "]) + q[:1].lower() + q[1:]
+        q = p.pick(LEAD_INS) + q[:1].lower() + q[1:]
     return q
 
 

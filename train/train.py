@@ -47,10 +47,13 @@ def log(path, msg):
         f.write(line + "\n")
 
 
+def geometry(args):
+    """GEOMETRY with the width and depth of this run."""
+    return GEOMETRY | dict(d_model=args.d_model, num_layers=args.layers)
+
+
 def make_config(args):
-    geom = dict(GEOMETRY)
-    geom.update(d_model=args.d_model, num_layers=args.layers)
-    return A.TransformerConfig(dtype="float32", flash=True, remat=False, **geom)
+    return A.TransformerConfig(dtype="float32", flash=True, remat=False, **geometry(args))
 
 
 def encode_split(path, tok, limit=None):
@@ -205,14 +208,15 @@ def main():
         step_i, elapsed, rng_state = state["step"], state["elapsed"], state["rng"]
         log(logf, f"resumed at step {step_i}, {elapsed / 60:.1f} min trained")
     else:
-        params = init_params(cfg, a.seed)
         if a.init:
             with open(a.init, "rb") as f:
                 start = pickle.load(f)
-            if start["config"] != GEOMETRY | dict(d_model=a.d_model, num_layers=a.layers):
+            if start["config"] != geometry(a):
                 raise SystemExit(f"--init {a.init}: its geometry differs from this run's")
             params = jax.tree.map(jnp.asarray, start["params"])
             log(logf, f"init from {a.init} ({start['steps']} steps, {start['minutes']:.0f} min)")
+        else:
+            params = init_params(cfg, a.seed)
         opt_state = opt.init(params)
         step_i, elapsed, rng_state = 0, 0.0, None
         n = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
@@ -280,9 +284,8 @@ def main():
             save(ckpt, params, opt_state, step_i, time.time() - run_start, rng)
             last_save = time.time()
     save(ckpt, params, opt_state, step_i, time.time() - run_start, rng)
-    final = dict(params=jax.tree.map(np.asarray, params), config=GEOMETRY | dict(
-        d_model=a.d_model, num_layers=a.layers), bits=a.bits, steps=step_i,
-        minutes=(time.time() - run_start) / 60, qat=a.qat_frac > 0)
+    final = dict(params=jax.tree.map(np.asarray, params), config=geometry(a), bits=a.bits,
+                 steps=step_i, minutes=(time.time() - run_start) / 60, qat=a.qat_frac > 0)
     with open(os.path.join(a.work, "final.pkl"), "wb") as f:
         pickle.dump(final, f)
     log(logf, f"done: {step_i} steps in {final['minutes']:.1f} min")
