@@ -20,7 +20,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -29,6 +28,7 @@
 #include "agent/grammar.h"
 #include "agent/json_canon.h"
 #include "model/session.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/strbuf.h"
 
@@ -56,12 +56,6 @@ struct chat {
     grammar_state probe;  /* scratch state for the budget check */
     size_t close_cap;
 };
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 void chat_free(struct chat *c) {
     if (!c) return;
@@ -339,9 +333,9 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
     case PH_NEWLINE: only = c->newline[t->newline_index]; break;
     case PH_CALL_OPEN: only = c->id_call; break;
     case PH_JSON: {
-        double t0 = now_ms();
+        double t0 = util_clock_ms();
         uint32_t n = grammar_mask(t->g, &t->gs, c->trie, a);
-        s->stats.grammar_ms += now_ms() - t0;
+        s->stats.grammar_ms += util_clock_ms() - t0;
         if (grammar_is_complete(t->g, &t->gs)) {
             a[c->id_end_call] = 1;
             n++;
@@ -505,11 +499,11 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         e.error_code = "context_full";
         return finish(s, &e, out, cap, len);
     }
-    double t0 = now_ms();
+    double t0 = util_clock_ms();
     rc = session_run(s, ids, (uint32_t)n_ids, NULL, 1);
     free(ids);
     if (rc) return rc;
-    double t_prefill = now_ms() - t0;
+    double t_prefill = util_clock_ms() - t0;
     e.prefill_tps = t_prefill > 0 ? n_ids / (t_prefill / 1e3) : 0;
 
     if (c->close_cap < (size_t)p.max_new_tokens) {
@@ -536,7 +530,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     t.min_json = t.plan_len = closing_bytes(t.g, &t.gs, c->plan_buf, (size_t)p.max_new_tokens);
     uint64_t rng = p.seed * 0x9E3779B97F4A7C15ULL + 1;
     uint32_t generated = 0;
-    double t1 = now_ms();
+    double t1 = util_clock_ms();
     while (t.phase != PH_DONE) {
         if (generated >= (uint32_t)p.max_new_tokens || s->pos >= s->n_ctx) {
             e.error = generated >= (uint32_t)p.max_new_tokens
@@ -554,7 +548,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             e.error_code = "internal";
             break;
         }
-        const double t_pick = now_ms();
+        const double t_pick = util_clock_ms();
         if (t.phase == PH_JSON && tok < 0 && t.closing) {
             /* follow the verified ending */
             tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos, t.plan_len - t.plan_pos);
@@ -578,7 +572,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                 }
             }
         }
-        if (t.phase == PH_JSON) s->stats.grammar_ms += now_ms() - t_pick; /* budget walks */
+        if (t.phase == PH_JSON) s->stats.grammar_ms += util_clock_ms() - t_pick; /* budget walks */
         if (tok < 0) tok = session_pick_token(s->logits, c->allowed, s->m->vocab, p.temperature, &rng);
         if (t.phase == PH_JSON && t.closing && tok != c->id_end_call) {
             const char *b;
@@ -600,7 +594,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         if (t.phase == PH_DONE) need_logits = 0;
         if ((rc = session_run(s, &tok, 1, NULL, need_logits))) break;
     }
-    double t_decode = now_ms() - t1;
+    double t_decode = util_clock_ms() - t1;
     e.decode_tps = t_decode > 0 ? generated / (t_decode / 1e3) : 0;
 
     char *reasoning = NULL;

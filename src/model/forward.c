@@ -14,14 +14,15 @@
 
 #include "backend/backend.h"
 #include "model/session.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 /* Runs one backend operation and adds its wall time to the session's profile field. */
 #define TIMED(field, call)                                \
     do {                                                  \
-        const double t0_ = session_clock_ms();            \
+        const double t0_ = util_clock_ms();            \
         call;                                             \
-        s->stats.field += session_clock_ms() - t0_;       \
+        s->stats.field += util_clock_ms() - t0_;       \
     } while (0)
 
 /* ---- engram memory (§3.3) --------------------------------------------------------- */

@@ -4,10 +4,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "agent/chat.h"
 #include "backend/backend.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define DEFAULT_CHUNK 32u
@@ -197,19 +197,13 @@ void needle_session_reset(needle_session *s) {
     s->has_logits = 0;
 }
 
-double session_clock_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
                 int want_logits) {
-    double t0 = session_clock_ms();
+    double t0 = util_clock_ms();
     s->skip_logits = !want_logits && !all_logits;
     int rc = session_forward(s, tokens, n, all_logits);
     s->skip_logits = 0;
-    s->stats.forward_ms += session_clock_ms() - t0;
+    s->stats.forward_ms += util_clock_ms() - t0;
     if (rc == NEEDLE_OK) s->stats.tokens_evaluated += n;
     return rc;
 }

@@ -72,9 +72,6 @@ struct needle_session {
 int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
                     float *all_logits);
 
-/* Monotonic wall clock in milliseconds (stats and the per-operation profile). */
-double session_clock_ms(void);
-
 /* session_forward plus bookkeeping (stats, timing); want_logits = 0 skips the output
  * projection for the last token, for tokens whose successor is forced anyway. */
 int session_run(struct needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,

@@ -26,11 +26,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kernels/cpu/cpu.h"
 #include "needle.h"
+#include "util/clock.h"
 
 #define MAX_THREADS 256
 #define SPIN_US 30      /* tight spinning before yielding */
@@ -76,12 +76,6 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static int64_t now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Polls until *value differs from `old` (or `stop` is set) for at most `limit_us`:
  * tight spinning first, then yielding. Returns the last value read. */
 static uint_fast64_t wait_change(atomic_uint_fast64_t *value, uint_fast64_t old,
@@ -91,7 +85,7 @@ static uint_fast64_t wait_change(atomic_uint_fast64_t *value, uint_fast64_t old,
     for (unsigned i = 0; v == old; i++) {
         if (atomic_load_explicit(stop, memory_order_relaxed)) break;
         if (i % 64 == 63) {
-            const int64_t t = now_us();
+            const int64_t t = (util_clock_ns() / 1000);
             if (start < 0) start = t;
             if (t - start > limit_us) break;
             if (t - start > SPIN_US) sched_yield();
@@ -108,7 +102,7 @@ static void wait_zero(atomic_int *count) {
     for (unsigned i = 0; atomic_load_explicit(count, memory_order_acquire) > 0; i++) {
         cpu_relax();
         if (i % 64 == 63) {
-            const int64_t t = now_us();
+            const int64_t t = (util_clock_ns() / 1000);
             if (start < 0) start = t;
             if (t - start > SPIN_US) sched_yield();
         }
