@@ -8,7 +8,10 @@
 
 int harness_failures;
 int harness_checks;
-static int tests_passed, tests_failed;
+static int tests_passed, tests_failed, tests_skipped;
+static const char *skip_reason; /* set by harness_skip() inside the running test */
+
+void harness_skip(const char *reason) { skip_reason = reason; }
 
 void harness_fail(const char *file, int line, const char *fmt, ...) {
     va_list ap;
@@ -24,8 +27,16 @@ void harness_fail(const char *file, int line, const char *fmt, ...) {
 void harness_run(const char *name, void (*fn)(void)) {
     harness_failures = 0;
     harness_checks = 0;
+    skip_reason = NULL;
     fn();
-    if (harness_failures) {
+    if (!harness_failures && skip_reason) {
+        tests_skipped++;
+        printf("skip %s: %s (%d checks)\n", name, skip_reason, harness_checks);
+    } else if (!harness_failures && harness_checks == 0) {
+        /* a test that checked nothing proved nothing: it must say why (harness_skip) */
+        tests_failed++;
+        printf("FAIL %s (0 checks and no skip reason)\n", name);
+    } else if (harness_failures) {
         tests_failed++;
         printf("FAIL %s (%d of %d checks failed)\n", name, harness_failures, harness_checks);
     } else {
@@ -36,8 +47,10 @@ void harness_run(const char *name, void (*fn)(void)) {
 }
 
 int test_summary(void) {
-    printf("%d passed, %d failed\n", tests_passed, tests_failed);
-    return tests_failed ? 1 : 0;
+    printf("%d passed, %d failed, %d skipped\n", tests_passed, tests_failed, tests_skipped);
+    if (tests_failed) return 1;
+    /* Nothing ran but skips: the whole executable is reported as skipped to ctest. */
+    return tests_passed == 0 && tests_skipped > 0 ? HARNESS_SKIP_EXIT : 0;
 }
 
 const char *fixture_dir(void) {

@@ -2,7 +2,12 @@
  *
  * A test file defines `static void test_x(void)` functions and a main() that calls
  * RUN(test_x) for each and returns test_summary(). CHECK* record a failure with file and
- * line and keep going, so one run reports every broken case. */
+ * line and keep going, so one run reports every broken case.
+ *
+ * A test that runs no check fails, unless it called harness_skip() with the reason it
+ * could not run (no device, no fixture): then it is counted as skipped, never as passed.
+ * An executable whose tests were all skipped exits with HARNESS_SKIP_EXIT, which ctest
+ * reports as "Skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
 #ifndef NEEDLE_TEST_HARNESS_H
 #define NEEDLE_TEST_HARNESS_H
 
@@ -15,6 +20,9 @@ extern int harness_checks;
 
 void harness_fail(const char *file, int line, const char *fmt, ...);
 void harness_run(const char *name, void (*fn)(void));
+/* Marks the running test as skipped, with a reason; checks it ran still count. */
+void harness_skip(const char *reason);
+#define HARNESS_SKIP_EXIT 77
 int test_summary(void);
 
 /* Directory of the committed fixtures (env NEEDLE_FIXTURES, else "tests/fixtures"). */

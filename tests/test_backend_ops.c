@@ -352,23 +352,27 @@ static void run_impl(const needle_backend_ops *ops, const char *name) {
 static void test_cpu_against_itself(void) { run_impl(&cpu_backend_ops, "cpu"); }
 
 static void test_compiled_backends(void) {
-    size_t n = 0;
+    size_t n = 0, ran = 0, without_device = 0;
     const needle_backend_impl *const *table = backend_table(&n);
     for (size_t i = 0; i < n; i++) {
         if (!strcmp(table[i]->name, "cpu")) continue;
         if (!table[i]->probe() || table[i]->device_count() <= 0) {
-            printf("  SKIP %s: compiled in, but no device on this machine\n", table[i]->name);
+            printf("  %s: compiled in, but no device on this machine\n", table[i]->name);
+            without_device++;
             continue;
         }
         run_impl(table[i]->ops, table[i]->name);
+        ran++;
     }
+    if (!ran) harness_skip(without_device ? "GPU backend compiled in, no device here"
+                                          : "no GPU backend compiled in");
 }
 
 static void test_metal_kernels_as_c(void) {
 #ifdef NEEDLE_TEST_METAL_C
     run_impl(&nk_backend_ops, "metal-c");
 #else
-    printf("  SKIP metal-c: not built\n");
+    harness_skip("the Metal kernels as C are not built (NEEDLE_METAL build)");
 #endif
 }
 
