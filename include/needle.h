@@ -24,12 +24,21 @@
 extern "C" {
 #endif
 
+/* Marks the library's exported functions. libneedle is built with hidden visibility and a
+ * version script, so these declarations are its whole dynamic ABI (tests/check_exports.sh
+ * fails the build's tests if anything else is exported). */
+#if defined(__GNUC__) || defined(__clang__)
+#define NEEDLE_API __attribute__((visibility("default")))
+#else
+#define NEEDLE_API
+#endif
+
 #define NEEDLE_VERSION_MAJOR 0
 #define NEEDLE_VERSION_MINOR 1
 #define NEEDLE_VERSION_PATCH 0
 
 /* "major.minor.patch" of the library actually linked. */
-const char *needle_version(void);
+NEEDLE_API const char *needle_version(void);
 
 typedef enum needle_status {
     NEEDLE_OK = 0,
@@ -50,11 +59,11 @@ typedef enum needle_status {
 } needle_status;
 
 /* Static description of a status code; never NULL. */
-const char *needle_status_string(int status);
+NEEDLE_API const char *needle_status_string(int status);
 
 /* Message of the last failure on the calling thread ("" if none). The pointer stays valid
  * until the next failing call on this thread. */
-const char *needle_last_error(void);
+NEEDLE_API const char *needle_last_error(void);
 
 /* ------------------------------------------------------------------------------------ */
 /* Models                                                                                */
@@ -69,31 +78,31 @@ typedef struct needle_model_params {
     const char *backend;
 } needle_model_params;
 
-needle_model_params needle_model_default_params(void);
+NEEDLE_API needle_model_params needle_model_default_params(void);
 
 /* Maps and validates a .cact file. Every offset, size and shape is checked before use;
  * a bad file yields NEEDLE_ERR_FORMAT (or NEEDLE_ERR_IO) and a message. */
-int needle_model_open(const char *path, const needle_model_params *params, needle_model **out);
+NEEDLE_API int needle_model_open(const char *path, const needle_model_params *params, needle_model **out);
 
 /* Same, over a caller-owned in-memory image. The bytes are not copied: they must stay
  * valid and unchanged until needle_model_free(). */
-int needle_model_open_blob(const void *data, size_t size, const needle_model_params *params,
+NEEDLE_API int needle_model_open_blob(const void *data, size_t size, const needle_model_params *params,
                            needle_model **out);
 
 /* Frees the model. All its sessions must be freed first. NULL is a no-op. */
-void needle_model_free(needle_model *model);
+NEEDLE_API void needle_model_free(needle_model *model);
 
 /* The model to open when the caller names none (the CLI without --weights, the official
  * ABI's needle_init without needle_load): env NEEDLE_MODEL if set and non-empty, else the
  * installed demo model (<datadir>/needle/needle-demo.cact), else the demo model of the
  * source tree this library was built from; NULL if none of those is readable. The
  * string is the environment's or static. */
-const char *needle_default_model_path(void);
+NEEDLE_API const char *needle_default_model_path(void);
 
 /* The demo model's tool list (needle-demo.tools.json beside the installed or source-tree
  * demo model), or NULL if it is missing. It describes the demo model only: pair it with
  * another model at your own risk. Static storage. */
-const char *needle_default_tools_path(void);
+NEEDLE_API const char *needle_default_tools_path(void);
 
 typedef struct needle_model_info {
     uint64_t file_size;
@@ -125,7 +134,7 @@ typedef struct needle_model_info {
     uint32_t probe_head_codes[8]; /* 1 = contrastive, 2 = confidence */
 } needle_model_info;
 
-int needle_model_get_info(const needle_model *model, needle_model_info *out);
+NEEDLE_API int needle_model_get_info(const needle_model *model, needle_model_info *out);
 
 typedef enum needle_dtype {
     NEEDLE_DTYPE_FP16 = 1,
@@ -145,16 +154,16 @@ typedef struct needle_tensor_info {
     uint32_t bits; /* 2, 3, 4, or 5 = ternary; 0 for non-CQ */
 } needle_tensor_info;
 
-int needle_model_get_tensor(const needle_model *model, uint32_t index, needle_tensor_info *out);
+NEEDLE_API int needle_model_get_tensor(const needle_model *model, uint32_t index, needle_tensor_info *out);
 
 /* Dequantizes tensor `index` to float32 in logical row-major order (CQ padding dropped).
  * `n_values` receives the element count; returns NEEDLE_ERR_BUFFER_TOO_SMALL if cap is
  * smaller (call with out = NULL, cap = 0 to query). RAW tensors are not decodable. */
-int needle_model_decode_tensor(const needle_model *model, uint32_t index, float *out, size_t cap,
+NEEDLE_API int needle_model_decode_tensor(const needle_model *model, uint32_t index, float *out, size_t cap,
                                size_t *n_values);
 
 /* The backend the model runs on ("cpu", ...); NULL for a NULL model. Static storage. */
-const char *needle_model_backend(const needle_model *model);
+NEEDLE_API const char *needle_model_backend(const needle_model *model);
 
 /* ------------------------------------------------------------------------------------ */
 /* Backends and devices                                                                  */
@@ -177,17 +186,17 @@ typedef struct needle_device_info {
 } needle_device_info;
 
 /* Devices of every compiled-in backend that finds one (>= 1: the CPU is always there). */
-int needle_device_count(void);
+NEEDLE_API int needle_device_count(void);
 
 /* Describes device `index` in [0, needle_device_count()). NEEDLE_ERR_INVALID_ARGUMENT if
  * out of range or out is NULL. */
-int needle_device_get(int index, needle_device_info *out);
+NEEDLE_API int needle_device_get(int index, needle_device_info *out);
 
 /* The backend a model opened with default params would use now (honours NEEDLE_BACKEND
  * and JAX_PLATFORM_NAME). If the environment forces one that is unknown, not built in or
  * without a device, returns NULL and sets needle_last_error() (the error the model open
  * would report). Static storage. */
-const char *needle_default_backend(void);
+NEEDLE_API const char *needle_default_backend(void);
 
 /* ------------------------------------------------------------------------------------ */
 /* Tokenizer (needs a model with a tokenizer blob)                                       */
@@ -202,17 +211,17 @@ enum {
 /* Encodes UTF-8 text (len bytes, need not be NUL-terminated; NUL bytes are rejected) the
  * way the reference tokenizer does. No BOS is added. `*n_ids` receives the count; if it
  * exceeds cap, returns NEEDLE_ERR_BUFFER_TOO_SMALL with `*n_ids` = the needed count. */
-int needle_tokenize(const needle_model *model, const char *text, size_t len, int32_t *ids,
+NEEDLE_API int needle_tokenize(const needle_model *model, const char *text, size_t len, int32_t *ids,
                     size_t cap, size_t *n_ids);
 
 /* Decodes ids to UTF-8 (control pieces skipped, one leading space stripped, invalid bytes
  * replaced by U+FFFD), NUL-terminated. `*len` receives the byte length without the NUL;
  * needs cap >= *len + 1, else NEEDLE_ERR_BUFFER_TOO_SMALL with `*len` set. */
-int needle_detokenize(const needle_model *model, const int32_t *ids, size_t n_ids, char *out,
+NEEDLE_API int needle_detokenize(const needle_model *model, const int32_t *ids, size_t n_ids, char *out,
                       size_t cap, size_t *len);
 
 /* The raw piece text of a token (meta-space as U+2581, not NUL-terminated). */
-int needle_token_piece(const needle_model *model, int32_t id, const char **piece, size_t *len);
+NEEDLE_API int needle_token_piece(const needle_model *model, int32_t id, const char **piece, size_t *len);
 
 /* ------------------------------------------------------------------------------------ */
 /* Sessions: token-level inference with a KV cache                                       */
@@ -232,30 +241,30 @@ typedef struct needle_session_params {
     int32_t kv_type;    /* needle_kv_type */
 } needle_session_params;
 
-needle_session_params needle_session_default_params(void);
+NEEDLE_API needle_session_params needle_session_default_params(void);
 
 /* Allocates every buffer the session will ever use (KV cache sized for the window plus
  * sinks, scratch activations). Later calls allocate nothing per token. */
-int needle_session_create(const needle_model *model, const needle_session_params *params,
+NEEDLE_API int needle_session_create(const needle_model *model, const needle_session_params *params,
                           needle_session **out);
-void needle_session_free(needle_session *session);
+NEEDLE_API void needle_session_free(needle_session *session);
 
 /* Runs `n` tokens through the model at the current position and appends them to the
  * cache. If `logits` is non-NULL it receives [n][vocab] float32 logits, one row per
  * token (cap counts floats). The last position's logits are always available through
  * needle_session_logits(). Fails with NEEDLE_ERR_CONTEXT_FULL, leaving the session
  * unchanged, if the tokens do not fit in n_ctx. */
-int needle_session_eval(needle_session *session, const int32_t *tokens, size_t n, float *logits,
+NEEDLE_API int needle_session_eval(needle_session *session, const int32_t *tokens, size_t n, float *logits,
                         size_t cap);
 
 /* Logits [vocab] after the last evaluated token; NULL before the first eval. */
-const float *needle_session_logits(const needle_session *session);
+NEEDLE_API const float *needle_session_logits(const needle_session *session);
 
 /* Tokens evaluated so far (the next absolute position). */
-uint32_t needle_session_position(const needle_session *session);
+NEEDLE_API uint32_t needle_session_position(const needle_session *session);
 
 /* Forgets the conversation: position 0, empty cache. */
-void needle_session_reset(needle_session *session);
+NEEDLE_API void needle_session_reset(needle_session *session);
 
 typedef struct needle_generate_params {
     uint32_t max_new_tokens; /* 0 = until EOS or the context is full */
@@ -263,12 +272,12 @@ typedef struct needle_generate_params {
     uint64_t seed;           /* sampling seed (same seed, same tokens) */
 } needle_generate_params;
 
-needle_generate_params needle_generate_default_params(void);
+NEEDLE_API needle_generate_params needle_generate_default_params(void);
 
 /* Evaluates `prompt` (may be empty when continuing), then generates until EOS (not
  * stored), max_new_tokens, or the context end. Writes up to `cap` ids to `out`;
  * `*n_out` receives the number generated. */
-int needle_session_generate(needle_session *session, const int32_t *prompt, size_t n_prompt,
+NEEDLE_API int needle_session_generate(needle_session *session, const int32_t *prompt, size_t n_prompt,
                             const needle_generate_params *params, int32_t *out, size_t cap,
                             size_t *n_out);
 
@@ -285,7 +294,7 @@ int needle_session_generate(needle_session *session, const int32_t *prompt, size
  * it (no refusal); with several tools "[]" is the refusal.
  * Errors: NEEDLE_ERR_JSON (malformed), NEEDLE_ERR_SCHEMA (invalid or unsupported schema,
  * duplicate names), NEEDLE_ERR_NO_TOKENIZER, NEEDLE_ERR_CONTEXT_FULL (prefix too long). */
-int needle_session_set_tools(needle_session *session, const char *system, const char *tools_json);
+NEEDLE_API int needle_session_set_tools(needle_session *session, const char *system, const char *tools_json);
 
 typedef enum needle_turn {
     NEEDLE_TURN_AUTO = 0,        /* a tool result after a "call" with calls, else a query */
@@ -302,7 +311,7 @@ typedef struct needle_complete_params {
     int32_t extract;           /* 1: exactly one call, no refusal (extraction with one tool) */
 } needle_complete_params;
 
-needle_complete_params needle_complete_default_params(void);
+NEEDLE_API needle_complete_params needle_complete_default_params(void);
 
 /* Runs one turn: renders `text` as a query or tool result, continues the cached
  * conversation, decodes <think>..</think> then a grammar-constrained call array, and
@@ -312,12 +321,12 @@ needle_complete_params needle_complete_default_params(void);
  * conversation is back at the cached prefix. Returns NEEDLE_ERR_BUFFER_TOO_SMALL if the
  * envelope does not fit (`*len` = bytes needed without the NUL), NEEDLE_ERR_STATE if no
  * tools were set. */
-int needle_session_complete(needle_session *session, const char *text,
+NEEDLE_API int needle_session_complete(needle_session *session, const char *text,
                             const needle_complete_params *params, char *out, size_t cap,
                             size_t *len);
 
 /* Tokens of the cached static prefix (0 if no tools were set). */
-uint32_t needle_session_prefix_length(const needle_session *session);
+NEEDLE_API uint32_t needle_session_prefix_length(const needle_session *session);
 
 /* Counters for tests and benchmarks: forward passes run, tokens prefilled. */
 typedef struct needle_session_stats {
@@ -339,7 +348,7 @@ typedef struct needle_session_stats {
     double sync_ms;      /* waiting for the backend at the end of a forward pass */
 } needle_session_stats;
 
-int needle_session_get_stats(const needle_session *session, needle_session_stats *out);
+NEEDLE_API int needle_session_get_stats(const needle_session *session, needle_session_stats *out);
 
 /* ------------------------------------------------------------------------------------ */
 /* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */
@@ -347,15 +356,15 @@ int needle_session_get_stats(const needle_session *session, needle_session_stats
 
 /* Loads a .cact image; the bytes are NOT copied and must stay valid (the Python client
  * keeps them alive). Replaces the default model. Returns 0 or a negative status. */
-int needle_load(const char *blob, uint64_t size);
+NEEDLE_API int needle_load(const char *blob, uint64_t size);
 /* Binds system facts and tools to the default session (loading the model named by
  * NEEDLE_MODEL, or models/needle-demo.cact, if needle_load was never called).
  * tool_index_path is accepted and ignored (no retrieval index yet). < 0 on failure. */
-int needle_init(const char *system, const char *tools_json, const char *tool_index_path);
+NEEDLE_API int needle_init(const char *system, const char *tools_json, const char *tool_index_path);
 /* One turn into `out` (NUL-terminated envelope). < 0 on failure; never truncated JSON. */
-int needle_complete(const char *text, int max_new_tokens, char *out, int out_size);
+NEEDLE_API int needle_complete(const char *text, int max_new_tokens, char *out, int out_size);
 /* Rewinds the default conversation to the cached tools prefix. */
-void needle_reset(void);
+NEEDLE_API void needle_reset(void);
 
 #ifdef __cplusplus
 }
