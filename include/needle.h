@@ -33,11 +33,15 @@ extern "C" {
 #define NEEDLE_API
 #endif
 
+/* The one place the version is written: CMake, the SONAME (libneedle.so.MAJOR) and the
+ * Python package read these lines. The library's ABI stays compatible within a major
+ * version (see "Struct sizes" below). */
 #define NEEDLE_VERSION_MAJOR 0
 #define NEEDLE_VERSION_MINOR 1
 #define NEEDLE_VERSION_PATCH 0
 
-/* "major.minor.patch" of the library actually linked. */
+/* "major.minor.patch" of the library actually linked (compare with the macros above,
+ * which are the version the caller was compiled against). */
 NEEDLE_API const char *needle_version(void);
 
 typedef enum needle_status {

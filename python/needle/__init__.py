@@ -16,7 +16,6 @@ from ._lib import TURN_AUTO, TURN_QUERY, TURN_TOOL_RESULT
 from .agent import BACKENDS, Needle, default_backend, devices, extract
 from .schema import Field, tool, tool_schema, type_schema
 
-__version__ = "0.1.0"
 
 __all__ = [
     "Needle", "NeedleError", "Field", "tool", "tool_schema", "type_schema", "extract",
@@ -29,3 +28,11 @@ def library_version() -> str:
     """The version string of the loaded libneedle."""
     from ._lib import version
     return version()
+
+
+def __getattr__(name: str):
+    # The package is versioned with the library it binds (include/needle.h is the one
+    # place the version is written), so __version__ asks the library, on first use.
+    if name == "__version__":
+        return library_version()
+    raise AttributeError(f"module 'needle' has no attribute {name!r}")

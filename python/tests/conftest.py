@@ -14,3 +14,12 @@ def cq4():
 @pytest.fixture
 def cq2():
     return os.path.join(FIXTURES, "tiny_cq2.cact")
+
+
+def header_version():
+    """The version written in include/needle.h (the one place it is written)."""
+    import re
+    with open(os.path.join(ROOT, "include", "needle.h"), encoding="utf-8") as f:
+        text = f.read()
+    return ".".join(re.search(rf"^#define NEEDLE_VERSION_{p} (\d+)$", text, re.M).group(1)
+                    for p in ("MAJOR", "MINOR", "PATCH"))

@@ -9,6 +9,7 @@ from typing import Literal
 import pytest
 
 import needle
+from conftest import header_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -200,8 +201,7 @@ def test_backends(cq4):
     devs = needle.devices()
     assert devs[0]["backend"] == "cpu" and devs[0]["default"] is True and devs[0]["name"]
     assert needle.default_backend() == "cpu"
-    assert needle.__version__ == "0.1.0"
-    assert needle.library_version() == "0.1.0"
+    assert needle.__version__ == needle.library_version() == header_version()
 
 
 def test_extract(cq4):

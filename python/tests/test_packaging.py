@@ -8,6 +8,7 @@ import zipfile
 import pytest
 
 import needle
+from conftest import header_version
 from needle import _lib
 
 PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +47,7 @@ def test_library_next_to_package(tmp_path):
                "l.lib()\nprint(l.library_path)\n",
                {"PYTHONPATH": str(tmp_path / "site")}, str(tmp_path))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["0.1.0", str(dest / "libneedle.so")]
+    assert out.stdout.split() == [header_version(), str(dest / "libneedle.so")]
 
 
 def test_struct_defaults_match_header():
@@ -69,8 +70,48 @@ def test_wheel_bundles_library(tmp_path):
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ))  # NEEDLE_LIB_PATH set: copied instead of running CMake
     assert out.returncode == 0, out.stderr
-    wheels = list((tmp_path / "dist").glob("needle-0.1.0-*.whl"))
+    wheels = list((tmp_path / "dist").glob(f"needle-{header_version()}-*.whl"))
     assert len(wheels) == 1
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "needle/libneedle.so" in names and "needle/agent.py" in names
     assert not wheels[0].name.endswith("-none-any.whl")  # a platform wheel
+
+
+def _build_wheel(src, dest, env_update, drop=()):
+    env = dict(os.environ)
+    for k in drop:
+        env.pop(k, None)
+    env.update(env_update)
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(dest), str(src)], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_wheel_without_library_fails(tmp_path):
+    # A wheel that bundles no library used to build "successfully"; now every way of
+    # ending up without one stops the build with the reason.
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    src = tmp_path / "src"  # python/ alone: no ../CMakeLists.txt, no ../include
+    shutil.copytree(PKG_ROOT, src, ignore=shutil.ignore_patterns(
+        ".venv", "__pycache__", "build", "*.egg-info", "tests"))
+    missing = _build_wheel(src, tmp_path / "d1", {"NEEDLE_LIB_PATH": str(tmp_path / "no.so")})
+    assert missing.returncode != 0
+    assert "does not exist" in missing.stderr + missing.stdout
+    assert not list((tmp_path / "d1").glob("*.whl"))
+    no_repo = _build_wheel(src, tmp_path / "d2", {}, drop=("NEEDLE_LIB_PATH",))
+    assert no_repo.returncode != 0
+    assert "needle checkout" in no_repo.stderr + no_repo.stdout
+    assert not list((tmp_path / "d2").glob("*.whl"))
+
+
+def test_wheel_version_from_library(tmp_path):
+    # Without the repository's needle.h the version comes from the bundled library.
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    src = tmp_path / "src"
+    shutil.copytree(PKG_ROOT, src, ignore=shutil.ignore_patterns(
+        ".venv", "__pycache__", "build", "*.egg-info", "tests"))
+    out = _build_wheel(src, tmp_path / "dist", {})
+    assert out.returncode == 0, out.stderr
+    assert len(list((tmp_path / "dist").glob(f"needle-{_lib.version()}-*.whl"))) == 1

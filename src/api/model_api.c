@@ -12,7 +12,13 @@
 #include "model/model.h"
 #include "util/error.h"
 
-const char *needle_version(void) { return "0.1.0"; }
+#define NEEDLE_STR_(x) #x
+#define NEEDLE_STR(x) NEEDLE_STR_(x)
+
+const char *needle_version(void) {
+    return NEEDLE_STR(NEEDLE_VERSION_MAJOR) "." NEEDLE_STR(NEEDLE_VERSION_MINOR) "." NEEDLE_STR(
+        NEEDLE_VERSION_PATCH);
+}
 
 needle_model_params needle_model_default_params(void) {
     needle_model_params p;
