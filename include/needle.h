@@ -12,6 +12,7 @@
  *     failure. needle_last_error() then holds a message for the calling thread.
  *   - Constructors fill `*out` only on success. Every *_free(NULL) is a no-op.
  *   - Params structs are passed by pointer; NULL means the *_default_params() values.
+ *   - Every public struct begins with `uint32_t size` (see "Struct sizes" below).
  *   - The library never prints, exits or aborts.
  */
 #ifndef NEEDLE_H
@@ -62,6 +63,26 @@ typedef enum needle_status {
     NEEDLE_ERR_MAX_TOKENS = -14       /* generation cut by max_new_tokens */
 } needle_status;
 
+/* Struct sizes. Every params and info struct begins with `uint32_t size`, the struct's
+ * size in bytes as the caller was compiled (sizeof), so that later versions can append
+ * fields without breaking programs built against this header:
+ *   - params structs (inputs): the *_default_params() functions set size; start from them
+ *     and change fields. The library reads the first `size` bytes and takes the defaults
+ *     for fields it knows beyond them (a caller built against an older, smaller struct).
+ *   - info and stats structs (outputs): set `size = sizeof` before the call, e.g.
+ *     `needle_model_info info = {.size = sizeof info};` (or `info.size = sizeof info;`).
+ *     The library fills the first `size` bytes
+ *     and leaves `size` as it was.
+ * A size of 0 (an uninitialized struct), a size below 4 or above the library's own struct
+ * (a caller built against a newer header than the library) fails with
+ * NEEDLE_ERR_INVALID_ARGUMENT and nothing is read or written. Fields are only ever
+ * appended, never reordered or resized, within a major version. */
+
+/* sizeof the named public struct in this library ("needle_model_params",
+ * "needle_model_info", ...: every struct of this header), 0 for an unknown name. Lets
+ * bindings that copy the layouts (python/needle/_lib.py) check them at load time. */
+NEEDLE_API size_t needle_struct_size(const char *name);
+
 /* Static description of a status code; never NULL. */
 NEEDLE_API const char *needle_status_string(int status);
 
@@ -75,6 +96,7 @@ NEEDLE_API const char *needle_last_error(void);
 typedef struct needle_model needle_model;
 
 typedef struct needle_model_params {
+    uint32_t size; /* sizeof(needle_model_params), see "Struct sizes" */
     int32_t n_threads; /* worker threads for sessions of this model; 0 = NEEDLE_THREADS or cores */
     /* "cpu", "cuda" or "metal"; NULL or "" = auto (see "Backends and devices" below). A
      * forced backend that is unknown, not built in, or without a device fails the open
@@ -109,6 +131,7 @@ NEEDLE_API const char *needle_default_model_path(void);
 NEEDLE_API const char *needle_default_tools_path(void);
 
 typedef struct needle_model_info {
+    uint32_t size; /* sizeof(needle_model_info), see "Struct sizes" */
     uint64_t file_size;
     uint32_t num_tensors;
     uint32_t vocab;
@@ -148,6 +171,7 @@ typedef enum needle_dtype {
 } needle_dtype;
 
 typedef struct needle_tensor_info {
+    uint32_t size; /* sizeof(needle_tensor_info), see "Struct sizes" */
     const char *name; /* positional name, e.g. "layer3.q_proj"; static storage of the model */
     int32_t dtype;    /* needle_dtype */
     uint32_t ndim;
@@ -181,6 +205,7 @@ NEEDLE_API const char *needle_model_backend(const needle_model *model);
  * NEEDLE_CUDA / NEEDLE_METAL. `needle devices` prints the result. */
 
 typedef struct needle_device_info {
+    uint32_t size; /* sizeof(needle_device_info), see "Struct sizes" */
     char backend[16];      /* "cpu", "cuda", "metal" */
     char name[128];        /* CPU model name, GPU product name */
     uint64_t memory_bytes; /* physical RAM (CPU) or device memory; 0 if unknown */
@@ -239,6 +264,7 @@ typedef enum needle_kv_type {
 } needle_kv_type;
 
 typedef struct needle_session_params {
+    uint32_t size; /* sizeof(needle_session_params), see "Struct sizes" */
     uint32_t n_ctx;     /* maximum positions in the conversation; 0 = header max_seq_len */
     int32_t kv_window;  /* sliding window; -1 = the header's kv_window, 0 = none */
     uint32_t n_sinks;   /* positions pinned as attention sinks (the first n_sinks) */
@@ -271,6 +297,7 @@ NEEDLE_API uint32_t needle_session_position(const needle_session *session);
 NEEDLE_API void needle_session_reset(needle_session *session);
 
 typedef struct needle_generate_params {
+    uint32_t size; /* sizeof(needle_generate_params), see "Struct sizes" */
     uint32_t max_new_tokens; /* 0 = until EOS or the context is full */
     float temperature;       /* 0 = greedy (argmax, ties to the lowest id) */
     uint64_t seed;           /* sampling seed (same seed, same tokens) */
@@ -307,6 +334,7 @@ typedef enum needle_turn {
 } needle_turn;
 
 typedef struct needle_complete_params {
+    uint32_t size; /* sizeof(needle_complete_params), see "Struct sizes" */
     int32_t max_new_tokens;    /* cap on generated tokens; <= 0 means 256 */
     uint32_t max_think_tokens; /* cap on free reasoning tokens; 0 means 64 */
     float temperature;         /* 0 = greedy; sampling always stays inside the grammar */
@@ -334,6 +362,7 @@ NEEDLE_API uint32_t needle_session_prefix_length(const needle_session *session);
 
 /* Counters for tests and benchmarks: forward passes run, tokens prefilled. */
 typedef struct needle_session_stats {
+    uint32_t size; /* sizeof(needle_session_stats), see "Struct sizes" */
     uint64_t tokens_evaluated; /* every token run through the model by this session */
     uint64_t prefix_evaluations; /* times the static prefix was prefilled */
     double grammar_ms;         /* time spent computing grammar masks */

@@ -24,7 +24,7 @@
 
 static needle_model *g_model;
 static char g_path[1100]; /* the fixture g_model was opened from */
-static needle_model_info g_info;
+static needle_model_info g_info = {.size = sizeof g_info};
 static uint32_t V; /* vocab */
 
 /* ---- helpers -------------------------------------------------------------------------- */
@@ -127,8 +127,8 @@ static int32_t argmax(const float *x, uint32_t n) {
 static void test_null_arguments(void) {
     needle_model *sentinel_m = (needle_model *)&sentinel_m, *m = sentinel_m;
     needle_session *sentinel_s = (needle_session *)&sentinel_s, *s = sentinel_s;
-    needle_model_info info;
-    needle_tensor_info t;
+    needle_model_info info = {.size = sizeof info};
+    needle_tensor_info t = {.size = sizeof t};
     float f[4];
     int32_t ids[4] = {5, 6, 7, 8};
     char text[16];

@@ -182,7 +182,7 @@ static void test_devices(void) {
     CHECK(n >= 1);
     int defaults = 0, cpus = 0;
     for (int i = 0; i < n; i++) {
-        needle_device_info d;
+        needle_device_info d = {.size = sizeof d};
         CHECK_EQ_INT(needle_device_get(i, &d), NEEDLE_OK);
         CHECK(d.name[0] != '\0');
         CHECK(d.capability[0] != '\0');
@@ -198,7 +198,7 @@ static void test_devices(void) {
     }
     CHECK_EQ_INT(defaults, 1);
     CHECK_EQ_INT(cpus, 1);
-    needle_device_info d;
+    needle_device_info d = {.size = sizeof d};
     CHECK_EQ_INT(needle_device_get(n, &d), NEEDLE_ERR_INVALID_ARGUMENT);
     CHECK_EQ_INT(needle_device_get(-1, &d), NEEDLE_ERR_INVALID_ARGUMENT);
     CHECK_EQ_INT(needle_device_get(0, NULL), NEEDLE_ERR_INVALID_ARGUMENT);

@@ -188,7 +188,7 @@ done:
 static void test_multi_turn_reuses_the_cache(void) {
     needle_session *s = chat_session(0, WEATHER_TOOLS);
     static char first[65536], again[65536], out[65536];
-    needle_session_stats st0, st1;
+    needle_session_stats st0 = {.size = sizeof st0}, st1 = {.size = sizeof st1};
     needle_session_get_stats(s, &st0);
     CHECK_EQ_INT(st0.prefix_evaluations, 1);
     uint32_t prefix = needle_session_prefix_length(s);
@@ -230,7 +230,7 @@ static void test_multi_turn_reuses_the_cache(void) {
 }
 
 static void test_long_conversation_bounded_memory(void) {
-    needle_model_info info;
+    needle_model_info info = {.size = sizeof info};
     needle_model_get_info(model, &info);
     CHECK(info.kv_window > 0);
     needle_session *s = chat_session(1u << 16, WEATHER_TOOLS);

@@ -33,7 +33,7 @@ static void test_inspect(void) {
     CHECK(strstr(out, "tokenizer"));
     needle_model *m;
     CHECK_EQ_INT(needle_model_open(model_path, NULL, &m), NEEDLE_OK);
-    needle_model_info info;
+    needle_model_info info = {.size = sizeof info};
     needle_model_get_info(m, &info);
     /* one listing line per tensor: the last index appears */
     char last[32];
@@ -71,7 +71,7 @@ static void test_logits_match_library(void) {
     close(fd);
     needle_model *m;
     CHECK_EQ_INT(needle_model_open(model_path, NULL, &m), NEEDLE_OK);
-    needle_model_info info;
+    needle_model_info info = {.size = sizeof info};
     needle_model_get_info(m, &info);
     float *ref = malloc(n * info.vocab * sizeof *ref);
     needle_session *s;

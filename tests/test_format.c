@@ -45,7 +45,7 @@ static char g_path[1024];
 static uint8_t *g_pristine; /* the fixture as read */
 static uint8_t *g_work;     /* the image the mutation tests edit (undo log below) */
 static size_t g_size;
-static needle_model_info g_info;
+static needle_model_info g_info = {.size = sizeof g_info};
 static uint32_t g_mhc_base, g_engram_base, g_final_norm, g_manifest; /* directory indices */
 static uint32_t g_data_start;                                          /* first blob offset */
 
@@ -128,7 +128,7 @@ static void reject_work(const char *substr, const char *what) {
 /* A few tokens through a short session of a model that validated: session creation and
  * eval must succeed and leave readable (finite or not) logits. Returns the eval status. */
 static int smoke_eval(const needle_model *m, const char *what) {
-    needle_model_info info;
+    needle_model_info info = {.size = sizeof info};
     CHECK(needle_model_get_info(m, &info) == NEEDLE_OK);
     needle_session_params sp = needle_session_default_params();
     sp.n_ctx = 32;
@@ -195,7 +195,7 @@ static int load_fixture(void) {
     snprintf(g_path, sizeof g_path, "%s", g.gl_pathv[0]);
     for (size_t i = 0; i < g.gl_pathc; i++) {
         needle_model *m = NULL;
-        needle_model_info info;
+        needle_model_info info = {.size = sizeof info};
         if (needle_model_open(g.gl_pathv[i], NULL, &m) != NEEDLE_OK) continue;
         needle_model_get_info(m, &info);
         needle_model_free(m);
@@ -238,7 +238,7 @@ static uint64_t prod(const needle_tensor_info *t) {
 
 static void expect_shape(const needle_model *m, uint32_t index, const char *name, uint32_t ndim,
                          uint32_t s0, uint32_t s1, uint32_t s2) {
-    needle_tensor_info t;
+    needle_tensor_info t = {.size = sizeof t};
     CHECK_EQ_INT(needle_model_get_tensor(m, index, &t), NEEDLE_OK);
     CHECK_MSG(strcmp(t.name, name) == 0, "tensor %u is \"%s\", expected \"%s\"", index, t.name, name);
     const uint32_t want[3] = {s0, s1, s2};
@@ -291,7 +291,7 @@ static void check_geometry(const needle_model *m, const needle_model_info *in) {
         CHECK_MSG(in->probe_head_codes[k] == 1 || in->probe_head_codes[k] == 2,
                   "probe head %u code %u", k, in->probe_head_codes[k]);
     if (in->has_tokenizer) {
-        needle_tensor_info t;
+        needle_tensor_info t = {.size = sizeof t};
         CHECK_EQ_INT(needle_model_get_tensor(m, in->num_tensors - 1, &t), NEEDLE_OK);
         CHECK_EQ_INT(t.dtype, NEEDLE_DTYPE_RAW);
         CHECK(strcmp(t.name, "tokenizer") == 0);
@@ -304,10 +304,10 @@ static void check_geometry(const needle_model *m, const needle_model_info *in) {
 /* Every record: name, bounds, alignment, CQ fields; decode (when `decode`) with values
  * checked against the raw FP16 bytes, and the buffer-too-small path. */
 static void inspect_tensors(const needle_model *m, const uint8_t *img, int decode) {
-    needle_model_info in;
+    needle_model_info in = {.size = sizeof in};
     needle_model_get_info(m, &in);
     for (uint32_t i = 0; i < in.num_tensors; i++) {
-        needle_tensor_info t;
+        needle_tensor_info t = {.size = sizeof t};
         CHECK_EQ_INT(needle_model_get_tensor(m, i, &t), NEEDLE_OK);
         CHECK_MSG(t.name && t.name[0], "tensor %u has no name", i);
         CHECK_MSG(t.offset % 64 == 0 && t.offset <= in.file_size &&
@@ -351,7 +351,7 @@ static void inspect_tensors(const needle_model *m, const uint8_t *img, int decod
                   t.name, bad, n);
         free(vals);
     }
-    needle_tensor_info t;
+    needle_tensor_info t = {.size = sizeof t};
     size_t n;
     CHECK_EQ_INT(needle_model_get_tensor(m, in.num_tensors, &t), NEEDLE_ERR_INVALID_ARGUMENT);
     CHECK_EQ_INT(needle_model_decode_tensor(m, in.num_tensors, NULL, 0, &n), NEEDLE_ERR_INVALID_ARGUMENT);
@@ -359,7 +359,7 @@ static void inspect_tensors(const needle_model *m, const uint8_t *img, int decod
 
 /* Last-token logits of a fixed short sequence (caller frees). */
 static float *short_logits(const needle_model *m) {
-    needle_model_info in;
+    needle_model_info in = {.size = sizeof in};
     needle_model_get_info(m, &in);
     needle_session_params sp = needle_session_default_params();
     sp.n_ctx = 16;
@@ -395,7 +395,7 @@ static void test_valid_fixtures(void) {
         CHECK_MSG(rc == NEEDLE_OK, "%s: %s", path, needle_last_error());
         if (rc) { free(img); continue; }
         CHECK(needle_last_error()[0] == '\0');
-        needle_model_info in;
+        needle_model_info in = {.size = sizeof in};
         CHECK_EQ_INT(needle_model_get_info(by_path, &in), NEEDLE_OK);
         CHECK_EQ_INT(in.file_size, size);
         check_geometry(by_path, &in);
@@ -407,7 +407,7 @@ static void test_valid_fixtures(void) {
         uint8_t *raw = malloc(size + 1);
         memcpy(raw + 1, img, size);
         CHECK_EQ_INT(needle_model_open_blob(raw + 1, size, NULL, &misaligned), NEEDLE_OK);
-        needle_model_info in2;
+        needle_model_info in2 = {.size = sizeof in2};
         if (aligned && misaligned) {
             CHECK_EQ_INT(needle_model_get_info(misaligned, &in2), NEEDLE_OK);
             CHECK(memcmp(&in, &in2, sizeof in) == 0);
@@ -717,7 +717,7 @@ static void test_hostile_probe_heads(void) {
     }
 
     /* manifest codes (FP16 blob) */
-    needle_tensor_info t;
+    needle_tensor_info t = {.size = sizeof t};
     needle_model *m = NULL;
     uint8_t *buf = NULL;
     if (open_copy(g_pristine, g_size, &m, &buf) != NEEDLE_OK) return;
@@ -761,7 +761,7 @@ static void test_no_tokenizer(void) {
     undo();
     CHECK_MSG(rc == NEEDLE_OK, "without RAW record: %s", needle_last_error());
     if (rc) return;
-    needle_model_info in;
+    needle_model_info in = {.size = sizeof in};
     CHECK_EQ_INT(needle_model_get_info(m, &in), NEEDLE_OK);
     CHECK_EQ_INT(in.has_tokenizer, 0);
     CHECK_EQ_INT(in.num_tensors, g_info.num_tensors - 1);
@@ -840,11 +840,11 @@ static void test_fp32_records(void) {
     int rc = open_copy(img, size, &m, &buf);
     CHECK_MSG(rc == NEEDLE_OK, "FP32 records: %s", needle_last_error());
     if (rc == NEEDLE_OK && open_copy(g_pristine, g_size, &ref, &rbuf) == NEEDLE_OK) {
-        needle_model_info in;
+        needle_model_info in = {.size = sizeof in};
         needle_model_get_info(m, &in);
         CHECK_EQ_INT(in.num_probe_heads, g_info.num_probe_heads);
         for (uint32_t k = 0; k < n; k++) {
-            needle_tensor_info t;
+            needle_tensor_info t = {.size = sizeof t};
             size_t cnt = 0, cnt2 = 0;
             CHECK_EQ_INT(needle_model_get_tensor(m, idx[k], &t), NEEDLE_OK);
             CHECK_EQ_INT(t.dtype, NEEDLE_DTYPE_FP32);
@@ -892,7 +892,7 @@ static void test_no_engram(void) {
         CHECK_MSG(rc == NEEDLE_OK || (pass == 1 && rc == NEEDLE_ERR_FORMAT),
                   "engram-free model (pass %d): rc %d (%s)", pass, rc, needle_last_error());
         if (rc == NEEDLE_OK) {
-            needle_model_info in;
+            needle_model_info in = {.size = sizeof in};
             needle_model_get_info(m, &in);
             CHECK_EQ_INT(in.num_engram_sites, 0);
             CHECK_EQ_INT(in.num_tensors, g_info.num_tensors - 4 * S);

@@ -115,7 +115,7 @@ static void check_tensors(needle_model *m, const cJSON *tensors, const char *nam
 
 static void check_case(needle_model *m, const cJSON *c, const char *dir, const char *name,
                        int case_index, double *worst_prefill, double *worst_incremental) {
-    needle_model_info info;
+    needle_model_info info = {.size = sizeof info};
     needle_model_get_info(m, &info);
     size_t n_tok, n_greedy;
     int32_t *tokens = json_ids(cJSON_GetObjectItem(c, "tokens"), &n_tok);

@@ -352,7 +352,7 @@ int cmd_eval(int argc, char **argv) {
     sp.kv_window = (int32_t)o.window;
     sp.n_ctx = (uint32_t)o.n_ctx;
     sp.kv_type = o.kv_type;
-    needle_model_info info;
+    needle_model_info info = {.size = sizeof info};
     needle_model_get_info(m, &info);
     /* as `needle run`: a sliding window bounds memory, so positions need no cap */
     if (!o.n_ctx && info.kv_window && o.window != 0) sp.n_ctx = 1u << 20;

@@ -202,7 +202,7 @@ static int cmd_inspect(const options *o) {
     int rc = needle_model_open(path, NULL, &m);
     if (rc) return lib_error(path, rc);
     double t1 = now_ms();
-    needle_model_info in;
+    needle_model_info in = {.size = sizeof in};
     needle_model_get_info(m, &in);
     printf("file            %s (%" PRIu64 " bytes, loaded in %.2f ms)\n", path, in.file_size, t1 - t0);
     printf("tensors         %u\n", in.num_tensors);
@@ -231,7 +231,7 @@ static int cmd_inspect(const options *o) {
     printf("\n%5s  %-26s %-5s %-20s %5s %10s %12s\n", "index", "name", "dtype", "shape", "bits",
            "bytes", "offset");
     for (uint32_t i = 0; i < in.num_tensors; i++) {
-        needle_tensor_info t;
+        needle_tensor_info t = {.size = sizeof t};
         needle_model_get_tensor(m, i, &t);
         char shape[64] = "";
         size_t len = 0;
@@ -306,7 +306,7 @@ static int cmd_generate(const options *o) {
         return rc;
     }
     size_t len = strlen(prompt), n = 0;
-    needle_model_info info;
+    needle_model_info info = {.size = sizeof info};
     needle_model_get_info(m, &info);
     int32_t *ids = malloc((len + 2) * 4 * sizeof *ids + (size_t)o->n_new * sizeof *ids + 64);
     int32_t *gen = NULL;
@@ -383,7 +383,7 @@ static int cmd_logits(const options *o) {
     needle_session *s = NULL;
     float *logits = NULL;
     if ((rc = make_session(m, o, &s))) goto done;
-    needle_model_info info;
+    needle_model_info info = {.size = sizeof info};
     needle_model_get_info(m, &info);
     logits = malloc(n * info.vocab * sizeof *logits);
     if (!logits) { rc = lib_error("logits", NEEDLE_ERR_OUT_OF_MEMORY); goto done; }
@@ -452,7 +452,7 @@ static int open_agent(const options *o, needle_model **m, needle_session **s) {
     options with_ctx = *o;
     if (rc == 0 && !o->n_ctx) {
         /* as the official ABI: a sliding window bounds memory, so positions need no cap */
-        needle_model_info info;
+        needle_model_info info = {.size = sizeof info};
         needle_model_get_info(*m, &info);
         if (info.kv_window && o->window != 0) with_ctx.n_ctx = 1 << 20;
     }
@@ -485,7 +485,7 @@ static int complete_and_print(needle_session *s, const options *o, const char *t
     int rc = needle_session_complete(s, text, &p, out, cap, &len);
     if (rc == NEEDLE_OK) printf("%s\n", out);
     if (rc == NEEDLE_OK && o->stats) {
-        needle_session_stats st;
+        needle_session_stats st = {.size = sizeof st};
         needle_session_get_stats(s, &st);
         fprintf(stderr, "[stats] %llu tokens evaluated, %llu decode steps; forward %.1f ms, "
                 "grammar masks %.1f ms (%.3f ms per decode step)\n",
@@ -619,7 +619,7 @@ static int cmd_bench(int argc, char **argv) {
     int rc = needle_model_open(weights, &mp, &m);
     if (rc) return lib_error(weights, rc);
     const double load_ms = now_ms() - t0;
-    needle_model_info info;
+    needle_model_info info = {.size = sizeof info};
     needle_model_get_info(m, &info);
     if ((uint64_t)prompt_len + (uint64_t)gen > info.max_seq_len) {
         needle_model_free(m);
@@ -650,7 +650,7 @@ static int cmd_bench(int argc, char **argv) {
     int32_t last = 0;
     /* per-operation profile, summed over the runs: [0] prefill, [1] decode */
     double prof[2][PROFILE_OPS] = {{0}};
-    needle_session_stats st0, st1, st2;
+    needle_session_stats st0 = {.size = sizeof st0}, st1 = {.size = sizeof st1}, st2 = {.size = sizeof st2};
     for (long r = 0; r < runs; r++) {
         needle_session_reset(s);
         needle_session_get_stats(s, &st0);
@@ -755,7 +755,7 @@ static int cmd_devices(int argc, char **argv) {
     snprintf(err, sizeof err, "%s", def ? "" : needle_last_error()); /* next calls clear it */
     if (json) printf("{\"devices\":[");
     for (int i = 0; i < n; i++) {
-        needle_device_info d;
+        needle_device_info d = {.size = sizeof d};
         if (needle_device_get(i, &d) != NEEDLE_OK) continue;
         if (json) {
             printf("%s{\"backend\":", i ? "," : "");

@@ -13,7 +13,8 @@ import sys
 import threading
 from typing import Optional
 
-__all__ = ["NeedleError", "lib", "library_path", "CompleteParams", "SessionParams", "ModelInfo"]
+__all__ = ["NeedleError", "lib", "library_path", "CompleteParams", "SessionParams", "ModelInfo",
+           "ModelParams", "DeviceInfo"]
 
 NEEDLE_OK = 0
 NEEDLE_ERR_BUFFER_TOO_SMALL = -8
@@ -36,8 +37,12 @@ class NeedleError(RuntimeError):
         super().__init__(message if not status else f"{message} (status {status})")
 
 
+# Copies of the structs of include/needle.h. Each begins with its size (needle.h "Struct
+# sizes"); _check_layouts() compares every sizeof with the library's at load time.
+
 class ModelInfo(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
         ("file_size", ctypes.c_uint64),
         ("num_tensors", ctypes.c_uint32),
         ("vocab", ctypes.c_uint32),
@@ -68,8 +73,17 @@ class ModelInfo(ctypes.Structure):
     ]
 
 
+class ModelParams(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("n_threads", ctypes.c_int32),
+        ("backend", ctypes.c_char_p),
+    ]
+
+
 class SessionParams(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
         ("n_ctx", ctypes.c_uint32),
         ("kv_window", ctypes.c_int32),
         ("n_sinks", ctypes.c_uint32),
@@ -79,6 +93,7 @@ class SessionParams(ctypes.Structure):
 
 class CompleteParams(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
         ("max_new_tokens", ctypes.c_int32),
         ("max_think_tokens", ctypes.c_uint32),
         ("temperature", ctypes.c_float),
@@ -86,6 +101,29 @@ class CompleteParams(ctypes.Structure):
         ("turn", ctypes.c_int32),
         ("extract", ctypes.c_int32),
     ]
+
+
+class DeviceInfo(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("backend", ctypes.c_char * 16),
+        ("name", ctypes.c_char * 128),
+        ("memory_bytes", ctypes.c_uint64),
+        ("compute_units", ctypes.c_int32),
+        ("capability", ctypes.c_char * 32),
+        ("is_default", ctypes.c_int32),
+    ]
+
+
+_STRUCTS = {"needle_model_params": ModelParams, "needle_model_info": ModelInfo, "needle_session_params": SessionParams,
+            "needle_complete_params": CompleteParams, "needle_device_info": DeviceInfo}
+
+
+def _new(cls):
+    """An out-struct ready for the library to fill: its size field set."""
+    v = cls()
+    v.size = ctypes.sizeof(cls)
+    return v
 
 
 def _candidates():
@@ -111,13 +149,25 @@ def _declare(L: ctypes.CDLL) -> None:
     c = ctypes
     vp, cp = c.c_void_p, c.c_char_p
     L.needle_version.restype = cp
+    L.needle_struct_size.restype = c.c_size_t
+    L.needle_struct_size.argtypes = [cp]
+    L.needle_device_count.restype = c.c_int
+    L.needle_device_count.argtypes = []
+    L.needle_device_get.restype = c.c_int
+    L.needle_device_get.argtypes = [c.c_int, c.POINTER(DeviceInfo)]
+    L.needle_default_backend.restype = cp
+    L.needle_default_backend.argtypes = []
+    L.needle_model_backend.restype = cp
+    L.needle_model_backend.argtypes = [vp]
     L.needle_version.argtypes = []
     L.needle_status_string.restype = cp
     L.needle_status_string.argtypes = [c.c_int]
     L.needle_last_error.restype = cp
     L.needle_last_error.argtypes = []
     L.needle_model_open.restype = c.c_int
-    L.needle_model_open.argtypes = [cp, vp, c.POINTER(vp)]
+    L.needle_model_open.argtypes = [cp, c.POINTER(ModelParams), c.POINTER(vp)]
+    L.needle_model_default_params.restype = ModelParams
+    L.needle_model_default_params.argtypes = []
     L.needle_model_free.restype = None
     L.needle_model_free.argtypes = [vp]
     L.needle_model_get_info.restype = c.c_int
@@ -156,13 +206,33 @@ def lib() -> ctypes.CDLL:
                 L = ctypes.CDLL(path)
             except OSError as e:
                 raise NeedleError(f"cannot load libneedle from {path}: {e}") from None
-            _declare(L)
+            try:
+                _declare(L)
+            except AttributeError as e:
+                raise NeedleError(f"{path} is not a libneedle this package can use (missing "
+                                  f"function: {e}); rebuild it or reinstall the package") from None
+            _check_layouts(L, path)
             library_path = path
             _lib = L
             return L
         raise NeedleError(
             "libneedle not found (tried: " + ", ".join(tried) + "); build it with CMake and set "
             "NEEDLE_LIB_PATH to the libneedle.so path, or reinstall the package")
+
+
+def _check_layouts(L: ctypes.CDLL, path: str) -> None:
+    # The ctypes structs above are hand copies of needle.h: a copy that drifted from the
+    # library's header would read and write the wrong bytes, so refuse to run with one.
+    bad = []
+    for name, cls in _STRUCTS.items():
+        theirs = L.needle_struct_size(name.encode())
+        if theirs != ctypes.sizeof(cls):
+            bad.append(f"{name}: library {theirs} bytes, binding {ctypes.sizeof(cls)}")
+    if bad:
+        version = (L.needle_version() or b"?").decode()
+        raise NeedleError(f"libneedle {version} at {path} does not match this needle package's "
+                          "struct layouts (" + "; ".join(bad) + "); use the libneedle built "
+                          "from the same source as the package")
 
 
 def check(status: int) -> None:

@@ -13,51 +13,62 @@ from .schema import is_pydantic_model, tool_schema, tool_schemas
 
 __all__ = ["Needle", "extract", "devices", "default_backend", "BACKENDS"]
 
-BACKENDS = ("cpu",)
+# The backend names the engine knows; which of them are built into the loaded library
+# and find a device is what devices() reports.
+BACKENDS = ("cpu", "cuda", "metal")
 _ENVELOPE_CAP = 1 << 20
 _UNBOUNDED_CTX = 1 << 20
 
 
 # ---------------------------------------------------------------------------------------
-# Backends
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
-                    return value.strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or platform.machine() or "cpu"
-
+# Backends: what the engine reports (needle_device_count / needle_device_get /
+# needle_default_backend), so a CUDA or Metal build lists its GPU here
 
 def devices() -> List[Dict[str, Any]]:
-    """The devices the engine can run on: for now one CPU entry."""
-    return [{"backend": "cpu", "name": _cpu_name(), "default": True}]
+    """The devices of every backend compiled into libneedle that finds one (the CPU is
+    always there): dicts with "backend", "name", "memory_bytes" (0 if unknown),
+    "compute_units", "capability" and "default" (True for the device a model opened
+    with default settings would use)."""
+    L = lib()
+    out = []
+    for i in range(L.needle_device_count()):
+        d = _lib._new(_lib.DeviceInfo)
+        check(L.needle_device_get(i, ctypes.byref(d)))
+        out.append({"backend": d.backend.decode(), "name": d.name.decode("utf-8", "replace"),
+                    "memory_bytes": int(d.memory_bytes), "compute_units": int(d.compute_units),
+                    "capability": d.capability.decode(), "default": bool(d.is_default)})
+    return out
 
 
 def default_backend() -> str:
-    return "cpu"
+    """The backend a model opened with default settings would use now (NEEDLE_BACKEND and
+    JAX_PLATFORM_NAME honoured); NeedleError if the environment forces one that is not
+    available."""
+    L = lib()
+    name = L.needle_default_backend()
+    if name is None:
+        msg = (L.needle_last_error() or b"").decode("utf-8", "replace")
+        raise NeedleError(msg or "no backend available", -12)
+    return name.decode()
 
 
-def _check_backend(backend: Optional[str]) -> None:
-    if backend is None or (isinstance(backend, str) and backend.lower() in BACKENDS):
-        return
-    raise NeedleError(f"unknown backend {backend!r}; available backends: "
-                      + ", ".join(BACKENDS))
+def _check_backend(backend: Optional[str]) -> Optional[str]:
+    if backend is None or backend == "":
+        return None
+    if isinstance(backend, str) and backend.lower() in BACKENDS:
+        return backend.lower()
+    raise NeedleError(f"unknown backend {backend!r}; known backends: " + ", ".join(BACKENDS))
 
 
 # ---------------------------------------------------------------------------------------
 # Models: shared per path (immutable and thread-safe in the engine), reference counted
 
 class _Model:
-    def __init__(self, path: str, handle: ctypes.c_void_p, window: int):
-        self.path = path
+    def __init__(self, key: tuple, handle: ctypes.c_void_p, window: int, backend: str):
+        self.key = key
         self.handle = handle
         self.kv_window = window
+        self.backend = backend
         self.refs = 0
 
 
@@ -91,20 +102,24 @@ def _resolve_weights(weights: Optional[str]) -> str:
     return os.path.realpath(weights)
 
 
-def _acquire_model(path: str) -> _Model:
+def _acquire_model(path: str, backend: Optional[str] = None) -> _Model:
+    """The shared model of `path` on `backend` (None: the engine's choice)."""
     L = lib()
+    key = (path, backend)
     with _models_lock:
-        m = _models.get(path)
+        m = _models.get(key)
         if m is None:
+            params = L.needle_model_default_params()
+            params.backend = backend.encode() if backend else None
             h = ctypes.c_void_p()
-            check(L.needle_model_open(path.encode(), None, ctypes.byref(h)))
-            info = _lib.ModelInfo()
+            check(L.needle_model_open(path.encode(), ctypes.byref(params), ctypes.byref(h)))
+            info = _lib._new(_lib.ModelInfo)
             rc = L.needle_model_get_info(h, ctypes.byref(info))
             if rc:
                 L.needle_model_free(h)
                 check(rc)
-            m = _Model(path, h, int(info.kv_window))
-            _models[path] = m
+            m = _Model(key, h, int(info.kv_window), L.needle_model_backend(h).decode())
+            _models[key] = m
         m.refs += 1
         return m
 
@@ -113,8 +128,8 @@ def _release_model(m: _Model) -> None:
     with _models_lock:
         m.refs -= 1
         if m.refs == 0:
-            if _models.get(m.path) is m:
-                del _models[m.path]
+            if _models.get(m.key) is m:
+                del _models[m.key]
             lib().needle_model_free(m.handle)
             m.handle = None
 
@@ -179,7 +194,10 @@ class Needle:
     weights: path of a .cact model; default $NEEDLE_MODEL, else the repository's
         models/needle-demo.cact.
     tool_index_path: accepted for compatibility (no retrieval index yet); stored only.
-    backend: None or "cpu".
+    backend: None (the engine's choice: NEEDLE_BACKEND, JAX_PLATFORM_NAME, else the first
+        backend that finds a device, CPU last) or "cpu", "cuda", "metal" (NeedleError if
+        that backend is not built into libneedle or finds no device). ``self.backend`` is
+        the backend the model actually runs on.
 
     One agent must be used by one thread at a time (calls are serialized by a lock);
     different agents may run concurrently.
@@ -190,8 +208,7 @@ class Needle:
                  backend: Optional[str] = None):
         self._session: Optional[_Session] = None
         self._model: Optional[_Model] = None
-        _check_backend(backend)
-        self.backend = "cpu"
+        backend = _check_backend(backend)
         self.system = system
         self.tool_index_path = tool_index_path
         self.tools: List[dict] = []
@@ -205,7 +222,8 @@ class Needle:
         # Names, duplicates and schemas are validated by the engine (NEEDLE_ERR_SCHEMA).
         self.weights = _resolve_weights(weights)
         self._lock = threading.RLock()
-        self._model = _acquire_model(self.weights)
+        self._model = _acquire_model(self.weights, backend)
+        self.backend = self._model.backend
         try:
             self._session = _Session(self._model, system, self.tools)
         except BaseException:

@@ -1,4 +1,5 @@
 """The agent on the fixture models (random weights: answers are noise, always schema-valid)."""
+import ctypes
 import json
 import os
 import subprocess
@@ -194,14 +195,70 @@ def test_weights_from_env(cq4, monkeypatch):
 
 def test_backends(cq4):
     fn, _ = make_weather()
-    with pytest.raises(needle.NeedleError, match="available backends: cpu"):
-        needle.Needle(weights=cq4, tools=[fn], backend="cuda")
+    with pytest.raises(needle.NeedleError, match="known backends: cpu, cuda, metal"):
+        needle.Needle(weights=cq4, tools=[fn], backend="tpu")
     with needle.Needle(weights=cq4, tools=[fn], backend="cpu") as a:
         assert a.backend == "cpu"
-    devs = needle.devices()
-    assert devs[0]["backend"] == "cpu" and devs[0]["default"] is True and devs[0]["name"]
-    assert needle.default_backend() == "cpu"
+    with needle.Needle(weights=cq4, tools=[fn]) as a:
+        assert a.backend == needle.default_backend()
     assert needle.__version__ == needle.library_version() == header_version()
+
+
+def test_devices_from_engine():
+    devs = needle.devices()
+    assert devs and devs[0]["backend"] == "cpu" and devs[0]["name"]
+    assert devs[0]["compute_units"] >= 1 and devs[0]["capability"]  # the CPU kernel level
+    assert all(d["backend"] in needle.BACKENDS for d in devs)
+    defaults = [d for d in devs if d["default"]]
+    assert len(defaults) == 1 and defaults[0]["backend"] == needle.default_backend()
+
+
+def _in_subprocess(code, **env):
+    e = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=e, timeout=120)
+
+
+def test_forced_backend_through_engine(cq4):
+    # A backend forced by the environment goes through the engine's selection: one that
+    # this libneedle lacks (or that has no device) is the engine's error, one it has is used.
+    found = {d["backend"] for d in needle.devices()}
+    code = ("import needle\ntry:\n    print(needle.default_backend())\n"
+            "except needle.NeedleError as e:\n    print('ERR', e.status, e.message)\n")
+    for name in ("cuda", "metal"):
+        out = _in_subprocess(code, NEEDLE_BACKEND=name)
+        assert out.returncode == 0, out.stderr
+        if name in found:
+            assert out.stdout.strip() == name
+        else:
+            assert out.stdout.startswith("ERR -12 ") and name in out.stdout
+            fn, _ = make_weather()
+            with pytest.raises(needle.NeedleError) as e:
+                needle.Needle(weights=cq4, tools=[fn], backend=name)
+            assert e.value.status == -12
+    out = _in_subprocess(code, NEEDLE_BACKEND="cpu")
+    assert out.stdout.strip() == "cpu"
+
+
+def test_struct_layout_mismatch_refused():
+    # A ctypes copy that drifted from needle.h must stop the load, not corrupt memory.
+    code = ("import ctypes, needle\nfrom needle import _lib\n"
+            "class Grown(ctypes.Structure):\n"
+            "    _fields_ = _lib.SessionParams._fields_ + [('extra', ctypes.c_uint32)]\n"
+            "_lib._STRUCTS['needle_session_params'] = Grown\n"
+            "try:\n    _lib.lib()\nexcept needle.NeedleError as e:\n    print('ERR', e)\n")
+    out = _in_subprocess(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ERR libneedle ") and "needle_session_params" in out.stdout
+    assert "does not match" in out.stdout
+
+
+def test_struct_sizes_match_library():
+    L = needle._lib.lib()
+    for name, cls in needle._lib._STRUCTS.items():
+        assert L.needle_struct_size(name.encode()) == ctypes.sizeof(cls) > 0
+    assert L.needle_struct_size(b"needle_no_such_struct") == 0
 
 
 def test_extract(cq4):
@@ -309,7 +366,7 @@ def test_threads_each_own_agent(cq4, cq2):
 def test_model_cache_refcount(cq4):
     import needle.agent as agent_mod
     fn, _ = make_weather()
-    path = os.path.realpath(cq4)
+    path = (os.path.realpath(cq4), None)  # keyed by file and requested backend
     a = needle.Needle(weights=cq4, tools=[fn])
     b = needle.Needle(weights=cq4, tools=[fn])
     assert agent_mod._models[path].refs >= 2

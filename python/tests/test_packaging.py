@@ -1,4 +1,5 @@
 """Library lookup and packaging."""
+import ctypes
 import os
 import shutil
 import subprocess
@@ -56,6 +57,8 @@ def test_struct_defaults_match_header():
             p.extract) == (256, 64, 0.0, 0, 0, 0)
     s = _lib.lib().needle_session_default_params()
     assert (s.n_ctx, s.kv_window, s.n_sinks, s.kv_type) == (0, -1, 0, 0)
+    assert p.size == ctypes.sizeof(_lib.CompleteParams)
+    assert s.size == ctypes.sizeof(_lib.SessionParams)
 
 
 def test_wheel_bundles_library(tmp_path):

@@ -31,6 +31,7 @@
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/strbuf.h"
+#include "util/struct_size.h"
 
 
 static const char *const MARKER_TEXT[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
@@ -73,6 +74,7 @@ void chat_free(struct chat *c) {
 needle_complete_params needle_complete_default_params(void) {
     needle_complete_params p;
     memset(&p, 0, sizeof p);
+    p.size = sizeof p;
     p.max_new_tokens = 256;
     p.max_think_tokens = 64;
     return p;
@@ -472,7 +474,9 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: NULL argument");
     if (!s->chat) return needle_fail(NEEDLE_ERR_STATE, "complete: set tools on the session first");
     struct chat *c = s->chat;
-    needle_complete_params p = params ? *params : needle_complete_default_params();
+    needle_complete_params p = needle_complete_default_params();
+    int size_rc = struct_size_in(&p, params, sizeof p, "complete: needle_complete_params");
+    if (size_rc) return size_rc;
     if (p.max_new_tokens <= 0) p.max_new_tokens = 256;
     if (p.max_think_tokens == 0) p.max_think_tokens = 64;
     if (!(p.temperature >= 0.0f) || !isfinite(p.temperature))
@@ -629,6 +633,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
 
 int needle_session_get_stats(const needle_session *s, needle_session_stats *out) {
     if (!s || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
-    *out = s->stats;
-    return NEEDLE_OK;
+    needle_session_stats full = s->stats;
+    full.size = sizeof full;
+    return struct_size_out(out, &full, sizeof full, "get_stats: needle_session_stats");
 }

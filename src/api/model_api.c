@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "util/error.h"
+#include "util/struct_size.h"
 
 #define NEEDLE_STR_(x) #x
 #define NEEDLE_STR(x) NEEDLE_STR_(x)
@@ -23,12 +24,19 @@ const char *needle_version(void) {
 needle_model_params needle_model_default_params(void) {
     needle_model_params p;
     memset(&p, 0, sizeof p);
+    p.size = sizeof p;
     return p;
 }
 
 static int finish_open(needle_model *m, const needle_model_params *params, needle_model **out) {
-    m->n_threads = params ? params->n_threads : 0;
-    int rc = backend_select(params ? params->backend : NULL, &m->backend);
+    needle_model_params p = needle_model_default_params();
+    int rc = struct_size_in(&p, params, sizeof p, "model_open: needle_model_params");
+    if (rc) {
+        needle_model_free(m);
+        return rc;
+    }
+    m->n_threads = p.n_threads;
+    rc = backend_select(p.backend, &m->backend);
     if (rc) {
         needle_model_free(m);
         return rc;
@@ -109,8 +117,9 @@ const char *needle_model_backend(const needle_model *m) {
 
 int needle_model_get_info(const needle_model *m, needle_model_info *out) {
     if (!m || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "model_get_info: NULL argument");
-    *out = m->info;
-    return NEEDLE_OK;
+    needle_model_info full = m->info;
+    full.size = sizeof full;
+    return struct_size_out(out, &full, sizeof full, "model_get_info: needle_model_info");
 }
 
 int needle_model_get_tensor(const needle_model *m, uint32_t index, needle_tensor_info *out) {
@@ -119,15 +128,18 @@ int needle_model_get_tensor(const needle_model *m, uint32_t index, needle_tensor
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tensor %u out of range (%u tensors)",
                            index, m->file.num_tensors);
     const cact_tensor *t = &m->file.tensors[index];
-    out->name = t->name;
-    out->dtype = t->dtype;
-    out->ndim = t->ndim;
-    memcpy(out->shape, t->shape, sizeof out->shape);
-    out->offset = t->offset;
-    out->nbytes = t->nbytes;
-    out->group_size = t->group;
-    out->bits = t->bits;
-    return NEEDLE_OK;
+    needle_tensor_info full;
+    memset(&full, 0, sizeof full);
+    full.size = sizeof full;
+    full.name = t->name;
+    full.dtype = t->dtype;
+    full.ndim = t->ndim;
+    memcpy(full.shape, t->shape, sizeof full.shape);
+    full.offset = t->offset;
+    full.nbytes = t->nbytes;
+    full.group_size = t->group;
+    full.bits = t->bits;
+    return struct_size_out(out, &full, sizeof full, "model_get_tensor: needle_tensor_info");
 }
 
 int needle_model_decode_tensor(const needle_model *m, uint32_t index, float *out, size_t cap,

@@ -48,7 +48,7 @@ int needle_init(const char *system, const char *tools_json, const char *tool_ind
         /* A sliding window keeps the KV cache bounded however long the conversation, so
          * the official client's endless conversation gets a practically unbounded
          * position budget; without a window the header's max_seq_len applies. */
-        needle_model_info info;
+        needle_model_info info = {.size = sizeof info};
         needle_model_get_info(abi_model, &info);
         needle_session_params sp = needle_session_default_params();
         sp.n_ctx = info.kv_window ? (1u << 20) : 0;

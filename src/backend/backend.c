@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "util/error.h"
+#include "util/struct_size.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* CPU                                                                                   */
@@ -190,15 +191,18 @@ int needle_device_get(int index, needle_device_info *out) {
         int n = b->probe() ? b->device_count() : 0;
         if (n <= 0) continue;
         if (index < base + n) {
-            int rc = b->device_info(index - base, out);
+            needle_device_info full;
+            memset(&full, 0, sizeof full);
+            int rc = b->device_info(index - base, &full);
             if (rc) return needle_fail(rc, "backend %s: cannot describe device %d", b->name,
                                        index - base);
             /* the default device: the first device of the backend a model would pick now */
             const needle_backend_impl *def = NULL;
-            out->is_default = backend_select(NULL, &def) == NEEDLE_OK && def == b &&
+            full.is_default = backend_select(NULL, &def) == NEEDLE_OK && def == b &&
                               index == base;
             needle_clear_error();
-            return NEEDLE_OK;
+            full.size = sizeof full;
+            return struct_size_out(out, &full, sizeof full, "device_get: needle_device_info");
         }
         base += n;
     }

@@ -9,12 +9,14 @@
 #include "backend/backend.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/struct_size.h"
 
 #define DEFAULT_CHUNK 32u
 
 needle_session_params needle_session_default_params(void) {
     needle_session_params p;
     memset(&p, 0, sizeof p);
+    p.size = sizeof p;
     p.n_ctx = 0;
     p.kv_window = -1;
     p.n_sinks = 0;
@@ -25,6 +27,7 @@ needle_session_params needle_session_default_params(void) {
 needle_generate_params needle_generate_default_params(void) {
     needle_generate_params p;
     memset(&p, 0, sizeof p);
+    p.size = sizeof p;
     p.max_new_tokens = 0;
     p.temperature = 0.0f;
     p.seed = 0;
@@ -95,7 +98,9 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
                             const needle_backend_ops *ops, needle_session **out) {
     if (!m || !out || !ops)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: NULL argument");
-    needle_session_params p = params ? *params : needle_session_default_params();
+    needle_session_params p = needle_session_default_params();
+    int size_rc = struct_size_in(&p, params, sizeof p, "session_create: needle_session_params");
+    if (size_rc) return size_rc;
     if (p.kv_type < NEEDLE_KV_F32 || p.kv_type > NEEDLE_KV_INT8)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: unknown kv_type %d",
                            p.kv_type);
@@ -290,7 +295,10 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
                             size_t *n_out) {
     if (!s || (!prompt && n_prompt) || (!out && cap) || !n_out)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_generate: NULL argument");
-    needle_generate_params p = params ? *params : needle_generate_default_params();
+    needle_generate_params p = needle_generate_default_params();
+    int size_rc = struct_size_in(&p, params, sizeof p,
+                                 "session_generate: needle_generate_params");
+    if (size_rc) return size_rc;
     if (!(p.temperature >= 0.0f) || !isfinite(p.temperature))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_generate: temperature must "
                            "be a finite value >= 0");

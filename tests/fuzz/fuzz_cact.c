@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(image, data, size);
     needle_model *m = NULL;
     if (needle_model_open_blob(image, size, NULL, &m) == NEEDLE_OK) {
-        needle_model_info info;
+        needle_model_info info = {.size = sizeof info};
         needle_model_get_info(m, &info);
         /* keep each run short: only small geometries are evaluated */
         if ((uint64_t)info.d_model * info.num_layers <= 4096 && info.vocab <= 4096) {
