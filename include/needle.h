@@ -60,7 +60,11 @@ typedef enum needle_status {
     NEEDLE_ERR_SCHEMA = -11,          /* tool schema invalid or unsupported */
     NEEDLE_ERR_BACKEND = -12,         /* requested backend not built in or no device */
     NEEDLE_ERR_STATE = -13,           /* call not valid in the handle's current state */
-    NEEDLE_ERR_MAX_TOKENS = -14       /* generation cut by max_new_tokens */
+    /* Not returned by any function of this version (the value stays reserved): a turn
+     * cut by max_new_tokens is reported inside the needle_session_complete envelope
+     * ("error_code": "max_tokens"), and needle_session_generate stopping at
+     * max_new_tokens is a success. */
+    NEEDLE_ERR_MAX_TOKENS = -14
 } needle_status;
 
 /* Struct sizes. Every params and info struct begins with `uint32_t size`, the struct's
@@ -110,8 +114,12 @@ NEEDLE_API needle_model_params needle_model_default_params(void);
  * a bad file yields NEEDLE_ERR_FORMAT (or NEEDLE_ERR_IO) and a message. */
 NEEDLE_API int needle_model_open(const char *path, const needle_model_params *params, needle_model **out);
 
-/* Same, over a caller-owned in-memory image. The bytes are not copied: they must stay
- * valid and unchanged until needle_model_free(). */
+/* Same, over a caller-owned in-memory image. If `data` is 64-byte aligned (as malloc'd
+ * buffers of this size and mmap'd files usually are), the bytes are used in place, not
+ * copied: they must stay valid and unchanged until needle_model_free(). Otherwise the
+ * kernels cannot read the tensors in place, so the image is copied once into aligned
+ * memory owned by the model (`size` more bytes), and the caller's buffer is no longer
+ * needed when the call returns. */
 NEEDLE_API int needle_model_open_blob(const void *data, size_t size, const needle_model_params *params,
                            needle_model **out);
 
@@ -387,8 +395,9 @@ NEEDLE_API int needle_session_get_stats(const needle_session *session, needle_se
 /* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */
 /* over one default model and session guarded by a lock.                                 */
 
-/* Loads a .cact image; the bytes are NOT copied and must stay valid (the Python client
- * keeps them alive). Replaces the default model. Returns 0 or a negative status. */
+/* Loads a .cact image as needle_model_open_blob does: a 64-byte aligned image is used in
+ * place and must stay valid (the Python client keeps it alive), a misaligned one is
+ * copied. Replaces the default model. Returns 0 or a negative status. */
 NEEDLE_API int needle_load(const char *blob, uint64_t size);
 /* Binds system facts and tools to the default session (loading the model named by
  * NEEDLE_MODEL, or models/needle-demo.cact, if needle_load was never called).

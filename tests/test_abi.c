@@ -1,9 +1,10 @@
 /* The ABI rules of needle.h: the "Struct sizes" rule on every params and info struct (a
  * caller built against an older, smaller struct works; an uninitialized or newer, larger
- * struct is refused and nothing is read or written), needle_struct_size, and the version
- * written once. */
+ * struct is refused and nothing is read or written), needle_struct_size, the version
+ * written once, and when needle_model_open_blob copies the caller's bytes. */
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -205,6 +206,55 @@ static void test_info_structs_sizes(void) {
     CHECK(d_big.backend[0] == '\0');
 }
 
+/* Decodes row 0 of tensor 0 (the CQ embedding) into `out` (cap floats). */
+static int decode_first(const needle_model *m, float *out, size_t cap) {
+    size_t n = 0;
+    return needle_model_decode_tensor(m, 0, out, cap, &n);
+}
+
+/* needle.h: an aligned blob is used in place, a misaligned one is copied at open. Shown
+ * by changing a code byte of tensor 0 in the caller's buffer after the open. */
+static void test_blob_copy_rule(void) {
+    size_t size = 0;
+    uint8_t *file = read_file(fixture_path("tiny_cq4.cact"), &size);
+    CHECK(file != NULL);
+    if (!file) return;
+    needle_model *ref = NULL;
+    CHECK_EQ_INT(needle_model_open_blob(file, size, NULL, &ref), NEEDLE_OK);
+    needle_tensor_info t = {.size = sizeof t};
+    CHECK_EQ_INT(needle_model_get_tensor(ref, 0, &t), NEEDLE_OK);
+    CHECK(t.dtype == NEEDLE_DTYPE_CQ && t.offset < size);
+    size_t n = 0;
+    needle_model_decode_tensor(ref, 0, NULL, 0, &n);
+    float *before = malloc(n * sizeof *before), *after = malloc(n * sizeof *after);
+    uint8_t *buf = aligned_alloc(64, (size + 64 + 63) / 64 * 64);
+    CHECK(before && after && buf && n > 0);
+    if (!before || !after || !buf || t.dtype != NEEDLE_DTYPE_CQ) goto done;
+    CHECK_EQ_INT(decode_first(ref, before, n), NEEDLE_OK);
+
+    for (int misaligned = 0; misaligned <= 1; misaligned++) {
+        uint8_t *image = buf + misaligned; /* buf is 64-aligned: +1 is not */
+        memcpy(image, file, size);
+        needle_model *m = NULL;
+        CHECK_EQ_INT(needle_model_open_blob(image, size, NULL, &m), NEEDLE_OK);
+        if (!m) continue;
+        image[t.offset] ^= 0xFF; /* the first codes of row 0 */
+        CHECK_EQ_INT(decode_first(m, after, n), NEEDLE_OK);
+        const int changed = memcmp(before, after, n * sizeof *after) != 0;
+        if (misaligned)
+            CHECK_MSG(!changed, "a misaligned blob must be copied at open");
+        else
+            CHECK_MSG(changed, "an aligned blob must be used in place");
+        needle_model_free(m);
+    }
+done:
+    needle_model_free(ref);
+    free(before);
+    free(after);
+    free(buf);
+    free(file);
+}
+
 int main(void) {
     RUN(test_version_written_once);
     RUN(test_struct_size_table);
@@ -218,6 +268,7 @@ int main(void) {
     RUN(test_generate_params_sizes);
     RUN(test_complete_params_sizes);
     RUN(test_info_structs_sizes);
+    RUN(test_blob_copy_rule);
     needle_model_free(model);
     return test_summary();
 }

@@ -6,7 +6,8 @@
  *    "function_calls":[{"name":..,"arguments":{..}}],"reasoning":str,"confidence":null,
  *    "prefill_tps":num,"decode_tps":num,"peak_ram_mb":num}
  * error_code values (documented in the README): "context_full", "max_tokens",
- * "invalid_input", "no_tools", "internal". */
+ * "invalid_input", "internal". A session without tools gets no envelope: the call fails
+ * with NEEDLE_ERR_STATE. */
 #ifndef NEEDLE_AGENT_ENVELOPE_H
 #define NEEDLE_AGENT_ENVELOPE_H
 

@@ -2,8 +2,9 @@
  * needle_load / needle_init / needle_complete / needle_reset over one process-global model
  * and session, serialized by a mutex (the official engine is not re-entrant either).
  *
- * needle_load keeps a pointer to the caller's bytes without copying (the Python client
- * keeps them alive for the life of the process). Without needle_load, needle_init loads
+ * needle_load keeps a pointer to the caller's bytes when they are 64-byte aligned (the
+ * Python client keeps them alive for the life of the process) and copies them otherwise
+ * (needle_model_open_blob). Without needle_load, needle_init loads
  * needle_default_model_path(), else ./models/needle-demo.cact: our stand-in for the
  * official engine's built-in weights. */
 #include <pthread.h>
