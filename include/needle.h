@@ -112,7 +112,8 @@ NEEDLE_API needle_model_params needle_model_default_params(void);
 
 /* Maps and validates a .cact file. Every offset, size and shape is checked before use;
  * a bad file yields NEEDLE_ERR_FORMAT (or NEEDLE_ERR_IO) and a message. */
-NEEDLE_API int needle_model_open(const char *path, const needle_model_params *params, needle_model **out);
+NEEDLE_API int needle_model_open(const char *path, const needle_model_params *params,
+                                 needle_model **out);
 
 /* Same, over a caller-owned in-memory image. If `data` is 64-byte aligned (as malloc'd
  * buffers of this size and mmap'd files usually are), the bytes are used in place, not
@@ -120,8 +121,8 @@ NEEDLE_API int needle_model_open(const char *path, const needle_model_params *pa
  * kernels cannot read the tensors in place, so the image is copied once into aligned
  * memory owned by the model (`size` more bytes), and the caller's buffer is no longer
  * needed when the call returns. */
-NEEDLE_API int needle_model_open_blob(const void *data, size_t size, const needle_model_params *params,
-                           needle_model **out);
+NEEDLE_API int needle_model_open_blob(const void *data, size_t size,
+                                      const needle_model_params *params, needle_model **out);
 
 /* Frees the model. All its sessions must be freed first. NULL is a no-op. */
 NEEDLE_API void needle_model_free(needle_model *model);
@@ -190,13 +191,14 @@ typedef struct needle_tensor_info {
     uint32_t bits; /* 2, 3, 4, or 5 = ternary; 0 for non-CQ */
 } needle_tensor_info;
 
-NEEDLE_API int needle_model_get_tensor(const needle_model *model, uint32_t index, needle_tensor_info *out);
+NEEDLE_API int needle_model_get_tensor(const needle_model *model, uint32_t index,
+                                       needle_tensor_info *out);
 
 /* Dequantizes tensor `index` to float32 in logical row-major order (CQ padding dropped).
  * `n_values` receives the element count; returns NEEDLE_ERR_BUFFER_TOO_SMALL if cap is
  * smaller (call with out = NULL, cap = 0 to query). RAW tensors are not decodable. */
-NEEDLE_API int needle_model_decode_tensor(const needle_model *model, uint32_t index, float *out, size_t cap,
-                               size_t *n_values);
+NEEDLE_API int needle_model_decode_tensor(const needle_model *model, uint32_t index, float *out,
+                                          size_t cap, size_t *n_values);
 
 /* The backend the model runs on ("cpu", ...); NULL for a NULL model. Static storage. */
 NEEDLE_API const char *needle_model_backend(const needle_model *model);
@@ -248,17 +250,18 @@ enum {
 /* Encodes UTF-8 text (len bytes, need not be NUL-terminated; NUL bytes are rejected) the
  * way the reference tokenizer does. No BOS is added. `*n_ids` receives the count; if it
  * exceeds cap, returns NEEDLE_ERR_BUFFER_TOO_SMALL with `*n_ids` = the needed count. */
-NEEDLE_API int needle_tokenize(const needle_model *model, const char *text, size_t len, int32_t *ids,
-                    size_t cap, size_t *n_ids);
+NEEDLE_API int needle_tokenize(const needle_model *model, const char *text, size_t len,
+                               int32_t *ids, size_t cap, size_t *n_ids);
 
 /* Decodes ids to UTF-8 (control pieces skipped, one leading space stripped, invalid bytes
  * replaced by U+FFFD), NUL-terminated. `*len` receives the byte length without the NUL;
  * needs cap >= *len + 1, else NEEDLE_ERR_BUFFER_TOO_SMALL with `*len` set. */
-NEEDLE_API int needle_detokenize(const needle_model *model, const int32_t *ids, size_t n_ids, char *out,
-                      size_t cap, size_t *len);
+NEEDLE_API int needle_detokenize(const needle_model *model, const int32_t *ids, size_t n_ids,
+                                 char *out, size_t cap, size_t *len);
 
 /* The raw piece text of a token (meta-space as U+2581, not NUL-terminated). */
-NEEDLE_API int needle_token_piece(const needle_model *model, int32_t id, const char **piece, size_t *len);
+NEEDLE_API int needle_token_piece(const needle_model *model, int32_t id, const char **piece,
+                                  size_t *len);
 
 /* ------------------------------------------------------------------------------------ */
 /* Sessions: token-level inference with a KV cache                                       */
@@ -284,7 +287,7 @@ NEEDLE_API needle_session_params needle_session_default_params(void);
 /* Allocates every buffer the session will ever use (KV cache sized for the window plus
  * sinks, scratch activations). Later calls allocate nothing per token. */
 NEEDLE_API int needle_session_create(const needle_model *model, const needle_session_params *params,
-                          needle_session **out);
+                                     needle_session **out);
 NEEDLE_API void needle_session_free(needle_session *session);
 
 /* Runs `n` tokens through the model at the current position and appends them to the
@@ -292,8 +295,8 @@ NEEDLE_API void needle_session_free(needle_session *session);
  * token (cap counts floats). The last position's logits are always available through
  * needle_session_logits(). Fails with NEEDLE_ERR_CONTEXT_FULL, leaving the session
  * unchanged, if the tokens do not fit in n_ctx. */
-NEEDLE_API int needle_session_eval(needle_session *session, const int32_t *tokens, size_t n, float *logits,
-                        size_t cap);
+NEEDLE_API int needle_session_eval(needle_session *session, const int32_t *tokens, size_t n,
+                                   float *logits, size_t cap);
 
 /* Logits [vocab] after the last evaluated token; NULL before the first eval. */
 NEEDLE_API const float *needle_session_logits(const needle_session *session);
@@ -316,9 +319,9 @@ NEEDLE_API needle_generate_params needle_generate_default_params(void);
 /* Evaluates `prompt` (may be empty when continuing), then generates until EOS (not
  * stored), max_new_tokens, or the context end. Writes up to `cap` ids to `out`;
  * `*n_out` receives the number generated. */
-NEEDLE_API int needle_session_generate(needle_session *session, const int32_t *prompt, size_t n_prompt,
-                            const needle_generate_params *params, int32_t *out, size_t cap,
-                            size_t *n_out);
+NEEDLE_API int needle_session_generate(needle_session *session, const int32_t *prompt,
+                                       size_t n_prompt, const needle_generate_params *params,
+                                       int32_t *out, size_t cap, size_t *n_out);
 
 /* ------------------------------------------------------------------------------------ */
 /* Tool calling (spec §7-8)                                                              */
@@ -333,7 +336,8 @@ NEEDLE_API int needle_session_generate(needle_session *session, const int32_t *p
  * it (no refusal); with several tools "[]" is the refusal.
  * Errors: NEEDLE_ERR_JSON (malformed), NEEDLE_ERR_SCHEMA (invalid or unsupported schema,
  * duplicate names), NEEDLE_ERR_NO_TOKENIZER, NEEDLE_ERR_CONTEXT_FULL (prefix too long). */
-NEEDLE_API int needle_session_set_tools(needle_session *session, const char *system, const char *tools_json);
+NEEDLE_API int needle_session_set_tools(needle_session *session, const char *system,
+                                        const char *tools_json);
 
 typedef enum needle_turn {
     NEEDLE_TURN_AUTO = 0,        /* a tool result after a "call" with calls, else a query */
@@ -362,8 +366,8 @@ NEEDLE_API needle_complete_params needle_complete_default_params(void);
  * envelope does not fit (`*len` = bytes needed without the NUL), NEEDLE_ERR_STATE if no
  * tools were set. */
 NEEDLE_API int needle_session_complete(needle_session *session, const char *text,
-                            const needle_complete_params *params, char *out, size_t cap,
-                            size_t *len);
+                                       const needle_complete_params *params, char *out, size_t cap,
+                                       size_t *len);
 
 /* Tokens of the cached static prefix (0 if no tools were set). */
 NEEDLE_API uint32_t needle_session_prefix_length(const needle_session *session);
