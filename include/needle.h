@@ -40,6 +40,12 @@ extern "C" {
 #define NEEDLE_VERSION_MAJOR 0
 #define NEEDLE_VERSION_MINOR 1
 #define NEEDLE_VERSION_PATCH 0
+/* "major.minor.patch" of the header, derived from the three lines above */
+#define NEEDLE_VERSION_STR_(x) #x
+#define NEEDLE_VERSION_STR(x) NEEDLE_VERSION_STR_(x)
+#define NEEDLE_VERSION_STRING                                                                  \
+    NEEDLE_VERSION_STR(NEEDLE_VERSION_MAJOR)                                                   \
+    "." NEEDLE_VERSION_STR(NEEDLE_VERSION_MINOR) "." NEEDLE_VERSION_STR(NEEDLE_VERSION_PATCH)
 
 /* "major.minor.patch" of the library actually linked (compare with the macros above,
  * which are the version the caller was compiled against). */

@@ -22,6 +22,7 @@ static void test_version_written_once(void) {
              NEEDLE_VERSION_PATCH);
     CHECK_MSG(strcmp(needle_version(), expect) == 0, "needle_version() %s, header %s",
               needle_version(), expect);
+    CHECK(strcmp(NEEDLE_VERSION_STRING, expect) == 0);
 }
 
 static void test_struct_size_table(void) {

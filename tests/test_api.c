@@ -135,7 +135,7 @@ static void test_null_arguments(void) {
     size_t n = 0;
     const char *piece = NULL;
 
-    CHECK(strcmp(needle_version(), "0.1.0") == 0);
+    CHECK(strcmp(needle_version(), NEEDLE_VERSION_STRING) == 0);
     CHECK(needle_last_error() != NULL);
 
     CHECK_INVALID(needle_model_open(NULL, NULL, &m));

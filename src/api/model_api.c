@@ -13,13 +13,7 @@
 #include "util/error.h"
 #include "util/struct_size.h"
 
-#define NEEDLE_STR_(x) #x
-#define NEEDLE_STR(x) NEEDLE_STR_(x)
-
-const char *needle_version(void) {
-    return NEEDLE_STR(NEEDLE_VERSION_MAJOR) "." NEEDLE_STR(NEEDLE_VERSION_MINOR) "." NEEDLE_STR(
-        NEEDLE_VERSION_PATCH);
-}
+const char *needle_version(void) { return NEEDLE_VERSION_STRING; }
 
 needle_model_params needle_model_default_params(void) {
     needle_model_params p;
