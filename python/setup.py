@@ -112,6 +112,12 @@ class BuildPyWithLibrary(build_py):
             return
         with tempfile.TemporaryDirectory() as tmp:
             lib = _build_library(tmp)
+            L = ctypes.CDLL(os.path.abspath(lib))
+            L.needle_version.restype = ctypes.c_char_p
+            have, want = L.needle_version().decode(), self.distribution.get_version()
+            if have != want:
+                _fail(f"{lib} is libneedle {have}, but this package is {want}: bundle the "
+                      "library built from the same source")
             dest = os.path.join(self.build_lib, "needle", LIBNAME)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             shutil.copyfile(os.path.realpath(lib), dest)
