@@ -118,3 +118,22 @@ def test_wheel_version_from_library(tmp_path):
     out = _build_wheel(src, tmp_path / "dist", {})
     assert out.returncode == 0, out.stderr
     assert len(list((tmp_path / "dist").glob(f"needle-{_lib.version()}-*.whl"))) == 1
+
+
+def test_wheel_failed_cmake_build_fails(tmp_path):
+    # A checkout whose CMake build fails must not give a wheel (it used to be a warning).
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not installed")
+    repo = tmp_path / "repo"
+    shutil.copytree(PKG_ROOT, repo / "python", ignore=shutil.ignore_patterns(
+        ".venv", "__pycache__", "build", "*.egg-info", "tests"))
+    shutil.copytree(os.path.join(os.path.dirname(PKG_ROOT), "include"), repo / "include")
+    (repo / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.18)\nproject(broken C)\n'
+        'message(FATAL_ERROR "this checkout does not build")\n')
+    out = _build_wheel(repo / "python", tmp_path / "dist", {}, drop=("NEEDLE_LIB_PATH",))
+    assert out.returncode != 0
+    assert "building libneedle with CMake failed" in out.stderr + out.stdout
+    assert not list((tmp_path / "dist").glob("*.whl"))
