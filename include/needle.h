@@ -254,7 +254,9 @@ const float *needle_session_logits(const needle_session *session);
 /* Tokens evaluated so far (the next absolute position). */
 uint32_t needle_session_position(const needle_session *session);
 
-/* Forgets the conversation: position 0, empty cache. */
+/* Forgets the conversation. Without tools: position 0, empty cache. After
+ * needle_session_set_tools: back to the end of the tools prefix, which stays cached and
+ * bound (to drop the tools, create a new session). */
 void needle_session_reset(needle_session *session);
 
 typedef struct needle_generate_params {

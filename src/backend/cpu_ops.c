@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "model/session.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -38,7 +37,7 @@ typedef struct cpu_session {
     float *out_rot;    /* [chunk][d padded] rotated final hidden */
 } cpu_session;
 
-static cpu_session *cs_of(const struct needle_session *s) { return (cpu_session *)s->dev; }
+static cpu_session *cs_of(const backend_ctx *s) { return (cpu_session *)s->dev; }
 
 static float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
 
@@ -96,10 +95,10 @@ static void sinkhorn(float *lg, uint32_t n) {
 /* ---- work sharing over the pool ---------------------------------------------------- */
 
 /* One item of a parallel loop; `thread` (0 = the caller) selects the scratch c->th[]. */
-typedef void (*item_fn)(struct needle_session *s, const void *ctx, uint32_t item, int thread);
+typedef void (*item_fn)(backend_ctx *s, const void *ctx, uint32_t item, int thread);
 
 typedef struct par_loop {
-    struct needle_session *s;
+    backend_ctx *s;
     const void *ctx;
     item_fn body;
     uint32_t n;
@@ -119,7 +118,7 @@ static void par_worker(void *arg, int thread, int n_threads) {
 /* Runs body(s, ctx, i, thread) once for every i in [0, n), items taken from a shared
  * counter by the pool's threads; a single item runs on the caller (a dispatch costs more
  * than one token's vector work). Returns when all items are done. */
-static void par_for(struct needle_session *s, uint32_t n, item_fn body, const void *ctx) {
+static void par_for(backend_ctx *s, uint32_t n, item_fn body, const void *ctx) {
     cpu_session *c = cs_of(s);
     if (n < 2 || c->n_threads < 2) {
         for (uint32_t i = 0; i < n; i++) body(s, ctx, i, 0);
@@ -132,22 +131,22 @@ static void par_for(struct needle_session *s, uint32_t n, item_fn body, const vo
 
 /* ---- session state -------------------------------------------------------------------- */
 
-static void *cpu_alloc(struct needle_session *s, size_t bytes) {
+static void *cpu_alloc(backend_ctx *s, size_t bytes) {
     (void)s;
     return calloc(bytes ? bytes : 1, 1);
 }
 
-static void cpu_release(struct needle_session *s, void *p) {
+static void cpu_release(backend_ctx *s, void *p) {
     (void)s;
     free(p);
 }
 
-static void cpu_copy(struct needle_session *s, void *dst, const void *src, size_t bytes) {
+static void cpu_copy(backend_ctx *s, void *dst, const void *src, size_t bytes) {
     (void)s;
     if (bytes) memcpy(dst, src, bytes);
 }
 
-static void cpu_session_free(struct needle_session *s) {
+static void cpu_session_free(backend_ctx *s) {
     cpu_session *c = cs_of(s);
     if (!c) return;
     free(c->eng_e);
@@ -161,7 +160,7 @@ static void cpu_session_free(struct needle_session *s) {
 
 /* One cpu_scratch per pool thread, each starting on its own 64-byte line; `tmp` floats of
  * c->th[i].tmp. Returns 0, or -1 when out of memory. */
-static int thread_scratch_alloc(cpu_session *c, const struct needle_model *m, size_t tmp) {
+static int thread_scratch_alloc(cpu_session *c, const model_weights *m, size_t tmp) {
     c->n_threads = cpu_pool_threads(c->pool);
     const size_t lane = (size_t)m->n_lanes * m->d;
     const size_t per = (m->hada_n + lane + tmp + 15) / 16 * 16;
@@ -179,14 +178,14 @@ static int thread_scratch_alloc(cpu_session *c, const struct needle_model *m, si
     return 0;
 }
 
-static int cpu_session_init(struct needle_session *s) {
+static int cpu_session_init(backend_ctx *s) {
     const cpu_kernels *kern = cpu_kernels_best();
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     cpu_session *c = calloc(1, sizeof *c);
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory");
     s->dev = c;
     const size_t d = m->d, kvd = m->kv_dim;
-    size_t tmp = m->file.group;
+    size_t tmp = m->group;
     if (tmp < 2 * d) tmp = 2 * d;
     if (tmp < 2 * kvd) tmp = 2 * kvd;
     /* engram header fields are only validated (and meaningful) when there are sites */
@@ -212,25 +211,23 @@ static int cpu_session_init(struct needle_session *s) {
 
 /* ---- KV cache access in the session's precision ---------------------------------- */
 
-static size_t kv_index(const struct needle_session *s, uint32_t layer, uint32_t slot) {
+static size_t kv_index(const backend_ctx *s, uint32_t layer, uint32_t slot) {
     return ((size_t)layer * s->kv_slots + slot) * s->m->kv_dim;
 }
 
-static uint32_t kv_slot(const struct needle_session *s, uint32_t p) {
-    if (p < s->n_sinks) return p;
-    if (s->window) return s->n_sinks + (p - s->n_sinks) % s->window;
-    return p;
+static uint32_t kv_slot(const backend_ctx *s, uint32_t p) {
+    return nm_kv_slot(p, s->n_sinks, s->window);
 }
 
 /* Scales of int8 cache row (layer, slot): KV_SCALE_GROUPS(kv_dim) floats. */
-static float *kv_row_scales(const struct needle_session *s, int which, uint32_t layer,
+static float *kv_row_scales(const backend_ctx *s, int which, uint32_t layer,
                             uint32_t slot) {
     const size_t rows = (size_t)s->m->n_layers * s->kv_slots;
     return s->kv_scales + ((size_t)which * rows + (size_t)layer * s->kv_slots + slot) *
                               KV_SCALE_GROUPS(s->m->kv_dim);
 }
 
-static void kv_store(struct needle_session *s, int which, uint32_t layer, uint32_t slot,
+static void kv_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot,
                      const float *x) {
     const uint32_t n = s->m->kv_dim;
     size_t at = kv_index(s, layer, slot);
@@ -258,7 +255,7 @@ static void kv_store(struct needle_session *s, int which, uint32_t layer, uint32
 
 /* Returns a float view of values [off, off + n) of cached row (layer, slot); `buf` holds
  * n floats when the cache is not f32. */
-static const float *kv_load(const struct needle_session *s, int which, uint32_t layer,
+static const float *kv_load(const backend_ctx *s, int which, uint32_t layer,
                             uint32_t slot, uint32_t off, uint32_t n, float *buf) {
     size_t at = kv_index(s, layer, slot) + off;
     const void *base = which ? s->v_cache : s->k_cache;
@@ -277,9 +274,9 @@ static const float *kv_load(const struct needle_session *s, int which, uint32_t 
 
 /* ---- operations ------------------------------------------------------------------------ */
 
-static void cpu_embed(struct needle_session *s, const int32_t *tokens, uint32_t n,
+static void cpu_embed(backend_ctx *s, const int32_t *tokens, uint32_t n,
                       float *lanes) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const uint32_t d = m->d, nl = m->n_lanes;
     const float emb_scale = (float)sqrt((double)d);
@@ -291,14 +288,14 @@ static void cpu_embed(struct needle_session *s, const int32_t *tokens, uint32_t 
     }
 }
 
-static void cpu_matmul_op(struct needle_session *s, const float *xr, size_t ld_x,
+static void cpu_matmul_op(backend_ctx *s, const float *xr, size_t ld_x,
                           uint32_t ntok, const cq_job *jobs, uint32_t njobs) {
     cpu_matmul(cs_of(s)->pool, xr, ld_x, ntok, jobs, njobs);
 }
 
-static void cpu_engram_gather(struct needle_session *s, const engram_site *es,
+static void cpu_engram_gather(backend_ctx *s, const engram_site *es,
                               const uint32_t *slots, uint32_t n, float *er) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const uint32_t ecols = es->key_proj.cols_pad;
     for (uint32_t i = 0; i < n; i++) {
@@ -313,9 +310,9 @@ static void cpu_engram_gather(struct needle_session *s, const engram_site *es,
     }
 }
 
-static void cpu_engram_conv(struct needle_session *s, const engram_site *es, float *ring,
+static void cpu_engram_conv(backend_ctx *s, const engram_site *es, float *ring,
                             const float *vhat, uint32_t p0, uint32_t n, float *ev) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const uint32_t d = m->d;
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t t = p0 + i;
@@ -337,17 +334,17 @@ typedef struct lane_norm_args {
     float *nx;
 } lane_norm_args;
 
-static void lane_norm_token(struct needle_session *s, const void *ctx, uint32_t i, int thread) {
+static void lane_norm_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
     (void)thread;
     const lane_norm_args *a = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad;
     float *out = a->nx + (size_t)i * ld;
     rms_unit(a->lanes + (size_t)i * nd, nd, out);
     cs_of(s)->kern->rotate(&m->phi_pre, out, out);
 }
 
-static void cpu_lane_norm(struct needle_session *s, const float *lanes, uint32_t n, float *nx) {
+static void cpu_lane_norm(backend_ctx *s, const float *lanes, uint32_t n, float *nx) {
     const lane_norm_args a = {lanes, nx};
     par_for(s, n, lane_norm_token, &a);
 }
@@ -355,12 +352,12 @@ static void cpu_lane_norm(struct needle_session *s, const float *lanes, uint32_t
 typedef struct lane_read_args {
     uint32_t li;
     const float *lanes, *mix_all, *ek_all, *ev_all;
-    float *u_all, *bx_all, *hr;
+    float *u_all, *bx_all, *h_all, *hr;
 } lane_read_args;
 
-static void lane_read_token(struct needle_session *s, const void *ctx, uint32_t i, int thread) {
+static void lane_read_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
     const lane_read_args *a = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const uint32_t li = a->li;
     const layer_weights *l = &m->layers[li];
@@ -386,15 +383,15 @@ static void lane_read_token(struct needle_session *s, const void *ctx, uint32_t 
         float alpha = sigmoidf(dot / sqrtf((float)d));
         for (uint32_t k = 0; k < d; k++) bx[k] += alpha * ev[k];
     }
-    float *h = s->h + (size_t)i * d;
+    float *h = a->h_all + (size_t)i * d;
     zc_norm(bx, l->norm_in, d, h);
     c->kern->rotate(&l->q_proj, h, a->hr + (size_t)i * h_ld);
 }
 
-static void cpu_lane_read(struct needle_session *s, uint32_t li, uint32_t n, const float *lanes,
+static void cpu_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *lanes,
                           const float *mix_all, const float *ek_all, const float *ev_all,
-                          float *u_all, float *bx_all, float *hr) {
-    const lane_read_args a = {li, lanes, mix_all, ek_all, ev_all, u_all, bx_all, hr};
+                          float *u_all, float *bx_all, float *h_all, float *hr) {
+    const lane_read_args a = {li, lanes, mix_all, ek_all, ev_all, u_all, bx_all, h_all, hr};
     par_for(s, n, lane_read_token, &a);
 }
 
@@ -409,9 +406,9 @@ typedef struct attend_args {
 
 /* Attention of query head `a` over the cache (§3.6): q ZC norm and RoPE, softmax over the
  * sinks and the window tail, o = sigmoid(gate) * sum_p softmax_p * v_p for the head. */
-static void attend_head(struct needle_session *s, const void *ctx, uint32_t a, int thread) {
+static void attend_head(backend_ctx *s, const void *ctx, uint32_t a, int thread) {
     const attend_args *x = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const layer_weights *l = &m->layers[x->layer];
     const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, t = x->t;
@@ -457,10 +454,10 @@ static void attend_head(struct needle_session *s, const void *ctx, uint32_t a, i
     for (uint32_t j = 0; j < hd; j++) oa[j] *= sigmoidf(ga[j]);
 }
 
-static void cpu_attention(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n,
+static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
                           const float *rope_cs, float *q_all, float *k_all, const float *v_all,
                           const float *gate_all, float *o_all) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const layer_weights *l = &m->layers[li];
     const uint32_t hd = m->head_dim, A = m->attn_dim, kvd = m->kv_dim;
     const uint32_t o_ld = l->out_proj.cols_pad;
@@ -488,7 +485,7 @@ typedef struct attn_residual_args {
     float *x_all, *h_all;
 } attn_residual_args;
 
-static void attn_residual_token(struct needle_session *s, const void *ctx, uint32_t i,
+static void attn_residual_token(backend_ctx *s, const void *ctx, uint32_t i,
                                 int thread) {
     (void)thread;
     const attn_residual_args *r = ctx;
@@ -502,7 +499,7 @@ static void attn_residual_token(struct needle_session *s, const void *ctx, uint3
     zc_norm(x, l->pre_hada, d, r->h_all + (size_t)i * d);
 }
 
-static void cpu_attn_residual(struct needle_session *s, uint32_t li, uint32_t n, float *attn,
+static void cpu_attn_residual(backend_ctx *s, uint32_t li, uint32_t n, float *attn,
                               const float *bx_all, float *x_all, float *h_all) {
     const attn_residual_args r = {li, attn, bx_all, x_all, h_all};
     par_for(s, n, attn_residual_token, &r);
@@ -514,9 +511,9 @@ typedef struct hadamard_args {
     float *out_all;
 } hadamard_args;
 
-static void hadamard_token(struct needle_session *s, const void *ctx, uint32_t t, int thread) {
+static void hadamard_token(backend_ctx *s, const void *ctx, uint32_t t, int thread) {
     const hadamard_args *a = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const layer_weights *l = &m->layers[a->li];
     const uint32_t N = m->hada_n, d = m->d;
@@ -534,7 +531,7 @@ static void hadamard_token(struct needle_session *s, const void *ctx, uint32_t t
     for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
 }
 
-static void cpu_hadamard_mlp(struct needle_session *s, uint32_t li, uint32_t n,
+static void cpu_hadamard_mlp(backend_ctx *s, uint32_t li, uint32_t n,
                              const float *h_all, float *out_all) {
     const hadamard_args a = {li, h_all, out_all};
     par_for(s, n, hadamard_token, &a);
@@ -548,9 +545,9 @@ typedef struct lane_write_args {
     float *lanes;
 } lane_write_args;
 
-static void lane_write_token(struct needle_session *s, const void *ctx, uint32_t i, int thread) {
+static void lane_write_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
     const lane_write_args *a = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const uint32_t li = a->li;
     const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
     const uint32_t my_lane = li % nl;
@@ -581,7 +578,7 @@ static void lane_write_token(struct needle_session *s, const void *ctx, uint32_t
     }
 }
 
-static void cpu_lane_write(struct needle_session *s, uint32_t li, uint32_t n,
+static void cpu_lane_write(backend_ctx *s, uint32_t li, uint32_t n,
                            const float *mix_all, const float *x_all, float *mlp,
                            const float *u_all, float *lanes) {
     const lane_write_args a = {li, mix_all, x_all, mlp, u_all, lanes};
@@ -589,10 +586,10 @@ static void cpu_lane_write(struct needle_session *s, uint32_t li, uint32_t n,
 }
 
 /* out_rot[i] = rotate_{embedding}(ZC(mean of the lanes of token i; final_norm)) */
-static void final_hidden_token(struct needle_session *s, const void *ctx, uint32_t i,
+static void final_hidden_token(backend_ctx *s, const void *ctx, uint32_t i,
                                int thread) {
     const float *lanes = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const uint32_t d = m->d, nl = m->n_lanes;
     const float *X = lanes + (size_t)i * nl * d;
@@ -606,9 +603,9 @@ static void final_hidden_token(struct needle_session *s, const void *ctx, uint32
     c->kern->rotate(&m->embedding, xbar, c->out_rot + (size_t)i * m->embedding.cols_pad);
 }
 
-static void cpu_logits(struct needle_session *s, const float *lanes, uint32_t count, float *out,
+static void cpu_logits(backend_ctx *s, const float *lanes, uint32_t count, float *out,
                        int32_t *argmax) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     par_for(s, count, final_hidden_token, lanes);
     const cq_job tied[] = {{&m->embedding, 0, m->vocab, out, m->vocab}};

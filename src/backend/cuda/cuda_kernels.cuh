@@ -8,6 +8,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "kernels/nmath.h"
+
 #define NT 256u     /* threads per block */
 #define MM_TOK 8u   /* tokens per matmul block row */
 #define MAX_LANES 64u
@@ -302,9 +304,7 @@ struct kv_args {
 };
 
 __device__ __forceinline__ uint32_t kv_slot_d(const kv_args &a, uint32_t p) {
-    if (p < a.n_sinks) return p;
-    if (a.window) return a.n_sinks + (p - a.n_sinks) % a.window;
-    return p;
+    return nm_kv_slot(p, a.n_sinks, a.window);
 }
 
 __device__ __forceinline__ float kv_get(const kv_args &a, int which, uint32_t slot, uint32_t c) {

@@ -10,6 +10,10 @@
 #ifndef NEEDLE_METAL_NK_KERNELS_H
 #define NEEDLE_METAL_NK_KERNELS_H
 
+#ifndef NK_SINGLE_SOURCE /* in the Metal library's single source, nmath.h comes first */
+#include "kernels/nmath.h"
+#endif
+
 /* A CQ matrix's geometry (its codes, norms and codebook come as buffers). */
 typedef struct nk_cq {
     uint rows, cols, cols_pad, group, ngroups, bits, row_bytes, unused;
@@ -111,9 +115,7 @@ NK_FN void nk_zc(NK_DEVICE const float *x, NK_DEVICE const float *s, uint n, NK_
 /* ---- KV cache ---------------------------------------------------------------------------- */
 
 NK_FN uint nk_kv_slot(NK_CONST const nk_args *a, uint p) {
-    if (p < a->n_sinks) return p;
-    if (a->window) return a->n_sinks + (p - a->n_sinks) % a->window;
-    return p;
+    return nm_kv_slot(p, a->n_sinks, a->window);
 }
 
 NK_FN ulong nk_kv_row(NK_CONST const nk_args *a, uint slot) {
