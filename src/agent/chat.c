@@ -18,6 +18,7 @@
  * constrained byte by byte by the grammar compiled from the schemas; then </tool_call> and
  * <|im_end|> forced. Forced tokens skip the logits (no choice to make). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,7 @@ struct chat {
     uint32_t vocab;
     uint32_t prefix_len;  /* the session's base (needle_session_reset) is the prefix end */
     int last_turn_called; /* the previous envelope was a "call" with calls */
+    session_checkpoint turn_start; /* the conversation before the current turn */
     uint8_t *allowed;     /* [vocab] */
     char *close_buf;      /* [max_new_tokens] scratch walk for the budget check */
     char *plan_buf;       /* [max_new_tokens] a verified ending from the current state */
@@ -78,6 +80,7 @@ void chat_free(struct chat *c) {
     free(c->allowed);
     free(c->close_buf);
     free(c->plan_buf);
+    session_checkpoint_free(&c->turn_start);
     free(c);
 }
 
@@ -463,10 +466,18 @@ static int render_turn(needle_session *s, const char *text, int is_result, strbu
     return out->oom ? needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory") : NEEDLE_OK;
 }
 
-static int finish(needle_session *s, envelope *e, char *out, size_t cap, size_t *len) {
-    e->peak_ram_mb = envelope_peak_ram_mb();
-    if (!e->success) needle_session_reset(s);
-    return envelope_write(e, out, cap, len);
+/* After a failed turn: the conversation as it was before it (turn_start covers every
+ * position a turn can add; the prefix is only the fallback should that ever fail). A hard
+ * error's message (rc) survives the fallback's. */
+static void roll_back(needle_session *s, struct chat *c, int last_turn_called, int rc) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", needle_last_error());
+    if (session_checkpoint_restore(s, &c->turn_start) == NEEDLE_OK) {
+        c->last_turn_called = last_turn_called;
+        return;
+    }
+    needle_session_reset(s);
+    if (rc) needle_fail(rc, "%s", msg);
 }
 
 int needle_session_complete(needle_session *s, const char *text, const needle_complete_params *params,
@@ -484,6 +495,12 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     const int is_result = p.turn == NEEDLE_TURN_TOOL_RESULT ||
                           (p.turn == NEEDLE_TURN_AUTO && c->last_turn_called);
     envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0};
+    const int last_turn_called = c->last_turn_called;
+    int saved = 0; /* turn_start holds this turn's starting point */
+    /* Every exit goes through `done`, which rolls a failed turn back. */
+    turn t;
+    memset(&t, 0, sizeof t);
+    char *reasoning = NULL;
 
     strbuf chunk = {0};
     int32_t *ids = NULL;
@@ -494,19 +511,26 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     if (rc == NEEDLE_ERR_INVALID_UTF8) {
         e.error = needle_last_error();
         e.error_code = "invalid_input";
-        return finish(s, &e, out, cap, len);
+        goto write;
     }
-    if (rc) return rc;
+    if (rc) goto done;
     if (n_ids + 4 > n_ctx - needle_session_position(s)) {
         free(ids);
         e.error = "the conversation does not fit in the context; reset the session";
         e.error_code = "context_full";
-        return finish(s, &e, out, cap, len);
+        goto write;
     }
+    /* the turn evaluates its n_ids tokens and at most max_new_tokens more */
+    if ((rc = session_checkpoint_save(s, &c->turn_start,
+                                      (uint32_t)n_ids + (uint32_t)p.max_new_tokens))) {
+        free(ids);
+        goto done;
+    }
+    saved = 1;
     double t0 = util_clock_ms();
     rc = session_run(s, ids, (uint32_t)n_ids, NULL, 1);
     free(ids);
-    if (rc) return rc;
+    if (rc) goto done;
     double t_prefill = util_clock_ms() - t0;
     e.prefill_tps = t_prefill > 0 ? n_ids / (t_prefill / 1e3) : 0;
 
@@ -515,18 +539,19 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         if (buf) c->close_buf = buf;
         char *plan = realloc(c->plan_buf, (size_t)p.max_new_tokens);
         if (plan) c->plan_buf = plan;
-        if (!buf || !plan) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "complete: out of memory");
+        if (!buf || !plan) {
+            rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "complete: out of memory");
+            goto done;
+        }
         c->close_cap = (size_t)p.max_new_tokens;
     }
-    turn t;
-    memset(&t, 0, sizeof t);
     t.g = c->g;
     if (p.extract) {
         if (!c->g_extract) {
             grammar_options go = grammar_default_options();
             go.allow_empty = 0;
             go.single_call = 1;
-            if ((rc = grammar_compile(c->tools, c->tools_len, &go, &c->g_extract))) return rc;
+            if ((rc = grammar_compile(c->tools, c->tools_len, &go, &c->g_extract))) goto done;
         }
         t.g = c->g_extract;
     }
@@ -601,7 +626,6 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     double t_decode = util_clock_ms() - t1;
     e.decode_tps = t_decode > 0 ? generated / (t_decode / 1e3) : 0;
 
-    char *reasoning = NULL;
     if (rc == NEEDLE_OK && t.reasoning_ids.len) {
         size_t n = t.reasoning_ids.len / sizeof(int32_t), rlen = 0;
         int32_t *rids = (int32_t *)(void *)t.reasoning_ids.data;
@@ -624,9 +648,16 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         c->last_turn_called = has_calls;
         e.type = is_result && !has_calls ? "respond" : "call";
     }
-    int wrc = rc ? rc : finish(s, &e, out, cap, len);
+    if (rc) goto done;
+write:
+    e.peak_ram_mb = envelope_peak_ram_mb();
+    rc = envelope_write(&e, out, cap, len);
+done:
+    /* a turn that failed in any way, reported in the envelope or by the status, is not
+     * part of the conversation */
+    if (saved && (rc != NEEDLE_OK || !e.success)) roll_back(s, c, last_turn_called, rc);
     free(reasoning);
     free(t.reasoning_ids.data);
     free(t.calls.data);
-    return wrc;
+    return rc;
 }

@@ -182,54 +182,103 @@ static size_t engram_ring_bytes(const needle_session *s) {
     return (size_t)m->w.n_sites * s->bk.ev_ring * m->w.d * sizeof(float);
 }
 
-int session_checkpoint_save(needle_session *s, session_checkpoint *cp) {
+/* Host bytes of the KV cache rows of one position: K and V (and their int8 scales) of
+ * every layer. */
+static size_t kv_position_bytes(const backend_ctx *b) {
+    const size_t elem = b->kv_type == NEEDLE_KV_F32 ? 4 : b->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    size_t row = b->m->kv_dim * elem;
+    if (b->kv_type == NEEDLE_KV_INT8) row += KV_SCALE_GROUPS(b->m->kv_dim) * sizeof(float);
+    return 2 * (size_t)b->m->n_layers * row;
+}
+
+/* Copies the cache rows of positions [first, first + n) to host (save) or back. Their
+ * slots are consecutive but for the wrap of the ring, so this is a few copies per layer. */
+static void kv_copy_rows(needle_session *s, uint8_t *host, uint32_t first, uint32_t n, int save) {
+    const backend_ctx *b = &s->bk;
+    const uint32_t kvd = b->m->kv_dim, groups = KV_SCALE_GROUPS(kvd);
+    const size_t elem = b->kv_type == NEEDLE_KV_F32 ? 4 : b->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    const size_t row = kvd * elem;
+    for (uint32_t done = 0; done < n;) {
+        const uint32_t slot = nm_kv_slot(first + done, b->n_sinks, b->window);
+        uint32_t run = n - done;
+        if (b->window && slot + run > b->n_sinks + b->window) run = b->n_sinks + b->window - slot;
+        for (uint32_t layer = 0; layer < b->m->n_layers; layer++)
+            for (int which = 0; which < 2; which++) {
+                const size_t at = (size_t)layer * b->kv_slots + slot;
+                void *cache = (uint8_t *)(which ? b->v_cache : b->k_cache) + at * row;
+                if (save) s->ops->download(&s->bk, host, cache, run * row);
+                else s->ops->upload(&s->bk, cache, host, run * row);
+                host += run * row;
+                if (b->kv_type != NEEDLE_KV_INT8) continue;
+                float *sc = b->kv_scales +
+                            ((size_t)which * b->m->n_layers * b->kv_slots + at) * groups;
+                const size_t sb = (size_t)run * groups * sizeof(float);
+                if (save) s->ops->download(&s->bk, host, sc, sb);
+                else s->ops->upload(&s->bk, sc, host, sb);
+                host += sb;
+            }
+        done += run;
+    }
+}
+
+int session_checkpoint_save(needle_session *s, session_checkpoint *cp, uint32_t horizon) {
     const size_t bytes = engram_ring_bytes(s);
     if (bytes && !cp->engram) {
         cp->engram = malloc(bytes);
         if (!cp->engram)
             return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for a checkpoint");
     }
-    cp->pos = s->pos;
+    /* Ring rows the state at pos attends to, [oldest, pos), that the next `horizon`
+     * positions may overwrite: position y's slot is reused by y + window. */
+    const uint32_t window = s->bk.window, sinks = s->bk.n_sinks, pos = s->pos;
+    uint32_t first = 0, rows = 0;
+    if (window && pos > sinks && (uint64_t)pos + horizon > window) {
+        first = pos + 1 > window && pos + 1 - window > sinks ? pos + 1 - window : sinks;
+        const uint64_t end64 = (uint64_t)pos + horizon - window;
+        const uint32_t end = end64 < pos ? (uint32_t)end64 : pos;
+        rows = end > first ? end - first : 0;
+    }
+    const size_t kv_bytes = rows * kv_position_bytes(&s->bk);
+    if (kv_bytes > cp->kv_cap) {
+        uint8_t *kv = realloc(cp->kv, kv_bytes);
+        if (!kv)
+            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for a checkpoint "
+                               "of %u KV positions", rows);
+        cp->kv = kv;
+        cp->kv_cap = kv_bytes;
+    }
+    cp->pos = pos;
+    cp->horizon = horizon;
+    cp->kv_first = first;
+    cp->kv_rows = rows;
     memcpy(cp->history, s->history, sizeof cp->history);
     if (bytes) s->ops->download(&s->bk, cp->engram, s->ev_hist, bytes);
+    if (rows) kv_copy_rows(s, cp->kv, first, rows, 1);
     return NEEDLE_OK;
 }
 
-/* Whether the KV entries the state at `cp` attends to are all still in the cache. The
- * next token at cp->pos reads ring positions [max(n_sinks, cp->pos + 1 - window),
- * cp->pos); ring position y was overwritten by y + window if that was evaluated since,
- * i.e. if y + window < s->pos. */
-static int checkpoint_intact(const needle_session *s, const session_checkpoint *cp) {
-    const uint32_t window = s->bk.window, sinks = s->bk.n_sinks;
-    if (cp->pos > s->pos) return 0;
-    if (!window || cp->pos <= sinks) return 1;
-    const uint32_t oldest = cp->pos + 1 > window && cp->pos + 1 - window > sinks
-                                ? cp->pos + 1 - window
-                                : sinks;
-    return (uint64_t)oldest + window >= s->pos;
-}
-
 int session_checkpoint_restore(needle_session *s, const session_checkpoint *cp) {
-    if (!checkpoint_intact(s, cp))
+    if (cp->pos > s->pos || s->pos - cp->pos > cp->horizon)
         return needle_fail(NEEDLE_ERR_STATE, "session: cannot return to position %u from %u: "
-                           "the %u-position window has dropped entries it needs", cp->pos,
-                           s->pos, s->bk.window);
+                           "the checkpoint covers %u positions", cp->pos, s->pos, cp->horizon);
     s->pos = cp->pos;
     s->has_logits = 0;
     memcpy(s->history, cp->history, sizeof s->history);
     const size_t bytes = engram_ring_bytes(s);
     if (bytes) s->ops->upload(&s->bk, s->ev_hist, cp->engram, bytes);
+    if (cp->kv_rows) kv_copy_rows(s, cp->kv, cp->kv_first, cp->kv_rows, 0);
     return NEEDLE_OK;
 }
 
 void session_checkpoint_free(session_checkpoint *cp) {
     if (!cp) return;
     free(cp->engram);
-    cp->engram = NULL;
+    free(cp->kv);
+    memset(cp, 0, sizeof *cp);
 }
 
 int session_set_base(needle_session *s) {
-    int rc = session_checkpoint_save(s, &s->base);
+    int rc = session_checkpoint_save(s, &s->base, UINT32_MAX);
     s->has_base = rc == NEEDLE_OK;
     return rc;
 }
@@ -248,8 +297,8 @@ uint32_t session_context_length(const needle_session *s) { return s->n_ctx; }
 uint32_t session_window(const needle_session *s) { return s->bk.window; }
 needle_session_stats *session_stats(needle_session *s) { return &s->stats; }
 
-/* The base is pinned where returning is always possible: position 0, or a prefix the
- * window never evicts (set_tools pins it as sinks). */
+/* The base covers any number of later positions (its KV rows that a window could drop
+ * are in the checkpoint), so returning to it only fails when the session was re-laid. */
 void needle_session_reset(needle_session *s) {
     if (!s) return;
     if (!s->has_base || session_checkpoint_restore(s, &s->base) != NEEDLE_OK) {

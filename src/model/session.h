@@ -14,8 +14,8 @@
  * Two ways back, two names:
  *   - needle_session_reset: back to the session's base, the state a layer above pinned
  *     with session_set_base (the end of a tools prefix), or position 0 if none was pinned.
- *   - session_checkpoint_restore: back to an arbitrary earlier checkpoint (a turn that
- *     failed), when the KV entries that state needs are still in the cache. */
+ *   - session_checkpoint_restore: back to an earlier checkpoint (the start of a turn
+ *     that failed), saved with the number of positions it must survive. */
 #ifndef NEEDLE_MODEL_SESSION_H
 #define NEEDLE_MODEL_SESSION_H
 
@@ -29,8 +29,12 @@
  * to continue from an earlier position. */
 typedef struct session_checkpoint {
     uint32_t pos;
+    uint32_t horizon;   /* later positions after which it can still be restored */
     int32_t history[SESSION_HISTORY];
     float *engram;      /* host copy of the engram ring, [n_sites][ev_ring][d]; NULL if none */
+    uint8_t *kv;        /* host copy of the KV rows of [kv_first, kv_first + kv_rows) */
+    size_t kv_cap;
+    uint32_t kv_first, kv_rows;
 } session_checkpoint;
 
 struct needle_session {
@@ -93,19 +97,20 @@ int session_configure_sinks(struct needle_session *s, uint32_t n_sinks);
 int session_create_with_ops(const struct needle_model *m, const needle_session_params *params,
                             const struct needle_backend_ops *ops, struct needle_session **out);
 
-/* Saves the current state into cp (allocating cp->engram on first use; zero-initialize cp
- * before the first save). 0 or NEEDLE_ERR_OUT_OF_MEMORY. */
-int session_checkpoint_save(struct needle_session *s, session_checkpoint *cp);
+/* Saves the current state into cp (zero-initialize cp before its first save), to be
+ * restorable after up to `horizon` more positions: with a sliding window, the KV rows
+ * this state attends to that those positions would overwrite are copied to host memory
+ * (none when the conversation stays within the window). 0 or NEEDLE_ERR_OUT_OF_MEMORY. */
+int session_checkpoint_save(struct needle_session *s, session_checkpoint *cp, uint32_t horizon);
 
 /* Returns the session to cp, saved earlier in the same run of positions (the session has
- * only moved forward since). The logits are dropped. Fails with NEEDLE_ERR_STATE, leaving
- * the session unchanged, when the sliding window has since overwritten KV entries that
- * the state at cp still attends to. */
+ * only moved forward since, by at most cp->horizon). The logits are dropped. Fails with
+ * NEEDLE_ERR_STATE, leaving the session unchanged, otherwise. */
 int session_checkpoint_restore(struct needle_session *s, const session_checkpoint *cp);
 void session_checkpoint_free(session_checkpoint *cp);
 
-/* Pins the current state as the base needle_session_reset returns to. For a tools prefix
- * (agent/chat.c), with a window the prefix must be pinned as sinks first. */
+/* Pins the current state as the base needle_session_reset returns to, whatever follows
+ * (a tools prefix, agent/chat.c, is pinned as sinks first, so nothing needs copying). */
 int session_set_base(struct needle_session *s);
 
 /* Attaches `ext` (replacing and freeing the previous one): on_reset (optional) runs after
