@@ -39,59 +39,6 @@ typedef struct cpu_session {
 
 static cpu_session *cs_of(const backend_ctx *s) { return (cpu_session *)s->dev; }
 
-static float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
-
-static float mean_square(const float *x, uint32_t n) {
-    float ss = 0.0f;
-    for (uint32_t i = 0; i < n; i++) ss += x[i] * x[i];
-    return ss / (float)n;
-}
-
-/* ZC(x; s) = (1 + s) * x / sqrt(mean(x^2) + 1e-6); out may alias x. */
-static void zc_norm(const float *x, const float *s, uint32_t n, float *out) {
-    const float rms = sqrtf(mean_square(x, n) + 1e-6f);
-    for (uint32_t i = 0; i < n; i++) out[i] = (1.0f + s[i]) * x[i] / rms;
-}
-
-/* rms_unit(x) = x / sqrt(mean(x^2) + 1e-6); out may alias x. */
-static void rms_unit(const float *x, uint32_t n, float *out) {
-    const float inv = 1.0f / sqrtf(mean_square(x, n) + 1e-6f);
-    for (uint32_t i = 0; i < n; i++) out[i] = x[i] * inv;
-}
-
-static void rope(float *z, uint32_t hd, const float *cs) {
-    const uint32_t half = hd / 2;
-    const float *c = cs, *sn = cs + half;
-    for (uint32_t j = 0; j < half; j++) {
-        float a = z[j], b = z[j + half];
-        z[j] = a * c[j] - b * sn[j];
-        z[j + half] = b * c[j] + a * sn[j];
-    }
-}
-
-/* Log-space Sinkhorn, 20 rounds of row then column normalisation (§3.4). */
-static void sinkhorn(float *lg, uint32_t n) {
-    for (int it = 0; it < 20; it++) {
-        for (uint32_t r = 0; r < n; r++) {
-            float mx = lg[r * n];
-            for (uint32_t c = 1; c < n; c++) mx = fmaxf(mx, lg[r * n + c]);
-            float sum = 0.0f;
-            for (uint32_t c = 0; c < n; c++) sum += expf(lg[r * n + c] - mx);
-            float lse = mx + logf(sum);
-            for (uint32_t c = 0; c < n; c++) lg[r * n + c] -= lse;
-        }
-        for (uint32_t c = 0; c < n; c++) {
-            float mx = lg[c];
-            for (uint32_t r = 1; r < n; r++) mx = fmaxf(mx, lg[r * n + c]);
-            float sum = 0.0f;
-            for (uint32_t r = 0; r < n; r++) sum += expf(lg[r * n + c] - mx);
-            float lse = mx + logf(sum);
-            for (uint32_t r = 0; r < n; r++) lg[r * n + c] -= lse;
-        }
-    }
-    for (uint32_t k = 0; k < n * n; k++) lg[k] = expf(lg[k]);
-}
-
 /* ---- work sharing over the pool ---------------------------------------------------- */
 
 /* One item of a parallel loop; `thread` (0 = the caller) selects the scratch c->th[]. */
@@ -340,7 +287,7 @@ static void lane_norm_token(backend_ctx *s, const void *ctx, uint32_t i, int thr
     const model_weights *m = s->m;
     const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad;
     float *out = a->nx + (size_t)i * ld;
-    rms_unit(a->lanes + (size_t)i * nd, nd, out);
+    nm_rms_unit(a->lanes + (size_t)i * nd, nd, out);
     cs_of(s)->kern->rotate(&m->phi_pre, out, out);
 }
 
@@ -368,23 +315,23 @@ static void lane_read_token(backend_ctx *s, const void *ctx, uint32_t i, int thr
     float *u = a->u_all + (size_t)i * d, *bx = a->bx_all + (size_t)i * d;
     memset(u, 0, d * sizeof *u);
     for (uint32_t r = 0; r < nl; r++) {
-        float off = r == my_lane ? 4.0f : -4.0f;
-        float w = sigmoidf(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] + off);
+        float w = nm_sigmoid(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] +
+                             nm_lane_pre_offset(r, my_lane));
         for (uint32_t k = 0; k < d; k++) u[k] += w * X[(size_t)r * d + k];
     }
     memcpy(bx, u, d * sizeof *bx);
     if (a->ek_all) {
         const float *ek = a->ek_all + (size_t)i * d, *ev = a->ev_all + (size_t)i * d;
         float *ru = c->th[thread].tmp, *rk = c->th[thread].tmp + d;
-        rms_unit(u, d, ru);
-        rms_unit(ek, d, rk);
+        nm_rms_unit(u, d, ru);
+        nm_rms_unit(ek, d, rk);
         float dot = 0.0f;
         for (uint32_t k = 0; k < d; k++) dot += ru[k] * rk[k];
-        float alpha = sigmoidf(dot / sqrtf((float)d));
+        float alpha = nm_sigmoid(dot / sqrtf((float)d));
         for (uint32_t k = 0; k < d; k++) bx[k] += alpha * ev[k];
     }
     float *h = a->h_all + (size_t)i * d;
-    zc_norm(bx, l->norm_in, d, h);
+    nm_zc_norm(bx, l->norm_in, d, h);
     c->kern->rotate(&l->q_proj, h, a->hr + (size_t)i * h_ld);
 }
 
@@ -414,32 +361,22 @@ static void attend_head(backend_ctx *s, const void *ctx, uint32_t a, int thread)
     const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, t = x->t;
     const uint32_t b = a / reps;
     const float inv_scale = 1.0f / sqrtf((float)hd);
-    /* positions attended: sinks [0, min(n_sinks, t+1)), then the window tail */
-    uint32_t first = s->n_sinks;
-    if (s->window && t + 1 > s->window && t + 1 - s->window > first) first = t + 1 - s->window;
-    const uint32_t n_sink = s->n_sinks < t + 1 ? s->n_sinks : t + 1;
-    const uint32_t tail = first > n_sink ? first : n_sink;
+    const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
+    const uint32_t n_sink = span.n_sink, tail = span.tail0;
     float *kbuf = c->th[thread].tmp, *vbuf = c->th[thread].tmp + hd;
     float *scores = s->scores + (size_t)a * s->kv_slots;
     float *qa = x->q + (size_t)a * hd;
-    zc_norm(qa, l->q_norm, hd, qa);
-    rope(qa, hd, x->cs);
+    nm_zc_norm(qa, l->q_norm, hd, qa);
+    nm_rope(qa, hd, x->cs);
     uint32_t n_pos = 0;
-    float mx = -INFINITY;
     for (uint32_t pass = 0; pass < 2; pass++) {
         const uint32_t p_begin = pass ? tail : 0, p_end = pass ? t + 1 : n_sink;
         for (uint32_t p = p_begin; p < p_end; p++) {
             const float *kr = kv_load(s, 0, x->layer, kv_slot(s, p), b * hd, hd, kbuf);
-            float dot = c->kern->dot(qa, kr, hd) * inv_scale;
-            scores[n_pos++] = dot;
-            mx = fmaxf(mx, dot);
+            scores[n_pos++] = c->kern->dot(qa, kr, hd) * inv_scale;
         }
     }
-    float sum = 0.0f;
-    for (uint32_t k = 0; k < n_pos; k++) {
-        scores[k] = expf(scores[k] - mx);
-        sum += scores[k];
-    }
+    const float sum = nm_softmax_exp(scores, n_pos);
     float *oa = x->o + (size_t)a * hd;
     memset(oa, 0, hd * sizeof *oa);
     uint32_t k = 0;
@@ -451,7 +388,7 @@ static void attend_head(backend_ctx *s, const void *ctx, uint32_t a, int thread)
         }
     }
     const float *ga = x->gate + (size_t)a * hd;
-    for (uint32_t j = 0; j < hd; j++) oa[j] *= sigmoidf(ga[j]);
+    for (uint32_t j = 0; j < hd; j++) oa[j] *= nm_sigmoid(ga[j]);
 }
 
 static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
@@ -466,8 +403,8 @@ static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
         const float *cs = rope_cs + (size_t)i * hd;
         float *k = k_all + (size_t)i * kvd;
         for (uint32_t b = 0; b < m->n_kv_heads; b++) {
-            zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
-            rope(k + b * hd, hd, cs);
+            nm_zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
+            nm_rope(k + b * hd, hd, cs);
         }
         kv_store(s, 0, li, kv_slot(s, t), k);
         kv_store(s, 1, li, kv_slot(s, t), v_all + (size_t)i * kvd);
@@ -491,12 +428,12 @@ static void attn_residual_token(backend_ctx *s, const void *ctx, uint32_t i,
     const attn_residual_args *r = ctx;
     const layer_weights *l = &s->m->layers[r->li];
     const uint32_t d = s->m->d;
-    const float gate = sigmoidf(l->attn_gate);
+    const float gate = nm_sigmoid(l->attn_gate);
     const float *bx = r->bx_all + (size_t)i * d;
     float *a = r->attn + (size_t)i * d, *x = r->x_all + (size_t)i * d;
-    zc_norm(a, l->post_norm, d, a);
+    nm_zc_norm(a, l->post_norm, d, a);
     for (uint32_t k = 0; k < d; k++) x[k] = bx[k] + gate * a[k];
-    zc_norm(x, l->pre_hada, d, r->h_all + (size_t)i * d);
+    nm_zc_norm(x, l->pre_hada, d, r->h_all + (size_t)i * d);
 }
 
 static void cpu_attn_residual(backend_ctx *s, uint32_t li, uint32_t n, float *attn,
@@ -525,7 +462,7 @@ static void hadamard_token(backend_ctx *s, const void *ctx, uint32_t t, int thre
     c->kern->fwht(z, N);
     for (uint32_t i = 0; i < N; i++) {
         float v = l->d2[i] * (z[i] * scale);
-        z[i] = v * sigmoidf(v);
+        z[i] = v * nm_sigmoid(v);
     }
     c->kern->fwht(z, N);
     for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
@@ -559,12 +496,13 @@ static void lane_write_token(backend_ctx *s, const void *ctx, uint32_t i, int th
     const float *mix = a->mix_all + (size_t)i * mix_ld;
     float hpost[64], P[64 * 64];
     for (uint32_t r = 0; r < nl; r++) {
-        float off = r == my_lane ? 0.0f : -4.0f;
-        hpost[r] = 2.0f * sigmoidf(m->a_post[li] * mix[nl + r] + m->b_post[li * nl + r] + off);
+        hpost[r] = NM_LANE_POST_GAIN * nm_sigmoid(m->a_post[li] * mix[nl + r] +
+                                                  m->b_post[li * nl + r] +
+                                                  nm_lane_post_offset(r, my_lane));
     }
     for (uint32_t k = 0; k < nl * nl; k++)
         P[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
-    sinkhorn(P, nl);
+    nm_sinkhorn(P, nl);
     float *X = a->lanes + (size_t)i * nd, *old = cs_of(s)->th[thread].lane_old;
     memcpy(old, X, nd * sizeof *old);
     for (uint32_t r = 0; r < nl; r++) {
@@ -599,7 +537,7 @@ static void final_hidden_token(backend_ctx *s, const void *ctx, uint32_t i,
         for (uint32_t r = 0; r < nl; r++) acc += X[(size_t)r * d + k];
         xbar[k] = acc / (float)nl;
     }
-    zc_norm(xbar, m->final_norm, d, xbar);
+    nm_zc_norm(xbar, m->final_norm, d, xbar);
     c->kern->rotate(&m->embedding, xbar, c->out_rot + (size_t)i * m->embedding.cols_pad);
 }
 

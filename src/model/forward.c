@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/nmath.h"
 #include "model/session.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -52,11 +53,10 @@ static void engram_slots(const struct needle_session *s, const int32_t *tokens, 
                     *slot = ENGRAM_MASKED;
                     continue;
                 }
-                uint32_t acc = 0x9E3779B9u * (j + 1);
+                uint32_t acc = nm_engram_hash_start(j);
                 for (uint32_t back = 0; back < order; back++)
-                    acc = (acc ^ (uint32_t)token_back(s, tokens, p0, t, back)) * 0x01000193u;
-                acc ^= acc >> 15;
-                *slot = acc % m->w.slots;
+                    acc = nm_engram_hash_step(acc, (uint32_t)token_back(s, tokens, p0, t, back));
+                *slot = nm_engram_hash_slot(acc, m->w.slots);
             }
         }
     }
