@@ -12,7 +12,9 @@
  *   int8 KV cache (TOL_INT8 = 2e-2: a rounding tie of the quantizer may flip one level).
  *
  * Then the whole forward pass: prefill and one-token logits within 1e-3 x max|logit| (the
- * parity tolerance) and identical greedy tokens. */
+ * parity tolerance) and identical greedy tokens. And every implementation's forward pass
+ * against the plain reference forward (reference_forward.c, spec §3 written top to
+ * bottom), with full attention and with a window and sinks, within the same 1e-3. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "harness.h"
 #include "model/session.h"
 #include "needle.h"
+#include "reference_forward.h"
 
 #define TOL 1e-4
 #define TOL_INT8 2e-2
@@ -316,6 +319,43 @@ static void test_forward_on(const needle_model *m, const needle_backend_ops *ops
     needle_session_free(d);
 }
 
+/* The session's prefill logits against the reference forward (f32 cache). */
+static void test_reference_on(const needle_model *m, const needle_backend_ops *ops,
+                              const char *name, int32_t window, uint32_t sinks) {
+    needle_session_params sp = needle_session_default_params();
+    sp.n_ctx = 80;
+    sp.kv_window = window;
+    sp.n_sinks = sinks;
+    needle_session *s = NULL;
+    CHECK_EQ_INT(session_create_with_ops(m, &sp, ops, &s), NEEDLE_OK);
+    if (!s) return;
+    enum { N_TOK = 40 };
+    const uint32_t V = m->w.vocab;
+    int32_t toks[N_TOK];
+    for (uint32_t i = 0; i < N_TOK; i++) toks[i] = (int32_t)((i * 7919u + 13u) % V);
+    toks[0] = NEEDLE_TOKEN_BOS;
+    float *got = malloc((size_t)N_TOK * V * sizeof *got), *want = malloc((size_t)N_TOK * V * sizeof *want);
+    CHECK_EQ_INT(needle_session_eval(s, toks, N_TOK, got, (size_t)N_TOK * V), NEEDLE_OK);
+    CHECK_EQ_INT(reference_forward(&m->w, m->rope_freq, toks, N_TOK, (uint32_t)window, sinks,
+                                   want), 0);
+    double worst = 0.0;
+    for (uint32_t t = 0; t < N_TOK; t++) {
+        double mx = 0.0, err = 0.0;
+        for (uint32_t v = 0; v < V; v++) {
+            mx = fmax(mx, fabs(want[(size_t)t * V + v]));
+            err = fmax(err, fabs((double)want[(size_t)t * V + v] - got[(size_t)t * V + v]));
+        }
+        const double rel = mx > 0 ? err / mx : err;
+        if (!(rel <= worst)) worst = rel;
+    }
+    CHECK_MSG(worst <= TOL_LOGITS, "%s vs the reference forward: worst relative logit error "
+              "%.3g", name, worst);
+    printf("  %s: vs the reference forward %.2e\n", name, worst);
+    free(got);
+    free(want);
+    needle_session_free(s);
+}
+
 static void run_impl(const needle_backend_ops *ops, const char *name) {
     const char *models[] = {"tiny_mixed.cact", "tinyb_mixed.cact", "tinyb_ternary.cact",
                             "full_mixed.cact"};
@@ -344,6 +384,10 @@ static void run_impl(const needle_backend_ops *ops, const char *name) {
         }
         snprintf(label, sizeof label, "%s/%s", name, models[k]);
         test_forward_on(m, ops, label);
+        snprintf(label, sizeof label, "%s/%s full", name, models[k]);
+        test_reference_on(m, ops, label, 0, 0);
+        snprintf(label, sizeof label, "%s/%s window 6, 2 sinks", name, models[k]);
+        test_reference_on(m, ops, label, 6, 2);
         if (loaded) {
             ops->model_unload(mm->device_weights);
             mm->device_weights = NULL;
