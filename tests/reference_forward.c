@@ -38,7 +38,8 @@ int reference_forward(const struct model_weights *m, const float *rope_freq,
     if (m->embedding.cols_pad > widest) widest = m->embedding.cols_pad;
     if (m->layers[0].q_proj.cols_pad > widest) widest = m->layers[0].q_proj.cols_pad;
     if (m->layers[0].out_proj.cols_pad > widest) widest = m->layers[0].out_proj.cols_pad;
-    if (m->n_sites && m->sites[0].key_proj.cols_pad > widest) widest = m->sites[0].key_proj.cols_pad;
+    if (m->n_sites && m->sites[0].key_proj.cols_pad > widest)
+        widest = m->sites[0].key_proj.cols_pad;
 
     float *X = zeros((size_t)nl * d), *old = zeros((size_t)nl * d), *xr = zeros(widest);
     float *nx = zeros(widest), *mix = zeros(2 * nl + nl * nl), *P = zeros(nl * nl);

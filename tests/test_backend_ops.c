@@ -334,7 +334,8 @@ static void test_reference_on(const needle_model *m, const needle_backend_ops *o
     int32_t toks[N_TOK];
     for (uint32_t i = 0; i < N_TOK; i++) toks[i] = (int32_t)((i * 7919u + 13u) % V);
     toks[0] = NEEDLE_TOKEN_BOS;
-    float *got = malloc((size_t)N_TOK * V * sizeof *got), *want = malloc((size_t)N_TOK * V * sizeof *want);
+    float *got = malloc((size_t)N_TOK * V * sizeof *got);
+    float *want = malloc((size_t)N_TOK * V * sizeof *want);
     CHECK_EQ_INT(needle_session_eval(s, toks, N_TOK, got, (size_t)N_TOK * V), NEEDLE_OK);
     CHECK_EQ_INT(reference_forward(&m->w, m->rope_freq, toks, N_TOK, (uint32_t)window, sinks,
                                    want), 0);

@@ -220,8 +220,10 @@ static void test_nmath_properties(void) {
                 CHECK_MSG(n == want, "sinks %u window %u t %u: %u positions", sinks, window, t, n);
             }
     /* lane offsets and the engram hash follow the spec's constants */
-    CHECK(nm_lane_pre_offset(2, 2) == NM_LANE_PRE_OWN && nm_lane_pre_offset(1, 2) == NM_LANE_PRE_OTHER);
-    CHECK(nm_lane_post_offset(0, 0) == NM_LANE_POST_OWN && nm_lane_post_offset(3, 0) == NM_LANE_POST_OTHER);
+    CHECK(nm_lane_pre_offset(2, 2) == NM_LANE_PRE_OWN);
+    CHECK(nm_lane_pre_offset(1, 2) == NM_LANE_PRE_OTHER);
+    CHECK(nm_lane_post_offset(0, 0) == NM_LANE_POST_OWN);
+    CHECK(nm_lane_post_offset(3, 0) == NM_LANE_POST_OTHER);
     uint32_t acc = nm_engram_hash_step(nm_engram_hash_start(2), 77u);
     CHECK_EQ_INT(acc, (NM_ENGRAM_SEED * 3u ^ 77u) * NM_ENGRAM_PRIME);
     CHECK(nm_engram_hash_slot(acc, 1000u) == ((acc ^ (acc >> NM_ENGRAM_SHIFT)) % 1000u));

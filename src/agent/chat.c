@@ -582,7 +582,8 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             /* follow the verified ending */
             tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos, t.plan_len - t.plan_pos);
         } else if (t.phase == PH_JSON && tok < 0) {
-            tok = session_pick_token(needle_session_logits(s), c->allowed, c->vocab, p.temperature, &rng);
+            tok = session_pick_token(needle_session_logits(s), c->allowed, c->vocab,
+                                     p.temperature, &rng);
             size_t ending = 0;
             if (tok != c->id_end_call) {
                 if (fits_budget(s, &t, tok, t.left, &ending)) {
@@ -601,8 +602,11 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                 }
             }
         }
-        if (t.phase == PH_JSON) session_stats(s)->grammar_ms += util_clock_ms() - t_pick; /* budget walks */
-        if (tok < 0) tok = session_pick_token(needle_session_logits(s), c->allowed, c->vocab, p.temperature, &rng);
+        if (t.phase == PH_JSON) /* the budget walks */
+            session_stats(s)->grammar_ms += util_clock_ms() - t_pick;
+        if (tok < 0)
+            tok = session_pick_token(needle_session_logits(s), c->allowed, c->vocab,
+                                     p.temperature, &rng);
         if (t.phase == PH_JSON && t.closing && tok != c->id_end_call) {
             const char *b;
             size_t n = 0;
@@ -631,7 +635,8 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         int32_t *rids = (int32_t *)(void *)t.reasoning_ids.data;
         tokenizer_decode(c->tok, rids, n, NULL, 0, &rlen);
         reasoning = malloc(rlen + 1);
-        if (reasoning && tokenizer_decode(c->tok, rids, n, reasoning, rlen + 1, &rlen) == NEEDLE_OK) {
+        if (reasoning &&
+            tokenizer_decode(c->tok, rids, n, reasoning, rlen + 1, &rlen) == NEEDLE_OK) {
             /* the training data strips the reasoning; drop the template's newlines */
             char *r = reasoning;
             while (*r == '\n' || *r == ' ') r++;

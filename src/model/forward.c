@@ -101,7 +101,8 @@ static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint
     /* u = lane read, bx = u (+ engram), hr = rotated ZC(bx; norm_in) */
     const float *ek = site >= 0 ? s->eng_k + (size_t)site * s->bk.chunk * d : NULL;
     const float *ev = site >= 0 ? s->eng_v + (size_t)site * s->bk.chunk * d : NULL;
-    TIMED(mhc_ms, ops->lane_read(&s->bk, li, n, s->lanes, s->mix, ek, ev, s->u, s->bx, s->h, s->hr));
+    TIMED(mhc_ms,
+          ops->lane_read(&s->bk, li, n, s->lanes, s->mix, ek, ev, s->u, s->bx, s->h, s->hr));
 
     /* attention */
     const cq_job qkvg[] = {{&l->q_proj, 0, A, s->q, A}, {&l->k_proj, 0, kvd, s->k, kvd},
@@ -152,7 +153,8 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
                                    m->w.vocab * sizeof(float));
             else if (!s->skip_logits)
                 TIMED(logits_ms,
-                      ops->logits(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits, NULL));
+                      ops->logits(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits,
+                                  NULL));
         }
         done += cn;
     }

@@ -76,7 +76,10 @@ static int kv_cache_alloc(needle_session *s, uint32_t slots) {
                                           KV_SCALE_GROUPS(m->w.kv_dim) + 1) * sizeof(float))
                          : NULL;
     if (!k || !v || !scores || (int8 && !scales)) {
-        ops->release(&s->bk, k); ops->release(&s->bk, v); ops->release(&s->bk, scores); ops->release(&s->bk, scales);
+        ops->release(&s->bk, k);
+        ops->release(&s->bk, v);
+        ops->release(&s->bk, scores);
+        ops->release(&s->bk, scales);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory for a KV cache of %u "
                            "positions", slots);
     }
@@ -127,13 +130,15 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
         return rc;
     }
     s->ops = ops;
-    const size_t d = m->w.d, nl = m->w.n_lanes, C = s->bk.chunk, A = m->w.attn_dim, kvd = m->w.kv_dim;
+    const size_t d = m->w.d, nl = m->w.n_lanes, C = s->bk.chunk;
+    const size_t A = m->w.attn_dim, kvd = m->w.kv_dim;
     int failed = kv_cache_alloc(s, kv_slots_for(window, p.n_sinks, n_ctx)) != NEEDLE_OK;
 
     size_t h_ld = m->w.layers[0].q_proj.cols_pad, o_ld = m->w.layers[0].out_proj.cols_pad;
     size_t e_ld = m->w.n_sites ? m->w.sites[0].key_proj.cols_pad : 1;
     s->bk.ev_ring = (m->w.taps - 1) * m->w.dilation + 1;
-    if (m->w.n_sites) s->ev_hist = alloc_floats(s, (size_t)m->w.n_sites * s->bk.ev_ring * d, &failed);
+    if (m->w.n_sites)
+        s->ev_hist = alloc_floats(s, (size_t)m->w.n_sites * s->bk.ev_ring * d, &failed);
     s->lanes = alloc_floats(s, C * nl * d, &failed);
     s->nx = alloc_floats(s, C * m->w.phi_pre.cols_pad, &failed);
     s->mix = alloc_floats(s, C * (2 * nl + nl * nl), &failed);
