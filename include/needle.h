@@ -310,7 +310,9 @@ NEEDLE_API const float *needle_session_logits(const needle_session *session);
 /* Tokens evaluated so far (the next absolute position). */
 NEEDLE_API uint32_t needle_session_position(const needle_session *session);
 
-/* Forgets the conversation: position 0, empty cache. */
+/* Forgets the conversation. Without tools: position 0, empty cache. After
+ * needle_session_set_tools: back to the end of the tools prefix, which stays cached and
+ * bound (to drop the tools, create a new session). */
 NEEDLE_API void needle_session_reset(needle_session *session);
 
 typedef struct needle_generate_params {
@@ -367,10 +369,10 @@ NEEDLE_API needle_complete_params needle_complete_default_params(void);
  * conversation, decodes <think>..</think> then a grammar-constrained call array, and
  * writes the response envelope (JSON, spec §8.3) to `out`. Turn-level failures (context
  * full, max_new_tokens reached, invalid text) are reported inside the envelope with
- * "success": false and an "error_code", and return NEEDLE_OK; after such a failure the
- * conversation is back at the cached prefix. Returns NEEDLE_ERR_BUFFER_TOO_SMALL if the
- * envelope does not fit (`*len` = bytes needed without the NUL), NEEDLE_ERR_STATE if no
- * tools were set. */
+ * "success": false and an "error_code", and return NEEDLE_OK. After such a failure, and
+ * after any error status, the conversation is as it was before the call. Returns
+ * NEEDLE_ERR_BUFFER_TOO_SMALL if the envelope does not fit (`*len` = bytes needed without
+ * the NUL), NEEDLE_ERR_STATE if no tools were set. */
 NEEDLE_API int needle_session_complete(needle_session *session, const char *text,
                                        const needle_complete_params *params, char *out, size_t cap,
                                        size_t *len);

@@ -12,7 +12,9 @@
  *   int8 KV cache (TOL_INT8 = 2e-2: a rounding tie of the quantizer may flip one level).
  *
  * Then the whole forward pass: prefill and one-token logits within 1e-3 x max|logit| (the
- * parity tolerance) and identical greedy tokens. */
+ * parity tolerance) and identical greedy tokens. And every implementation's forward pass
+ * against the plain reference forward (reference_forward.c, spec §3 written top to
+ * bottom), with full attention and with a window and sinks, within the same 1e-3. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "harness.h"
 #include "model/session.h"
 #include "needle.h"
+#include "reference_forward.h"
 
 #define TOL 1e-4
 #define TOL_INT8 2e-2
@@ -54,16 +57,16 @@ typedef struct pair {
 
 /* Uploads the same n host floats into a buffer of each session. */
 static void put(pair *p, float *ref_buf, float *dut_buf, const float *host, size_t n) {
-    p->ref->ops->upload(p->ref, ref_buf, host, n * sizeof(float));
-    p->dut->ops->upload(p->dut, dut_buf, host, n * sizeof(float));
+    p->ref->ops->upload(&p->ref->bk, ref_buf, host, n * sizeof(float));
+    p->dut->ops->upload(&p->dut->bk, dut_buf, host, n * sizeof(float));
 }
 
 /* Compares n floats of both sessions' buffers; `what` names the op. */
 static void expect_close(pair *p, const float *ref_buf, const float *dut_buf, size_t n,
                          const char *what) {
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
-    p->ref->ops->download(p->ref, a, ref_buf, n * sizeof(float));
-    p->dut->ops->download(p->dut, b, dut_buf, n * sizeof(float));
+    p->ref->ops->download(&p->ref->bk, a, ref_buf, n * sizeof(float));
+    p->dut->ops->download(&p->dut->bk, b, dut_buf, n * sizeof(float));
     double mx = 1.0, err = 0.0;
     size_t worst = 0;
     for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(a[i]));
@@ -93,45 +96,45 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
         return;
     }
     needle_session *r = p.ref, *d = p.dut;
-    const uint32_t D = m->d, nl = m->n_lanes, nd = nl * D, C = r->chunk, mix_ld = 2 * nl + nl * nl;
-    const uint32_t A = m->attn_dim, kvd = m->kv_dim, hd = m->head_dim;
+    const uint32_t D = m->w.d, nl = m->w.n_lanes, nd = nl * D, C = r->bk.chunk, mix_ld = 2 * nl + nl * nl;
+    const uint32_t A = m->w.attn_dim, kvd = m->w.kv_dim, hd = m->w.head_dim;
     const uint32_t n = 5; /* tokens per op call */
     char what[96];
 
     /* embed */
-    int32_t toks[5] = {1, 7, (int32_t)m->vocab - 1, 42, 3};
-    r->ops->embed(r, toks, n, r->lanes);
-    d->ops->embed(d, toks, n, d->lanes);
+    int32_t toks[5] = {1, 7, (int32_t)m->w.vocab - 1, 42, 3};
+    r->ops->embed(&r->bk, toks, n, r->lanes);
+    d->ops->embed(&d->bk, toks, n, d->lanes);
     expect_close(&p, r->lanes, d->lanes, (size_t)n * nd, "embed");
 
     /* lane_norm on random lanes */
     float *lanes = rand_vec((size_t)C * nd, 3.0f);
     put(&p, r->lanes, d->lanes, lanes, (size_t)C * nd);
-    r->ops->lane_norm(r, r->lanes, n, r->nx);
-    d->ops->lane_norm(d, d->lanes, n, d->nx);
-    expect_close(&p, r->nx, d->nx, (size_t)n * m->phi_pre.cols_pad, "lane_norm");
+    r->ops->lane_norm(&r->bk, r->lanes, n, r->nx);
+    d->ops->lane_norm(&d->bk, d->lanes, n, d->nx);
+    expect_close(&p, r->nx, d->nx, (size_t)n * m->w.phi_pre.cols_pad, "lane_norm");
 
     /* matmul: a batch of three products over the same activations, and the wide tied one */
-    const uint32_t li = m->n_layers - 1;
+    const uint32_t li = m->w.n_layers - 1;
     {
-        const cq_job jr[] = {{&m->phi_pre, li * nl, nl, r->mix, mix_ld},
-                             {&m->phi_post, li * nl, nl, r->mix + nl, mix_ld},
-                             {&m->phi_res, li * nl * nl, nl * nl, r->mix + 2 * nl, mix_ld}};
-        const cq_job jd[] = {{&m->phi_pre, li * nl, nl, d->mix, mix_ld},
-                             {&m->phi_post, li * nl, nl, d->mix + nl, mix_ld},
-                             {&m->phi_res, li * nl * nl, nl * nl, d->mix + 2 * nl, mix_ld}};
-        r->ops->matmul(r, r->nx, m->phi_pre.cols_pad, n, jr, 3);
-        d->ops->matmul(d, d->nx, m->phi_pre.cols_pad, n, jd, 3);
+        const cq_job jr[] = {{&m->w.phi_pre, li * nl, nl, r->mix, mix_ld},
+                             {&m->w.phi_post, li * nl, nl, r->mix + nl, mix_ld},
+                             {&m->w.phi_res, li * nl * nl, nl * nl, r->mix + 2 * nl, mix_ld}};
+        const cq_job jd[] = {{&m->w.phi_pre, li * nl, nl, d->mix, mix_ld},
+                             {&m->w.phi_post, li * nl, nl, d->mix + nl, mix_ld},
+                             {&m->w.phi_res, li * nl * nl, nl * nl, d->mix + 2 * nl, mix_ld}};
+        r->ops->matmul(&r->bk, r->nx, m->w.phi_pre.cols_pad, n, jr, 3);
+        d->ops->matmul(&d->bk, d->nx, m->w.phi_pre.cols_pad, n, jd, 3);
         expect_close(&p, r->mix, d->mix, (size_t)n * mix_ld, "matmul (mHC batch)");
-        const layer_weights *l = &m->layers[0];
+        const layer_weights *l = &m->w.layers[0];
         float *hr = rand_vec((size_t)C * l->q_proj.cols_pad, 1.0f);
         put(&p, r->hr, d->hr, hr, (size_t)C * l->q_proj.cols_pad);
         const cq_job qr[] = {{&l->q_proj, 0, A, r->q, A}, {&l->k_proj, 0, kvd, r->k, kvd},
                              {&l->v_proj, 0, kvd, r->v, kvd}, {&l->gate_proj, 0, A, r->gate, A}};
         const cq_job qd[] = {{&l->q_proj, 0, A, d->q, A}, {&l->k_proj, 0, kvd, d->k, kvd},
                              {&l->v_proj, 0, kvd, d->v, kvd}, {&l->gate_proj, 0, A, d->gate, A}};
-        r->ops->matmul(r, r->hr, l->q_proj.cols_pad, n, qr, 4);
-        d->ops->matmul(d, d->hr, l->q_proj.cols_pad, n, qd, 4);
+        r->ops->matmul(&r->bk, r->hr, l->q_proj.cols_pad, n, qr, 4);
+        d->ops->matmul(&d->bk, d->hr, l->q_proj.cols_pad, n, qd, 4);
         expect_close(&p, r->q, d->q, (size_t)n * A, "matmul (q)");
         expect_close(&p, r->k, d->k, (size_t)n * kvd, "matmul (k)");
         expect_close(&p, r->v, d->v, (size_t)n * kvd, "matmul (v)");
@@ -140,26 +143,26 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
     }
 
     /* engram gather and conv, every site, two chunks so the ring wraps */
-    if (m->n_sites) {
-        uint32_t *slots = malloc((size_t)n * m->n_tables * sizeof *slots);
-        for (uint32_t i = 0; i < n * m->n_tables; i++)
-            slots[i] = i % 3 == 1 ? ENGRAM_MASKED : (uint32_t)(i * 2654435761u) % m->slots;
-        for (uint32_t site = 0; site < m->n_sites; site++) {
-            const engram_site *es = &m->sites[site];
-            r->ops->engram_gather(r, es, slots, n, r->eng_er);
-            d->ops->engram_gather(d, es, slots, n, d->eng_er);
+    if (m->w.n_sites) {
+        uint32_t *slots = malloc((size_t)n * m->w.n_tables * sizeof *slots);
+        for (uint32_t i = 0; i < n * m->w.n_tables; i++)
+            slots[i] = i % 3 == 1 ? ENGRAM_MASKED : (uint32_t)(i * 2654435761u) % m->w.slots;
+        for (uint32_t site = 0; site < m->w.n_sites; site++) {
+            const engram_site *es = &m->w.sites[site];
+            r->ops->engram_gather(&r->bk, es, slots, n, r->eng_er);
+            d->ops->engram_gather(&d->bk, es, slots, n, d->eng_er);
             snprintf(what, sizeof what, "engram_gather (site %u)", site);
             expect_close(&p, r->eng_er, d->eng_er, (size_t)n * es->key_proj.cols_pad, what);
             for (uint32_t p0 = 0; p0 < 3 * n; p0 += n) {
                 float *vhat = rand_vec((size_t)C * D, 2.0f);
                 put(&p, r->eng_vhat, d->eng_vhat, vhat, (size_t)C * D);
-                float *rr = r->ev_hist + (size_t)site * r->ev_ring * D;
-                float *dr = d->ev_hist + (size_t)site * d->ev_ring * D;
-                r->ops->engram_conv(r, es, rr, r->eng_vhat, p0, n, r->eng_v);
-                d->ops->engram_conv(d, es, dr, d->eng_vhat, p0, n, d->eng_v);
+                float *rr = r->ev_hist + (size_t)site * r->bk.ev_ring * D;
+                float *dr = d->ev_hist + (size_t)site * d->bk.ev_ring * D;
+                r->ops->engram_conv(&r->bk, es, rr, r->eng_vhat, p0, n, r->eng_v);
+                d->ops->engram_conv(&d->bk, es, dr, d->eng_vhat, p0, n, d->eng_v);
                 snprintf(what, sizeof what, "engram_conv (site %u, p0 %u)", site, p0);
                 expect_close(&p, r->eng_v, d->eng_v, (size_t)n * D, what);
-                expect_close(&p, rr, dr, (size_t)r->ev_ring * D, what);
+                expect_close(&p, rr, dr, (size_t)r->bk.ev_ring * D, what);
                 free(vhat);
             }
         }
@@ -173,12 +176,12 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
     put(&p, r->eng_k, d->eng_k, ek, (size_t)C * D);
     put(&p, r->eng_v, d->eng_v, ev, (size_t)C * D);
     for (int with_site = 0; with_site < 2; with_site++) {
-        for (uint32_t layer = 0; layer < 2 && layer < m->n_layers; layer++) {
-            const uint32_t h_ld = m->layers[layer].q_proj.cols_pad;
-            r->ops->lane_read(r, layer, n, r->lanes, r->mix, with_site ? r->eng_k : NULL,
-                              with_site ? r->eng_v : NULL, r->u, r->bx, r->hr);
-            d->ops->lane_read(d, layer, n, d->lanes, d->mix, with_site ? d->eng_k : NULL,
-                              with_site ? d->eng_v : NULL, d->u, d->bx, d->hr);
+        for (uint32_t layer = 0; layer < 2 && layer < m->w.n_layers; layer++) {
+            const uint32_t h_ld = m->w.layers[layer].q_proj.cols_pad;
+            r->ops->lane_read(&r->bk, layer, n, r->lanes, r->mix, with_site ? r->eng_k : NULL,
+                              with_site ? r->eng_v : NULL, r->u, r->bx, r->h, r->hr);
+            d->ops->lane_read(&d->bk, layer, n, d->lanes, d->mix, with_site ? d->eng_k : NULL,
+                              with_site ? d->eng_v : NULL, d->u, d->bx, d->h, d->hr);
             snprintf(what, sizeof what, "lane_read (layer %u, site %d)", layer, with_site);
             expect_close(&p, r->u, d->u, (size_t)n * D, what);
             expect_close(&p, r->bx, d->bx, (size_t)n * D, what);
@@ -205,15 +208,15 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
             put(&p, r->k, d->k, kk, (size_t)C * kvd);
             put(&p, r->v, d->v, v, (size_t)C * kvd);
             put(&p, r->gate, d->gate, g, (size_t)C * A);
-            for (uint32_t layer = 0; layer < m->n_layers; layer += m->n_layers - 1) {
-                r->ops->attention(r, layer, p0, cn, cs, r->q, r->k, r->v, r->gate, r->o);
-                d->ops->attention(d, layer, p0, cn, cs, d->q, d->k, d->v, d->gate, d->o);
+            for (uint32_t layer = 0; layer < m->w.n_layers; layer += m->w.n_layers - 1) {
+                r->ops->attention(&r->bk, layer, p0, cn, cs, r->q, r->k, r->v, r->gate, r->o);
+                d->ops->attention(&d->bk, layer, p0, cn, cs, d->q, d->k, d->v, d->gate, d->o);
                 snprintf(what, sizeof what, "attention (layer %u, p0 %u, n %u)", layer, p0, cn);
-                expect_close(&p, r->o, d->o, (size_t)cn * m->layers[layer].out_proj.cols_pad,
+                expect_close(&p, r->o, d->o, (size_t)cn * m->w.layers[layer].out_proj.cols_pad,
                              what);
                 put(&p, r->q, d->q, q, (size_t)C * A); /* the op normalises q and k in place */
                 put(&p, r->k, d->k, kk, (size_t)C * kvd);
-                if (m->n_layers == 1) break;
+                if (m->w.n_layers == 1) break;
             }
             free(q); free(kk); free(v); free(g);
             p0 += cn;
@@ -228,16 +231,16 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
         put(&p, r->attn, d->attn, a, (size_t)C * D);
         put(&p, r->bx, d->bx, bx, (size_t)C * D);
         put(&p, r->u, d->u, u, (size_t)C * D);
-        r->ops->attn_residual(r, li, n, r->attn, r->bx, r->x2, r->h);
-        d->ops->attn_residual(d, li, n, d->attn, d->bx, d->x2, d->h);
+        r->ops->attn_residual(&r->bk, li, n, r->attn, r->bx, r->x2, r->h);
+        d->ops->attn_residual(&d->bk, li, n, d->attn, d->bx, d->x2, d->h);
         expect_close(&p, r->attn, d->attn, (size_t)n * D, "attn_residual (attn)");
         expect_close(&p, r->x2, d->x2, (size_t)n * D, "attn_residual (x)");
         expect_close(&p, r->h, d->h, (size_t)n * D, "attn_residual (h)");
-        r->ops->hadamard_mlp(r, li, n, r->h, r->attn);
-        d->ops->hadamard_mlp(d, li, n, d->h, d->attn);
+        r->ops->hadamard_mlp(&r->bk, li, n, r->h, r->attn);
+        d->ops->hadamard_mlp(&d->bk, li, n, d->h, d->attn);
         expect_close(&p, r->attn, d->attn, (size_t)n * D, "hadamard_mlp");
-        r->ops->lane_write(r, li, n, r->mix, r->x2, r->attn, r->u, r->lanes);
-        d->ops->lane_write(d, li, n, d->mix, d->x2, d->attn, d->u, d->lanes);
+        r->ops->lane_write(&r->bk, li, n, r->mix, r->x2, r->attn, r->u, r->lanes);
+        d->ops->lane_write(&d->bk, li, n, d->mix, d->x2, d->attn, d->u, d->lanes);
         expect_close(&p, r->attn, d->attn, (size_t)n * D, "lane_write (y)");
         expect_close(&p, r->lanes, d->lanes, (size_t)n * nd, "lane_write (lanes)");
         free(a); free(bx); free(u);
@@ -245,20 +248,20 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
 
     /* logits and argmax */
     {
-        float *lr = malloc((size_t)n * m->vocab * sizeof *lr), *ld = malloc((size_t)n * m->vocab * sizeof *ld);
+        float *lr = malloc((size_t)n * m->w.vocab * sizeof *lr), *ld = malloc((size_t)n * m->w.vocab * sizeof *ld);
         int32_t ar[5], ad[5];
-        r->ops->logits(r, r->lanes, n, lr, ar);
-        d->ops->logits(d, d->lanes, n, ld, ad);
+        r->ops->logits(&r->bk, r->lanes, n, lr, ar);
+        d->ops->logits(&d->bk, d->lanes, n, ld, ad);
         double mx = 1.0, err = 0.0;
-        for (size_t i = 0; i < (size_t)n * m->vocab; i++) {
+        for (size_t i = 0; i < (size_t)n * m->w.vocab; i++) {
             mx = fmax(mx, fabs(lr[i]));
             err = fmax(err, fabs((double)lr[i] - ld[i]));
         }
         CHECK_MSG(err <= TOL * mx, "%s logits: worst |diff| %.3g (max %.3g)", name, err, mx);
         for (uint32_t i = 0; i < n; i++) {
             /* the reference's argmax is exact; the device's must name a maximal logit */
-            CHECK_MSG(ad[i] >= 0 && (uint32_t)ad[i] < m->vocab &&
-                      ld[(size_t)i * m->vocab + ad[i]] >= ld[(size_t)i * m->vocab + ar[i]],
+            CHECK_MSG(ad[i] >= 0 && (uint32_t)ad[i] < m->w.vocab &&
+                      ld[(size_t)i * m->w.vocab + ad[i]] >= ld[(size_t)i * m->w.vocab + ar[i]],
                       "%s argmax %u: %d vs %d", name, i, ad[i], ar[i]);
         }
         free(lr);
@@ -282,7 +285,7 @@ static void test_forward_on(const needle_model *m, const needle_backend_ops *ops
         needle_session_free(d);
         return;
     }
-    const uint32_t n_tok = 40, V = m->vocab;
+    const uint32_t n_tok = 40, V = m->w.vocab;
     int32_t toks[40];
     for (uint32_t i = 0; i < n_tok; i++) toks[i] = (int32_t)((i * 7919u + 13u) % V);
     toks[0] = NEEDLE_TOKEN_BOS;
@@ -316,6 +319,44 @@ static void test_forward_on(const needle_model *m, const needle_backend_ops *ops
     needle_session_free(d);
 }
 
+/* The session's prefill logits against the reference forward (f32 cache). */
+static void test_reference_on(const needle_model *m, const needle_backend_ops *ops,
+                              const char *name, int32_t window, uint32_t sinks) {
+    needle_session_params sp = needle_session_default_params();
+    sp.n_ctx = 80;
+    sp.kv_window = window;
+    sp.n_sinks = sinks;
+    needle_session *s = NULL;
+    CHECK_EQ_INT(session_create_with_ops(m, &sp, ops, &s), NEEDLE_OK);
+    if (!s) return;
+    enum { N_TOK = 40 };
+    const uint32_t V = m->w.vocab;
+    int32_t toks[N_TOK];
+    for (uint32_t i = 0; i < N_TOK; i++) toks[i] = (int32_t)((i * 7919u + 13u) % V);
+    toks[0] = NEEDLE_TOKEN_BOS;
+    float *got = malloc((size_t)N_TOK * V * sizeof *got);
+    float *want = malloc((size_t)N_TOK * V * sizeof *want);
+    CHECK_EQ_INT(needle_session_eval(s, toks, N_TOK, got, (size_t)N_TOK * V), NEEDLE_OK);
+    CHECK_EQ_INT(reference_forward(&m->w, m->rope_freq, toks, N_TOK, (uint32_t)window, sinks,
+                                   want), 0);
+    double worst = 0.0;
+    for (uint32_t t = 0; t < N_TOK; t++) {
+        double mx = 0.0, err = 0.0;
+        for (uint32_t v = 0; v < V; v++) {
+            mx = fmax(mx, fabs(want[(size_t)t * V + v]));
+            err = fmax(err, fabs((double)want[(size_t)t * V + v] - got[(size_t)t * V + v]));
+        }
+        const double rel = mx > 0 ? err / mx : err;
+        if (!(rel <= worst)) worst = rel;
+    }
+    CHECK_MSG(worst <= TOL_LOGITS, "%s vs the reference forward: worst relative logit error "
+              "%.3g", name, worst);
+    printf("  %s: vs the reference forward %.2e\n", name, worst);
+    free(got);
+    free(want);
+    needle_session_free(s);
+}
+
 static void run_impl(const needle_backend_ops *ops, const char *name) {
     const char *models[] = {"tiny_mixed.cact", "tinyb_mixed.cact", "tinyb_ternary.cact",
                             "full_mixed.cact"};
@@ -330,7 +371,7 @@ static void run_impl(const needle_backend_ops *ops, const char *name) {
         struct needle_model *mm = m;
         int loaded = 0;
         if (ops->model_load) {
-            CHECK_EQ_INT(ops->model_load(mm), NEEDLE_OK);
+            CHECK_EQ_INT(ops->model_load(&mm->w, &mm->device_weights), NEEDLE_OK);
             loaded = 1;
         }
         char label[128];
@@ -344,7 +385,14 @@ static void run_impl(const needle_backend_ops *ops, const char *name) {
         }
         snprintf(label, sizeof label, "%s/%s", name, models[k]);
         test_forward_on(m, ops, label);
-        if (loaded) ops->model_unload(mm);
+        snprintf(label, sizeof label, "%s/%s full", name, models[k]);
+        test_reference_on(m, ops, label, 0, 0);
+        snprintf(label, sizeof label, "%s/%s window 6, 2 sinks", name, models[k]);
+        test_reference_on(m, ops, label, 6, 2);
+        if (loaded) {
+            ops->model_unload(mm->device_weights);
+            mm->device_weights = NULL;
+        }
         needle_model_free(m);
     }
 }

@@ -76,14 +76,19 @@ static cJSON *check_envelope(const char *text) {
  * 128-position max_seq_len, so chat sessions here ask for a longer context. */
 #define CHAT_CTX 4096u
 
-static needle_session *chat_session(uint32_t n_ctx, const char *tools) {
+static needle_session *chat_session_kv(uint32_t n_ctx, const char *tools, int32_t kv_type) {
     needle_session_params sp = needle_session_default_params();
     sp.n_ctx = n_ctx ? n_ctx : CHAT_CTX;
+    sp.kv_type = kv_type;
     needle_session *s = NULL;
     CHECK_EQ_INT(needle_session_create(model, &sp, &s), NEEDLE_OK);
     if (s) CHECK_MSG(needle_session_set_tools(s, "You are a helpful assistant.", tools) == NEEDLE_OK,
                      "set_tools: %s", needle_last_error());
     return s;
+}
+
+static needle_session *chat_session(uint32_t n_ctx, const char *tools) {
+    return chat_session_kv(n_ctx, tools, NEEDLE_KV_F32);
 }
 
 static int complete(needle_session *s, const char *text, int turn, float temperature,
@@ -227,6 +232,78 @@ static void test_multi_turn_reuses_the_cache(void) {
     cJSON_Delete(a);
     cJSON_Delete(b);
     needle_session_free(s);
+}
+
+/* The calls and reasoning of two envelopes (the rest are timings) are the same. */
+static void check_same_answer(const char *a, const char *b, const char *what) {
+    cJSON *ea = cJSON_Parse(a), *eb = cJSON_Parse(b);
+    char *ca = ea ? cJSON_PrintUnformatted(cJSON_GetObjectItem(ea, "function_calls")) : NULL;
+    char *cb = eb ? cJSON_PrintUnformatted(cJSON_GetObjectItem(eb, "function_calls")) : NULL;
+    const char *ra = ea ? cJSON_GetStringValue(cJSON_GetObjectItem(ea, "reasoning")) : NULL;
+    const char *rb = eb ? cJSON_GetStringValue(cJSON_GetObjectItem(eb, "reasoning")) : NULL;
+    CHECK_MSG(ca && cb && !strcmp(ca, cb), "%s: %s\n    unbroken: %s", what, a, b);
+    CHECK_MSG(ra && rb && !strcmp(ra, rb), "%s: reasoning differs", what);
+    cJSON_free(ca);
+    cJSON_free(cb);
+    cJSON_Delete(ea);
+    cJSON_Delete(eb);
+}
+
+/* A failed turn leaves the conversation as it was before the turn. Two failures in the
+ * second turn of a conversation: a hard one (the envelope does not fit the caller's
+ * buffer, after the whole turn was decoded) and a turn-level one (max_new_tokens). After
+ * each the position is that after the first turn, and the second turn, run again, gives
+ * what a conversation without the failures gives. The fixture's window is shorter than
+ * the conversation, so the rollback must bring back KV rows the failed turn overwrote
+ * (and, for the int8 cache, their scales). */
+static void failed_turn_is_rolled_back(int32_t kv_type) {
+    static char out[65536], unbroken[65536];
+    char small[40];
+    size_t len = 0;
+    needle_session *s = chat_session_kv(0, WEATHER_TOOLS, kv_type);
+    needle_session *ref = chat_session_kv(0, WEATHER_TOOLS, kv_type);
+    if (!s || !ref) goto done;
+    const char *q1 = "What's the weather in Lagos?", *q2 = "and in Oslo, in fahrenheit?";
+    CHECK_EQ_INT(complete(s, q1, NEEDLE_TURN_QUERY, 0, 0, out, sizeof out), NEEDLE_OK);
+    CHECK_EQ_INT(complete(ref, q1, NEEDLE_TURN_QUERY, 0, 0, unbroken, sizeof unbroken), NEEDLE_OK);
+    const uint32_t after_first = needle_session_position(s);
+    CHECK(after_first > needle_session_prefix_length(s));
+
+    needle_complete_params p = needle_complete_default_params();
+    p.max_new_tokens = 160;
+    p.max_think_tokens = 16;
+    p.turn = NEEDLE_TURN_TOOL_RESULT; /* a "call" turn before: AUTO would be a result too */
+    CHECK_EQ_INT(needle_session_complete(s, "[{\"temp_c\": 30}]", &p, small, sizeof small, &len),
+                 NEEDLE_ERR_BUFFER_TOO_SMALL);
+    CHECK_EQ_INT(needle_session_position(s), after_first);
+    p.max_new_tokens = 3;
+    CHECK_EQ_INT(needle_session_complete(s, "[{\"temp_c\": 30}]", &p, out, sizeof out, &len),
+                 NEEDLE_OK);
+    cJSON *env = check_envelope(out);
+    CHECK(env && cJSON_IsFalse(cJSON_GetObjectItem(env, "success")));
+    cJSON_Delete(env);
+    CHECK_EQ_INT(needle_session_position(s), after_first);
+
+    CHECK_EQ_INT(complete(s, "[{\"temp_c\": 30}]", NEEDLE_TURN_TOOL_RESULT, 0, 0, out, sizeof out),
+                 NEEDLE_OK);
+    CHECK_EQ_INT(complete(ref, "[{\"temp_c\": 30}]", NEEDLE_TURN_TOOL_RESULT, 0, 0, unbroken,
+                          sizeof unbroken), NEEDLE_OK);
+    check_same_answer(out, unbroken, "after the failed turns");
+    CHECK_EQ_INT(complete(s, q2, NEEDLE_TURN_QUERY, 0, 0, out, sizeof out), NEEDLE_OK);
+    CHECK_EQ_INT(complete(ref, q2, NEEDLE_TURN_QUERY, 0, 0, unbroken, sizeof unbroken), NEEDLE_OK);
+    check_same_answer(out, unbroken, "the turn after");
+    CHECK_EQ_INT(needle_session_position(s), needle_session_position(ref));
+done:
+    needle_session_free(s);
+    needle_session_free(ref);
+}
+
+static void test_failed_turn_is_rolled_back(void) {
+    needle_model_info info = {.size = sizeof info};
+    needle_model_get_info(model, &info);
+    CHECK(info.kv_window > 0 && info.kv_window < 90); /* a turn here is ~90 positions */
+    failed_turn_is_rolled_back(NEEDLE_KV_F32);
+    failed_turn_is_rolled_back(NEEDLE_KV_INT8);
 }
 
 static void test_long_conversation_bounded_memory(void) {
@@ -382,6 +459,7 @@ int main(void) {
     RUN(test_single_tool_extraction_always_calls_it);
     RUN(test_rebinding_tools_starts_afresh);
     RUN(test_multi_turn_reuses_the_cache);
+    RUN(test_failed_turn_is_rolled_back);
     RUN(test_long_conversation_bounded_memory);
     RUN(test_bad_input);
     RUN(test_official_abi);

@@ -9,6 +9,7 @@
 #include "format/cact.h"
 #include "harness.h"
 #include "kernels/cq.h"
+#include "kernels/nmath.h"
 #include "util/fp16.h"
 
 static uint64_t rng_state = 0x1234567887654321ULL;
@@ -168,8 +169,69 @@ static void test_cq_kernels_all_bit_widths(void) {
     }
 }
 
+/* The shared scalar math (kernels/nmath.h) against its definitions. */
+static void test_nmath_properties(void) {
+    /* Sinkhorn: columns exactly normalised (the last step), rows after 20 rounds close to
+     * it for logits in the range the lane mix produces (|P| <= 2.2 here) */
+    for (uint32_t n = 1; n <= 6; n++) {
+        float P[36];
+        for (uint32_t k = 0; k < n * n; k++) P[k] = 0.2f * ((float)((k * 7919u) % 23u) - 11.0f);
+        nm_sinkhorn(P, n);
+        for (uint32_t i = 0; i < n; i++) {
+            float row = 0.0f, col = 0.0f;
+            for (uint32_t j = 0; j < n; j++) {
+                row += P[i * n + j];
+                col += P[j * n + i];
+                CHECK(P[i * n + j] >= 0.0f);
+            }
+            CHECK_MSG(fabsf(row - 1.0f) < 1e-3f && fabsf(col - 1.0f) < 1e-5f,
+                      "n %u line %u: row sum %g, column sum %g", n, i, row, col);
+        }
+    }
+    /* softmax numerators: the largest is exp(0) = 1, and they sum to the returned value */
+    float x[5] = {3.0f, -1.0f, 7.5f, 7.5f, 0.0f}, sum = 0.0f;
+    const float total = nm_softmax_exp(x, 5);
+    for (int k = 0; k < 5; k++) sum += x[k];
+    CHECK(x[2] == 1.0f && x[3] == 1.0f && fabsf(total - sum) < 1e-6f);
+    /* rms_unit has mean square 1 (up to eps); ZC with zero offsets is the same */
+    float v[8] = {1, -2, 3, -4, 5, -6, 7, -8}, u[8], z[8], zero[8] = {0};
+    nm_rms_unit(v, 8, u);
+    nm_zc_norm(v, zero, 8, z);
+    CHECK(fabsf(nm_mean_square(u, 8) - 1.0f) < 1e-5f);
+    for (int k = 0; k < 8; k++) CHECK(fabsf(u[k] - z[k]) < 1e-6f);
+    /* RoPE is a rotation: norms kept, and by angle 0 the identity */
+    const float c = cosf(0.7f), sn = sinf(0.7f);
+    const nm_pair r = nm_rope_pair(3.0f, 4.0f, c, sn);
+    CHECK(fabsf(r.a * r.a + r.b * r.b - 25.0f) < 1e-4f);
+    const nm_pair id = nm_rope_pair(3.0f, 4.0f, 1.0f, 0.0f);
+    CHECK(id.a == 3.0f && id.b == 4.0f);
+    /* KV layout: sinks keep their slot, ring slots repeat every `window` positions, and
+     * the span holds min(t + 1, sinks + window) positions, the newest being t */
+    for (uint32_t sinks = 0; sinks < 4; sinks++)
+        for (uint32_t window = 0; window < 6; window++)
+            for (uint32_t t = 0; t < 40; t++) {
+                const uint32_t slot = nm_kv_slot(t, sinks, window);
+                if (t < sinks || !window) CHECK_EQ_INT(slot, t);
+                else CHECK(slot >= sinks && slot < sinks + window &&
+                           nm_kv_slot(t + window, sinks, window) == slot);
+                const nm_span sp = nm_attention_span(t, sinks, window);
+                const uint32_t n = sp.n_sink + (sp.tail0 <= t ? t + 1 - sp.tail0 : 0);
+                const uint32_t want = !window || t + 1 < sinks + window ? t + 1 : sinks + window;
+                CHECK_MSG(n == want, "sinks %u window %u t %u: %u positions", sinks, window, t, n);
+            }
+    /* lane offsets and the engram hash follow the spec's constants */
+    CHECK(nm_lane_pre_offset(2, 2) == NM_LANE_PRE_OWN);
+    CHECK(nm_lane_pre_offset(1, 2) == NM_LANE_PRE_OTHER);
+    CHECK(nm_lane_post_offset(0, 0) == NM_LANE_POST_OWN);
+    CHECK(nm_lane_post_offset(3, 0) == NM_LANE_POST_OTHER);
+    uint32_t acc = nm_engram_hash_step(nm_engram_hash_start(2), 77u);
+    CHECK_EQ_INT(acc, (NM_ENGRAM_SEED * 3u ^ 77u) * NM_ENGRAM_PRIME);
+    CHECK(nm_engram_hash_slot(acc, 1000u) == ((acc ^ (acc >> NM_ENGRAM_SHIFT)) % 1000u));
+}
+
 int main(void) {
     RUN(test_fwht_matches_sylvester_matrix);
+    RUN(test_nmath_properties);
     RUN(test_fp16_roundtrip_all_values);
     RUN(test_cq_kernels_all_bit_widths);
     return test_summary();

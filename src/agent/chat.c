@@ -18,6 +18,7 @@
  * constrained byte by byte by the grammar compiled from the schemas; then </tool_call> and
  * <|im_end|> forced. Forced tokens skip the logits (no choice to make). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,11 +47,11 @@ struct chat {
     int32_t id_think, id_end_think, id_call, id_end_call, id_im_end, id_im_start, id_space;
     int32_t newline[8];
     size_t n_newline;
-    uint32_t prefix_len;
-    /* state right after the prefix, restored by reset */
-    int32_t history[SESSION_HISTORY];
-    float *ev_snapshot;
+    const tokenizer *tok; /* the model's */
+    uint32_t vocab;
+    uint32_t prefix_len;  /* the session's base (needle_session_reset) is the prefix end */
     int last_turn_called; /* the previous envelope was a "call" with calls */
+    session_checkpoint turn_start; /* the conversation before the current turn */
     uint8_t *allowed;     /* [vocab] */
     char *close_buf;      /* [max_new_tokens] scratch walk for the budget check */
     char *plan_buf;       /* [max_new_tokens] a verified ending from the current state */
@@ -58,16 +59,29 @@ struct chat {
     size_t close_cap;
 };
 
+/* The conversation attached to s by set_tools, or NULL. */
+static struct chat *chat_of(const needle_session *s) {
+    return (struct chat *)session_extension(s);
+}
+
+/* needle_session_reset started the conversation again after the prefix. */
+static void chat_on_reset(void *ext) {
+    struct chat *c = ext;
+    c->last_turn_called = 0;
+}
+
+static void chat_free_ext(void *ext) { chat_free(ext); }
+
 void chat_free(struct chat *c) {
     if (!c) return;
     grammar_free(c->g);
     grammar_free(c->g_extract);
     free(c->tools);
     token_trie_free(c->trie);
-    free(c->ev_snapshot);
     free(c->allowed);
     free(c->close_buf);
     free(c->plan_buf);
+    session_checkpoint_free(&c->turn_start);
     free(c);
 }
 
@@ -150,7 +164,7 @@ static int build_trie(struct chat *c, const tokenizer *tok, uint32_t vocab) {
 int needle_session_set_tools(needle_session *s, const char *system, const char *tools_json) {
     if (!s || !tools_json)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_tools: NULL argument");
-    const struct needle_model *m = s->m;
+    const struct needle_model *m = session_model(s);
     if (!m->tok) return needle_fail(NEEDLE_ERR_NO_TOKENIZER, "set_tools: the model has no tokenizer");
     if (!system) system = "";
 
@@ -173,7 +187,9 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
         c->g = NULL;
         if ((rc = grammar_compile(tools, tools_len, &one, &c->g))) goto fail;
     }
-    if ((rc = build_trie(c, m->tok, m->vocab))) goto fail;
+    c->tok = m->tok;
+    c->vocab = m->w.vocab;
+    if ((rc = build_trie(c, m->tok, m->w.vocab))) goto fail;
 
     c->id_think = tokenizer_marker_id(m->tok, "<think>");
     c->id_end_think = tokenizer_marker_id(m->tok, "</think>");
@@ -197,9 +213,8 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
         sp[1] == c->id_call)
         c->id_space = sp[0];
     if ((rc = tokenizer_encode_ex(m->tok, "\n", 1, 0, c->newline, 8, &c->n_newline))) goto fail;
-    c->allowed = malloc(m->vocab);
-    if (m->n_sites) c->ev_snapshot = malloc((size_t)m->n_sites * s->ev_ring * m->d * sizeof(float));
-    if (!c->allowed || (m->n_sites && !c->ev_snapshot)) {
+    c->allowed = malloc(m->w.vocab);
+    if (!c->allowed) {
         rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
         goto fail;
     }
@@ -229,29 +244,28 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
     memcpy(ids + 1, body, n_body * sizeof *ids);
     free(body);
     n_ids = n_body + 1;
-    if (n_ids >= s->n_ctx) {
+    if (n_ids >= session_context_length(s)) {
         rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix is %zu "
-                         "tokens, the context holds %u", n_ids, s->n_ctx);
+                         "tokens, the context holds %u", n_ids, session_context_length(s));
         goto fail;
     }
 
     /* The previous tools' conversation ends here. (Rewinding it instead would restore
      * its prefix position, so the new prefix would be appended after the old one.) */
-    chat_free(s->chat);
-    s->chat = NULL;
+    session_set_extension(s, NULL, NULL, NULL);
     /* With a sliding window the prefix is pinned as attention sinks, so the tools stay
-     * visible however long the conversation grows. configure_sinks starts at position 0. */
-    if ((rc = session_configure_sinks(s, s->window ? (uint32_t)n_ids : 0))) goto fail;
+     * visible however long the conversation grows. configure_sinks starts at position 0;
+     * the end of the prefix becomes the base needle_session_reset returns to. */
+    const uint32_t window = session_window(s);
+    if ((rc = session_configure_sinks(s, window ? (uint32_t)n_ids : 0))) goto fail;
     if ((rc = session_run(s, ids, (uint32_t)n_ids, NULL, 0))) goto fail;
-    s->stats.prefix_evaluations++;
+    if ((rc = session_set_base(s))) goto fail;
+    session_stats(s)->prefix_evaluations++;
     c->prefix_len = (uint32_t)n_ids;
-    memcpy(c->history, s->history, sizeof c->history);
-    if (c->ev_snapshot) session_save_engram(s, c->ev_snapshot);
 
     c->tools = tools;
     c->tools_len = tools_len;
-    chat_free(s->chat);
-    s->chat = c;
+    session_set_extension(s, c, chat_on_reset, chat_free_ext);
     free(ids);
     free(prompt.data);
     needle_clear_error();
@@ -265,18 +279,9 @@ fail:
     return rc;
 }
 
-void chat_rewind(needle_session *s) {
-    struct chat *c = s->chat;
-    if (!c) return;
-    s->pos = c->prefix_len;
-    s->has_logits = 0;
-    memcpy(s->history, c->history, sizeof c->history);
-    if (c->ev_snapshot) session_restore_engram(s, c->ev_snapshot);
-    c->last_turn_called = 0;
-}
-
 uint32_t needle_session_prefix_length(const needle_session *s) {
-    return s && s->chat ? s->chat->prefix_len : 0;
+    const struct chat *c = s ? chat_of(s) : NULL;
+    return c ? c->prefix_len : 0;
 }
 
 enum phase { PH_START, PH_AFTER_SPACE, PH_THINK, PH_NEWLINE, PH_CALL_OPEN, PH_JSON, PH_CLOSE,
@@ -298,8 +303,8 @@ typedef struct turn {
 /* Fills c->allowed for the current phase; returns the number of allowed tokens and the
  * single forced token in *forced when there is exactly one. */
 static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, int32_t *forced) {
-    struct chat *c = s->chat;
-    const uint32_t V = s->m->vocab;
+    struct chat *c = chat_of(s);
+    const uint32_t V = c->vocab;
     uint8_t *a = c->allowed;
     int32_t only = -1;
     switch (t->phase) {
@@ -324,7 +329,7 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
         }
         uint32_t n = 0;
         for (uint32_t v = 0; v < V; v++) {
-            int type = tokenizer_piece_type(s->m->tok, (int32_t)v);
+            int type = tokenizer_piece_type(c->tok, (int32_t)v);
             a[v] = type == TOKENIZER_NORMAL || type == TOKENIZER_BYTE;
             n += a[v];
         }
@@ -337,7 +342,7 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
     case PH_JSON: {
         double t0 = util_clock_ms();
         uint32_t n = grammar_mask(t->g, &t->gs, c->trie, a);
-        s->stats.grammar_ms += util_clock_ms() - t0;
+        session_stats(s)->grammar_ms += util_clock_ms() - t0;
         if (grammar_is_complete(t->g, &t->gs)) {
             a[c->id_end_call] = 1;
             n++;
@@ -371,13 +376,14 @@ static size_t closing_bytes(const grammar *g, const grammar_state *from, char *o
  * the closing bytes, so that the turn always ends with a complete, valid call array. */
 static int32_t closing_token(const needle_session *s, const uint8_t *allowed, const char *close,
                              size_t n_close) {
+    const struct chat *c = chat_of(s);
     int32_t best = -1;
     size_t best_len = 0;
-    for (uint32_t v = 0; v < s->m->vocab; v++) {
+    for (uint32_t v = 0; v < c->vocab; v++) {
         if (!allowed[v]) continue;
         const char *b;
         size_t n;
-        if (tokenizer_token_bytes(s->m->tok, (int32_t)v, &b, &n) != NEEDLE_OK) continue;
+        if (tokenizer_token_bytes(c->tok, (int32_t)v, &b, &n) != NEEDLE_OK) continue;
         if (n > best_len && n <= n_close && !memcmp(b, close, n)) {
             best = (int32_t)v;
             best_len = n;
@@ -390,12 +396,12 @@ static int32_t closing_token(const needle_session *s, const uint8_t *allowed, co
  * including tok, and </tool_call> and <|im_end|> must follow the array. On success the
  * ending found is in c->close_buf, *len bytes (0 when tok completes the array). */
 static int fits_budget(needle_session *s, const turn *t, int32_t tok, uint32_t left, size_t *len) {
-    struct chat *c = s->chat;
+    struct chat *c = chat_of(s);
     *len = 0;
     if (left < 3) return 0;
     const char *b;
     size_t n;
-    if (tokenizer_token_bytes(s->m->tok, tok, &b, &n) != NEEDLE_OK) return 0;
+    if (tokenizer_token_bytes(c->tok, tok, &b, &n) != NEEDLE_OK) return 0;
     grammar_state_copy(&c->probe, &t->gs);
     if (!grammar_accept_bytes(t->g, &c->probe, b, n)) return 0;
     if (grammar_is_complete(t->g, &c->probe)) return 1;
@@ -404,7 +410,7 @@ static int fits_budget(needle_session *s, const turn *t, int32_t tok, uint32_t l
 }
 
 static void advance(needle_session *s, turn *t, int32_t tok) {
-    struct chat *c = s->chat;
+    struct chat *c = chat_of(s);
     switch (t->phase) {
     case PH_START:
         t->phase = tok == c->id_space ? PH_AFTER_SPACE : tok == c->id_think ? PH_THINK : PH_JSON;
@@ -428,7 +434,7 @@ static void advance(needle_session *s, turn *t, int32_t tok) {
         } else {
             const char *b;
             size_t n;
-            tokenizer_token_bytes(s->m->tok, tok, &b, &n);
+            tokenizer_token_bytes(c->tok, tok, &b, &n);
             grammar_accept_bytes(t->g, &t->gs, b, n);
             strbuf_put(&t->calls, b, n);
         }
@@ -440,8 +446,8 @@ static void advance(needle_session *s, turn *t, int32_t tok) {
 
 /* Renders the turn text that precedes the assistant's answer. */
 static int render_turn(needle_session *s, const char *text, int is_result, strbuf *out) {
-    struct chat *c = s->chat;
-    if (s->pos == c->prefix_len && !is_result) {
+    struct chat *c = chat_of(s);
+    if (needle_session_position(s) == c->prefix_len && !is_result) {
         strbuf_puts(out, "\n");
         strbuf_puts(out, text);
     } else if (is_result) {
@@ -462,18 +468,27 @@ static int render_turn(needle_session *s, const char *text, int is_result, strbu
     return out->oom ? needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory") : NEEDLE_OK;
 }
 
-static int finish(needle_session *s, envelope *e, char *out, size_t cap, size_t *len) {
-    e->peak_ram_mb = envelope_peak_ram_mb();
-    if (!e->success) chat_rewind(s);
-    return envelope_write(e, out, cap, len);
+/* After a failed turn: the conversation as it was before it (turn_start covers every
+ * position a turn can add; the prefix is only the fallback should that ever fail). A hard
+ * error's message (rc) survives the fallback's. */
+static void roll_back(needle_session *s, struct chat *c, int last_turn_called, int rc) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", needle_last_error());
+    if (session_checkpoint_restore(s, &c->turn_start) == NEEDLE_OK) {
+        c->last_turn_called = last_turn_called;
+        return;
+    }
+    needle_session_reset(s);
+    if (rc) needle_fail(rc, "%s", msg);
 }
 
 int needle_session_complete(needle_session *s, const char *text, const needle_complete_params *params,
                             char *out, size_t cap, size_t *len) {
     if (!s || !text || !len || (!out && cap))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: NULL argument");
-    if (!s->chat) return needle_fail(NEEDLE_ERR_STATE, "complete: set tools on the session first");
-    struct chat *c = s->chat;
+    struct chat *c = chat_of(s);
+    if (!c) return needle_fail(NEEDLE_ERR_STATE, "complete: set tools on the session first");
+    const uint32_t n_ctx = session_context_length(s);
     needle_complete_params p = needle_complete_default_params();
     int size_rc = struct_size_in(&p, params, sizeof p, "complete: needle_complete_params");
     if (size_rc) return size_rc;
@@ -484,29 +499,42 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     const int is_result = p.turn == NEEDLE_TURN_TOOL_RESULT ||
                           (p.turn == NEEDLE_TURN_AUTO && c->last_turn_called);
     envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0};
+    const int last_turn_called = c->last_turn_called;
+    int saved = 0; /* turn_start holds this turn's starting point */
+    /* Every exit goes through `done`, which rolls a failed turn back. */
+    turn t;
+    memset(&t, 0, sizeof t);
+    char *reasoning = NULL;
 
     strbuf chunk = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
     int rc = render_turn(s, text, is_result, &chunk);
-    if (rc == NEEDLE_OK) rc = encode_alloc(s->m->tok, chunk.data, chunk.len, 0, &ids, &n_ids);
+    if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, chunk.data, chunk.len, 0, &ids, &n_ids);
     free(chunk.data);
     if (rc == NEEDLE_ERR_INVALID_UTF8) {
         e.error = needle_last_error();
         e.error_code = "invalid_input";
-        return finish(s, &e, out, cap, len);
+        goto write;
     }
-    if (rc) return rc;
-    if (n_ids + 4 > s->n_ctx - s->pos) {
+    if (rc) goto done;
+    if (n_ids + 4 > n_ctx - needle_session_position(s)) {
         free(ids);
         e.error = "the conversation does not fit in the context; reset the session";
         e.error_code = "context_full";
-        return finish(s, &e, out, cap, len);
+        goto write;
     }
+    /* the turn evaluates its n_ids tokens and at most max_new_tokens more */
+    if ((rc = session_checkpoint_save(s, &c->turn_start,
+                                      (uint32_t)n_ids + (uint32_t)p.max_new_tokens))) {
+        free(ids);
+        goto done;
+    }
+    saved = 1;
     double t0 = util_clock_ms();
     rc = session_run(s, ids, (uint32_t)n_ids, NULL, 1);
     free(ids);
-    if (rc) return rc;
+    if (rc) goto done;
     double t_prefill = util_clock_ms() - t0;
     e.prefill_tps = t_prefill > 0 ? n_ids / (t_prefill / 1e3) : 0;
 
@@ -515,18 +543,19 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         if (buf) c->close_buf = buf;
         char *plan = realloc(c->plan_buf, (size_t)p.max_new_tokens);
         if (plan) c->plan_buf = plan;
-        if (!buf || !plan) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "complete: out of memory");
+        if (!buf || !plan) {
+            rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "complete: out of memory");
+            goto done;
+        }
         c->close_cap = (size_t)p.max_new_tokens;
     }
-    turn t;
-    memset(&t, 0, sizeof t);
     t.g = c->g;
     if (p.extract) {
         if (!c->g_extract) {
             grammar_options go = grammar_default_options();
             go.allow_empty = 0;
             go.single_call = 1;
-            if ((rc = grammar_compile(c->tools, c->tools_len, &go, &c->g_extract))) return rc;
+            if ((rc = grammar_compile(c->tools, c->tools_len, &go, &c->g_extract))) goto done;
         }
         t.g = c->g_extract;
     }
@@ -536,7 +565,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     uint32_t generated = 0;
     double t1 = util_clock_ms();
     while (t.phase != PH_DONE) {
-        if (generated >= (uint32_t)p.max_new_tokens || s->pos >= s->n_ctx) {
+        if (generated >= (uint32_t)p.max_new_tokens || needle_session_position(s) >= n_ctx) {
             e.error = generated >= (uint32_t)p.max_new_tokens
                           ? "generation reached max_new_tokens before the call was complete"
                           : "the conversation filled the context";
@@ -557,7 +586,8 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             /* follow the verified ending */
             tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos, t.plan_len - t.plan_pos);
         } else if (t.phase == PH_JSON && tok < 0) {
-            tok = session_pick_token(s->logits, c->allowed, s->m->vocab, p.temperature, &rng);
+            tok = session_pick_token(needle_session_logits(s), c->allowed, c->vocab,
+                                     p.temperature, &rng);
             size_t ending = 0;
             if (tok != c->id_end_call) {
                 if (fits_budget(s, &t, tok, t.left, &ending)) {
@@ -576,17 +606,20 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                 }
             }
         }
-        if (t.phase == PH_JSON) s->stats.grammar_ms += util_clock_ms() - t_pick; /* budget walks */
-        if (tok < 0) tok = session_pick_token(s->logits, c->allowed, s->m->vocab, p.temperature, &rng);
+        if (t.phase == PH_JSON) /* the budget walks */
+            session_stats(s)->grammar_ms += util_clock_ms() - t_pick;
+        if (tok < 0)
+            tok = session_pick_token(needle_session_logits(s), c->allowed, c->vocab,
+                                     p.temperature, &rng);
         if (t.phase == PH_JSON && t.closing && tok != c->id_end_call) {
             const char *b;
             size_t n = 0;
-            tokenizer_token_bytes(s->m->tok, tok, &b, &n);
+            tokenizer_token_bytes(c->tok, tok, &b, &n);
             t.plan_pos += n;
         }
         advance(s, &t, tok);
         generated++;
-        s->stats.decode_steps++;
+        session_stats(s)->decode_steps++;
         /* the next token is forced when the phase leaves no choice: skip its logits */
         int32_t next_forced = -1;
         int need_logits = 1;
@@ -601,13 +634,13 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     double t_decode = util_clock_ms() - t1;
     e.decode_tps = t_decode > 0 ? generated / (t_decode / 1e3) : 0;
 
-    char *reasoning = NULL;
     if (rc == NEEDLE_OK && t.reasoning_ids.len) {
         size_t n = t.reasoning_ids.len / sizeof(int32_t), rlen = 0;
         int32_t *rids = (int32_t *)(void *)t.reasoning_ids.data;
-        tokenizer_decode(s->m->tok, rids, n, NULL, 0, &rlen);
+        tokenizer_decode(c->tok, rids, n, NULL, 0, &rlen);
         reasoning = malloc(rlen + 1);
-        if (reasoning && tokenizer_decode(s->m->tok, rids, n, reasoning, rlen + 1, &rlen) == NEEDLE_OK) {
+        if (reasoning &&
+            tokenizer_decode(c->tok, rids, n, reasoning, rlen + 1, &rlen) == NEEDLE_OK) {
             /* the training data strips the reasoning; drop the template's newlines */
             char *r = reasoning;
             while (*r == '\n' || *r == ' ') r++;
@@ -624,16 +657,16 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         c->last_turn_called = has_calls;
         e.type = is_result && !has_calls ? "respond" : "call";
     }
-    int wrc = rc ? rc : finish(s, &e, out, cap, len);
+    if (rc) goto done;
+write:
+    e.peak_ram_mb = envelope_peak_ram_mb();
+    rc = envelope_write(&e, out, cap, len);
+done:
+    /* a turn that failed in any way, reported in the envelope or by the status, is not
+     * part of the conversation */
+    if (saved && (rc != NEEDLE_OK || !e.success)) roll_back(s, c, last_turn_called, rc);
     free(reasoning);
     free(t.reasoning_ids.data);
     free(t.calls.data);
-    return wrc;
-}
-
-int needle_session_get_stats(const needle_session *s, needle_session_stats *out) {
-    if (!s || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
-    needle_session_stats full = s->stats;
-    full.size = sizeof full;
-    return struct_size_out(out, &full, sizeof full, "get_stats: needle_session_stats");
+    return rc;
 }

@@ -1,4 +1,7 @@
-/* Conversation state attached to a session by needle_session_set_tools (see chat.c). */
+/* Conversations with tools (chat.c): the public calls are in needle.h
+ * (needle_session_set_tools, needle_session_complete, needle_session_prefix_length).
+ * The conversation is a layer over the session: its state is attached as the session's
+ * extension (model/session.h) and freed with it. */
 #ifndef NEEDLE_AGENT_CHAT_H
 #define NEEDLE_AGENT_CHAT_H
 
@@ -7,7 +10,5 @@
 struct chat;
 
 void chat_free(struct chat *c);
-/* Returns the conversation to the end of the cached static prefix. */
-void chat_rewind(needle_session *s);
 
 #endif

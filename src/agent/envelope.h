@@ -5,9 +5,9 @@
  *   {"type":"call"|"respond","success":bool,"error":null|str,"error_code":null|str,
  *    "function_calls":[{"name":..,"arguments":{..}}],"reasoning":str,"confidence":null,
  *    "prefill_tps":num,"decode_tps":num,"peak_ram_mb":num}
- * error_code values (documented in the README): "context_full", "max_tokens",
- * "invalid_input", "internal". A session without tools gets no envelope: the call fails
- * with NEEDLE_ERR_STATE. */
+ * error_code values (documented in the README), all produced by agent/chat.c:
+ * "context_full", "max_tokens", "invalid_input", "internal". (A session without tools is
+ * not a turn-level failure: needle_session_complete returns NEEDLE_ERR_STATE.) */
 #ifndef NEEDLE_AGENT_ENVELOPE_H
 #define NEEDLE_AGENT_ENVELOPE_H
 

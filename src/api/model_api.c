@@ -36,7 +36,8 @@ static int finish_open(needle_model *m, const needle_model_params *params, needl
         return rc;
     }
     rc = model_bind(m, m->image, m->image_size);
-    if (!rc && m->backend->ops->model_load) rc = m->backend->ops->model_load(m);
+    if (!rc && m->backend->ops->model_load)
+        rc = m->backend->ops->model_load(&m->w, &m->device_weights);
     if (rc) {
         needle_model_free(m);
         return rc;
@@ -98,7 +99,8 @@ int needle_model_open_blob(const void *data, size_t size, const needle_model_par
 
 void needle_model_free(needle_model *m) {
     if (!m) return;
-    if (m->backend && m->backend->ops->model_unload) m->backend->ops->model_unload(m);
+    if (m->backend && m->backend->ops->model_unload)
+        m->backend->ops->model_unload(m->device_weights);
     model_unbind(m);
     if (m->mapping) munmap(m->mapping, m->image_size);
     free(m->owned);
@@ -193,8 +195,8 @@ int needle_token_piece(const needle_model *m, int32_t id, const char **piece, si
     int rc = need_tokenizer(m);
     if (rc) return rc;
     if (!piece || !len) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "token_piece: NULL argument");
-    if (id < 0 || (uint32_t)id >= m->vocab)
-        return needle_fail(NEEDLE_ERR_INVALID_TOKEN, "token %d outside [0, %u)", id, m->vocab);
+    if (id < 0 || (uint32_t)id >= m->w.vocab)
+        return needle_fail(NEEDLE_ERR_INVALID_TOKEN, "token %d outside [0, %u)", id, m->w.vocab);
     *piece = tokenizer_piece(m->tok, id, len);
     return NEEDLE_OK;
 }

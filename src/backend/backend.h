@@ -18,102 +18,136 @@
  *     live there, so a device backend keeps them on the device across tokens.
  *   - arguments marked "host" are host memory (token ids, engram slots, RoPE angles, the
  *     logits handed to the caller); a device backend uploads/downloads them itself.
- *   - weights are passed as the model's host-side views (cq_matrix, layer_weights); a
- *     device backend uploads the image once per model (model_load) and translates.
+ *   - weights are passed as the model's host-side views (backend/weights.h: cq_matrix,
+ *     layer_weights, engram_site); a device backend uploads the image once per model
+ *     (model_load) and translates.
+ * The ops never see the session (model/session.h, a layer above): they get a
+ * backend_ctx, the plain context below, which the session fills and owns. Everything an
+ * op reads or writes is either in that context or one of its arguments.
  * Row strides ("ld") are in floats. Every op works on `n` tokens of the current chunk in
  * order; per-token results must not depend on the chunk split except through rounding.
  * Version of this interface: NEEDLE_BACKEND_ABI. */
 #ifndef NEEDLE_BACKEND_BACKEND_H
 #define NEEDLE_BACKEND_BACKEND_H
 
+#include "backend/weights.h"
 #include "kernels/cpu/cpu.h"
-#include "model/model.h"
+#include "kernels/nmath.h"
 #include "needle.h"
 
-#define NEEDLE_BACKEND_ABI 1
+#define NEEDLE_BACKEND_ABI 2
 
 /* Engram slot value meaning "this n-gram does not exist yet": the table row is zeros. */
 #define ENGRAM_MASKED 0xFFFFFFFFu
 
-struct needle_session;
+#define KV_SCALE_GROUP 32u
+/* int8 scale groups per cache row of `kvd` values (the last group may be partial) */
+#define KV_SCALE_GROUPS(kvd) (((kvd) + KV_SCALE_GROUP - 1) / KV_SCALE_GROUP)
+
+/* What the operations of one session work with: the weights, the backend's own state,
+ * and the KV cache and engram ring, which live in backend memory.
+ *
+ * KV cache layout, per layer: `n_sinks` pinned slots for positions [0, n_sinks), then a
+ * ring of `window` slots for later positions (nm_kv_slot in kernels/nmath.h); with no
+ * window the ring is the whole context. */
+typedef struct backend_ctx {
+    const model_weights *m;
+    void *device_weights; /* the model's ops->model_load result, or NULL */
+    void *dev;            /* the backend's per-session state (threads, streams, scratch) */
+    uint32_t chunk;       /* tokens per forward chunk: the most any op is given at once */
+    int32_t n_threads;    /* CPU threads asked for (0 = NEEDLE_THREADS or the cores) */
+
+    uint32_t window;      /* 0 = full causal attention */
+    uint32_t n_sinks;
+    uint32_t kv_slots;    /* per layer */
+    int32_t kv_type;      /* needle_kv_type */
+    void *k_cache, *v_cache; /* [layer][slot][kv_dim] in kv_type */
+    float *kv_scales;     /* int8 cache: [2][layer][slot][KV_SCALE_GROUPS(kv_dim)] */
+    float *scores;        /* [n_heads][kv_slots] attention scratch */
+
+    uint32_t ev_ring;     /* engram ring length: (taps - 1) * dilation + 1 */
+} backend_ctx;
 
 typedef struct needle_backend_ops {
     /* ---- weights, once per model (optional: NULL when the ops read host weights) ---- */
-    int (*model_load)(struct needle_model *m);    /* sets m->device_weights */
-    void (*model_unload)(struct needle_model *m); /* NULL device_weights is a no-op */
+    /* 0 or a negative needle_status; *device_weights is what backend_ctx carries */
+    int (*model_load)(const model_weights *m, void **device_weights);
+    void (*model_unload)(void *device_weights); /* NULL is a no-op */
 
     /* ---- session state ---------------------------------------------------------------- */
-    /* Called first; sets s->dev (threads, streams, scratch sized by s->chunk). 0 or a
-     * negative needle_status. session_free releases it (NULL s->dev is a no-op). */
-    int (*session_init)(struct needle_session *s);
-    void (*session_free)(struct needle_session *s);
-    void *(*alloc)(struct needle_session *s, size_t bytes); /* zeroed; NULL on failure */
-    void (*release)(struct needle_session *s, void *p);     /* NULL is a no-op */
-    void (*upload)(struct needle_session *s, void *dst, const void *host_src, size_t bytes);
-    void (*download)(struct needle_session *s, void *host_dst, const void *src, size_t bytes);
+    /* Called first, with m, device_weights, chunk and n_threads set; sets s->dev
+     * (threads, streams, scratch sized by s->chunk). 0 or a negative needle_status.
+     * session_free releases it (NULL s->dev is a no-op). */
+    int (*session_init)(backend_ctx *s);
+    void (*session_free)(backend_ctx *s);
+    void *(*alloc)(backend_ctx *s, size_t bytes); /* zeroed; NULL on failure */
+    void (*release)(backend_ctx *s, void *p);     /* NULL is a no-op */
+    void (*upload)(backend_ctx *s, void *dst, const void *host_src, size_t bytes);
+    void (*download)(backend_ctx *s, void *host_dst, const void *src, size_t bytes);
 
     /* ---- the operations of spec §3 -------------------------------------------------------- */
     /* §3.2: lanes[i][r] = sqrt(d) * Deq(embedding)[tokens[i]] for every lane r.
      * tokens: host [n]; lanes: [n][n_lanes][d]. */
-    void (*embed)(struct needle_session *s, const int32_t *tokens, uint32_t n, float *lanes);
+    void (*embed)(backend_ctx *s, const int32_t *tokens, uint32_t n, float *lanes);
 
     /* One batch of CQ products over the same rotated activations xr [ntok][ld_x]; the
      * jobs' y point into backend memory (see cpu_matmul). */
-    void (*matmul)(struct needle_session *s, const float *xr, size_t ld_x, uint32_t ntok,
+    void (*matmul)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
                    const cq_job *jobs, uint32_t njobs);
 
     /* §3.3 gather: e = concat_j Deq(tables)[j*slots + slot[i][j]] (zeros for
      * ENGRAM_MASKED), rotated for key_proj into er[i] (ld key_proj.cols_pad).
      * slots: host [n][n_tables]. */
-    void (*engram_gather)(struct needle_session *s, const engram_site *es,
+    void (*engram_gather)(backend_ctx *s, const engram_site *es,
                           const uint32_t *slots, uint32_t n, float *er);
 
     /* §3.3 conv: for token i at t = p0 + i, ring[t % ev_ring] = vhat[i], then
      * ev[i] = sum_tap taps[tap] * ring[(t - tap*dil) % ev_ring] over taps with
      * tap*dil <= t. ring: [ev_ring][d]; vhat, ev: [n][d]. */
-    void (*engram_conv)(struct needle_session *s, const engram_site *es, float *ring,
+    void (*engram_conv)(backend_ctx *s, const engram_site *es, float *ring,
                         const float *vhat, uint32_t p0, uint32_t n, float *ev);
 
     /* §3.4: nx[i] = rotate_{phi_pre}(rms_unit(vec(lanes[i]))), ld phi_pre.cols_pad. */
-    void (*lane_norm)(struct needle_session *s, const float *lanes, uint32_t n, float *nx);
+    void (*lane_norm)(backend_ctx *s, const float *lanes, uint32_t n, float *nx);
 
     /* §3.4-3.5 lane read: u = sum_r hpre[r] * X[r] from mix[i] ([n][2n+n*n]: pre, post,
      * res projections); bx = u + alpha * ev (engram site) or u; hr[i] = rotate_{q_proj}(
-     * ZC(bx; norm_in)) (ld q_proj.cols_pad). ek, ev: [n][d] or NULL without a site. */
-    void (*lane_read)(struct needle_session *s, uint32_t layer, uint32_t n, const float *lanes,
+     * ZC(bx; norm_in)) (ld q_proj.cols_pad). ek, ev: [n][d] or NULL without a site;
+     * u, bx: [n][d]; h: [n][d] scratch the op may use, unspecified afterwards. */
+    void (*lane_read)(backend_ctx *s, uint32_t layer, uint32_t n, const float *lanes,
                       const float *mix, const float *ek, const float *ev, float *u, float *bx,
-                      float *hr);
+                      float *h, float *hr);
 
     /* §3.6 for tokens at t = p0 + i, in order: q/k ZC norm and RoPE (rope_cs: host
      * [n][head_dim] = cos | sin), append k, v to the KV cache, attend over the window and
      * sinks, o *= sigmoid(gate), o[i] rotated for out_proj (ld out_proj.cols_pad).
      * q, gate: [n][A]; k, v: [n][kv_dim] (q, k are overwritten). */
-    void (*attention)(struct needle_session *s, uint32_t layer, uint32_t p0, uint32_t n,
+    void (*attention)(backend_ctx *s, uint32_t layer, uint32_t p0, uint32_t n,
                       const float *rope_cs, float *q, float *k, const float *v,
                       const float *gate, float *o);
 
     /* §3.5: attn := ZC(attn; post_norm); x = bx + sigmoid(attn_gate) * attn;
      * h = ZC(x; pre_hada). All [n][d]. */
-    void (*attn_residual)(struct needle_session *s, uint32_t layer, uint32_t n, float *attn,
+    void (*attn_residual)(backend_ctx *s, uint32_t layer, uint32_t n, float *attn,
                           const float *bx, float *x, float *h);
 
     /* §3.7: out[i] = HadamardMLP(h[i]); [n][d]; out may not alias h. */
-    void (*hadamard_mlp)(struct needle_session *s, uint32_t layer, uint32_t n, const float *h,
+    void (*hadamard_mlp)(backend_ctx *s, uint32_t layer, uint32_t n, const float *h,
                          float *out);
 
     /* §3.4 lane write: y = x + mlp - u (written to mlp), hpost, P = Sinkhorn(res logits),
      * lanes[i][r] = sum_c P[r][c] * lanes[i][c] + hpost[r] * y. */
-    void (*lane_write)(struct needle_session *s, uint32_t layer, uint32_t n, const float *mix,
+    void (*lane_write)(backend_ctx *s, uint32_t layer, uint32_t n, const float *mix,
                        const float *x, float *mlp, const float *u, float *lanes);
 
     /* §3.8 for lanes[0:count]: out (host [count][vocab]) = tied logits of ZC(mean lanes;
      * final_norm); argmax (host [count], optional): the first maximal id. */
-    void (*logits)(struct needle_session *s, const float *lanes, uint32_t count, float *out,
+    void (*logits)(backend_ctx *s, const float *lanes, uint32_t count, float *out,
                    int32_t *argmax);
 
     /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
      * for a device error seen since the last call. Called at the end of each forward. */
-    int (*finish)(struct needle_session *s);
+    int (*finish)(backend_ctx *s);
 } needle_backend_ops;
 
 typedef struct needle_backend_impl {

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "model/session.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -38,68 +37,15 @@ typedef struct cpu_session {
     float *out_rot;    /* [chunk][d padded] rotated final hidden */
 } cpu_session;
 
-static cpu_session *cs_of(const struct needle_session *s) { return (cpu_session *)s->dev; }
-
-static float sigmoidf(float z) { return 1.0f / (1.0f + expf(-z)); }
-
-static float mean_square(const float *x, uint32_t n) {
-    float ss = 0.0f;
-    for (uint32_t i = 0; i < n; i++) ss += x[i] * x[i];
-    return ss / (float)n;
-}
-
-/* ZC(x; s) = (1 + s) * x / sqrt(mean(x^2) + 1e-6); out may alias x. */
-static void zc_norm(const float *x, const float *s, uint32_t n, float *out) {
-    const float rms = sqrtf(mean_square(x, n) + 1e-6f);
-    for (uint32_t i = 0; i < n; i++) out[i] = (1.0f + s[i]) * x[i] / rms;
-}
-
-/* rms_unit(x) = x / sqrt(mean(x^2) + 1e-6); out may alias x. */
-static void rms_unit(const float *x, uint32_t n, float *out) {
-    const float inv = 1.0f / sqrtf(mean_square(x, n) + 1e-6f);
-    for (uint32_t i = 0; i < n; i++) out[i] = x[i] * inv;
-}
-
-static void rope(float *z, uint32_t hd, const float *cs) {
-    const uint32_t half = hd / 2;
-    const float *c = cs, *sn = cs + half;
-    for (uint32_t j = 0; j < half; j++) {
-        float a = z[j], b = z[j + half];
-        z[j] = a * c[j] - b * sn[j];
-        z[j + half] = b * c[j] + a * sn[j];
-    }
-}
-
-/* Log-space Sinkhorn, 20 rounds of row then column normalisation (§3.4). */
-static void sinkhorn(float *lg, uint32_t n) {
-    for (int it = 0; it < 20; it++) {
-        for (uint32_t r = 0; r < n; r++) {
-            float mx = lg[r * n];
-            for (uint32_t c = 1; c < n; c++) mx = fmaxf(mx, lg[r * n + c]);
-            float sum = 0.0f;
-            for (uint32_t c = 0; c < n; c++) sum += expf(lg[r * n + c] - mx);
-            float lse = mx + logf(sum);
-            for (uint32_t c = 0; c < n; c++) lg[r * n + c] -= lse;
-        }
-        for (uint32_t c = 0; c < n; c++) {
-            float mx = lg[c];
-            for (uint32_t r = 1; r < n; r++) mx = fmaxf(mx, lg[r * n + c]);
-            float sum = 0.0f;
-            for (uint32_t r = 0; r < n; r++) sum += expf(lg[r * n + c] - mx);
-            float lse = mx + logf(sum);
-            for (uint32_t r = 0; r < n; r++) lg[r * n + c] -= lse;
-        }
-    }
-    for (uint32_t k = 0; k < n * n; k++) lg[k] = expf(lg[k]);
-}
+static cpu_session *cs_of(const backend_ctx *s) { return (cpu_session *)s->dev; }
 
 /* ---- work sharing over the pool ---------------------------------------------------- */
 
 /* One item of a parallel loop; `thread` (0 = the caller) selects the scratch c->th[]. */
-typedef void (*item_fn)(struct needle_session *s, const void *ctx, uint32_t item, int thread);
+typedef void (*item_fn)(backend_ctx *s, const void *ctx, uint32_t item, int thread);
 
 typedef struct par_loop {
-    struct needle_session *s;
+    backend_ctx *s;
     const void *ctx;
     item_fn body;
     uint32_t n;
@@ -119,7 +65,7 @@ static void par_worker(void *arg, int thread, int n_threads) {
 /* Runs body(s, ctx, i, thread) once for every i in [0, n), items taken from a shared
  * counter by the pool's threads; a single item runs on the caller (a dispatch costs more
  * than one token's vector work). Returns when all items are done. */
-static void par_for(struct needle_session *s, uint32_t n, item_fn body, const void *ctx) {
+static void par_for(backend_ctx *s, uint32_t n, item_fn body, const void *ctx) {
     cpu_session *c = cs_of(s);
     if (n < 2 || c->n_threads < 2) {
         for (uint32_t i = 0; i < n; i++) body(s, ctx, i, 0);
@@ -132,22 +78,22 @@ static void par_for(struct needle_session *s, uint32_t n, item_fn body, const vo
 
 /* ---- session state -------------------------------------------------------------------- */
 
-static void *cpu_alloc(struct needle_session *s, size_t bytes) {
+static void *cpu_alloc(backend_ctx *s, size_t bytes) {
     (void)s;
     return calloc(bytes ? bytes : 1, 1);
 }
 
-static void cpu_release(struct needle_session *s, void *p) {
+static void cpu_release(backend_ctx *s, void *p) {
     (void)s;
     free(p);
 }
 
-static void cpu_copy(struct needle_session *s, void *dst, const void *src, size_t bytes) {
+static void cpu_copy(backend_ctx *s, void *dst, const void *src, size_t bytes) {
     (void)s;
     if (bytes) memcpy(dst, src, bytes);
 }
 
-static void cpu_session_free(struct needle_session *s) {
+static void cpu_session_free(backend_ctx *s) {
     cpu_session *c = cs_of(s);
     if (!c) return;
     free(c->eng_e);
@@ -161,7 +107,7 @@ static void cpu_session_free(struct needle_session *s) {
 
 /* One cpu_scratch per pool thread, each starting on its own 64-byte line; `tmp` floats of
  * c->th[i].tmp. Returns 0, or -1 when out of memory. */
-static int thread_scratch_alloc(cpu_session *c, const struct needle_model *m, size_t tmp) {
+static int thread_scratch_alloc(cpu_session *c, const model_weights *m, size_t tmp) {
     c->n_threads = cpu_pool_threads(c->pool);
     const size_t lane = (size_t)m->n_lanes * m->d;
     const size_t per = (m->hada_n + lane + tmp + 15) / 16 * 16;
@@ -179,14 +125,14 @@ static int thread_scratch_alloc(cpu_session *c, const struct needle_model *m, si
     return 0;
 }
 
-static int cpu_session_init(struct needle_session *s) {
+static int cpu_session_init(backend_ctx *s) {
     const cpu_kernels *kern = cpu_kernels_best();
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     cpu_session *c = calloc(1, sizeof *c);
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory");
     s->dev = c;
     const size_t d = m->d, kvd = m->kv_dim;
-    size_t tmp = m->file.group;
+    size_t tmp = m->group;
     if (tmp < 2 * d) tmp = 2 * d;
     if (tmp < 2 * kvd) tmp = 2 * kvd;
     /* engram header fields are only validated (and meaningful) when there are sites */
@@ -212,25 +158,23 @@ static int cpu_session_init(struct needle_session *s) {
 
 /* ---- KV cache access in the session's precision ---------------------------------- */
 
-static size_t kv_index(const struct needle_session *s, uint32_t layer, uint32_t slot) {
+static size_t kv_index(const backend_ctx *s, uint32_t layer, uint32_t slot) {
     return ((size_t)layer * s->kv_slots + slot) * s->m->kv_dim;
 }
 
-static uint32_t kv_slot(const struct needle_session *s, uint32_t p) {
-    if (p < s->n_sinks) return p;
-    if (s->window) return s->n_sinks + (p - s->n_sinks) % s->window;
-    return p;
+static uint32_t kv_slot(const backend_ctx *s, uint32_t p) {
+    return nm_kv_slot(p, s->n_sinks, s->window);
 }
 
 /* Scales of int8 cache row (layer, slot): KV_SCALE_GROUPS(kv_dim) floats. */
-static float *kv_row_scales(const struct needle_session *s, int which, uint32_t layer,
+static float *kv_row_scales(const backend_ctx *s, int which, uint32_t layer,
                             uint32_t slot) {
     const size_t rows = (size_t)s->m->n_layers * s->kv_slots;
     return s->kv_scales + ((size_t)which * rows + (size_t)layer * s->kv_slots + slot) *
                               KV_SCALE_GROUPS(s->m->kv_dim);
 }
 
-static void kv_store(struct needle_session *s, int which, uint32_t layer, uint32_t slot,
+static void kv_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot,
                      const float *x) {
     const uint32_t n = s->m->kv_dim;
     size_t at = kv_index(s, layer, slot);
@@ -258,7 +202,7 @@ static void kv_store(struct needle_session *s, int which, uint32_t layer, uint32
 
 /* Returns a float view of values [off, off + n) of cached row (layer, slot); `buf` holds
  * n floats when the cache is not f32. */
-static const float *kv_load(const struct needle_session *s, int which, uint32_t layer,
+static const float *kv_load(const backend_ctx *s, int which, uint32_t layer,
                             uint32_t slot, uint32_t off, uint32_t n, float *buf) {
     size_t at = kv_index(s, layer, slot) + off;
     const void *base = which ? s->v_cache : s->k_cache;
@@ -277,9 +221,9 @@ static const float *kv_load(const struct needle_session *s, int which, uint32_t 
 
 /* ---- operations ------------------------------------------------------------------------ */
 
-static void cpu_embed(struct needle_session *s, const int32_t *tokens, uint32_t n,
+static void cpu_embed(backend_ctx *s, const int32_t *tokens, uint32_t n,
                       float *lanes) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const uint32_t d = m->d, nl = m->n_lanes;
     const float emb_scale = (float)sqrt((double)d);
@@ -291,14 +235,14 @@ static void cpu_embed(struct needle_session *s, const int32_t *tokens, uint32_t 
     }
 }
 
-static void cpu_matmul_op(struct needle_session *s, const float *xr, size_t ld_x,
+static void cpu_matmul_op(backend_ctx *s, const float *xr, size_t ld_x,
                           uint32_t ntok, const cq_job *jobs, uint32_t njobs) {
     cpu_matmul(cs_of(s)->pool, xr, ld_x, ntok, jobs, njobs);
 }
 
-static void cpu_engram_gather(struct needle_session *s, const engram_site *es,
+static void cpu_engram_gather(backend_ctx *s, const engram_site *es,
                               const uint32_t *slots, uint32_t n, float *er) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const uint32_t ecols = es->key_proj.cols_pad;
     for (uint32_t i = 0; i < n; i++) {
@@ -313,9 +257,9 @@ static void cpu_engram_gather(struct needle_session *s, const engram_site *es,
     }
 }
 
-static void cpu_engram_conv(struct needle_session *s, const engram_site *es, float *ring,
+static void cpu_engram_conv(backend_ctx *s, const engram_site *es, float *ring,
                             const float *vhat, uint32_t p0, uint32_t n, float *ev) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const uint32_t d = m->d;
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t t = p0 + i;
@@ -337,17 +281,17 @@ typedef struct lane_norm_args {
     float *nx;
 } lane_norm_args;
 
-static void lane_norm_token(struct needle_session *s, const void *ctx, uint32_t i, int thread) {
+static void lane_norm_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
     (void)thread;
     const lane_norm_args *a = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad;
     float *out = a->nx + (size_t)i * ld;
-    rms_unit(a->lanes + (size_t)i * nd, nd, out);
+    nm_rms_unit(a->lanes + (size_t)i * nd, nd, out);
     cs_of(s)->kern->rotate(&m->phi_pre, out, out);
 }
 
-static void cpu_lane_norm(struct needle_session *s, const float *lanes, uint32_t n, float *nx) {
+static void cpu_lane_norm(backend_ctx *s, const float *lanes, uint32_t n, float *nx) {
     const lane_norm_args a = {lanes, nx};
     par_for(s, n, lane_norm_token, &a);
 }
@@ -355,12 +299,12 @@ static void cpu_lane_norm(struct needle_session *s, const float *lanes, uint32_t
 typedef struct lane_read_args {
     uint32_t li;
     const float *lanes, *mix_all, *ek_all, *ev_all;
-    float *u_all, *bx_all, *hr;
+    float *u_all, *bx_all, *h_all, *hr;
 } lane_read_args;
 
-static void lane_read_token(struct needle_session *s, const void *ctx, uint32_t i, int thread) {
+static void lane_read_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
     const lane_read_args *a = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const uint32_t li = a->li;
     const layer_weights *l = &m->layers[li];
@@ -371,30 +315,30 @@ static void lane_read_token(struct needle_session *s, const void *ctx, uint32_t 
     float *u = a->u_all + (size_t)i * d, *bx = a->bx_all + (size_t)i * d;
     memset(u, 0, d * sizeof *u);
     for (uint32_t r = 0; r < nl; r++) {
-        float off = r == my_lane ? 4.0f : -4.0f;
-        float w = sigmoidf(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] + off);
+        float w = nm_sigmoid(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] +
+                             nm_lane_pre_offset(r, my_lane));
         for (uint32_t k = 0; k < d; k++) u[k] += w * X[(size_t)r * d + k];
     }
     memcpy(bx, u, d * sizeof *bx);
     if (a->ek_all) {
         const float *ek = a->ek_all + (size_t)i * d, *ev = a->ev_all + (size_t)i * d;
         float *ru = c->th[thread].tmp, *rk = c->th[thread].tmp + d;
-        rms_unit(u, d, ru);
-        rms_unit(ek, d, rk);
+        nm_rms_unit(u, d, ru);
+        nm_rms_unit(ek, d, rk);
         float dot = 0.0f;
         for (uint32_t k = 0; k < d; k++) dot += ru[k] * rk[k];
-        float alpha = sigmoidf(dot / sqrtf((float)d));
+        float alpha = nm_sigmoid(dot / sqrtf((float)d));
         for (uint32_t k = 0; k < d; k++) bx[k] += alpha * ev[k];
     }
-    float *h = s->h + (size_t)i * d;
-    zc_norm(bx, l->norm_in, d, h);
+    float *h = a->h_all + (size_t)i * d;
+    nm_zc_norm(bx, l->norm_in, d, h);
     c->kern->rotate(&l->q_proj, h, a->hr + (size_t)i * h_ld);
 }
 
-static void cpu_lane_read(struct needle_session *s, uint32_t li, uint32_t n, const float *lanes,
+static void cpu_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *lanes,
                           const float *mix_all, const float *ek_all, const float *ev_all,
-                          float *u_all, float *bx_all, float *hr) {
-    const lane_read_args a = {li, lanes, mix_all, ek_all, ev_all, u_all, bx_all, hr};
+                          float *u_all, float *bx_all, float *h_all, float *hr) {
+    const lane_read_args a = {li, lanes, mix_all, ek_all, ev_all, u_all, bx_all, h_all, hr};
     par_for(s, n, lane_read_token, &a);
 }
 
@@ -409,40 +353,30 @@ typedef struct attend_args {
 
 /* Attention of query head `a` over the cache (§3.6): q ZC norm and RoPE, softmax over the
  * sinks and the window tail, o = sigmoid(gate) * sum_p softmax_p * v_p for the head. */
-static void attend_head(struct needle_session *s, const void *ctx, uint32_t a, int thread) {
+static void attend_head(backend_ctx *s, const void *ctx, uint32_t a, int thread) {
     const attend_args *x = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const layer_weights *l = &m->layers[x->layer];
     const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, t = x->t;
     const uint32_t b = a / reps;
     const float inv_scale = 1.0f / sqrtf((float)hd);
-    /* positions attended: sinks [0, min(n_sinks, t+1)), then the window tail */
-    uint32_t first = s->n_sinks;
-    if (s->window && t + 1 > s->window && t + 1 - s->window > first) first = t + 1 - s->window;
-    const uint32_t n_sink = s->n_sinks < t + 1 ? s->n_sinks : t + 1;
-    const uint32_t tail = first > n_sink ? first : n_sink;
+    const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
+    const uint32_t n_sink = span.n_sink, tail = span.tail0;
     float *kbuf = c->th[thread].tmp, *vbuf = c->th[thread].tmp + hd;
     float *scores = s->scores + (size_t)a * s->kv_slots;
     float *qa = x->q + (size_t)a * hd;
-    zc_norm(qa, l->q_norm, hd, qa);
-    rope(qa, hd, x->cs);
+    nm_zc_norm(qa, l->q_norm, hd, qa);
+    nm_rope(qa, hd, x->cs);
     uint32_t n_pos = 0;
-    float mx = -INFINITY;
     for (uint32_t pass = 0; pass < 2; pass++) {
         const uint32_t p_begin = pass ? tail : 0, p_end = pass ? t + 1 : n_sink;
         for (uint32_t p = p_begin; p < p_end; p++) {
             const float *kr = kv_load(s, 0, x->layer, kv_slot(s, p), b * hd, hd, kbuf);
-            float dot = c->kern->dot(qa, kr, hd) * inv_scale;
-            scores[n_pos++] = dot;
-            mx = fmaxf(mx, dot);
+            scores[n_pos++] = c->kern->dot(qa, kr, hd) * inv_scale;
         }
     }
-    float sum = 0.0f;
-    for (uint32_t k = 0; k < n_pos; k++) {
-        scores[k] = expf(scores[k] - mx);
-        sum += scores[k];
-    }
+    const float sum = nm_softmax_exp(scores, n_pos);
     float *oa = x->o + (size_t)a * hd;
     memset(oa, 0, hd * sizeof *oa);
     uint32_t k = 0;
@@ -454,13 +388,13 @@ static void attend_head(struct needle_session *s, const void *ctx, uint32_t a, i
         }
     }
     const float *ga = x->gate + (size_t)a * hd;
-    for (uint32_t j = 0; j < hd; j++) oa[j] *= sigmoidf(ga[j]);
+    for (uint32_t j = 0; j < hd; j++) oa[j] *= nm_sigmoid(ga[j]);
 }
 
-static void cpu_attention(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n,
+static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
                           const float *rope_cs, float *q_all, float *k_all, const float *v_all,
                           const float *gate_all, float *o_all) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const layer_weights *l = &m->layers[li];
     const uint32_t hd = m->head_dim, A = m->attn_dim, kvd = m->kv_dim;
     const uint32_t o_ld = l->out_proj.cols_pad;
@@ -469,8 +403,8 @@ static void cpu_attention(struct needle_session *s, uint32_t li, uint32_t p0, ui
         const float *cs = rope_cs + (size_t)i * hd;
         float *k = k_all + (size_t)i * kvd;
         for (uint32_t b = 0; b < m->n_kv_heads; b++) {
-            zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
-            rope(k + b * hd, hd, cs);
+            nm_zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
+            nm_rope(k + b * hd, hd, cs);
         }
         kv_store(s, 0, li, kv_slot(s, t), k);
         kv_store(s, 1, li, kv_slot(s, t), v_all + (size_t)i * kvd);
@@ -488,21 +422,21 @@ typedef struct attn_residual_args {
     float *x_all, *h_all;
 } attn_residual_args;
 
-static void attn_residual_token(struct needle_session *s, const void *ctx, uint32_t i,
+static void attn_residual_token(backend_ctx *s, const void *ctx, uint32_t i,
                                 int thread) {
     (void)thread;
     const attn_residual_args *r = ctx;
     const layer_weights *l = &s->m->layers[r->li];
     const uint32_t d = s->m->d;
-    const float gate = sigmoidf(l->attn_gate);
+    const float gate = nm_sigmoid(l->attn_gate);
     const float *bx = r->bx_all + (size_t)i * d;
     float *a = r->attn + (size_t)i * d, *x = r->x_all + (size_t)i * d;
-    zc_norm(a, l->post_norm, d, a);
+    nm_zc_norm(a, l->post_norm, d, a);
     for (uint32_t k = 0; k < d; k++) x[k] = bx[k] + gate * a[k];
-    zc_norm(x, l->pre_hada, d, r->h_all + (size_t)i * d);
+    nm_zc_norm(x, l->pre_hada, d, r->h_all + (size_t)i * d);
 }
 
-static void cpu_attn_residual(struct needle_session *s, uint32_t li, uint32_t n, float *attn,
+static void cpu_attn_residual(backend_ctx *s, uint32_t li, uint32_t n, float *attn,
                               const float *bx_all, float *x_all, float *h_all) {
     const attn_residual_args r = {li, attn, bx_all, x_all, h_all};
     par_for(s, n, attn_residual_token, &r);
@@ -514,9 +448,9 @@ typedef struct hadamard_args {
     float *out_all;
 } hadamard_args;
 
-static void hadamard_token(struct needle_session *s, const void *ctx, uint32_t t, int thread) {
+static void hadamard_token(backend_ctx *s, const void *ctx, uint32_t t, int thread) {
     const hadamard_args *a = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const layer_weights *l = &m->layers[a->li];
     const uint32_t N = m->hada_n, d = m->d;
@@ -528,13 +462,13 @@ static void hadamard_token(struct needle_session *s, const void *ctx, uint32_t t
     c->kern->fwht(z, N);
     for (uint32_t i = 0; i < N; i++) {
         float v = l->d2[i] * (z[i] * scale);
-        z[i] = v * sigmoidf(v);
+        z[i] = v * nm_sigmoid(v);
     }
     c->kern->fwht(z, N);
     for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
 }
 
-static void cpu_hadamard_mlp(struct needle_session *s, uint32_t li, uint32_t n,
+static void cpu_hadamard_mlp(backend_ctx *s, uint32_t li, uint32_t n,
                              const float *h_all, float *out_all) {
     const hadamard_args a = {li, h_all, out_all};
     par_for(s, n, hadamard_token, &a);
@@ -548,9 +482,9 @@ typedef struct lane_write_args {
     float *lanes;
 } lane_write_args;
 
-static void lane_write_token(struct needle_session *s, const void *ctx, uint32_t i, int thread) {
+static void lane_write_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
     const lane_write_args *a = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const uint32_t li = a->li;
     const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
     const uint32_t my_lane = li % nl;
@@ -562,12 +496,13 @@ static void lane_write_token(struct needle_session *s, const void *ctx, uint32_t
     const float *mix = a->mix_all + (size_t)i * mix_ld;
     float hpost[64], P[64 * 64];
     for (uint32_t r = 0; r < nl; r++) {
-        float off = r == my_lane ? 0.0f : -4.0f;
-        hpost[r] = 2.0f * sigmoidf(m->a_post[li] * mix[nl + r] + m->b_post[li * nl + r] + off);
+        hpost[r] = NM_LANE_POST_GAIN * nm_sigmoid(m->a_post[li] * mix[nl + r] +
+                                                  m->b_post[li * nl + r] +
+                                                  nm_lane_post_offset(r, my_lane));
     }
     for (uint32_t k = 0; k < nl * nl; k++)
         P[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
-    sinkhorn(P, nl);
+    nm_sinkhorn(P, nl);
     float *X = a->lanes + (size_t)i * nd, *old = cs_of(s)->th[thread].lane_old;
     memcpy(old, X, nd * sizeof *old);
     for (uint32_t r = 0; r < nl; r++) {
@@ -581,7 +516,7 @@ static void lane_write_token(struct needle_session *s, const void *ctx, uint32_t
     }
 }
 
-static void cpu_lane_write(struct needle_session *s, uint32_t li, uint32_t n,
+static void cpu_lane_write(backend_ctx *s, uint32_t li, uint32_t n,
                            const float *mix_all, const float *x_all, float *mlp,
                            const float *u_all, float *lanes) {
     const lane_write_args a = {li, mix_all, x_all, mlp, u_all, lanes};
@@ -589,10 +524,10 @@ static void cpu_lane_write(struct needle_session *s, uint32_t li, uint32_t n,
 }
 
 /* out_rot[i] = rotate_{embedding}(ZC(mean of the lanes of token i; final_norm)) */
-static void final_hidden_token(struct needle_session *s, const void *ctx, uint32_t i,
+static void final_hidden_token(backend_ctx *s, const void *ctx, uint32_t i,
                                int thread) {
     const float *lanes = ctx;
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const uint32_t d = m->d, nl = m->n_lanes;
     const float *X = lanes + (size_t)i * nl * d;
@@ -602,13 +537,13 @@ static void final_hidden_token(struct needle_session *s, const void *ctx, uint32
         for (uint32_t r = 0; r < nl; r++) acc += X[(size_t)r * d + k];
         xbar[k] = acc / (float)nl;
     }
-    zc_norm(xbar, m->final_norm, d, xbar);
+    nm_zc_norm(xbar, m->final_norm, d, xbar);
     c->kern->rotate(&m->embedding, xbar, c->out_rot + (size_t)i * m->embedding.cols_pad);
 }
 
-static void cpu_logits(struct needle_session *s, const float *lanes, uint32_t count, float *out,
+static void cpu_logits(backend_ctx *s, const float *lanes, uint32_t count, float *out,
                        int32_t *argmax) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     par_for(s, count, final_hidden_token, lanes);
     const cq_job tied[] = {{&m->embedding, 0, m->vocab, out, m->vocab}};

@@ -12,7 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "kernels/nmath.h"
 #include "model/session.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -41,23 +41,22 @@ static int32_t token_back(const struct needle_session *s, const int32_t *tokens,
 static void engram_slots(const struct needle_session *s, const int32_t *tokens, uint32_t p0,
                          uint32_t n, uint32_t *slots) {
     const struct needle_model *m = s->m;
-    const uint32_t heads = m->n_tables / m->n_orders;
+    const uint32_t heads = m->w.n_tables / m->w.n_orders;
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t t = p0 + i;
-        for (uint32_t a = 0; a < m->n_orders; a++) {
-            const uint32_t order = m->orders[a];
+        for (uint32_t a = 0; a < m->w.n_orders; a++) {
+            const uint32_t order = m->w.orders[a];
             for (uint32_t hh = 0; hh < heads; hh++) {
                 const uint32_t j = a * heads + hh;
-                uint32_t *slot = slots + (size_t)i * m->n_tables + j;
+                uint32_t *slot = slots + (size_t)i * m->w.n_tables + j;
                 if (t + 1 < order) {
                     *slot = ENGRAM_MASKED;
                     continue;
                 }
-                uint32_t acc = 0x9E3779B9u * (j + 1);
+                uint32_t acc = nm_engram_hash_start(j);
                 for (uint32_t back = 0; back < order; back++)
-                    acc = (acc ^ (uint32_t)token_back(s, tokens, p0, t, back)) * 0x01000193u;
-                acc ^= acc >> 15;
-                *slot = acc % m->slots;
+                    acc = nm_engram_hash_step(acc, (uint32_t)token_back(s, tokens, p0, t, back));
+                *slot = nm_engram_hash_slot(acc, m->w.slots);
             }
         }
     }
@@ -67,18 +66,18 @@ static void engram_chunk(struct needle_session *s, const int32_t *tokens, uint32
                          uint32_t n) {
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
-    const uint32_t d = m->d;
+    const uint32_t d = m->w.d;
     TIMED(engram_ms, engram_slots(s, tokens, p0, n, s->eng_slots));
-    for (uint32_t site = 0; site < m->n_sites; site++) {
-        const engram_site *es = &m->sites[site];
-        TIMED(engram_ms, ops->engram_gather(s, es, s->eng_slots, n, s->eng_er));
-        float *ek = s->eng_k + (size_t)site * s->chunk * d;
+    for (uint32_t site = 0; site < m->w.n_sites; site++) {
+        const engram_site *es = &m->w.sites[site];
+        TIMED(engram_ms, ops->engram_gather(&s->bk, es, s->eng_slots, n, s->eng_er));
+        float *ek = s->eng_k + (size_t)site * s->bk.chunk * d;
         const cq_job kv[] = {{&es->key_proj, 0, d, ek, d}, {&es->value_proj, 0, d, s->eng_vhat, d}};
-        TIMED(matmul_ms, ops->matmul(s, s->eng_er, es->key_proj.cols_pad, n, kv, 2));
+        TIMED(matmul_ms, ops->matmul(&s->bk, s->eng_er, es->key_proj.cols_pad, n, kv, 2));
         /* depthwise causal conv over pre-conv values at offsets 0, dil, 2*dil, ... */
-        TIMED(engram_ms, ops->engram_conv(s, es, s->ev_hist + (size_t)site * s->ev_ring * d,
+        TIMED(engram_ms, ops->engram_conv(&s->bk, es, s->ev_hist + (size_t)site * s->bk.ev_ring * d,
                                           s->eng_vhat, p0, n,
-                                          s->eng_v + (size_t)site * s->chunk * d));
+                                          s->eng_v + (size_t)site * s->bk.chunk * d));
     }
 }
 
@@ -87,36 +86,37 @@ static void engram_chunk(struct needle_session *s, const int32_t *tokens, uint32
 static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n) {
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
-    const layer_weights *l = &m->layers[li];
-    const uint32_t d = m->d, nl = m->n_lanes, mix_ld = 2 * nl + nl * nl;
-    const uint32_t A = m->attn_dim, kvd = m->kv_dim;
+    const layer_weights *l = &m->w.layers[li];
+    const uint32_t d = m->w.d, nl = m->w.n_lanes, mix_ld = 2 * nl + nl * nl;
+    const uint32_t A = m->w.attn_dim, kvd = m->w.kv_dim;
     const int site = model_site_of(m, li);
 
     /* lane mixing weights from the normalised lanes */
-    TIMED(mhc_ms, ops->lane_norm(s, s->lanes, n, s->nx));
-    const cq_job phi[] = {{&m->phi_pre, li * nl, nl, s->mix, mix_ld},
-                          {&m->phi_post, li * nl, nl, s->mix + nl, mix_ld},
-                          {&m->phi_res, li * nl * nl, nl * nl, s->mix + 2 * nl, mix_ld}};
-    TIMED(matmul_ms, ops->matmul(s, s->nx, m->phi_pre.cols_pad, n, phi, 3));
+    TIMED(mhc_ms, ops->lane_norm(&s->bk, s->lanes, n, s->nx));
+    const cq_job phi[] = {{&m->w.phi_pre, li * nl, nl, s->mix, mix_ld},
+                          {&m->w.phi_post, li * nl, nl, s->mix + nl, mix_ld},
+                          {&m->w.phi_res, li * nl * nl, nl * nl, s->mix + 2 * nl, mix_ld}};
+    TIMED(matmul_ms, ops->matmul(&s->bk, s->nx, m->w.phi_pre.cols_pad, n, phi, 3));
 
     /* u = lane read, bx = u (+ engram), hr = rotated ZC(bx; norm_in) */
-    const float *ek = site >= 0 ? s->eng_k + (size_t)site * s->chunk * d : NULL;
-    const float *ev = site >= 0 ? s->eng_v + (size_t)site * s->chunk * d : NULL;
-    TIMED(mhc_ms, ops->lane_read(s, li, n, s->lanes, s->mix, ek, ev, s->u, s->bx, s->hr));
+    const float *ek = site >= 0 ? s->eng_k + (size_t)site * s->bk.chunk * d : NULL;
+    const float *ev = site >= 0 ? s->eng_v + (size_t)site * s->bk.chunk * d : NULL;
+    TIMED(mhc_ms,
+          ops->lane_read(&s->bk, li, n, s->lanes, s->mix, ek, ev, s->u, s->bx, s->h, s->hr));
 
     /* attention */
     const cq_job qkvg[] = {{&l->q_proj, 0, A, s->q, A}, {&l->k_proj, 0, kvd, s->k, kvd},
                            {&l->v_proj, 0, kvd, s->v, kvd}, {&l->gate_proj, 0, A, s->gate, A}};
-    TIMED(matmul_ms, ops->matmul(s, s->hr, l->q_proj.cols_pad, n, qkvg, 4));
+    TIMED(matmul_ms, ops->matmul(&s->bk, s->hr, l->q_proj.cols_pad, n, qkvg, 4));
     TIMED(attention_ms,
-          ops->attention(s, li, p0, n, s->rope_cs, s->q, s->k, s->v, s->gate, s->o));
+          ops->attention(&s->bk, li, p0, n, s->rope_cs, s->q, s->k, s->v, s->gate, s->o));
     const cq_job out[] = {{&l->out_proj, 0, d, s->attn, d}};
-    TIMED(matmul_ms, ops->matmul(s, s->o, l->out_proj.cols_pad, n, out, 1));
+    TIMED(matmul_ms, ops->matmul(&s->bk, s->o, l->out_proj.cols_pad, n, out, 1));
 
     /* x2 = bx + gate * ZC(attn), h = ZC(x2), attn := MLP(h), then the lane write */
-    TIMED(attention_ms, ops->attn_residual(s, li, n, s->attn, s->bx, s->x2, s->h));
-    TIMED(hadamard_ms, ops->hadamard_mlp(s, li, n, s->h, s->attn));
-    TIMED(mhc_ms, ops->lane_write(s, li, n, s->mix, s->x2, s->attn, s->u, s->lanes));
+    TIMED(attention_ms, ops->attn_residual(&s->bk, li, n, s->attn, s->bx, s->x2, s->h));
+    TIMED(hadamard_ms, ops->hadamard_mlp(&s->bk, li, n, s->h, s->attn));
+    TIMED(mhc_ms, ops->lane_write(&s->bk, li, n, s->mix, s->x2, s->attn, s->u, s->lanes));
 }
 
 /* ---- the chunk loop -------------------------------------------------------------------- */
@@ -125,9 +125,9 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
                     float *all_logits) {
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
-    const uint32_t d = m->d, nl = m->n_lanes, hd = m->head_dim;
+    const uint32_t d = m->w.d, nl = m->w.n_lanes, hd = m->w.head_dim;
     for (uint32_t done = 0; done < n;) {
-        const uint32_t p0 = s->pos, cn = n - done < s->chunk ? n - done : s->chunk;
+        const uint32_t p0 = s->pos, cn = n - done < s->bk.chunk ? n - done : s->bk.chunk;
         const int32_t *tok = tokens + done;
         /* RoPE angles for this chunk's positions, [i][cos(hd/2) | sin(hd/2)] */
         float *cs = s->rope_cs;
@@ -139,27 +139,28 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
                 cs[(size_t)i * hd + hd / 2 + j] = sinf(ang);
             }
         }
-        TIMED(embed_ms, ops->embed(s, tok, cn, s->lanes));
-        if (m->n_sites) engram_chunk(s, tok, p0, cn);
-        for (uint32_t li = 0; li < m->n_layers; li++) layer_chunk(s, li, p0, cn);
+        TIMED(embed_ms, ops->embed(&s->bk, tok, cn, s->lanes));
+        if (m->w.n_sites) engram_chunk(s, tok, p0, cn);
+        for (uint32_t li = 0; li < m->w.n_layers; li++) layer_chunk(s, li, p0, cn);
 
         for (uint32_t i = 0; i < cn; i++) s->history[(p0 + i) % SESSION_HISTORY] = tok[i];
         s->pos = p0 + cn;
         if (all_logits)
             TIMED(logits_ms,
-                  ops->logits(s, s->lanes, cn, all_logits + (size_t)done * m->vocab, NULL));
+                  ops->logits(&s->bk, s->lanes, cn, all_logits + (size_t)done * m->w.vocab, NULL));
         if (done + cn == n) {
-            if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * m->vocab,
-                                   m->vocab * sizeof(float));
+            if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * m->w.vocab,
+                                   m->w.vocab * sizeof(float));
             else if (!s->skip_logits)
                 TIMED(logits_ms,
-                      ops->logits(s, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits, NULL));
+                      ops->logits(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits,
+                                  NULL));
         }
         done += cn;
     }
     if (ops->finish) {
         int rc;
-        TIMED(sync_ms, rc = ops->finish(s));
+        TIMED(sync_ms, rc = ops->finish(&s->bk));
         if (rc) {
             s->has_logits = 0;
             return rc;

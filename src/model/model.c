@@ -26,8 +26,8 @@ void model_cq_view(const struct needle_model *m, uint32_t index, cq_matrix *out)
 }
 
 int model_site_of(const struct needle_model *m, uint32_t layer) {
-    for (uint32_t s = 0; s < m->n_sites; s++)
-        if (m->sites[s].layer == layer) return (int)s;
+    for (uint32_t s = 0; s < m->w.n_sites; s++)
+        if (m->w.sites[s].layer == layer) return (int)s;
     return -1;
 }
 
@@ -41,11 +41,11 @@ static int widen_float_tensors(struct needle_model *m) {
         if (t->dtype == CACT_FP16) total += t->nbytes / 2;
         else if (t->dtype == CACT_FP32) total += t->nbytes / 4;
     }
-    m->arena = malloc((total ? total : 1) * sizeof(float));
-    m->arena_floats = total;
+    m->w.arena = malloc((total ? total : 1) * sizeof(float));
+    m->w.arena_floats = total;
     m->fp = calloc(f->num_tensors, sizeof *m->fp);
-    if (!m->arena || !m->fp) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
-    float *p = m->arena;
+    if (!m->w.arena || !m->fp) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
+    float *p = m->w.arena;
     for (uint32_t i = 0; i < f->num_tensors; i++) {
         const cact_tensor *t = &f->tensors[i];
         if (t->dtype == CACT_FP16) {
@@ -107,39 +107,46 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
     const cact_header *h = &m->file.h;
     const cact_file *f = &m->file;
 
-    m->d = h->d_model;
-    m->n_lanes = h->mhc_lanes;
-    m->n_layers = h->num_layers;
-    m->n_heads = h->num_heads;
-    m->n_kv_heads = h->num_kv_heads;
-    m->head_dim = h->head_dim;
-    m->attn_dim = h->num_heads * h->head_dim;
-    m->kv_dim = h->num_kv_heads * h->head_dim;
-    m->vocab = h->vocab;
-    m->hada_n = h->hada_n;
-    m->n_sites = h->num_engram_sites;
-    m->n_tables = h->num_engram_tables;
-    m->slots = h->engram_slots;
-    m->sub_dim = h->engram_sub_dim;
-    m->taps = h->engram_conv_taps;
-    m->dilation = h->engram_conv_dilation;
-    m->n_orders = h->num_engram_orders;
-    m->max_order = 1;
-    for (uint32_t i = 0; i < m->n_orders; i++) {
-        m->orders[i] = h->engram_orders[i];
-        if (m->orders[i] > m->max_order) m->max_order = m->orders[i];
+    m->w.image = image;
+    m->w.image_size = size;
+    m->w.image_mapped = m->mapping != NULL;
+    m->w.codebooks = &m->file.codebooks[0][0];
+    m->w.codebooks_bytes = sizeof m->file.codebooks;
+    m->w.group = m->file.group;
+
+    m->w.d = h->d_model;
+    m->w.n_lanes = h->mhc_lanes;
+    m->w.n_layers = h->num_layers;
+    m->w.n_heads = h->num_heads;
+    m->w.n_kv_heads = h->num_kv_heads;
+    m->w.head_dim = h->head_dim;
+    m->w.attn_dim = h->num_heads * h->head_dim;
+    m->w.kv_dim = h->num_kv_heads * h->head_dim;
+    m->w.vocab = h->vocab;
+    m->w.hada_n = h->hada_n;
+    m->w.n_sites = h->num_engram_sites;
+    m->w.n_tables = h->num_engram_tables;
+    m->w.slots = h->engram_slots;
+    m->w.sub_dim = h->engram_sub_dim;
+    m->w.taps = h->engram_conv_taps;
+    m->w.dilation = h->engram_conv_dilation;
+    m->w.n_orders = h->num_engram_orders;
+    m->w.max_order = 1;
+    for (uint32_t i = 0; i < m->w.n_orders; i++) {
+        m->w.orders[i] = h->engram_orders[i];
+        if (m->w.orders[i] > m->w.max_order) m->w.max_order = m->w.orders[i];
     }
 
     if ((rc = widen_float_tensors(m))) return rc;
-    m->layers = calloc(m->n_layers, sizeof *m->layers);
-    m->rope_freq = malloc(m->head_dim / 2 * sizeof *m->rope_freq);
-    if (!m->layers || !m->rope_freq)
+    m->w.layers = calloc(m->w.n_layers, sizeof *m->w.layers);
+    m->rope_freq = malloc(m->w.head_dim / 2 * sizeof *m->rope_freq);
+    if (!m->w.layers || !m->rope_freq)
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
 
-    model_cq_view(m, 0, &m->embedding);
-    for (uint32_t i = 0; i < m->n_layers; i++) {
+    model_cq_view(m, 0, &m->w.embedding);
+    for (uint32_t i = 0; i < m->w.n_layers; i++) {
         uint32_t b = 1 + 14 * i;
-        layer_weights *l = &m->layers[i];
+        layer_weights *l = &m->w.layers[i];
         l->norm_in = m->fp[b + 0];
         model_cq_view(m, b + 1, &l->q_proj);
         model_cq_view(m, b + 2, &l->k_proj);
@@ -156,25 +163,25 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
         l->d3 = m->fp[b + 13];
     }
     uint32_t mb = f->mhc_base;
-    m->a_pre = m->fp[mb + 0];
-    m->a_post = m->fp[mb + 1];
-    m->a_res = m->fp[mb + 2];
-    m->b_pre = m->fp[mb + 3];
-    m->b_post = m->fp[mb + 4];
-    m->b_res = m->fp[mb + 5];
-    model_cq_view(m, mb + 6, &m->phi_pre);
-    model_cq_view(m, mb + 7, &m->phi_post);
-    model_cq_view(m, mb + 8, &m->phi_res);
-    for (uint32_t s = 0; s < m->n_sites; s++) {
+    m->w.a_pre = m->fp[mb + 0];
+    m->w.a_post = m->fp[mb + 1];
+    m->w.a_res = m->fp[mb + 2];
+    m->w.b_pre = m->fp[mb + 3];
+    m->w.b_post = m->fp[mb + 4];
+    m->w.b_res = m->fp[mb + 5];
+    model_cq_view(m, mb + 6, &m->w.phi_pre);
+    model_cq_view(m, mb + 7, &m->w.phi_post);
+    model_cq_view(m, mb + 8, &m->w.phi_res);
+    for (uint32_t s = 0; s < m->w.n_sites; s++) {
         uint32_t b = f->engram_base + 4 * s;
-        engram_site *site = &m->sites[s];
+        engram_site *site = &m->w.sites[s];
         site->layer = h->engram_sites[s];
         model_cq_view(m, b + 0, &site->tables);
         model_cq_view(m, b + 1, &site->key_proj);
         model_cq_view(m, b + 2, &site->value_proj);
         site->taps = m->fp[b + 3];
     }
-    m->final_norm = m->fp[f->final_norm_index];
+    m->w.final_norm = m->fp[f->final_norm_index];
     m->n_probe_heads = f->num_probe_heads;
     for (uint32_t k = 0; k < f->num_probe_heads; k++) {
         const cact_probe_head *src = &f->probe_heads[k];
@@ -189,8 +196,8 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
 
     /* RoPE inverse frequencies exactly as the reference computes them in float32:
      * 1 / theta^(2j/hd). */
-    for (uint32_t j = 0; j < m->head_dim / 2; j++) {
-        float expo = (float)(2 * j) / (float)m->head_dim;
+    for (uint32_t j = 0; j < m->w.head_dim / 2; j++) {
+        float expo = (float)(2 * j) / (float)m->w.head_dim;
         m->rope_freq[j] = 1.0f / powf(h->rope_theta, expo);
     }
 
@@ -204,9 +211,9 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
 
 void model_unbind(struct needle_model *m) {
     tokenizer_free(m->tok);
-    free(m->arena);
+    free(m->w.arena);
     free(m->fp);
-    free(m->layers);
+    free(m->w.layers);
     free(m->rope_freq);
     cact_release(&m->file);
 }

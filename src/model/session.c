@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/chat.h"
-#include "backend/backend.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/struct_size.h"
@@ -36,7 +34,7 @@ needle_generate_params needle_generate_default_params(void) {
 
 /* Backend memory for `n` floats (zeroed); sets *failed on failure. */
 static float *alloc_floats(needle_session *s, size_t n, int *failed) {
-    float *p = s->ops->alloc(s, (n ? n : 1) * sizeof(float));
+    float *p = s->ops->alloc(&s->bk, (n ? n : 1) * sizeof(float));
     if (!p) *failed = 1;
     return p;
 }
@@ -44,19 +42,20 @@ static float *alloc_floats(needle_session *s, size_t n, int *failed) {
 void needle_session_free(needle_session *s) {
     if (!s) return;
     if (s->ops) {
-        float **bufs[] = {&s->kv_scales, &s->scores, &s->ev_hist, &s->lanes, &s->nx, &s->mix,
+        float **bufs[] = {&s->bk.kv_scales, &s->bk.scores, &s->ev_hist, &s->lanes, &s->nx, &s->mix,
                           &s->u, &s->bx, &s->h, &s->hr, &s->x2, &s->q, &s->k, &s->v,
                           &s->gate, &s->o, &s->attn, &s->eng_er, &s->eng_k, &s->eng_v,
                           &s->eng_vhat};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) s->ops->release(s, *bufs[i]);
-        s->ops->release(s, s->k_cache);
-        s->ops->release(s, s->v_cache);
-        s->ops->session_free(s);
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) s->ops->release(&s->bk, *bufs[i]);
+        s->ops->release(&s->bk, s->bk.k_cache);
+        s->ops->release(&s->bk, s->bk.v_cache);
+        s->ops->session_free(&s->bk);
     }
     free(s->logits);
     free(s->rope_cs);
     free(s->eng_slots);
-    chat_free(s->chat);
+    session_checkpoint_free(&s->base);
+    if (s->ext_free) s->ext_free(s->ext);
     free(s);
 }
 
@@ -71,26 +70,29 @@ static uint32_t kv_slots_for(uint32_t window, uint32_t n_sinks, uint32_t n_ctx) 
 static int kv_cache_alloc(needle_session *s, uint32_t slots) {
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
-    const size_t elems = (size_t)m->n_layers * slots * m->kv_dim + 1;
-    const size_t elem = s->kv_type == NEEDLE_KV_F32 ? 4 : s->kv_type == NEEDLE_KV_F16 ? 2 : 1;
-    const int int8 = s->kv_type == NEEDLE_KV_INT8;
-    void *k = ops->alloc(s, elems * elem), *v = ops->alloc(s, elems * elem);
-    float *scores = ops->alloc(s, ((size_t)m->n_heads * slots + 1) * sizeof(float));
-    float *scales = int8 ? ops->alloc(s, (2 * (size_t)m->n_layers * slots *
-                                          KV_SCALE_GROUPS(m->kv_dim) + 1) * sizeof(float))
+    const size_t elems = (size_t)m->w.n_layers * slots * m->w.kv_dim + 1;
+    const size_t elem = s->bk.kv_type == NEEDLE_KV_F32 ? 4 : s->bk.kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    const int int8 = s->bk.kv_type == NEEDLE_KV_INT8;
+    void *k = ops->alloc(&s->bk, elems * elem), *v = ops->alloc(&s->bk, elems * elem);
+    float *scores = ops->alloc(&s->bk, ((size_t)m->w.n_heads * slots + 1) * sizeof(float));
+    float *scales = int8 ? ops->alloc(&s->bk, (2 * (size_t)m->w.n_layers * slots *
+                                          KV_SCALE_GROUPS(m->w.kv_dim) + 1) * sizeof(float))
                          : NULL;
     if (!k || !v || !scores || (int8 && !scales)) {
-        ops->release(s, k); ops->release(s, v); ops->release(s, scores); ops->release(s, scales);
+        ops->release(&s->bk, k);
+        ops->release(&s->bk, v);
+        ops->release(&s->bk, scores);
+        ops->release(&s->bk, scales);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory for a KV cache of %u "
                            "positions", slots);
     }
-    ops->release(s, s->k_cache); ops->release(s, s->v_cache);
-    ops->release(s, s->scores); ops->release(s, s->kv_scales);
-    s->k_cache = k;
-    s->v_cache = v;
-    s->scores = scores;
-    s->kv_scales = scales;
-    s->kv_slots = slots;
+    ops->release(&s->bk, s->bk.k_cache); ops->release(&s->bk, s->bk.v_cache);
+    ops->release(&s->bk, s->bk.scores); ops->release(&s->bk, s->bk.kv_scales);
+    s->bk.k_cache = k;
+    s->bk.v_cache = v;
+    s->bk.scores = scores;
+    s->bk.kv_scales = scales;
+    s->bk.kv_slots = slots;
     return NEEDLE_OK;
 }
 
@@ -120,26 +122,30 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     if (!s) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session_create: out of memory");
     s->m = m;
     s->n_ctx = n_ctx;
-    s->window = window;
-    s->n_sinks = p.n_sinks;
-    s->kv_type = p.kv_type;
-    s->chunk = DEFAULT_CHUNK;
-    s->n_threads = m->n_threads;
-    int rc = ops->session_init(s);
+    s->bk.m = &m->w;
+    s->bk.device_weights = m->device_weights;
+    s->bk.window = window;
+    s->bk.n_sinks = p.n_sinks;
+    s->bk.kv_type = p.kv_type;
+    s->bk.chunk = DEFAULT_CHUNK;
+    s->bk.n_threads = m->n_threads;
+    int rc = ops->session_init(&s->bk);
     if (rc) {
         free(s);
         return rc;
     }
     s->ops = ops;
-    const size_t d = m->d, nl = m->n_lanes, C = s->chunk, A = m->attn_dim, kvd = m->kv_dim;
+    const size_t d = m->w.d, nl = m->w.n_lanes, C = s->bk.chunk;
+    const size_t A = m->w.attn_dim, kvd = m->w.kv_dim;
     int failed = kv_cache_alloc(s, kv_slots_for(window, p.n_sinks, n_ctx)) != NEEDLE_OK;
 
-    size_t h_ld = m->layers[0].q_proj.cols_pad, o_ld = m->layers[0].out_proj.cols_pad;
-    size_t e_ld = m->n_sites ? m->sites[0].key_proj.cols_pad : 1;
-    s->ev_ring = (m->taps - 1) * m->dilation + 1;
-    if (m->n_sites) s->ev_hist = alloc_floats(s, (size_t)m->n_sites * s->ev_ring * d, &failed);
+    size_t h_ld = m->w.layers[0].q_proj.cols_pad, o_ld = m->w.layers[0].out_proj.cols_pad;
+    size_t e_ld = m->w.n_sites ? m->w.sites[0].key_proj.cols_pad : 1;
+    s->bk.ev_ring = (m->w.taps - 1) * m->w.dilation + 1;
+    if (m->w.n_sites)
+        s->ev_hist = alloc_floats(s, (size_t)m->w.n_sites * s->bk.ev_ring * d, &failed);
     s->lanes = alloc_floats(s, C * nl * d, &failed);
-    s->nx = alloc_floats(s, C * m->phi_pre.cols_pad, &failed);
+    s->nx = alloc_floats(s, C * m->w.phi_pre.cols_pad, &failed);
     s->mix = alloc_floats(s, C * (2 * nl + nl * nl), &failed);
     s->u = alloc_floats(s, C * d, &failed);
     s->bx = alloc_floats(s, C * d, &failed);
@@ -153,14 +159,14 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     s->o = alloc_floats(s, C * o_ld, &failed);
     s->attn = alloc_floats(s, C * d, &failed);
     s->eng_er = alloc_floats(s, C * e_ld, &failed);
-    s->eng_k = alloc_floats(s, (size_t)m->n_sites * C * d, &failed);
-    s->eng_v = alloc_floats(s, (size_t)m->n_sites * C * d, &failed);
+    s->eng_k = alloc_floats(s, (size_t)m->w.n_sites * C * d, &failed);
+    s->eng_v = alloc_floats(s, (size_t)m->w.n_sites * C * d, &failed);
     s->eng_vhat = alloc_floats(s, C * d, &failed);
     /* host memory */
-    s->logits = calloc(m->vocab, sizeof(float));
-    s->rope_cs = calloc(C * m->head_dim, sizeof(float));
+    s->logits = calloc(m->w.vocab, sizeof(float));
+    s->rope_cs = calloc(C * m->w.head_dim, sizeof(float));
     /* engram header fields are only validated (and meaningful) when there are sites */
-    s->eng_slots = calloc(m->n_sites ? C * m->n_tables : 1, sizeof(uint32_t));
+    s->eng_slots = calloc(m->w.n_sites ? C * m->w.n_tables : 1, sizeof(uint32_t));
     if (!s->logits || !s->rope_cs || !s->eng_slots) failed = 1;
     if (failed) {
         needle_session_free(s);
@@ -180,26 +186,137 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     return session_create_with_ops(m, params, ops, out);
 }
 
-void session_save_engram(needle_session *s, float *host) {
+/* Bytes of the engram ring (0 without engram sites). */
+static size_t engram_ring_bytes(const needle_session *s) {
     const struct needle_model *m = s->m;
-    if (m->n_sites)
-        s->ops->download(s, host, s->ev_hist, (size_t)m->n_sites * s->ev_ring * m->d * sizeof(float));
+    return (size_t)m->w.n_sites * s->bk.ev_ring * m->w.d * sizeof(float);
 }
 
-void session_restore_engram(needle_session *s, const float *host) {
-    const struct needle_model *m = s->m;
-    if (m->n_sites)
-        s->ops->upload(s, s->ev_hist, host, (size_t)m->n_sites * s->ev_ring * m->d * sizeof(float));
+/* Host bytes of the KV cache rows of one position: K and V (and their int8 scales) of
+ * every layer. */
+static size_t kv_position_bytes(const backend_ctx *b) {
+    const size_t elem = b->kv_type == NEEDLE_KV_F32 ? 4 : b->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    size_t row = b->m->kv_dim * elem;
+    if (b->kv_type == NEEDLE_KV_INT8) row += KV_SCALE_GROUPS(b->m->kv_dim) * sizeof(float);
+    return 2 * (size_t)b->m->n_layers * row;
 }
 
+/* Copies the cache rows of positions [first, first + n) to host (save) or back. Their
+ * slots are consecutive but for the wrap of the ring, so this is a few copies per layer. */
+static void kv_copy_rows(needle_session *s, uint8_t *host, uint32_t first, uint32_t n, int save) {
+    const backend_ctx *b = &s->bk;
+    const uint32_t kvd = b->m->kv_dim, groups = KV_SCALE_GROUPS(kvd);
+    const size_t elem = b->kv_type == NEEDLE_KV_F32 ? 4 : b->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    const size_t row = kvd * elem;
+    for (uint32_t done = 0; done < n;) {
+        const uint32_t slot = nm_kv_slot(first + done, b->n_sinks, b->window);
+        uint32_t run = n - done;
+        if (b->window && slot + run > b->n_sinks + b->window) run = b->n_sinks + b->window - slot;
+        for (uint32_t layer = 0; layer < b->m->n_layers; layer++)
+            for (int which = 0; which < 2; which++) {
+                const size_t at = (size_t)layer * b->kv_slots + slot;
+                void *cache = (uint8_t *)(which ? b->v_cache : b->k_cache) + at * row;
+                if (save) s->ops->download(&s->bk, host, cache, run * row);
+                else s->ops->upload(&s->bk, cache, host, run * row);
+                host += run * row;
+                if (b->kv_type != NEEDLE_KV_INT8) continue;
+                float *sc = b->kv_scales +
+                            ((size_t)which * b->m->n_layers * b->kv_slots + at) * groups;
+                const size_t sb = (size_t)run * groups * sizeof(float);
+                if (save) s->ops->download(&s->bk, host, sc, sb);
+                else s->ops->upload(&s->bk, sc, host, sb);
+                host += sb;
+            }
+        done += run;
+    }
+}
+
+int session_checkpoint_save(needle_session *s, session_checkpoint *cp, uint32_t horizon) {
+    const size_t bytes = engram_ring_bytes(s);
+    if (bytes && !cp->engram) {
+        cp->engram = malloc(bytes);
+        if (!cp->engram)
+            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for a checkpoint");
+    }
+    /* Ring rows the state at pos attends to, [oldest, pos), that the next `horizon`
+     * positions may overwrite: position y's slot is reused by y + window. */
+    const uint32_t window = s->bk.window, sinks = s->bk.n_sinks, pos = s->pos;
+    uint32_t first = 0, rows = 0;
+    if (window && pos > sinks && (uint64_t)pos + horizon > window) {
+        first = pos + 1 > window && pos + 1 - window > sinks ? pos + 1 - window : sinks;
+        const uint64_t end64 = (uint64_t)pos + horizon - window;
+        const uint32_t end = end64 < pos ? (uint32_t)end64 : pos;
+        rows = end > first ? end - first : 0;
+    }
+    const size_t kv_bytes = rows * kv_position_bytes(&s->bk);
+    if (kv_bytes > cp->kv_cap) {
+        uint8_t *kv = realloc(cp->kv, kv_bytes);
+        if (!kv)
+            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for a checkpoint "
+                               "of %u KV positions", rows);
+        cp->kv = kv;
+        cp->kv_cap = kv_bytes;
+    }
+    cp->pos = pos;
+    cp->horizon = horizon;
+    cp->kv_first = first;
+    cp->kv_rows = rows;
+    memcpy(cp->history, s->history, sizeof cp->history);
+    if (bytes) s->ops->download(&s->bk, cp->engram, s->ev_hist, bytes);
+    if (rows) kv_copy_rows(s, cp->kv, first, rows, 1);
+    return NEEDLE_OK;
+}
+
+int session_checkpoint_restore(needle_session *s, const session_checkpoint *cp) {
+    if (cp->pos > s->pos || s->pos - cp->pos > cp->horizon)
+        return needle_fail(NEEDLE_ERR_STATE, "session: cannot return to position %u from %u: "
+                           "the checkpoint covers %u positions", cp->pos, s->pos, cp->horizon);
+    s->pos = cp->pos;
+    s->has_logits = 0;
+    memcpy(s->history, cp->history, sizeof s->history);
+    const size_t bytes = engram_ring_bytes(s);
+    if (bytes) s->ops->upload(&s->bk, s->ev_hist, cp->engram, bytes);
+    if (cp->kv_rows) kv_copy_rows(s, cp->kv, cp->kv_first, cp->kv_rows, 0);
+    return NEEDLE_OK;
+}
+
+void session_checkpoint_free(session_checkpoint *cp) {
+    if (!cp) return;
+    free(cp->engram);
+    free(cp->kv);
+    memset(cp, 0, sizeof *cp);
+}
+
+int session_set_base(needle_session *s) {
+    int rc = session_checkpoint_save(s, &s->base, UINT32_MAX);
+    s->has_base = rc == NEEDLE_OK;
+    return rc;
+}
+
+void session_set_extension(needle_session *s, void *ext, void (*on_reset)(void *ext),
+                           void (*free_fn)(void *ext)) {
+    if (s->ext_free) s->ext_free(s->ext);
+    s->ext = ext;
+    s->ext_on_reset = on_reset;
+    s->ext_free = free_fn;
+}
+
+void *session_extension(const needle_session *s) { return s ? s->ext : NULL; }
+const struct needle_model *session_model(const needle_session *s) { return s->m; }
+uint32_t session_context_length(const needle_session *s) { return s->n_ctx; }
+uint32_t session_window(const needle_session *s) { return s->bk.window; }
+needle_session_stats *session_stats(needle_session *s) { return &s->stats; }
+
+/* The base covers any number of later positions (its KV rows that a window could drop
+ * are in the checkpoint), so returning to it only fails when the session was re-laid. */
 void needle_session_reset(needle_session *s) {
     if (!s) return;
-    if (s->chat) {
-        chat_rewind(s);
-        return;
+    if (!s->has_base || session_checkpoint_restore(s, &s->base) != NEEDLE_OK) {
+        s->has_base = 0;
+        s->pos = 0;
+        s->has_logits = 0;
     }
-    s->pos = 0;
-    s->has_logits = 0;
+    if (s->ext_on_reset) s->ext_on_reset(s->ext);
 }
 
 int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
@@ -217,15 +334,16 @@ int session_configure_sinks(needle_session *s, uint32_t n_sinks) {
     if (n_sinks > s->n_ctx)
         return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "%u sink positions exceed the %u-position "
                            "context", n_sinks, s->n_ctx);
-    const uint32_t slots = kv_slots_for(s->window, n_sinks, s->n_ctx);
-    if (slots > s->kv_slots) {
+    const uint32_t slots = kv_slots_for(s->bk.window, n_sinks, s->n_ctx);
+    if (slots > s->bk.kv_slots) {
         int rc = kv_cache_alloc(s, slots);
         if (rc) return rc;
     }
-    s->kv_slots = slots;
-    s->n_sinks = n_sinks;
+    s->bk.kv_slots = slots;
+    s->bk.n_sinks = n_sinks;
     s->pos = 0;
     s->has_logits = 0;
+    s->has_base = 0;
     return NEEDLE_OK;
 }
 
@@ -240,9 +358,9 @@ static int check_tokens(const needle_session *s, const int32_t *tokens, size_t n
         return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "%zu tokens do not fit: position %u of a "
                            "%u-position context", n, s->pos, s->n_ctx);
     for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->m->vocab)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->m->w.vocab)
             return needle_fail(NEEDLE_ERR_INVALID_TOKEN, "token %d at index %zu is outside "
-                               "[0, %u)", tokens[i], i, s->m->vocab);
+                               "[0, %u)", tokens[i], i, s->m->w.vocab);
     return NEEDLE_OK;
 }
 
@@ -253,9 +371,9 @@ int needle_session_eval(needle_session *s, const int32_t *tokens, size_t n, floa
     if (n == 0) return NEEDLE_OK;
     int rc = check_tokens(s, tokens, n);
     if (rc) return rc;
-    if (logits && cap / s->m->vocab < n)
+    if (logits && cap / s->m->w.vocab < n)
         return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "session_eval: logits buffer holds %zu "
-                           "floats, %zu needed", cap, n * (size_t)s->m->vocab);
+                           "floats, %zu needed", cap, n * (size_t)s->m->w.vocab);
     rc = session_run(s, tokens, (uint32_t)n, logits, 1);
     if (rc == NEEDLE_OK) needle_clear_error();
     return rc;
@@ -311,7 +429,7 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
     uint64_t rng = p.seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
     size_t produced = 0;
     while (p.max_new_tokens == 0 || produced < p.max_new_tokens) {
-        int32_t tok = session_pick_token(s->logits, NULL, s->m->vocab, p.temperature, &rng);
+        int32_t tok = session_pick_token(s->logits, NULL, s->m->w.vocab, p.temperature, &rng);
         if (tok == NEEDLE_TOKEN_EOS) break;
         if (produced >= cap) {
             *n_out = produced;
@@ -325,4 +443,11 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
     *n_out = produced;
     if (rc == NEEDLE_OK) needle_clear_error();
     return rc;
+}
+
+int needle_session_get_stats(const needle_session *s, needle_session_stats *out) {
+    if (!s || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
+    needle_session_stats full = s->stats;
+    full.size = sizeof full;
+    return struct_size_out(out, &full, sizeof full, "get_stats: needle_session_stats");
 }

@@ -3,43 +3,52 @@
  * Everything is allocated in session_create; the forward pass allocates nothing. Tokens
  * are processed in chunks of up to `chunk` positions: matrix products run over the whole
  * chunk (each weight row is decoded once per chunk), attention and the engram conv run
- * token by token in order, so ring buffers can never be overwritten before use.
+ * token by token in order, so ring buffers can never be overwritten before use. The KV
+ * cache and its layout live in the backend context `bk` (backend/backend.h), which is all
+ * the backend operations see of a session.
  *
- * KV cache layout, per layer: `n_sinks` pinned slots for positions [0, n_sinks), then a
- * ring of `window` slots for later positions (slot n_sinks + (p - n_sinks) % window); with
- * no window the ring is the whole context. */
+ * Layers above (agent/) use the functions below, never the fields: they can run tokens,
+ * save and restore a checkpoint, set the base that needle_session_reset returns to, and
+ * attach one extension (their own state, freed with the session).
+ *
+ * Two ways back, two names:
+ *   - needle_session_reset: back to the session's base, the state a layer above pinned
+ *     with session_set_base (the end of a tools prefix), or position 0 if none was pinned.
+ *   - session_checkpoint_restore: back to an earlier checkpoint (the start of a turn
+ *     that failed), saved with the number of positions it must survive. */
 #ifndef NEEDLE_MODEL_SESSION_H
 #define NEEDLE_MODEL_SESSION_H
 
+#include "backend/backend.h"
 #include "model/model.h"
 #include "needle.h"
 
 #define SESSION_HISTORY 32u /* token history ring; must exceed the largest n-gram order */
 
+/* A saved conversation state: what is needed, besides the KV entries still in the cache,
+ * to continue from an earlier position. */
+typedef struct session_checkpoint {
+    uint32_t pos;
+    uint32_t horizon;   /* later positions after which it can still be restored */
+    int32_t history[SESSION_HISTORY];
+    float *engram;      /* host copy of the engram ring, [n_sites][ev_ring][d]; NULL if none */
+    uint8_t *kv;        /* host copy of the KV rows of [kv_first, kv_first + kv_rows) */
+    size_t kv_cap;
+    uint32_t kv_first, kv_rows;
+} session_checkpoint;
+
 struct needle_session {
     const struct needle_model *m;
     const struct needle_backend_ops *ops; /* the model's backend (backend/backend.h) */
-    void *dev;          /* the backend's per-session state (threads, streams, scratch) */
+    backend_ctx bk;     /* what the ops see: weights, backend state, KV cache, engram ring */
     uint32_t n_ctx;     /* positions allowed */
-    uint32_t window;    /* 0 = full causal attention */
-    uint32_t n_sinks;
-    uint32_t kv_slots;  /* per layer */
-    int32_t kv_type;
-    uint32_t chunk;     /* tokens per forward chunk */
-    int32_t n_threads;  /* CPU threads asked for (model n_threads; 0 = NEEDLE_THREADS/cores) */
 
     uint32_t pos;       /* next absolute position */
     int has_logits;
     int32_t history[SESSION_HISTORY];
 
     /* Below: backend memory (ops->alloc), never dereferenced by shared code. */
-    /* KV cache: [layer][slot][kv_dim] in the session's kv_type */
-    void *k_cache, *v_cache;
-    float *kv_scales;   /* int8 cache: [2][layer][slot][KV_SCALE_GROUPS(kv_dim)] */
-    float *scores;      /* [n_heads][kv_slots] attention scratch */
-
-    /* engram: pre-conv values of the last `ev_ring` positions, [site][ring][d] */
-    uint32_t ev_ring;
+    /* engram: pre-conv values of the last `bk.ev_ring` positions, [site][ring][d] */
     float *ev_hist;
 
     /* chunk activations (sizes in session.c) */
@@ -59,13 +68,15 @@ struct needle_session {
     float *rope_cs;     /* [chunk][head_dim]: cos | sin per position */
     uint32_t *eng_slots; /* [chunk][n_tables] engram table slots */
 
-    struct chat *chat;  /* tools, grammar and cached prefix; NULL for token-level use */
+    int has_base;       /* needle_session_reset restores `base` (else position 0) */
+    session_checkpoint base;
+
+    /* one extension of a layer above (agent/chat.c): its state, told about resets */
+    void *ext;
+    void (*ext_on_reset)(void *ext);
+    void (*ext_free)(void *ext);
     needle_session_stats stats;
 };
-
-#define KV_SCALE_GROUP 32u
-/* int8 scale groups per cache row of `kvd` values (the last group may be partial) */
-#define KV_SCALE_GROUPS(kvd) (((kvd) + KV_SCALE_GROUP - 1) / KV_SCALE_GROUP)
 
 /* Runs tokens[0:n] at positions pos..pos+n-1; writes [n][vocab] logits to `all_logits` if
  * non-NULL, and always leaves the last position's logits in s->logits. */
@@ -78,21 +89,45 @@ int session_run(struct needle_session *s, const int32_t *tokens, uint32_t n, flo
                 int want_logits);
 
 /* Re-lays the KV cache for `n_sinks` pinned positions (reallocating it if it must grow).
- * Only valid at position 0; the conversation is reset. */
+ * The conversation restarts at position 0 and the base is dropped. */
 int session_configure_sinks(struct needle_session *s, uint32_t n_sinks);
 
-/* Among the tokens with allowed[v] != 0 (all when allowed is NULL): the argmax (ties to
- * the lowest id) at temperature 0, else a seeded softmax sample. -1 if none is allowed. */
 /* needle_session_create with the operations `ops` instead of the model's backend's (the
  * backend-vs-CPU tests run other implementations of the same interface). */
 int session_create_with_ops(const struct needle_model *m, const needle_session_params *params,
                             const struct needle_backend_ops *ops, struct needle_session **out);
 
-/* Copies the engram ring to or from host memory `host` (n_sites * ev_ring * d floats),
- * for the chat prefix snapshot. */
-void session_save_engram(struct needle_session *s, float *host);
-void session_restore_engram(struct needle_session *s, const float *host);
+/* Saves the current state into cp (zero-initialize cp before its first save), to be
+ * restorable after up to `horizon` more positions: with a sliding window, the KV rows
+ * this state attends to that those positions would overwrite are copied to host memory
+ * (none when the conversation stays within the window). 0 or NEEDLE_ERR_OUT_OF_MEMORY. */
+int session_checkpoint_save(struct needle_session *s, session_checkpoint *cp, uint32_t horizon);
 
+/* Returns the session to cp, saved earlier in the same run of positions (the session has
+ * only moved forward since, by at most cp->horizon). The logits are dropped. Fails with
+ * NEEDLE_ERR_STATE, leaving the session unchanged, otherwise. */
+int session_checkpoint_restore(struct needle_session *s, const session_checkpoint *cp);
+void session_checkpoint_free(session_checkpoint *cp);
+
+/* Pins the current state as the base needle_session_reset returns to, whatever follows
+ * (a tools prefix, agent/chat.c, is pinned as sinks first, so nothing needs copying). */
+int session_set_base(struct needle_session *s);
+
+/* Attaches `ext` (replacing and freeing the previous one): on_reset (optional) runs after
+ * every needle_session_reset, free_fn (optional) with the session or the next extension. */
+void session_set_extension(struct needle_session *s, void *ext, void (*on_reset)(void *ext),
+                           void (*free_fn)(void *ext));
+void *session_extension(const struct needle_session *s);
+
+/* Read access for the layers above. */
+const struct needle_model *session_model(const struct needle_session *s);
+uint32_t session_context_length(const struct needle_session *s);
+uint32_t session_window(const struct needle_session *s);
+/* The counters, for a layer above to add its own (grammar time, decode steps). */
+needle_session_stats *session_stats(struct needle_session *s);
+
+/* Among the tokens with allowed[v] != 0 (all when allowed is NULL): the argmax (ties to
+ * the lowest id) at temperature 0, else a seeded softmax sample. -1 if none is allowed. */
 int32_t session_pick_token(const float *logits, const uint8_t *allowed, uint32_t vocab,
                            float temperature, uint64_t *rng);
 

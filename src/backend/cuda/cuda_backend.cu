@@ -31,7 +31,6 @@
 
 extern "C" {
 #include "backend/backend.h"
-#include "model/session.h"
 #include "util/error.h"
 }
 
@@ -49,8 +48,8 @@ struct cuda_weights {
     size_t arena_floats;
 };
 
-static const cuda_weights *weights_of(const struct needle_session *s) {
-    return (const cuda_weights *)s->m->device_weights;
+static const cuda_weights *weights_of(const backend_ctx *s) {
+    return (const cuda_weights *)s->device_weights;
 }
 
 /* The device address of host weight pointer p (inside the image or the float arena). */
@@ -64,11 +63,11 @@ static const void *dev_ptr(const cuda_weights *w, const void *p) {
     return NULL;
 }
 
-static const float *devf(const struct needle_session *s, const float *p) {
+static const float *devf(const backend_ctx *s, const float *p) {
     return (const float *)dev_ptr(weights_of(s), p);
 }
 
-static dcq to_dcq(const struct needle_session *s, const cq_matrix *m) {
+static dcq to_dcq(const backend_ctx *s, const cq_matrix *m) {
     const cuda_weights *w = weights_of(s);
     dcq d;
     d.codes = (const uint8_t *)dev_ptr(w, m->codes);
@@ -98,31 +97,31 @@ struct cuda_session {
     int32_t *argmax;    /* [chunk] */
 };
 
-static cuda_session *cs_of(const struct needle_session *s) { return (cuda_session *)s->dev; }
+static cuda_session *cs_of(const backend_ctx *s) { return (cuda_session *)s->dev; }
 
-static void note(struct needle_session *s, cudaError_t e) {
+static void note(backend_ctx *s, cudaError_t e) {
     cuda_session *c = cs_of(s);
     if (e != cudaSuccess && c->error == cudaSuccess) c->error = e;
 }
 
-static void after_launch(struct needle_session *s) { note(s, cudaGetLastError()); }
+static void after_launch(backend_ctx *s) { note(s, cudaGetLastError()); }
 
 /* ---- ops ------------------------------------------------------------------------------------- */
 
 static size_t fbytes(uint32_t n) { return (size_t)n * sizeof(float); }
 
-static void cu_upload(struct needle_session *s, void *dst, const void *src, size_t bytes) {
+static void cu_upload(backend_ctx *s, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     note(s, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cs_of(s)->stream));
 }
 
-static void cu_download(struct needle_session *s, void *dst, const void *src, size_t bytes) {
+static void cu_download(backend_ctx *s, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     note(s, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cs_of(s)->stream));
     note(s, cudaStreamSynchronize(cs_of(s)->stream));
 }
 
-static void *cu_alloc(struct needle_session *s, size_t bytes) {
+static void *cu_alloc(backend_ctx *s, size_t bytes) {
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -135,13 +134,13 @@ static void *cu_alloc(struct needle_session *s, size_t bytes) {
     return p;
 }
 
-static void cu_release(struct needle_session *s, void *p) {
+static void cu_release(backend_ctx *s, void *p) {
     if (!p) return;
     cudaStreamSynchronize(cs_of(s)->stream);
     cudaFree(p);
 }
 
-static void cu_session_free(struct needle_session *s) {
+static void cu_session_free(backend_ctx *s) {
     cuda_session *c = cs_of(s);
     if (!c) return;
     cudaStreamSynchronize(c->stream);
@@ -152,9 +151,9 @@ static void cu_session_free(struct needle_session *s) {
     s->dev = NULL;
 }
 
-static int cu_session_init(struct needle_session *s) {
-    const struct needle_model *m = s->m;
-    if (!m->device_weights)
+static int cu_session_init(backend_ctx *s) {
+    const model_weights *m = s->m;
+    if (!s->device_weights)
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: the model's weights are not on the device");
     if (m->n_lanes > MAX_LANES)
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: %u lanes exceed %u", m->n_lanes, MAX_LANES);
@@ -186,16 +185,16 @@ static int cu_session_init(struct needle_session *s) {
  * 48 KiB are opted in at model load. */
 static size_t smem(uint32_t n) { return (size_t)n * sizeof(float); }
 
-static void cu_embed(struct needle_session *s, const int32_t *tokens, uint32_t n, float *lanes) {
+static void cu_embed(backend_ctx *s, const int32_t *tokens, uint32_t n, float *lanes) {
     cuda_session *c = cs_of(s);
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     cu_upload(s, c->tokens, tokens, n * sizeof(int32_t));
     dcq emb = to_dcq(s, &m->embedding);
     k_embed<<<n, NT, smem(emb.cols_pad), c->stream>>>(emb, c->tokens, m->d, m->n_lanes, lanes);
     after_launch(s);
 }
 
-static void cu_matmul(struct needle_session *s, const float *xr, size_t ld_x, uint32_t ntok,
+static void cu_matmul(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
                       const cq_job *jobs, uint32_t njobs) {
     cuda_session *c = cs_of(s);
     for (uint32_t j = 0; j < njobs; j++) {
@@ -208,10 +207,10 @@ static void cu_matmul(struct needle_session *s, const float *xr, size_t ld_x, ui
     }
 }
 
-static void cu_engram_gather(struct needle_session *s, const engram_site *es,
+static void cu_engram_gather(backend_ctx *s, const engram_site *es,
                              const uint32_t *slots, uint32_t n, float *er) {
     cuda_session *c = cs_of(s);
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     cu_upload(s, c->slots, slots, (size_t)n * m->n_tables * sizeof(uint32_t));
     dcq tables = to_dcq(s, &es->tables), key = to_dcq(s, &es->key_proj);
     dim3 grid(n, m->n_tables);
@@ -222,10 +221,10 @@ static void cu_engram_gather(struct needle_session *s, const engram_site *es,
     after_launch(s);
 }
 
-static void cu_engram_conv(struct needle_session *s, const engram_site *es, float *ring,
+static void cu_engram_conv(backend_ctx *s, const engram_site *es, float *ring,
                            const float *vhat, uint32_t p0, uint32_t n, float *ev) {
     cuda_session *c = cs_of(s);
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     k_engram_conv<<<n, NT, 0, c->stream>>>(devf(s, es->taps), m->taps, m->dilation, ring,
                                            s->ev_ring, vhat, p0, m->d, ev);
     after_launch(s);
@@ -234,17 +233,18 @@ static void cu_engram_conv(struct needle_session *s, const engram_site *es, floa
     after_launch(s);
 }
 
-static void cu_lane_norm(struct needle_session *s, const float *lanes, uint32_t n, float *nx) {
-    const struct needle_model *m = s->m;
+static void cu_lane_norm(backend_ctx *s, const float *lanes, uint32_t n, float *nx) {
+    const model_weights *m = s->m;
     dcq phi = to_dcq(s, &m->phi_pre);
     k_lane_norm<<<n, NT, smem(phi.cols_pad), cs_of(s)->stream>>>(phi, lanes, m->n_lanes * m->d, nx);
     after_launch(s);
 }
 
-static void cu_lane_read(struct needle_session *s, uint32_t li, uint32_t n, const float *lanes,
+static void cu_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *lanes,
                          const float *mix, const float *ek, const float *ev, float *u, float *bx,
-                         float *hr) {
-    const struct needle_model *m = s->m;
+                         float *h, float *hr) {
+    (void)h; /* ZC(bx) stays in the block's shared memory */
+    const model_weights *m = s->m;
     const layer_weights *l = &m->layers[li];
     const uint32_t nl = m->n_lanes;
     lane_read_args a;
@@ -261,11 +261,11 @@ static void cu_lane_read(struct needle_session *s, uint32_t li, uint32_t n, cons
     after_launch(s);
 }
 
-static void cu_attention(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n,
+static void cu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
                          const float *rope_cs, float *q, float *k, const float *v,
                          const float *gate, float *o) {
     cuda_session *c = cs_of(s);
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const layer_weights *l = &m->layers[li];
     const uint32_t hd = m->head_dim, A = m->attn_dim, kvd = m->kv_dim;
     cu_upload(s, c->rope, rope_cs, (size_t)n * hd * sizeof(float));
@@ -298,27 +298,27 @@ static void cu_attention(struct needle_session *s, uint32_t li, uint32_t p0, uin
     after_launch(s);
 }
 
-static void cu_attn_residual(struct needle_session *s, uint32_t li, uint32_t n, float *attn,
+static void cu_attn_residual(backend_ctx *s, uint32_t li, uint32_t n, float *attn,
                              const float *bx, float *x, float *h) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const layer_weights *l = &m->layers[li];
     k_attn_residual<<<n, NT, smem(m->d), cs_of(s)->stream>>>(
         attn, bx, x, h, devf(s, l->post_norm), devf(s, l->pre_hada), l->attn_gate, m->d);
     after_launch(s);
 }
 
-static void cu_hadamard_mlp(struct needle_session *s, uint32_t li, uint32_t n, const float *h,
+static void cu_hadamard_mlp(backend_ctx *s, uint32_t li, uint32_t n, const float *h,
                             float *out) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const layer_weights *l = &m->layers[li];
     k_hadamard<<<n, NT, smem(m->hada_n), cs_of(s)->stream>>>(h, out, devf(s, l->d1), devf(s, l->d2),
                                                              devf(s, l->d3), m->d, m->hada_n);
     after_launch(s);
 }
 
-static void cu_lane_write(struct needle_session *s, uint32_t li, uint32_t n, const float *mix,
+static void cu_lane_write(backend_ctx *s, uint32_t li, uint32_t n, const float *mix,
                           const float *x, float *mlp, const float *u, float *lanes) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const uint32_t nl = m->n_lanes;
     lane_write_args a;
     a.a_post = devf(s, m->a_post + li);
@@ -333,10 +333,10 @@ static void cu_lane_write(struct needle_session *s, uint32_t li, uint32_t n, con
     after_launch(s);
 }
 
-static void cu_logits(struct needle_session *s, const float *lanes, uint32_t count, float *out,
+static void cu_logits(backend_ctx *s, const float *lanes, uint32_t count, float *out,
                       int32_t *argmax) {
     cuda_session *c = cs_of(s);
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     dcq emb = to_dcq(s, &m->embedding);
     k_final<<<count, NT, smem(emb.cols_pad), c->stream>>>(emb, lanes, devf(s, m->final_norm), m->d,
                                                           m->n_lanes, c->out_rot);
@@ -351,7 +351,7 @@ static void cu_logits(struct needle_session *s, const float *lanes, uint32_t cou
     if (argmax) cu_download(s, argmax, c->argmax, count * sizeof(int32_t));
 }
 
-static int cu_finish(struct needle_session *s) {
+static int cu_finish(backend_ctx *s) {
     cuda_session *c = cs_of(s);
     note(s, cudaStreamSynchronize(c->stream));
     cudaError_t e = c->error;
@@ -363,41 +363,41 @@ static int cu_finish(struct needle_session *s) {
 
 /* ---- model weights ------------------------------------------------------------------------------ */
 
-static void cu_model_unload(struct needle_model *m) {
-    cuda_weights *w = (cuda_weights *)m->device_weights;
+static void cu_model_unload(void *device_weights) {
+    cuda_weights *w = (cuda_weights *)device_weights;
     if (!w) return;
     cudaFree(w->image);
     cudaFree(w->arena);
     cudaFree(w->codebooks);
     delete w;
-    m->device_weights = NULL;
 }
 
-static int cu_model_load(struct needle_model *m) {
+static int cu_model_load(const model_weights *m, void **device_weights) {
+    *device_weights = NULL;
     cuda_weights *w = new (std::nothrow) cuda_weights();
     if (!w) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "cuda: out of memory");
-    m->device_weights = w;
     w->host_image = m->image;
     w->image_size = m->image_size;
     w->host_arena = m->arena;
     w->arena_floats = m->arena_floats;
     cudaError_t e = cudaMalloc((void **)&w->image, m->image_size ? m->image_size : 1);
     if (e == cudaSuccess) e = cudaMalloc((void **)&w->arena, fbytes(m->arena_floats ? (uint32_t)m->arena_floats : 1));
-    if (e == cudaSuccess) e = cudaMalloc((void **)&w->codebooks, sizeof m->file.codebooks);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&w->codebooks, m->codebooks_bytes);
     if (e == cudaSuccess) e = cudaMemcpy(w->image, m->image, m->image_size, cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
         e = cudaMemcpy(w->arena, m->arena, m->arena_floats * sizeof(float), cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
-        e = cudaMemcpy(w->codebooks, m->file.codebooks, sizeof m->file.codebooks, cudaMemcpyHostToDevice);
+        e = cudaMemcpy(w->codebooks, m->codebooks, m->codebooks_bytes, cudaMemcpyHostToDevice);
     /* kernels whose shared vector may pass the default 48 KiB */
     const size_t big = smem(m->phi_pre.cols_pad);
     if (e == cudaSuccess && big > 48 * 1024)
         e = cudaFuncSetAttribute(k_lane_norm, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)big);
     if (e != cudaSuccess) {
-        cu_model_unload(m);
+        cu_model_unload(w);
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: cannot upload the weights (%zu bytes): %s",
                            m->image_size, cudaGetErrorString(e));
     }
+    *device_weights = w;
     return NEEDLE_OK;
 }
 

@@ -8,6 +8,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "kernels/nmath.h"
+
 #define NT 256u     /* threads per block */
 #define MM_TOK 8u   /* tokens per matmul block row */
 #define MAX_LANES 64u
@@ -22,8 +24,6 @@ struct dcq {
 };
 
 /* ---- device helpers ------------------------------------------------------------------------ */
-
-__device__ __forceinline__ float sigmoid_d(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 __device__ __forceinline__ float h2f(uint16_t u) { return __half2float(__ushort_as_half(u)); }
 
@@ -107,7 +107,7 @@ __device__ void zc_shared(float *buf, const float *scale, uint32_t n, float *red
     float ss = 0.0f;
     for (uint32_t k = threadIdx.x; k < n; k += blockDim.x) ss += buf[k] * buf[k];
     ss = block_sum(ss, red);
-    const float rms = sqrtf(ss / (float)n + 1e-6f);
+    const float rms = sqrtf(ss / (float)n + NM_NORM_EPS);
     for (uint32_t k = threadIdx.x; k < n; k += blockDim.x) buf[k] = (1.0f + scale[k]) * buf[k] / rms;
     __syncthreads();
 }
@@ -219,7 +219,7 @@ __global__ void k_lane_norm(dcq phi, const float *lanes, uint32_t nd, float *nx)
         ss += X[k] * X[k];
     }
     ss = block_sum(ss, red);
-    const float inv = 1.0f / sqrtf(ss / (float)nd + 1e-6f);
+    const float inv = 1.0f / sqrtf(ss / (float)nd + NM_NORM_EPS);
     for (uint32_t k = threadIdx.x; k < nd; k += blockDim.x) sh[k] *= inv;
     __syncthreads();
     rotate_out(sh, phi, nx + (size_t)blockIdx.x * phi.cols_pad);
@@ -242,8 +242,7 @@ __global__ void k_lane_read(lane_read_args a, dcq wq, const float *lanes, const 
     const float *mix = mix_all + (size_t)i * a.mix_ld, *X = lanes + (size_t)i * a.nl * d;
     if (threadIdx.x < a.nl) {
         const uint32_t r = threadIdx.x;
-        const float off = r == a.my_lane ? 4.0f : -4.0f;
-        w[r] = sigmoid_d(a.a_pre[0] * mix[r] + a.b_pre[r] + off);
+        w[r] = nm_sigmoid(a.a_pre[0] * mix[r] + a.b_pre[r] + nm_lane_pre_offset(r, a.my_lane));
     }
     __syncthreads();
     float *u = u_all + (size_t)i * d, *bx = bx_all + (size_t)i * d;
@@ -261,11 +260,12 @@ __global__ void k_lane_read(lane_read_args a, dcq wq, const float *lanes, const 
         for (uint32_t c = threadIdx.x; c < d; c += blockDim.x) sk += ek[c] * ek[c];
         su = block_sum(su, red);
         sk = block_sum(sk, red);
-        const float iu = 1.0f / sqrtf(su / (float)d + 1e-6f), ik = 1.0f / sqrtf(sk / (float)d + 1e-6f);
+        const float iu = 1.0f / sqrtf(su / (float)d + NM_NORM_EPS);
+        const float ik = 1.0f / sqrtf(sk / (float)d + NM_NORM_EPS);
         float dot = 0.0f;
         for (uint32_t c = threadIdx.x; c < d; c += blockDim.x) dot += (sh[c] * iu) * (ek[c] * ik);
         dot = block_sum(dot, red);
-        const float alpha = sigmoid_d(dot / sqrtf((float)d));
+        const float alpha = nm_sigmoid(dot / sqrtf((float)d));
         for (uint32_t c = threadIdx.x; c < d; c += blockDim.x) sh[c] += alpha * ev[c];
     }
     __syncthreads();
@@ -289,9 +289,9 @@ __global__ void k_qk_norm_rope(float *q, float *k, const float *q_norm, const fl
     const uint32_t half = hd / 2;
     const float *cs = rope + (size_t)i * hd;
     for (uint32_t j = threadIdx.x; j < half; j += blockDim.x) {
-        const float a = sh[j], b = sh[j + half];
-        z[j] = a * cs[j] - b * cs[half + j];
-        z[j + half] = b * cs[j] + a * cs[half + j];
+        const nm_pair r = nm_rope_pair(sh[j], sh[j + half], cs[j], cs[half + j]);
+        z[j] = r.a;
+        z[j + half] = r.b;
     }
 }
 
@@ -302,9 +302,7 @@ struct kv_args {
 };
 
 __device__ __forceinline__ uint32_t kv_slot_d(const kv_args &a, uint32_t p) {
-    if (p < a.n_sinks) return p;
-    if (a.window) return a.n_sinks + (p - a.n_sinks) % a.window;
-    return p;
+    return nm_kv_slot(p, a.n_sinks, a.window);
 }
 
 __device__ __forceinline__ float kv_get(const kv_args &a, int which, uint32_t slot, uint32_t c) {
@@ -353,12 +351,8 @@ __global__ void k_attend(kv_args a, const float *q, uint32_t t, uint32_t hd, uin
     __shared__ float red[NT / 32];
     const uint32_t head = blockIdx.x, b = head / reps;
     const float inv_scale = 1.0f / sqrtf((float)hd);
-    uint32_t first = a.n_sinks;
-    if (a.window && t + 1 > a.window && t + 1 - a.window > first) first = t + 1 - a.window;
-    const uint32_t n_sink = a.n_sinks < t + 1 ? a.n_sinks : t + 1;
-    /* sinks [0, n_sink), then the window tail [tail0, t]; the tail is empty while the
-     * sinks reach past t */
-    const uint32_t tail0 = first > n_sink ? first : n_sink;
+    const nm_span span = nm_attention_span(t, a.n_sinks, a.window);
+    const uint32_t n_sink = span.n_sink, tail0 = span.tail0;
     const uint32_t n_pos = n_sink + (tail0 <= t ? t + 1 - tail0 : 0);
     const float *qa = q + (size_t)head * hd;
     float *sc = scores + (size_t)head * a.slots;
@@ -396,7 +390,7 @@ __global__ void k_gate_rotate(dcq wo, float *o, const float *gate, uint32_t A) {
     const uint32_t i = blockIdx.x;
     float *oi = o + (size_t)i * wo.cols_pad;
     const float *g = gate + (size_t)i * A;
-    for (uint32_t c = threadIdx.x; c < A; c += blockDim.x) sh[c] = oi[c] * sigmoid_d(g[c]);
+    for (uint32_t c = threadIdx.x; c < A; c += blockDim.x) sh[c] = oi[c] * nm_sigmoid(g[c]);
     rotate_out(sh, wo, oi);
 }
 
@@ -409,7 +403,7 @@ __global__ void k_attn_residual(float *attn, const float *bx, float *x, float *h
     const size_t off = (size_t)blockIdx.x * d;
     for (uint32_t c = threadIdx.x; c < d; c += blockDim.x) sh[c] = attn[off + c];
     zc_shared(sh, post_norm, d, red);
-    const float gate = sigmoid_d(attn_gate);
+    const float gate = nm_sigmoid(attn_gate);
     for (uint32_t c = threadIdx.x; c < d; c += blockDim.x) {
         attn[off + c] = sh[c];
         const float xv = bx[off + c] + gate * sh[c];
@@ -431,7 +425,7 @@ __global__ void k_hadamard(const float *h, float *out, const float *d1, const fl
     fwht_groups(z, N, N);
     for (uint32_t k = threadIdx.x; k < N; k += blockDim.x) {
         const float a = d2[k] * (z[k] * scale);
-        z[k] = a * sigmoid_d(a);
+        z[k] = a * nm_sigmoid(a);
     }
     fwht_groups(z, N, N);
     for (uint32_t k = threadIdx.x; k < d; k += blockDim.x) out[off + k] = d3[k] * (z[k] * scale);
@@ -451,29 +445,12 @@ __global__ void k_lane_write(lane_write_args a, const float *mix_all, const floa
     const float *mix = mix_all + (size_t)i * a.mix_ld;
     if (threadIdx.x == 0) {
         for (uint32_t r = 0; r < nl; r++) {
-            const float off = r == a.my_lane ? 0.0f : -4.0f;
-            hpost[r] = 2.0f * sigmoid_d(a.a_post[0] * mix[nl + r] + a.b_post[r] + off);
+            hpost[r] = NM_LANE_POST_GAIN *
+                       nm_sigmoid(a.a_post[0] * mix[nl + r] + a.b_post[r] +
+                                  nm_lane_post_offset(r, a.my_lane));
         }
         for (uint32_t k = 0; k < nl * nl; k++) P[k] = a.a_res[0] * mix[2 * nl + k] + a.b_res[k];
-        for (int it = 0; it < 20; it++) {
-            for (uint32_t r = 0; r < nl; r++) {
-                float m = P[r * nl];
-                for (uint32_t c = 1; c < nl; c++) m = fmaxf(m, P[r * nl + c]);
-                float sum = 0.0f;
-                for (uint32_t c = 0; c < nl; c++) sum += expf(P[r * nl + c] - m);
-                const float lse = m + logf(sum);
-                for (uint32_t c = 0; c < nl; c++) P[r * nl + c] -= lse;
-            }
-            for (uint32_t c = 0; c < nl; c++) {
-                float m = P[c];
-                for (uint32_t r = 1; r < nl; r++) m = fmaxf(m, P[r * nl + c]);
-                float sum = 0.0f;
-                for (uint32_t r = 0; r < nl; r++) sum += expf(P[r * nl + c] - m);
-                const float lse = m + logf(sum);
-                for (uint32_t r = 0; r < nl; r++) P[r * nl + c] -= lse;
-            }
-        }
-        for (uint32_t k = 0; k < nl * nl; k++) P[k] = expf(P[k]);
+        nm_sinkhorn(P, nl); /* one thread: n <= MAX_LANES */
     }
     __syncthreads();
     const size_t off = (size_t)i * d;

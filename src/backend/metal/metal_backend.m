@@ -18,7 +18,6 @@
 
 #include "backend/metal/metal_ops.h"
 #include "metal_source.h" /* generated: nk_metal_source */
-#include "model/session.h"
 #include "util/error.h"
 
 /* ---- process-wide device and pipelines ------------------------------------------------ */
@@ -86,7 +85,8 @@ static id<MTLDevice> device(void) {
 @implementation NKWeights
 @end
 
-int nk_dev_model_load(struct needle_model *m) {
+int nk_dev_model_load(const model_weights *m, void **device_weights) {
+    *device_weights = NULL;
     id<MTLDevice> dev = device();
     if (!dev) return needle_fail(NEEDLE_ERR_BACKEND, "metal: %s", g_init_error);
     NKWeights *w = [NKWeights new];
@@ -95,9 +95,9 @@ int nk_dev_model_load(struct needle_model *m) {
     w->image_size = m->image_size;
     w->host_arena = m->arena;
     w->arena_bytes = (m->arena_floats ? m->arena_floats : 1) * sizeof(float);
-    w->host_codebooks = &m->file.codebooks[0][0];
+    w->host_codebooks = m->codebooks;
     /* a page-aligned mapping can be wrapped in place (its last page is mapped whole) */
-    if (m->mapping && ((uintptr_t)m->image % page) == 0) {
+    if (m->image_mapped && ((uintptr_t)m->image % page) == 0) {
         size_t len = (m->image_size + page - 1) / page * page;
         w->image = [dev newBufferWithBytesNoCopy:(void *)m->image
                                           length:len
@@ -109,21 +109,20 @@ int nk_dev_model_load(struct needle_model *m) {
                                    options:MTLResourceStorageModeShared];
     w->arena = [dev newBufferWithBytes:m->arena length:w->arena_bytes
                                options:MTLResourceStorageModeShared];
-    w->codebooks = [dev newBufferWithBytes:&m->file.codebooks[0][0]
-                                    length:sizeof m->file.codebooks
+    w->codebooks = [dev newBufferWithBytes:m->codebooks
+                                    length:m->codebooks_bytes
                                    options:MTLResourceStorageModeShared];
     if (!w->image || !w->arena || !w->codebooks)
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "metal: cannot place the weights (%zu "
                            "bytes)", m->image_size);
-    m->device_weights = (__bridge_retained void *)w;
+    *device_weights = (__bridge_retained void *)w;
     return NEEDLE_OK;
 }
 
-void nk_dev_model_unload(struct needle_model *m) {
-    if (!m->device_weights) return;
-    NKWeights *w = (__bridge_transfer NKWeights *)m->device_weights;
+void nk_dev_model_unload(void *device_weights) {
+    if (!device_weights) return;
+    NKWeights *w = (__bridge_transfer NKWeights *)device_weights;
     (void)w; /* released at the end of scope */
-    m->device_weights = NULL;
 }
 
 /* ---- per-session state ---------------------------------------------------------------------- */
@@ -135,29 +134,29 @@ void nk_dev_model_unload(struct needle_model *m) {
     id<MTLComputeCommandEncoder> enc;
     NSMutableArray<id<MTLBuffer>> *buffers; /* everything nk_dev_alloc handed out */
     id<MTLBuffer> dummy;                    /* bound where a kernel takes no buffer */
-    const struct needle_model *model;
+    void *device_weights;                   /* the model's NKWeights */
     int error;
 }
 @end
 @implementation NKSession
 @end
 
-int nk_dev_session_init(struct needle_session *s, void **dev_out) {
+int nk_dev_session_init(backend_ctx *s, void **dev_out) {
     id<MTLDevice> dev = device();
     if (!dev) return needle_fail(NEEDLE_ERR_BACKEND, "metal: %s", g_init_error);
-    if (!s->m->device_weights)
+    if (!s->device_weights)
         return needle_fail(NEEDLE_ERR_BACKEND, "metal: the model's weights are not loaded");
     NKSession *S = [NKSession new];
     S->queue = [dev newCommandQueue];
     S->buffers = [NSMutableArray new];
     S->dummy = [dev newBufferWithLength:16 options:MTLResourceStorageModeShared];
-    S->model = s->m;
+    S->device_weights = s->device_weights;
     if (!S->queue || !S->dummy) return needle_fail(NEEDLE_ERR_BACKEND, "metal: no command queue");
     *dev_out = (__bridge_retained void *)S;
     return NEEDLE_OK;
 }
 
-void nk_dev_session_free(struct needle_session *s, void *dev) {
+void nk_dev_session_free(backend_ctx *s, void *dev) {
     (void)s;
     NKSession *S = (__bridge_transfer NKSession *)dev;
     nk_dev_sync((__bridge void *)S);
@@ -194,7 +193,7 @@ static id<MTLBuffer> resolve(NKSession *S, const void *p, NSUInteger *offset) {
             return buf;
         }
     }
-    NKWeights *w = (__bridge NKWeights *)S->model->device_weights;
+    NKWeights *w = (__bridge NKWeights *)S->device_weights;
     if (b >= w->host_image && b < w->host_image + w->image_size) {
         *offset = (NSUInteger)(b - w->host_image);
         return w->image;
@@ -212,7 +211,7 @@ static id<MTLBuffer> resolve(NKSession *S, const void *p, NSUInteger *offset) {
     return nil;
 }
 
-void nk_dev_dispatch(void *dev, const struct needle_model *m, int id, const nk_args *a,
+void nk_dev_dispatch(void *dev, const model_weights *m, int id, const nk_args *a,
                      void *const buf[NK_BUFFERS], const float *wf) {
     (void)m;
     NKSession *S = (__bridge NKSession *)dev;

@@ -20,20 +20,21 @@ static const nk_kernel_fn kernels[NK_K_COUNT] = {
 
 static int dummy_state;
 
-int nk_dev_model_load(struct needle_model *m) {
+int nk_dev_model_load(const model_weights *m, void **device_weights) {
     (void)m; /* the kernels read the host weights directly */
+    *device_weights = NULL;
     return NEEDLE_OK;
 }
 
-void nk_dev_model_unload(struct needle_model *m) { (void)m; }
+void nk_dev_model_unload(void *device_weights) { (void)device_weights; }
 
-int nk_dev_session_init(struct needle_session *s, void **dev) {
+int nk_dev_session_init(backend_ctx *s, void **dev) {
     (void)s;
     *dev = &dummy_state;
     return NEEDLE_OK;
 }
 
-void nk_dev_session_free(struct needle_session *s, void *dev) {
+void nk_dev_session_free(backend_ctx *s, void *dev) {
     (void)s;
     (void)dev;
 }
@@ -48,7 +49,7 @@ void nk_dev_release(void *dev, void *p) {
     free(p);
 }
 
-void nk_dev_dispatch(void *dev, const struct needle_model *m, int id, const nk_args *a,
+void nk_dev_dispatch(void *dev, const model_weights *m, int id, const nk_args *a,
                      void *const buf[NK_BUFFERS], const float *wf) {
     (void)dev;
     (void)m;

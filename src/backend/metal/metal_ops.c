@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "backend/metal/metal_ops.h"
-#include "model/session.h"
 #include "util/error.h"
 
 typedef struct nk_session {
@@ -29,7 +28,7 @@ typedef struct nk_session {
     int error;          /* first device error, reported by finish */
 } nk_session;
 
-static nk_session *ns_of(const struct needle_session *s) { return (nk_session *)s->dev; }
+static nk_session *ns_of(const backend_ctx *s) { return (nk_session *)s->dev; }
 
 static nk_cq to_nk(const cq_matrix *w) {
     nk_cq c;
@@ -45,11 +44,11 @@ static nk_cq to_nk(const cq_matrix *w) {
 }
 
 /* Offset of a float tensor of the model's arena (the kernels' `wf`). */
-static uint32_t wf_off(const struct needle_session *s, const float *p) {
+static uint32_t wf_off(const backend_ctx *s, const float *p) {
     return (uint32_t)(p - s->m->arena);
 }
 
-static void run(struct needle_session *s, int id, nk_args *a, uint32_t n_items, void *b0,
+static void run(backend_ctx *s, int id, nk_args *a, uint32_t n_items, void *b0,
                 void *b1, void *b2, void *b3, void *b4, void *b5, void *b6, void *b7) {
     if (!n_items) return;
     a->n_items = n_items;
@@ -57,7 +56,7 @@ static void run(struct needle_session *s, int id, nk_args *a, uint32_t n_items, 
     nk_dev_dispatch(ns_of(s)->dev, s->m, id, a, buf, s->m->arena);
 }
 
-static void sync_now(struct needle_session *s) {
+static void sync_now(backend_ctx *s) {
     nk_session *ns = ns_of(s);
     int rc = nk_dev_sync(ns->dev);
     if (rc && !ns->error) ns->error = rc;
@@ -74,25 +73,25 @@ static nk_args args0(void) {
 
 /* ---- session state ----------------------------------------------------------------------- */
 
-static void *mt_alloc(struct needle_session *s, size_t bytes) {
+static void *mt_alloc(backend_ctx *s, size_t bytes) {
     return nk_dev_alloc(ns_of(s)->dev, bytes);
 }
 
-static void mt_release(struct needle_session *s, void *p) {
+static void mt_release(backend_ctx *s, void *p) {
     if (p) nk_dev_release(ns_of(s)->dev, p);
 }
 
-static void mt_upload(struct needle_session *s, void *dst, const void *src, size_t bytes) {
+static void mt_upload(backend_ctx *s, void *dst, const void *src, size_t bytes) {
     sync_now(s);
     if (bytes) memcpy(dst, src, bytes);
 }
 
-static void mt_download(struct needle_session *s, void *dst, const void *src, size_t bytes) {
+static void mt_download(backend_ctx *s, void *dst, const void *src, size_t bytes) {
     sync_now(s);
     if (bytes) memcpy(dst, src, bytes);
 }
 
-static void mt_session_free(struct needle_session *s) {
+static void mt_session_free(backend_ctx *s) {
     nk_session *ns = ns_of(s);
     if (!ns) return;
     if (ns->dev) {
@@ -109,8 +108,8 @@ static void mt_session_free(struct needle_session *s) {
 
 static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
-static int mt_session_init(struct needle_session *s) {
-    const struct needle_model *m = s->m;
+static int mt_session_init(backend_ctx *s) {
+    const model_weights *m = s->m;
     nk_session *ns = calloc(1, sizeof *ns);
     if (!ns) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "metal: out of memory");
     s->dev = ns;
@@ -147,9 +146,9 @@ static int mt_session_init(struct needle_session *s) {
 
 /* ---- operations ------------------------------------------------------------------------- */
 
-static void mt_embed(struct needle_session *s, const int32_t *tokens, uint32_t n, float *lanes) {
+static void mt_embed(backend_ctx *s, const int32_t *tokens, uint32_t n, float *lanes) {
     nk_session *ns = ns_of(s);
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     mt_upload(s, ns->tokens, tokens, n * sizeof(int32_t));
     nk_args a = args0();
     a.w = to_nk(&m->embedding);
@@ -160,7 +159,7 @@ static void mt_embed(struct needle_session *s, const int32_t *tokens, uint32_t n
     run(s, NK_K_embed, &a, n, CQ_BUFS(&m->embedding), ns->tokens, lanes, ns->scratch, NULL, NULL);
 }
 
-static void mt_matmul(struct needle_session *s, const float *xr, size_t ld_x, uint32_t ntok,
+static void mt_matmul(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
                       const cq_job *jobs, uint32_t njobs) {
     for (uint32_t j = 0; j < njobs; j++) {
         nk_args a = args0();
@@ -175,10 +174,10 @@ static void mt_matmul(struct needle_session *s, const float *xr, size_t ld_x, ui
     }
 }
 
-static void mt_engram_gather(struct needle_session *s, const engram_site *es,
+static void mt_engram_gather(backend_ctx *s, const engram_site *es,
                              const uint32_t *slots, uint32_t n, float *er) {
     nk_session *ns = ns_of(s);
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     mt_upload(s, ns->slots, slots, (size_t)n * m->n_tables * sizeof(uint32_t));
     nk_args a = args0();
     a.w = to_nk(&es->tables);
@@ -195,9 +194,9 @@ static void mt_engram_gather(struct needle_session *s, const engram_site *es,
     run(s, NK_K_rotate_rows, &r, n, ns->e, er, NULL, NULL, NULL, NULL, NULL, NULL);
 }
 
-static void mt_engram_conv(struct needle_session *s, const engram_site *es, float *ring,
+static void mt_engram_conv(backend_ctx *s, const engram_site *es, float *ring,
                            const float *vhat, uint32_t p0, uint32_t n, float *ev) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     nk_args a = args0();
     a.d = m->d;
     a.p0 = p0;
@@ -212,8 +211,8 @@ static void mt_engram_conv(struct needle_session *s, const engram_site *es, floa
         NULL);
 }
 
-static void mt_lane_norm(struct needle_session *s, const float *lanes, uint32_t n, float *nx) {
-    const struct needle_model *m = s->m;
+static void mt_lane_norm(backend_ctx *s, const float *lanes, uint32_t n, float *nx) {
+    const model_weights *m = s->m;
     nk_args a = args0();
     a.w = to_nk(&m->phi_pre);
     a.d = m->d;
@@ -221,10 +220,10 @@ static void mt_lane_norm(struct needle_session *s, const float *lanes, uint32_t 
     run(s, NK_K_lane_norm, &a, n, (void *)lanes, nx, NULL, NULL, NULL, NULL, NULL, NULL);
 }
 
-static void mt_lane_read(struct needle_session *s, uint32_t li, uint32_t n, const float *lanes,
+static void mt_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *lanes,
                          const float *mix, const float *ek, const float *ev, float *u, float *bx,
-                         float *hr) {
-    const struct needle_model *m = s->m;
+                         float *h, float *hr) {
+    const model_weights *m = s->m;
     const uint32_t nl = m->n_lanes;
     nk_args a = args0();
     a.w = to_nk(&m->layers[li].q_proj);
@@ -236,15 +235,14 @@ static void mt_lane_read(struct needle_session *s, uint32_t li, uint32_t n, cons
     a.o_a = wf_off(s, m->a_pre + li);
     a.o_b = wf_off(s, m->b_pre + (size_t)li * nl);
     a.o_c = wf_off(s, m->layers[li].norm_in);
-    run(s, NK_K_lane_read, &a, n, (void *)lanes, (void *)mix, (void *)ek, (void *)ev, u, bx, s->h,
-        hr);
+    run(s, NK_K_lane_read, &a, n, (void *)lanes, (void *)mix, (void *)ek, (void *)ev, u, bx, h, hr);
 }
 
-static void mt_attention(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n,
+static void mt_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
                          const float *rope_cs, float *q, float *k, const float *v,
                          const float *gate, float *o) {
     nk_session *ns = ns_of(s);
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const layer_weights *l = &m->layers[li];
     const uint32_t hd = m->head_dim, A = m->attn_dim, kvd = m->kv_dim;
     if (ns->rope_src != rope_cs || ns->rope_p0 != p0 || ns->rope_n != n || li == 0) {
@@ -284,7 +282,7 @@ static void mt_attention(struct needle_session *s, uint32_t li, uint32_t p0, uin
     run(s, NK_K_gate_rotate, &g, n, o, (void *)gate, NULL, NULL, NULL, NULL, NULL, NULL);
 }
 
-static void mt_attn_residual(struct needle_session *s, uint32_t li, uint32_t n, float *attn,
+static void mt_attn_residual(backend_ctx *s, uint32_t li, uint32_t n, float *attn,
                              const float *bx, float *x, float *h) {
     const layer_weights *l = &s->m->layers[li];
     nk_args a = args0();
@@ -295,7 +293,7 @@ static void mt_attn_residual(struct needle_session *s, uint32_t li, uint32_t n, 
     run(s, NK_K_attn_residual, &a, n, attn, (void *)bx, x, h, NULL, NULL, NULL, NULL);
 }
 
-static void mt_hadamard_mlp(struct needle_session *s, uint32_t li, uint32_t n, const float *h,
+static void mt_hadamard_mlp(backend_ctx *s, uint32_t li, uint32_t n, const float *h,
                             float *out) {
     const layer_weights *l = &s->m->layers[li];
     nk_args a = args0();
@@ -308,9 +306,9 @@ static void mt_hadamard_mlp(struct needle_session *s, uint32_t li, uint32_t n, c
     run(s, NK_K_hadamard, &a, n, (void *)h, out, ns_of(s)->scratch, NULL, NULL, NULL, NULL, NULL);
 }
 
-static void mt_lane_write(struct needle_session *s, uint32_t li, uint32_t n, const float *mix,
+static void mt_lane_write(backend_ctx *s, uint32_t li, uint32_t n, const float *mix,
                           const float *x, float *mlp, const float *u, float *lanes) {
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     const uint32_t nl = m->n_lanes;
     nk_args a = args0();
     a.d = m->d;
@@ -326,10 +324,10 @@ static void mt_lane_write(struct needle_session *s, uint32_t li, uint32_t n, con
         ns_of(s)->scratch, NULL, NULL);
 }
 
-static void mt_logits(struct needle_session *s, const float *lanes, uint32_t count, float *out,
+static void mt_logits(backend_ctx *s, const float *lanes, uint32_t count, float *out,
                       int32_t *argmax) {
     nk_session *ns = ns_of(s);
-    const struct needle_model *m = s->m;
+    const model_weights *m = s->m;
     nk_args a = args0();
     a.w = to_nk(&m->embedding);
     a.d = m->d;
@@ -349,7 +347,7 @@ static void mt_logits(struct needle_session *s, const float *lanes, uint32_t cou
     if (argmax) memcpy(argmax, ns->argmax, count * sizeof(int32_t));
 }
 
-static int mt_finish(struct needle_session *s) {
+static int mt_finish(backend_ctx *s) {
     nk_session *ns = ns_of(s);
     sync_now(s);
     int rc = ns->error;

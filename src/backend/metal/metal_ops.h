@@ -28,15 +28,15 @@ enum nk_kernel_id {
 #define NK_BUFFERS 9 /* b0..b8; wf is passed separately */
 
 /* ---- the device layer ------------------------------------------------------------------- */
-int nk_dev_model_load(struct needle_model *m);
-void nk_dev_model_unload(struct needle_model *m);
-int nk_dev_session_init(struct needle_session *s, void **dev);
-void nk_dev_session_free(struct needle_session *s, void *dev);
+int nk_dev_model_load(const model_weights *m, void **device_weights);
+void nk_dev_model_unload(void *device_weights);
+int nk_dev_session_init(backend_ctx *s, void **dev);
+void nk_dev_session_free(backend_ctx *s, void *dev);
 void *nk_dev_alloc(void *dev, size_t bytes);       /* zeroed, host-visible */
 void nk_dev_release(void *dev, void *p);
 /* Queues kernel `id` over a->n_items threads with buffers buf[0..8] (NULL = unused) and
  * the float arena wf. */
-void nk_dev_dispatch(void *dev, const struct needle_model *m, int id, const nk_args *a,
+void nk_dev_dispatch(void *dev, const model_weights *m, int id, const nk_args *a,
                      void *const buf[NK_BUFFERS], const float *wf);
 /* Waits for everything queued; 0 or a negative needle_status for a device error. */
 int nk_dev_sync(void *dev);

@@ -10,6 +10,10 @@
 #ifndef NEEDLE_METAL_NK_KERNELS_H
 #define NEEDLE_METAL_NK_KERNELS_H
 
+#ifndef NK_SINGLE_SOURCE /* the Metal library's single source holds nmath.h before this */
+#include "kernels/nmath.h"
+#endif
+
 /* A CQ matrix's geometry (its codes, norms and codebook come as buffers). */
 typedef struct nk_cq {
     uint rows, cols, cols_pad, group, ngroups, bits, row_bytes, unused;
@@ -45,8 +49,6 @@ typedef struct nk_args {
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-NK_FN float nk_sigmoid(float z) { return 1.0f / (1.0f + NK_EXP(-z)); }
-
 /* Code k of a packed row (LSB-first streams). */
 NK_FN uint nk_code(NK_DEVICE const uchar *row, uint bits, uint k) {
     if (bits == 4u) return ((uint)row[k >> 1] >> ((k & 1u) * 4u)) & 15u;
@@ -58,17 +60,6 @@ NK_FN uint nk_code(NK_DEVICE const uchar *row, uint bits, uint k) {
     return ((uint)row[k >> 2] >> ((k & 3u) * 2u)) & 3u; /* 2 bits, ternary crumbs */
 }
 
-/* In-place unnormalised Walsh-Hadamard transform, n a power of two (fwht()). */
-NK_FN void nk_fwht(NK_DEVICE float *x, uint n) {
-    for (uint h = 1; h < n; h <<= 1)
-        for (uint i = 0; i < n; i += h << 1)
-            for (uint j = i; j < i + h; j++) {
-                float p = x[j], q = x[j + h];
-                x[j] = p + q;
-                x[j + h] = p - q;
-            }
-}
-
 /* xr[0:cols_pad] = per-group H_G [x, 0...] / sqrt(G) (cq_rotate); xr may equal x. */
 NK_FN void nk_rotate(nk_cq w, NK_DEVICE const float *x, NK_DEVICE float *xr) {
     const float scale = 1.0f / NK_SQRT((float)w.group);
@@ -77,7 +68,7 @@ NK_FN void nk_rotate(nk_cq w, NK_DEVICE const float *x, NK_DEVICE float *xr) {
     for (uint k = w.cols; k < w.cols_pad; k++) xr[k] = 0.0f;
     for (uint g = 0; g < w.ngroups; g++) {
         NK_DEVICE float *v = xr + g * w.group;
-        nk_fwht(v, w.group);
+        nm_fwht(v, w.group);
         for (uint k = 0; k < w.group; k++) v[k] *= scale;
     }
 }
@@ -92,28 +83,14 @@ NK_FN void nk_dequant_raw(nk_cq w, NK_DEVICE const uchar *codes, NK_DEVICE const
         const float norm = NK_HALF_TO_FLOAT(nr[g]);
         NK_DEVICE float *v = tmp + g * w.group;
         for (uint k = 0; k < w.group; k++) v[k] = cb[nk_code(row, w.bits, g * w.group + k)] * norm;
-        nk_fwht(v, w.group);
+        nm_fwht(v, w.group);
     }
-}
-
-NK_FN float nk_mean_square(NK_DEVICE const float *x, uint n) {
-    float ss = 0.0f;
-    for (uint i = 0; i < n; i++) ss += x[i] * x[i];
-    return ss / (float)n;
-}
-
-/* ZC(x; s) with s in wf; out may alias x. */
-NK_FN void nk_zc(NK_DEVICE const float *x, NK_DEVICE const float *s, uint n, NK_DEVICE float *out) {
-    const float rms = NK_SQRT(nk_mean_square(x, n) + 1e-6f);
-    for (uint i = 0; i < n; i++) out[i] = (1.0f + s[i]) * x[i] / rms;
 }
 
 /* ---- KV cache ---------------------------------------------------------------------------- */
 
 NK_FN uint nk_kv_slot(NK_CONST const nk_args *a, uint p) {
-    if (p < a->n_sinks) return p;
-    if (a->window) return a->n_sinks + (p - a->n_sinks) % a->window;
-    return p;
+    return nm_kv_slot(p, a->n_sinks, a->window);
 }
 
 NK_FN ulong nk_kv_row(NK_CONST const nk_args *a, uint slot) {
@@ -216,8 +193,7 @@ NK_FN void nk_lane_norm(NK_PARAMS) {
     const uint nd = a->nl * a->d;
     NK_DEVICE const float *X = NK_F(b0) + (ulong)gid * nd;
     NK_DEVICE float *out = NK_F(b1) + (ulong)gid * a->w.cols_pad;
-    const float inv = 1.0f / NK_SQRT(nk_mean_square(X, nd) + 1e-6f);
-    for (uint k = 0; k < nd; k++) out[k] = X[k] * inv;
+    nm_rms_unit(X, nd, out);
     nk_rotate(a->w, out, out);
 }
 
@@ -230,22 +206,21 @@ NK_FN void nk_lane_read(NK_PARAMS) {
     NK_DEVICE float *u = NK_F(b4) + (ulong)gid * d, *bx = NK_F(b5) + (ulong)gid * d;
     for (uint k = 0; k < d; k++) u[k] = 0.0f;
     for (uint r = 0; r < nl; r++) {
-        const float off = r == a->my_lane ? 4.0f : -4.0f;
-        const float wr = nk_sigmoid(wf[a->o_a] * mix[r] + wf[a->o_b + r] + off);
+        const float wr = nm_sigmoid(wf[a->o_a] * mix[r] + wf[a->o_b + r] +
+                                    nm_lane_pre_offset(r, a->my_lane));
         for (uint k = 0; k < d; k++) u[k] += wr * X[r * d + k];
     }
     for (uint k = 0; k < d; k++) bx[k] = u[k];
     if (a->has_site) {
         NK_DEVICE const float *ek = NK_F(b2) + (ulong)gid * d, *ev = NK_F(b3) + (ulong)gid * d;
-        const float iu = 1.0f / NK_SQRT(nk_mean_square(u, d) + 1e-6f);
-        const float ik = 1.0f / NK_SQRT(nk_mean_square(ek, d) + 1e-6f);
+        const float iu = nm_rms_inv(u, d), ik = nm_rms_inv(ek, d);
         float dot = 0.0f;
         for (uint k = 0; k < d; k++) dot += (u[k] * iu) * (ek[k] * ik);
-        const float alpha = nk_sigmoid(dot / NK_SQRT((float)d));
+        const float alpha = nm_sigmoid(dot / NK_SQRT((float)d));
         for (uint k = 0; k < d; k++) bx[k] += alpha * ev[k];
     }
     NK_DEVICE float *h = NK_F(b6) + (ulong)gid * d;
-    nk_zc(bx, wf + a->o_c, d, h);
+    nm_zc_norm(bx, wf + a->o_c, d, h);
     nk_rotate(a->w, h, NK_F(b7) + (ulong)gid * a->w.cols_pad);
 }
 
@@ -253,16 +228,11 @@ NK_FN void nk_lane_read(NK_PARAMS) {
  * gid: i * (H + KV) + head; normalises and rotates one head in place. */
 NK_FN void nk_qk_norm_rope(NK_PARAMS) {
     const uint heads = a->H + a->kvd / a->hd, i = gid / heads, head = gid % heads;
-    const uint hd = a->hd, hh = hd / 2u;
+    const uint hd = a->hd;
     NK_DEVICE float *z = head < a->H ? NK_F(b0) + (ulong)i * a->A + head * hd
                                      : NK_F(b1) + (ulong)i * a->kvd + (head - a->H) * hd;
-    nk_zc(z, wf + (head < a->H ? a->o_a : a->o_b), hd, z);
-    NK_DEVICE const float *cs = NK_F(b2) + (ulong)i * hd;
-    for (uint j = 0; j < hh; j++) {
-        const float p = z[j], q = z[j + hh];
-        z[j] = p * cs[j] - q * cs[hh + j];
-        z[j + hh] = q * cs[j] + p * cs[hh + j];
-    }
+    nm_zc_norm(z, wf + (head < a->H ? a->o_a : a->o_b), hd, z);
+    nm_rope(z, hd, NK_F(b2) + (ulong)i * hd);
 }
 
 /* b0 k cache, b1 v cache, b2 int8 scales, b3 k row, b4 v row: stores position t.
@@ -297,30 +267,21 @@ NK_FN void nk_kv_store(NK_PARAMS) {
 NK_FN void nk_attend(NK_PARAMS) {
     const uint head = gid, b = head / a->reps, hd = a->hd, t = a->t;
     const float inv_scale = 1.0f / NK_SQRT((float)hd);
-    uint first = a->n_sinks;
-    if (a->window && t + 1u > a->window && t + 1u - a->window > first) first = t + 1u - a->window;
-    const uint n_sink = a->n_sinks < t + 1u ? a->n_sinks : t + 1u;
-    const uint tail0 = first > n_sink ? first : n_sink;
+    const nm_span span = nm_attention_span(t, a->n_sinks, a->window);
+    const uint n_sink = span.n_sink, tail0 = span.tail0;
     NK_DEVICE const float *qa = NK_F(b3) + head * hd;
     NK_DEVICE float *sc = NK_F(b4) + (ulong)head * a->slots;
     uint n_pos = 0;
-    float mx = -INFINITY;
     for (uint pass = 0; pass < 2u; pass++) {
         const uint p_begin = pass ? tail0 : 0u, p_end = pass ? t + 1u : n_sink;
         for (uint p = p_begin; p < p_end; p++) {
             const uint slot = nk_kv_slot(a, p);
             float dot = 0.0f;
             for (uint c = 0; c < hd; c++) dot += qa[c] * nk_kv_get(a, b0, b2, 0u, slot, b * hd + c);
-            dot *= inv_scale;
-            sc[n_pos++] = dot;
-            mx = NK_FMAX(mx, dot);
+            sc[n_pos++] = dot * inv_scale;
         }
     }
-    float sum = 0.0f;
-    for (uint k = 0; k < n_pos; k++) {
-        sc[k] = NK_EXP(sc[k] - mx);
-        sum += sc[k];
-    }
+    const float sum = nm_softmax_exp(sc, n_pos);
     NK_DEVICE float *oa = NK_F(b5) + head * hd;
     for (uint c = 0; c < hd; c++) oa[c] = 0.0f;
     uint k = 0;
@@ -338,7 +299,7 @@ NK_FN void nk_attend(NK_PARAMS) {
 NK_FN void nk_gate_rotate(NK_PARAMS) {
     NK_DEVICE float *o = NK_F(b0) + (ulong)gid * a->w.cols_pad;
     NK_DEVICE const float *g = NK_F(b1) + (ulong)gid * a->A;
-    for (uint c = 0; c < a->A; c++) o[c] *= nk_sigmoid(g[c]);
+    for (uint c = 0; c < a->A; c++) o[c] *= nm_sigmoid(g[c]);
     nk_rotate(a->w, o, o);
 }
 
@@ -348,10 +309,10 @@ NK_FN void nk_attn_residual(NK_PARAMS) {
     const uint d = a->d;
     NK_DEVICE float *at = NK_F(b0) + (ulong)gid * d, *x = NK_F(b2) + (ulong)gid * d;
     NK_DEVICE const float *bx = NK_F(b1) + (ulong)gid * d;
-    const float gate = nk_sigmoid(a->f0);
-    nk_zc(at, wf + a->o_a, d, at);
+    const float gate = nm_sigmoid(a->f0);
+    nm_zc_norm(at, wf + a->o_a, d, at);
     for (uint k = 0; k < d; k++) x[k] = bx[k] + gate * at[k];
-    nk_zc(x, wf + a->o_b, d, NK_F(b3) + (ulong)gid * d);
+    nm_zc_norm(x, wf + a->o_b, d, NK_F(b3) + (ulong)gid * d);
 }
 
 /* b0 h [n][d], b1 out [n][d], b2 scratch; wf: o_a d1, o_b d2, o_c d3. gid: token. */
@@ -363,12 +324,12 @@ NK_FN void nk_hadamard(NK_PARAMS) {
     NK_DEVICE float *z = NK_F(b2) + (ulong)gid * a->scr_ld;
     NK_DEVICE const float *d1 = wf + a->o_a, *d2 = wf + a->o_b, *d3 = wf + a->o_c;
     for (uint i = 0; i < N; i++) z[i] = i < d ? d1[i] * h[i] : 0.0f;
-    nk_fwht(z, N);
+    nm_fwht(z, N);
     for (uint i = 0; i < N; i++) {
         const float v = d2[i] * (z[i] * scale);
-        z[i] = v * nk_sigmoid(v);
+        z[i] = v * nm_sigmoid(v);
     }
-    nk_fwht(z, N);
+    nm_fwht(z, N);
     for (uint i = 0; i < d; i++) out[i] = d3[i] * (z[i] * scale);
 }
 
@@ -382,29 +343,11 @@ NK_FN void nk_lane_write(NK_PARAMS) {
     NK_DEVICE const float *mix = NK_F(b0) + (ulong)gid * a->mix_ld;
     NK_DEVICE float *P = NK_F(b5) + (ulong)gid * a->scr_ld, *hpost = P + nl * nl, *old = hpost + nl;
     for (uint r = 0; r < nl; r++) {
-        const float off = r == a->my_lane ? 0.0f : -4.0f;
-        hpost[r] = 2.0f * nk_sigmoid(wf[a->o_a] * mix[nl + r] + wf[a->o_b + r] + off);
+        hpost[r] = NM_LANE_POST_GAIN * nm_sigmoid(wf[a->o_a] * mix[nl + r] + wf[a->o_b + r] +
+                                                  nm_lane_post_offset(r, a->my_lane));
     }
     for (uint k = 0; k < nl * nl; k++) P[k] = wf[a->o_c] * mix[2u * nl + k] + wf[a->o_d + k];
-    for (int it = 0; it < 20; it++) { /* log-space Sinkhorn: rows, then columns */
-        for (uint r = 0; r < nl; r++) {
-            float m = P[r * nl];
-            for (uint c = 1; c < nl; c++) m = NK_FMAX(m, P[r * nl + c]);
-            float sum = 0.0f;
-            for (uint c = 0; c < nl; c++) sum += NK_EXP(P[r * nl + c] - m);
-            const float lse = m + NK_LOG(sum);
-            for (uint c = 0; c < nl; c++) P[r * nl + c] -= lse;
-        }
-        for (uint c = 0; c < nl; c++) {
-            float m = P[c];
-            for (uint r = 1; r < nl; r++) m = NK_FMAX(m, P[r * nl + c]);
-            float sum = 0.0f;
-            for (uint r = 0; r < nl; r++) sum += NK_EXP(P[r * nl + c] - m);
-            const float lse = m + NK_LOG(sum);
-            for (uint r = 0; r < nl; r++) P[r * nl + c] -= lse;
-        }
-    }
-    for (uint k = 0; k < nl * nl; k++) P[k] = NK_EXP(P[k]);
+    nm_sinkhorn(P, nl);
     NK_DEVICE float *X = NK_F(b4) + (ulong)gid * nd;
     for (uint k = 0; k < nd; k++) old[k] = X[k];
     for (uint r = 0; r < nl; r++) {
@@ -427,7 +370,7 @@ NK_FN void nk_final(NK_PARAMS) {
         for (uint r = 0; r < nl; r++) acc += X[r * d + k];
         xbar[k] = acc / (float)nl;
     }
-    nk_zc(xbar, wf + a->o_a, d, xbar);
+    nm_zc_norm(xbar, wf + a->o_a, d, xbar);
     nk_rotate(a->w, xbar, NK_F(b1) + (ulong)gid * a->w.cols_pad);
 }
 

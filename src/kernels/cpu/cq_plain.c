@@ -4,17 +4,10 @@
 #include <string.h>
 
 #include "kernels/cq.h"
+#include "kernels/nmath.h"
 #include "util/fp16.h"
 
-void fwht(float *x, uint32_t n) {
-    for (uint32_t h = 1; h < n; h <<= 1)
-        for (uint32_t i = 0; i < n; i += h << 1)
-            for (uint32_t j = i; j < i + h; j++) {
-                float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-}
+void fwht(float *x, uint32_t n) { nm_fwht(x, n); }
 
 void cq_rotate(const cq_matrix *w, const float *x, float *xr) {
     const float scale = 1.0f / sqrtf((float)w->group);

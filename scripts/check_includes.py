@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The library's layer order, checked from the #include "..." lines.
+
+Every folder under src/ is one layer; a file may include headers of its own folder and of
+lower layers only, never of a higher layer nor of another folder of the same rank (format
+and tokenizer know nothing of each other). include/needle.h, the public header, is
+allowed everywhere. tools/ (the CLI) may include only the public header and its own
+files. A cycle between folders is reported as well, whatever the ranks say.
+
+    python3 scripts/check_includes.py [repo root]     exit 0: clean, 1: violations
+
+The order, lowest first (see README "Layout"):"""
+import os
+import re
+import sys
+
+LAYERS = [
+    ("util",),                # error, strbuf, clock, fp16: depends on nothing
+    ("format", "tokenizer"),  # .cact container; SentencePiece-style tokenizer
+    ("kernels",),             # CQ kernels, SIMD dispatch, thread pool, shared scalar math
+    ("backend",),             # backend interface + CPU/CUDA/Metal ops over weight views
+    ("model",),               # weights binding, session, forward schedule
+    ("grammar",),             # JSON-schema -> grammar compiler and recognizer
+    ("agent",),               # prompt template, constrained turn, envelope
+    ("api",),                 # the public C API and the official ABI
+]
+RANK = {folder: rank for rank, group in enumerate(LAYERS) for folder in group}
+# headers generated at build time (not in the tree)
+GENERATED = {"metal_source.h"}
+SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".m", ".metal")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+__doc__ += "\n    " + " < ".join(", ".join(group) for group in LAYERS) + "\n"
+
+
+def sources(top):
+    for dirpath, _, files in os.walk(top):
+        for name in sorted(files):
+            if name.endswith(SOURCE_EXT):
+                yield os.path.join(dirpath, name)
+
+
+def resolve(root, including, name):
+    """The repository-relative path `name` refers to, or None."""
+    for base in (os.path.dirname(including), os.path.join(root, "src"),
+                 os.path.join(root, "include")):
+        path = os.path.normpath(os.path.join(base, name))
+        if os.path.isfile(path):
+            return os.path.relpath(path, root)
+    return None
+
+
+def folder_of(relpath):
+    parts = relpath.split(os.sep)
+    return parts[1] if parts[0] == "src" and len(parts) > 2 else None
+
+
+def find_cycle(edges):
+    """A folder cycle as a list, or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def check(root):
+    errors, edges, counts = [], {}, {}
+    for path in sources(os.path.join(root, "src")):
+        rel = os.path.relpath(path, root)
+        src_folder = folder_of(rel)
+        if src_folder not in RANK:
+            errors.append(f"{rel}: folder src/{src_folder} has no place in the layer table")
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for name in INCLUDE.findall(text):
+            if os.path.basename(name) in GENERATED:
+                continue
+            target = resolve(root, path, name)
+            if target is None:
+                errors.append(f'{rel}: #include "{name}" is not in the tree')
+                continue
+            if target == os.path.join("include", "needle.h"):
+                continue
+            dst = folder_of(target)
+            if dst is None or dst not in RANK:
+                errors.append(f'{rel}: #include "{name}" is outside the layered folders')
+                continue
+            if dst == src_folder:
+                continue
+            edges.setdefault(src_folder, set()).add(dst)
+            counts[(src_folder, dst)] = counts.get((src_folder, dst), 0) + 1
+            if RANK[dst] > RANK[src_folder]:
+                errors.append(f'{rel}: #include "{name}" goes up the layer order '
+                              f"({src_folder} may not depend on {dst})")
+            elif RANK[dst] == RANK[src_folder]:
+                errors.append(f'{rel}: #include "{name}": {src_folder} and {dst} are '
+                              "independent layers of the same rank")
+    for path in sources(os.path.join(root, "tools")):
+        rel = os.path.relpath(path, root)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for name in INCLUDE.findall(text):
+            target = resolve(root, path, name)
+            if target and target.split(os.sep)[0] == "src":
+                errors.append(f'{rel}: #include "{name}": tools use only the public header')
+    cycle = find_cycle(edges)
+    if cycle:
+        errors.append("include cycle between folders: " + " -> ".join(cycle))
+    return errors, counts
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
+                           os.path.join(os.path.dirname(__file__), ".."))
+    errors, counts = check(root)
+    print("layers, lowest first: " + " < ".join("/".join(g) for g in LAYERS))
+    for (a, b), n in sorted(counts.items(), key=lambda kv: (-RANK[kv[0][0]], kv[0])):
+        print(f"  {a:9s} -> {b:9s} {n:3d} include lines")
+    for e in errors:
+        print("error: " + e)
+    print(f"{len(errors)} violation(s)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

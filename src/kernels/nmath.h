@@ -1,0 +1,206 @@
+/* The scalar math of spec §3 written once, for every backend: plain C (the CPU ops, the
+ * CPU kernels, the Metal kernels compiled as C on Linux), CUDA (host and device) and the
+ * Metal Shading Language (this file opens the Metal library's single source, see
+ * CMakeLists.txt).
+ *
+ * Only the common subset of the three languages: scalar code, only <metal_stdlib> under
+ * Metal,
+ * math through the NM_* wrappers, pointers to buffers as NM_DEVICE (MSL's `device`
+ * address space; nothing elsewhere). Functions are NM_FN (static inline, plus
+ * __host__ __device__ under nvcc). Every function is written in the order of operations
+ * of the original CPU code, so the CPU path is bit-identical to what it was. Block-
+ * parallel versions (CUDA reductions) use the constants and the per-element functions
+ * but sum in their own order. */
+#ifndef NEEDLE_KERNELS_NMATH_H
+#define NEEDLE_KERNELS_NMATH_H
+
+#if defined(__METAL_VERSION__)
+#include <metal_stdlib>
+#define NM_FN static inline
+#define NM_DEVICE device
+typedef uint nm_u32;
+#define NM_EXP(x) metal::exp(x)
+#define NM_LOG(x) metal::log(x)
+#define NM_SQRT(x) metal::sqrt(x)
+#define NM_FMAX(a, b) metal::fmax((a), (b))
+#else
+#include <math.h>
+#include <stdint.h>
+#ifdef __CUDACC__
+#define NM_FN static inline __host__ __device__
+#else
+#define NM_FN static inline
+#endif
+#define NM_DEVICE
+typedef uint32_t nm_u32;
+#define NM_EXP(x) expf(x)
+#define NM_LOG(x) logf(x)
+#define NM_SQRT(x) sqrtf(x)
+#define NM_FMAX(a, b) fmaxf((a), (b))
+#endif
+
+/* ---- the constants of the spec ---------------------------------------------------------- */
+
+#define NM_NORM_EPS 1e-6f           /* inside every rms: sqrt(mean(x^2) + eps) (§3.4-3.8) */
+#define NM_SINKHORN_ROUNDS 20       /* row + column normalisations of the lane mix (§3.4) */
+#define NM_LANE_PRE_OWN 4.0f        /* lane read bias: a layer's own lane ... (§3.4) */
+#define NM_LANE_PRE_OTHER (-4.0f)   /* ... and every other lane */
+#define NM_LANE_POST_OWN 0.0f       /* lane write bias: own lane ... */
+#define NM_LANE_POST_OTHER (-4.0f)  /* ... and the others */
+#define NM_LANE_POST_GAIN 2.0f      /* hpost = 2 * sigmoid(...) */
+#define NM_ENGRAM_SEED 0x9E3779B9u  /* engram hash: seed * (table + 1) ... (§3.3) */
+#define NM_ENGRAM_PRIME 0x01000193u /* ... then (acc ^ token) * prime per n-gram token */
+#define NM_ENGRAM_SHIFT 15u         /* final acc ^= acc >> 15, then % slots */
+
+/* ---- KV cache layout -------------------------------------------------------------------- */
+
+/* The cache slot of absolute position p: `n_sinks` pinned slots for positions [0, n_sinks),
+ * then a ring of `window` slots (0 = no window: the ring is the whole context). */
+NM_FN nm_u32 nm_kv_slot(nm_u32 p, nm_u32 n_sinks, nm_u32 window) {
+    if (p < n_sinks) return p;
+    if (window) return n_sinks + (p - n_sinks) % window;
+    return p;
+}
+
+/* The positions the token at t attends to: the sinks [0, n_sink), then the window tail
+ * [tail0, t] (empty while the sinks reach past t). */
+typedef struct nm_span {
+    nm_u32 n_sink, tail0;
+} nm_span;
+
+NM_FN nm_span nm_attention_span(nm_u32 t, nm_u32 n_sinks, nm_u32 window) {
+    nm_u32 first = n_sinks;
+    if (window && t + 1u > window && t + 1u - window > first) first = t + 1u - window;
+    nm_span s;
+    s.n_sink = n_sinks < t + 1u ? n_sinks : t + 1u;
+    s.tail0 = first > s.n_sink ? first : s.n_sink;
+    return s;
+}
+
+/* ---- elementwise -------------------------------------------------------------------------- */
+
+NM_FN float nm_sigmoid(float z) { return 1.0f / (1.0f + NM_EXP(-z)); }
+
+/* The bias of lane r in the lane read (pre) and write (post) of a layer whose own lane is
+ * `own` (layer % n_lanes). */
+NM_FN float nm_lane_pre_offset(nm_u32 r, nm_u32 own) {
+    return r == own ? NM_LANE_PRE_OWN : NM_LANE_PRE_OTHER;
+}
+
+NM_FN float nm_lane_post_offset(nm_u32 r, nm_u32 own) {
+    return r == own ? NM_LANE_POST_OWN : NM_LANE_POST_OTHER;
+}
+
+/* RoPE of the pair (a, b) = (z[j], z[j + head_dim/2]) by the angle with cosine c, sine s. */
+typedef struct nm_pair {
+    float a, b;
+} nm_pair;
+
+NM_FN nm_pair nm_rope_pair(float a, float b, float c, float s) {
+    nm_pair r;
+    r.a = a * c - b * s;
+    r.b = b * c + a * s;
+    return r;
+}
+
+/* ---- engram hash (§3.3) ------------------------------------------------------------------- */
+
+/* acc = nm_engram_hash_start(j); acc = nm_engram_hash_step(acc, token) for the n-gram's
+ * tokens, newest first; slot = nm_engram_hash_slot(acc, slots). */
+NM_FN nm_u32 nm_engram_hash_start(nm_u32 table) { return NM_ENGRAM_SEED * (table + 1u); }
+
+NM_FN nm_u32 nm_engram_hash_step(nm_u32 acc, nm_u32 token) {
+    return (acc ^ token) * NM_ENGRAM_PRIME;
+}
+
+NM_FN nm_u32 nm_engram_hash_slot(nm_u32 acc, nm_u32 slots) {
+    acc ^= acc >> NM_ENGRAM_SHIFT;
+    return acc % slots;
+}
+
+/* ---- vectors -------------------------------------------------------------------------------- */
+
+NM_FN float nm_mean_square(NM_DEVICE const float *x, nm_u32 n) {
+    float ss = 0.0f;
+    for (nm_u32 i = 0; i < n; i++) ss += x[i] * x[i];
+    return ss / (float)n;
+}
+
+/* 1 / sqrt(mean(x^2) + eps) */
+NM_FN float nm_rms_inv(NM_DEVICE const float *x, nm_u32 n) {
+    return 1.0f / NM_SQRT(nm_mean_square(x, n) + NM_NORM_EPS);
+}
+
+/* rms_unit(x) = x / sqrt(mean(x^2) + eps); out may alias x. */
+NM_FN void nm_rms_unit(NM_DEVICE const float *x, nm_u32 n, NM_DEVICE float *out) {
+    const float inv = nm_rms_inv(x, n);
+    for (nm_u32 i = 0; i < n; i++) out[i] = x[i] * inv;
+}
+
+/* ZC(x; s) = (1 + s) * x / sqrt(mean(x^2) + eps); out may alias x. */
+NM_FN void nm_zc_norm(NM_DEVICE const float *x, NM_DEVICE const float *s, nm_u32 n,
+                      NM_DEVICE float *out) {
+    const float rms = NM_SQRT(nm_mean_square(x, n) + NM_NORM_EPS);
+    for (nm_u32 i = 0; i < n; i++) out[i] = (1.0f + s[i]) * x[i] / rms;
+}
+
+/* RoPE of one head in place: pairs (z[j], z[j + half]) by cs = [cos(half) | sin(half)]. */
+NM_FN void nm_rope(NM_DEVICE float *z, nm_u32 head_dim, NM_DEVICE const float *cs) {
+    const nm_u32 half = head_dim / 2u;
+    for (nm_u32 j = 0; j < half; j++) {
+        const nm_pair r = nm_rope_pair(z[j], z[j + half], cs[j], cs[half + j]);
+        z[j] = r.a;
+        z[j + half] = r.b;
+    }
+}
+
+/* Stable softmax numerators in place: x[k] = exp(x[k] - max x); returns their sum (the
+ * caller divides, as the weights are used). */
+NM_FN float nm_softmax_exp(NM_DEVICE float *x, nm_u32 n) {
+    float mx = x[0];
+    for (nm_u32 k = 1; k < n; k++) mx = NM_FMAX(mx, x[k]);
+    float sum = 0.0f;
+    for (nm_u32 k = 0; k < n; k++) {
+        x[k] = NM_EXP(x[k] - mx);
+        sum += x[k];
+    }
+    return sum;
+}
+
+/* Log-space Sinkhorn on the n x n logits P (row-major), NM_SINKHORN_ROUNDS rounds of row
+ * then column normalisation, then P = exp(P): a doubly stochastic matrix (§3.4). */
+NM_FN void nm_sinkhorn(NM_DEVICE float *P, nm_u32 n) {
+    for (int it = 0; it < NM_SINKHORN_ROUNDS; it++) {
+        for (nm_u32 r = 0; r < n; r++) {
+            float m = P[r * n];
+            for (nm_u32 c = 1; c < n; c++) m = NM_FMAX(m, P[r * n + c]);
+            float sum = 0.0f;
+            for (nm_u32 c = 0; c < n; c++) sum += NM_EXP(P[r * n + c] - m);
+            const float lse = m + NM_LOG(sum);
+            for (nm_u32 c = 0; c < n; c++) P[r * n + c] -= lse;
+        }
+        for (nm_u32 c = 0; c < n; c++) {
+            float m = P[c];
+            for (nm_u32 r = 1; r < n; r++) m = NM_FMAX(m, P[r * n + c]);
+            float sum = 0.0f;
+            for (nm_u32 r = 0; r < n; r++) sum += NM_EXP(P[r * n + c] - m);
+            const float lse = m + NM_LOG(sum);
+            for (nm_u32 r = 0; r < n; r++) P[r * n + c] -= lse;
+        }
+    }
+    for (nm_u32 k = 0; k < n * n; k++) P[k] = NM_EXP(P[k]);
+}
+
+/* In-place unnormalised fast Walsh-Hadamard transform in Sylvester order, n a power of 2.
+ * The SIMD versions (kernels/cpu) do the same butterflies in the same order. */
+NM_FN void nm_fwht(NM_DEVICE float *x, nm_u32 n) {
+    for (nm_u32 h = 1; h < n; h <<= 1)
+        for (nm_u32 i = 0; i < n; i += h << 1)
+            for (nm_u32 j = i; j < i + h; j++) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+}
+
+#endif
