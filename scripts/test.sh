@@ -10,7 +10,7 @@
 # all passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 
 jobs=$(nproc 2>/dev/null || echo 2)
 
