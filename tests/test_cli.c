@@ -151,6 +151,12 @@ static const char *const COMMANDS[] = {"run",     "chat",    "eval",   "generate
                                        "devices", "help",    "version"};
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
+/* The line after `line`, or NULL after the last one. */
+static const char *next_line(const char *line) {
+    const char *nl = strchr(line, '\n');
+    return nl ? nl + 1 : NULL;
+}
+
 static void test_help_lists_every_command(void) {
     static char out[1 << 14];
     char cmd[2048];
@@ -158,7 +164,7 @@ static void test_help_lists_every_command(void) {
     CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     /* each command on its own line: "  NAME   summary" */
     int listed = 0;
-    for (const char *line = out; line && *line; line = strchr(line, '\n'), line += line != NULL) {
+    for (const char *line = out; line && *line; line = next_line(line)) {
         if (strncmp(line, "  ", 2) || !islower((unsigned char)line[2])) continue;
         size_t len = strcspn(line + 2, " \n");
         int known = 0;
@@ -186,7 +192,7 @@ static void test_help_lists_every_command(void) {
  * lines, -h/--help left out. Returns how many were stored. */
 static int documented_options(const char *usage, char names[][40], int cap) {
     int n = 0;
-    for (const char *line = usage; line && *line; line = strchr(line, '\n'), line += line != NULL) {
+    for (const char *line = usage; line && *line; line = next_line(line)) {
         if (strncmp(line, "  -", 3)) continue;
         const char *p = line + 2, *end = strstr(p, "  ");
         const char *eol = strchr(p, '\n');
