@@ -1,25 +1,68 @@
 #!/usr/bin/env bash
-# Installs what building and testing needle needs on a fresh Debian/Ubuntu machine.
-# Idempotent: installs only what is missing. Needs root (or sudo) when something is.
+# Installs what needle needs on a fresh Debian/Ubuntu machine. Idempotent: installs only
+# what is missing; needs root (or sudo) when something is.
+#
+#   scripts/install-deps.sh          building and running: a C compiler, make, CMake,
+#                                    pkg-config and cJSON (the library's one dependency)
+#   scripts/install-deps.sh --test   also what the tests need (scripts/test.sh passes it):
+#                                    Python 3 with venv (the Python suites), the aarch64
+#                                    cross compiler, qemu-user and arm64 cJSON (the NEON
+#                                    build under emulation), clang with libFuzzer (the fuzz
+#                                    targets). ThreadSanitizer comes with gcc's runtime.
 set -euo pipefail
+
+with_tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) with_tests=1 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install-deps: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
 
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v make >/dev/null 2>&1 || command -v ninja >/dev/null 2>&1 || need+=(make)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
-command -v python3 >/dev/null 2>&1 || need+=(python3)
 
-# The aarch64 (NEON) cross build that scripts/test.sh runs under qemu-user (see
-# cmake/toolchain-aarch64-linux-gnu.cmake): Debian's cross compiler and libc, qemu-user,
-# and cJSON for arm64 through multiarch (on Ubuntu, arm64 packages come from
-# ports.ubuntu.com, which needs its own apt source).
+# Tests only. cross: installed without recommends (qemu-user's would register binfmt
+# handlers system-wide, which the tests do not need: ctest calls qemu-aarch64 itself).
 cross=()
-command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || cross+=(gcc-aarch64-linux-gnu)
-[ -f /usr/aarch64-linux-gnu/include/stdio.h ] || cross+=(libc6-dev-arm64-cross)
-command -v qemu-aarch64 >/dev/null 2>&1 || command -v qemu-aarch64-static >/dev/null 2>&1 ||
-  cross+=(qemu-user)
-[ -f /usr/lib/aarch64-linux-gnu/pkgconfig/libcjson.pc ] || cross+=(libcjson-dev:arm64)
+if [ "$with_tests" = 1 ]; then
+  if ! command -v python3 >/dev/null 2>&1; then
+    need+=(python3 python3-venv)
+  elif ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    need+=(python3-venv) # Debian splits `python3 -m venv` out of python3
+  fi
+  # libFuzzer ships with clang's runtime (a recommended package, so pulled in here)
+  fuzzer_links() {
+    command -v clang >/dev/null 2>&1 || return 1
+    local dir
+    dir=$(mktemp -d)
+    printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }\n' >"$dir/f.c"
+    clang -fsanitize=fuzzer "$dir/f.c" -o "$dir/f" >/dev/null 2>&1
+    local rc=$?
+    rm -rf "$dir"
+    return $rc
+  }
+  if ! command -v clang >/dev/null 2>&1; then
+    need+=(clang)
+  elif ! fuzzer_links; then
+    major=$(clang -dumpversion | cut -d. -f1)
+    need+=("libclang-rt-$major-dev")
+  fi
+  # The aarch64 (NEON) cross build that scripts/test.sh runs under qemu-user (see
+  # cmake/toolchain-aarch64-linux-gnu.cmake): Debian's cross compiler and libc, qemu-user,
+  # and cJSON for arm64 through multiarch (on Ubuntu, arm64 packages come from
+  # ports.ubuntu.com, which needs its own apt source).
+  command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || cross+=(gcc-aarch64-linux-gnu)
+  [ -f /usr/aarch64-linux-gnu/include/stdio.h ] || cross+=(libc6-dev-arm64-cross)
+  command -v qemu-aarch64 >/dev/null 2>&1 || command -v qemu-aarch64-static >/dev/null 2>&1 ||
+    cross+=(qemu-user)
+  [ -f /usr/lib/aarch64-linux-gnu/pkgconfig/libcjson.pc ] || cross+=(libcjson-dev:arm64)
+fi
 
 if [ ${#need[@]} -gt 0 ] || [ ${#cross[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]} ${cross[*]}"
@@ -31,7 +74,5 @@ if [ ${#need[@]} -gt 0 ] || [ ${#cross[@]} -gt 0 ]; then
   fi
   $SUDO apt-get update -qq
   [ ${#need[@]} -eq 0 ] || $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-  # no recommends: qemu-user's would register binfmt handlers system-wide, which the
-  # tests do not need (ctest calls qemu-aarch64 itself)
   [ ${#cross[@]} -eq 0 ] || $SUDO apt-get install -y -qq --no-install-recommends "${cross[@]}" >/dev/null
 fi

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The test command: installs missing dependencies, builds with warnings as errors, runs
-# the whole suite with the best SIMD kernels and again on the portable ones, rebuilds
-# with AddressSanitizer + UndefinedBehaviorSanitizer and runs the suite again;
-# cross-builds for aarch64 and runs the suite under qemu-user (NEON kernels); when nvcc
+# The test command: installs missing dependencies (install-deps.sh --test), builds with
+# warnings as errors, runs the whole suite with the best SIMD kernels and the
+# kernel-dependent suites (ctest label `kernels`, see tests/CMakeLists.txt) again on the
+# portable ones, rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs the
+# suite again, builds the threaded suites (label `threads`) with ThreadSanitizer and runs
+# them; cross-builds for aarch64 and runs the suite under qemu-user (NEON kernels); when nvcc
 # exists, builds the CUDA backend too (build-cuda, -Werror) and runs the suite there: on
 # a machine with an NVIDIA GPU that is the suite on CUDA, without one the CUDA tests say
 # they skip. Then drives the library with the official Python client and tests the
@@ -10,7 +12,7 @@
 # all passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 
 jobs=$(nproc 2>/dev/null || echo 2)
 
@@ -19,8 +21,10 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON -DNEEDLE_CUDA=
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
 
-echo "== the same suite on the portable kernels (NEEDLE_CPU=scalar) =="
-(cd build && NEEDLE_CPU=scalar ctest --output-on-failure -j "$jobs")
+# CPU time on a 2-core x86-64 machine: ~40 s (the whole suite on scalar kernels took ~155 s,
+# most of it test_demo, whose kernels parity already checks)
+echo "== the kernel-dependent suites on the portable kernels (NEEDLE_CPU=scalar, ctest -L kernels) =="
+(cd build && NEEDLE_CPU=scalar ctest -L kernels --output-on-failure -j "$jobs")
 
 echo "== sanitizer build (ASan + UBSan) =="
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -DNEEDLE_SANITIZE=ON \
@@ -28,6 +32,15 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -D
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$jobs")
+
+# ~105 s of CPU on a 2-core x86-64 machine: build ~20 s, suites ~85 s (test_simd runs only
+# its pool tests here, see tests/CMakeLists.txt)
+echo "== ThreadSanitizer build: the thread pool and sessions on several threads (ctest -L threads) =="
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -DNEEDLE_TSAN=ON \
+  -DNEEDLE_CUDA=OFF >/dev/null
+cmake --build build-tsan -j "$jobs" --target tests_threads
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest -L threads --output-on-failure -j "$jobs")
 
 echo "== aarch64 (NEON) cross build, suite under qemu-user =="
 # Emulated, not real ARM hardware: this proves the NEON kernels' results, not their speed.

@@ -8,7 +8,7 @@
 
 int harness_failures;
 int harness_checks;
-static int tests_passed, tests_failed, tests_skipped;
+static int tests_passed, tests_failed, tests_skipped, tests_filtered;
 static const char *skip_reason; /* set by harness_skip() inside the running test */
 
 void harness_skip(const char *reason) { skip_reason = reason; }
@@ -24,7 +24,25 @@ void harness_fail(const char *file, int line, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+/* Whether NEEDLE_TEST_FILTER (comma-separated substrings) is unset or names `name`. */
+static int selected(const char *name) {
+    const char *f = getenv("NEEDLE_TEST_FILTER");
+    if (!f || !*f) return 1;
+    while (*f) {
+        const size_t len = strcspn(f, ",");
+        for (const char *p = name; len && *p; p++)
+            if (!strncmp(p, f, len)) return 1;
+        f += len + (f[len] == ',');
+    }
+    return 0;
+}
+
 void harness_run(const char *name, void (*fn)(void)) {
+    if (!selected(name)) {
+        tests_filtered++;
+        printf("---- %s (not selected by NEEDLE_TEST_FILTER)\n", name);
+        return;
+    }
     harness_failures = 0;
     harness_checks = 0;
     skip_reason = NULL;
@@ -47,8 +65,14 @@ void harness_run(const char *name, void (*fn)(void)) {
 }
 
 int test_summary(void) {
-    printf("%d passed, %d failed, %d skipped\n", tests_passed, tests_failed, tests_skipped);
+    printf("%d passed, %d failed, %d skipped", tests_passed, tests_failed, tests_skipped);
+    if (tests_filtered) printf(", %d not selected", tests_filtered);
+    printf("\n");
     if (tests_failed) return 1;
+    if (tests_filtered && !tests_passed && !tests_skipped) {
+        printf("NEEDLE_TEST_FILTER=%s selected no test\n", getenv("NEEDLE_TEST_FILTER"));
+        return 1;
+    }
     /* Nothing ran but skips: the whole executable is reported as skipped to ctest. */
     return tests_passed == 0 && tests_skipped > 0 ? HARNESS_SKIP_EXIT : 0;
 }

@@ -7,7 +7,12 @@
  * A test that runs no check fails, unless it called harness_skip() with the reason it
  * could not run (no device, no fixture): then it is counted as skipped, never as passed.
  * An executable whose tests were all skipped exits with HARNESS_SKIP_EXIT, which ctest
- * reports as "Skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
+ * reports as "Skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt).
+ *
+ * NEEDLE_TEST_FILTER=a,b runs only the tests whose function name contains "a" or "b"
+ * (e.g. the thread-pool tests of test_simd in the ThreadSanitizer build); a filter that
+ * selects no test fails. Setup done inside a RUN test is skipped with it, so filter only
+ * executables whose tests stand alone. */
 #ifndef NEEDLE_TEST_HARNESS_H
 #define NEEDLE_TEST_HARNESS_H
 

@@ -1,7 +1,12 @@
 /* The `needle` command-line tool end to end (NEEDLE_CLI names the binary): inspect lists
  * every tensor, tokenize prints the library's ids, logits writes exactly the logits the
  * API computes (prefill and --incremental), generate is deterministic and equals the API's
- * greedy continuation, and bad usage or bad files give the documented exit codes. */
+ * greedy continuation, and bad usage or bad files give the documented exit codes. Help:
+ * `needle help` lists every command; `needle CMD --help`, `-h` and `needle help CMD`
+ * print the same usage on stdout with exit 0; every option a usage text documents is
+ * one the command accepts; an unknown command or option exits 2 with a message that
+ * names it and points at `needle help`. */
+#include <ctype.h>
 #include <glob.h>
 #include <math.h>
 #include <stdlib.h>
@@ -140,11 +145,165 @@ static void test_errors_and_usage(void) {
     CHECK(strstr(out, "999999") != NULL);
 }
 
+/* Every command the CLI has; `needle help` must list exactly these. */
+static const char *const COMMANDS[] = {"run",     "chat",    "eval",   "generate",
+                                       "logits",  "tokenize", "inspect", "bench",
+                                       "devices", "help",    "version"};
+#define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
+
+/* The line after `line`, or NULL after the last one. */
+static const char *next_line(const char *line) {
+    const char *nl = strchr(line, '\n');
+    return nl ? nl + 1 : NULL;
+}
+
+static void test_help_lists_every_command(void) {
+    static char out[1 << 14];
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s help", cli_path());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    /* each command on its own line: "  NAME   summary" */
+    int listed = 0;
+    for (const char *line = out; line && *line; line = next_line(line)) {
+        if (strncmp(line, "  ", 2) || !islower((unsigned char)line[2])) continue;
+        size_t len = strcspn(line + 2, " \n");
+        int known = 0;
+        for (size_t i = 0; i < N_COMMANDS; i++)
+            known |= strlen(COMMANDS[i]) == len && !strncmp(line + 2, COMMANDS[i], len);
+        CHECK_MSG(known, "`needle help` lists an unknown command: %.*s", (int)len, line + 2);
+        listed++;
+        CHECK_MSG(line[2 + len] == ' ', "command %.*s has no summary", (int)len, line + 2);
+    }
+    CHECK_EQ_INT(listed, N_COMMANDS);
+    /* --help, -h and no command at all show the same list (the last on stderr, exit 2) */
+    static char other[1 << 14];
+    snprintf(cmd, sizeof cmd, "%s --help", cli_path());
+    CHECK_EQ_INT(run_command(cmd, other, sizeof other), 0);
+    CHECK(!strcmp(out, other));
+    snprintf(cmd, sizeof cmd, "%s -h", cli_path());
+    CHECK_EQ_INT(run_command(cmd, other, sizeof other), 0);
+    CHECK(!strcmp(out, other));
+    snprintf(cmd, sizeof cmd, "%s 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, other, sizeof other), 2);
+    CHECK(!strcmp(out, other));
+}
+
+/* The options a usage text documents: the leading words of its "  -x, --name VALUE"
+ * lines, -h/--help left out. Returns how many were stored. */
+static int documented_options(const char *usage, char names[][40], int cap) {
+    int n = 0;
+    for (const char *line = usage; line && *line; line = next_line(line)) {
+        if (strncmp(line, "  -", 3)) continue;
+        const char *p = line + 2, *end = strstr(p, "  ");
+        const char *eol = strchr(p, '\n');
+        if (!end || (eol && eol < end)) end = eol ? eol : p + strlen(p);
+        while (p < end) {
+            size_t len = strcspn(p, " ,\n");
+            if (p + len > end) len = (size_t)(end - p);
+            if (*p == '-' && len < 40 && n < cap && strncmp(p, "-h", len) &&
+                strncmp(p, "--help", len)) {
+                memcpy(names[n], p, len);
+                names[n++][len] = 0;
+            }
+            p += len;
+            while (p < end && (*p == ' ' || *p == ',')) p++;
+        }
+    }
+    return n;
+}
+
+static void test_every_command_has_help(void) {
+    static char help[1 << 14], dash[1 << 14], err[1 << 14];
+    char cmd[2048];
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        const char *c = COMMANDS[i];
+        snprintf(cmd, sizeof cmd, "%s %s --help </dev/null", cli_path(), c);
+        CHECK_EQ_INT(run_command(cmd, dash, sizeof dash), 0);
+        char want[64];
+        snprintf(want, sizeof want, "usage: needle %s", c);
+        CHECK_MSG(!strncmp(dash, want, strlen(want)), "`needle %s --help` printed:\n%s", c, dash);
+        snprintf(cmd, sizeof cmd, "%s help %s", cli_path(), c);
+        CHECK_EQ_INT(run_command(cmd, help, sizeof help), 0);
+        CHECK_MSG(!strcmp(help, dash), "`needle help %s` differs from `needle %s --help`", c, c);
+        snprintf(cmd, sizeof cmd, "%s %s -h </dev/null", cli_path(), c);
+        CHECK_EQ_INT(run_command(cmd, dash, sizeof dash), 0);
+        CHECK(!strcmp(help, dash));
+
+        /* every documented option is accepted: followed by an unknown one, a flag lets the
+         * parser reach that one, an option with a value takes it as its value; either way
+         * the documented option itself is never the one reported unknown (a model that
+         * does not exist keeps a command that gets that far from running) */
+        char names[32][40];
+        const int n = documented_options(help, names, 32);
+        for (int k = 0; k < n; k++) {
+            snprintf(cmd, sizeof cmd,
+                     "NEEDLE_MODEL=/nonexistent.cact %s %s %s --no-such-option </dev/null "
+                     "2>&1 >/dev/null", cli_path(), c, names[k]);
+            CHECK(run_command(cmd, err, sizeof err) >= 0);
+            char bad[64];
+            snprintf(bad, sizeof bad, "unknown option '%.39s'", names[k]);
+            CHECK_MSG(!strstr(err, bad), "`needle %s` documents %s but refuses it: %s", c,
+                      names[k], err);
+        }
+    }
+    /* the options of one command, read back from its help */
+    char names[32][40];
+    snprintf(cmd, sizeof cmd, "%s help bench", cli_path());
+    CHECK_EQ_INT(run_command(cmd, help, sizeof help), 0);
+    const int n = documented_options(help, names, 32);
+    const char *bench[] = {"-w", "--weights", "--prompt-len", "-n", "--gen", "--threads",
+                           "--runs", "--json"};
+    CHECK_EQ_INT(n, 8);
+    for (int k = 0; k < n && k < 8; k++) CHECK_MSG(!strcmp(names[k], bench[k]), "%s", names[k]);
+}
+
+static void test_unknown_command_and_options(void) {
+    static char err[1 << 14];
+    char cmd[2048];
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        const char *c = COMMANDS[i];
+        snprintf(cmd, sizeof cmd, "%s %s --frobnicate </dev/null 2>&1 >/dev/null", cli_path(), c);
+        CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2);
+        char want[64];
+        snprintf(want, sizeof want, "`needle help %s`", c);
+        CHECK_MSG(strstr(err, "'--frobnicate'") && strstr(err, want), "`needle %s --frobnicate`: %s",
+                  c, err);
+    }
+    snprintf(cmd, sizeof cmd, "%s frobnicate 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "'frobnicate'") && strstr(err, "`needle help`"), "%s", err);
+    snprintf(cmd, sizeof cmd, "%s benhc 2>&1 >/dev/null", cli_path()); /* a typo */
+    CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "`needle bench`") != NULL, "%s", err);
+    snprintf(cmd, sizeof cmd, "%s help frobnicate 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2);
+    CHECK(strstr(err, "'frobnicate'") != NULL);
+    /* a missing value, a bad value, one argument too many: named, exit 2 */
+    snprintf(cmd, sizeof cmd, "%s bench --runs 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "--runs needs a value") != NULL, "%s", err);
+    snprintf(cmd, sizeof cmd, "%s bench --runs 0 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "--runs") && strstr(err, "'0'"), "%s", err);
+    snprintf(cmd, sizeof cmd, "%s generate --kv f8 x 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "--kv") && strstr(err, "'f8'"), "%s", err);
+    snprintf(cmd, sizeof cmd, "%s generate --temperature -1 x 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2);
+    snprintf(cmd, sizeof cmd, "%s tokenize one two 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "'two'") != NULL, "%s", err);
+    snprintf(cmd, sizeof cmd, "%s run --weights %s 2>&1 >/dev/null", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, err, sizeof err), 2); /* no QUERY, no --tools */
+}
+
 static void test_fixture_present(void) {
     CHECK_MSG(pick_model() == 0, "no tiny_*.cact fixture in %s", fixture_dir());
 }
 
 int main(void) {
+    RUN(test_help_lists_every_command);
+    RUN(test_every_command_has_help);
     RUN(test_fixture_present);
     if (!model_path[0]) return test_summary();
     RUN(test_inspect);
@@ -152,5 +311,6 @@ int main(void) {
     RUN(test_logits_match_library);
     RUN(test_generate_deterministic);
     RUN(test_errors_and_usage);
+    RUN(test_unknown_command_and_options);
     return test_summary();
 }

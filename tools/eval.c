@@ -1,8 +1,5 @@
 /* eval.c: `needle eval`, the engine over a dataset in the fine-tuning format (spec §7).
  *
- *   needle eval --weights FILE [-n N] [--limit N] [--skip-bad] [--json] [--verbose]
- *               [--ctx N] [--window N] [--kv f32|f16|int8] DATA.jsonl
- *
  * The whole file is read and validated before the model is opened, so a bad line fails
  * fast with its line number. Each example then runs as one fresh greedy query turn: the
  * session bound to its tools and system (a few are kept, least recently used replaced,
@@ -11,39 +8,19 @@
  * envelope reports success: false) counts as a turn error and scores as a missing
  * prediction. Scoring lives in eval_score.c; the metrics are defined in eval_score.h.
  * Uses only the public header. */
-#include "eval.h"
-#include "default_model.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "cli.h"
 #include "eval_score.h"
-#include "needle.h"
 
 #define EVAL_SESSIONS 4        /* distinct tools+system sessions kept warm */
 #define EVAL_ENVELOPE (1 << 20) /* one turn's envelope: bounded by max_new_tokens */
-
-static const char *eval_usage_text =
-    "usage: needle eval --weights FILE [-n N] [--limit N] [--skip-bad] [--json] [--verbose]\n"
-    "                   [--ctx N] [--window N] [--kv f32|f16|int8] DATA.jsonl\n"
-    "see `needle --help` and the README (\"Evaluating on a dataset\") for the metrics\n";
-
-static int eval_usage(const char *msg) {
-    fprintf(stderr, "needle eval: %s\n%s", msg, eval_usage_text);
-    return 2;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 typedef struct eval_options {
     const char *weights, *data;
@@ -51,55 +28,27 @@ typedef struct eval_options {
     int n_new_set, skip_bad, json, verbose, kv_type;
 } eval_options;
 
-static int parse_count(const char *s, long lo, long *out) {
-    char *end;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > (1L << 24)) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_eval_options(int argc, char **argv, eval_options *o) {
+/* Returns CLI_GO or the exit status (see cli_parse). */
+static int parse_eval_options(const cli_command *self, int argc, char **argv, eval_options *o) {
     memset(o, 0, sizeof *o);
     o->window = -1;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        long *target = NULL, lo = 1;
-        if (!strcmp(a, "--json")) o->json = 1;
-        else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) o->verbose = 1;
-        else if (!strcmp(a, "--skip-bad")) o->skip_bad = 1;
-        else if (!strcmp(a, "--weights") || !strcmp(a, "-w")) {
-            if (!val) return eval_usage("missing value after --weights");
-            o->weights = val;
-            i++;
-        } else if (!strcmp(a, "--kv")) {
-            if (!val) return eval_usage("missing value after --kv");
-            if (!strcmp(val, "f32")) o->kv_type = NEEDLE_KV_F32;
-            else if (!strcmp(val, "f16")) o->kv_type = NEEDLE_KV_F16;
-            else if (!strcmp(val, "int8")) o->kv_type = NEEDLE_KV_INT8;
-            else return eval_usage("--kv takes f32, f16 or int8");
-            i++;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--max-new-tokens")) {
-            target = &o->n_new;
-            o->n_new_set = 1;
-        } else if (!strcmp(a, "--limit")) target = &o->limit;
-        else if (!strcmp(a, "--ctx")) target = &o->n_ctx;
-        else if (!strcmp(a, "--window")) { target = &o->window; lo = 0; }
-        else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "needle eval: unknown option %s\n", a);
-            return 2;
-        } else if (!o->data) o->data = a;
-        else return eval_usage("too many arguments");
-        if (target) {
-            if (!val || parse_count(val, lo, target)) return eval_usage("bad option value");
-            i++;
-        }
-    }
-    if (!o->weights) o->weights = needle_default_model_path();
+    const cli_option opts[] = {
+        {"--weights", "-w", CLI_TEXT, &o->weights, 0, 0, NULL},
+        {"--max-new-tokens", "-n", CLI_LONG, &o->n_new, 1, 1L << 24, &o->n_new_set},
+        {"--limit", NULL, CLI_LONG, &o->limit, 1, 1L << 24, NULL},
+        {"--skip-bad", NULL, CLI_FLAG, &o->skip_bad, 0, 0, NULL},
+        {"--json", NULL, CLI_FLAG, &o->json, 0, 0, NULL},
+        {"--verbose", "-v", CLI_FLAG, &o->verbose, 0, 0, NULL},
+        {"--kv", NULL, CLI_KV, &o->kv_type, 0, 0, NULL},
+        {"--window", NULL, CLI_LONG, &o->window, 0, 1L << 24, NULL},
+        {"--ctx", NULL, CLI_LONG, &o->n_ctx, 1, 1L << 24, NULL},
+        {0}};
+    const int st = cli_parse(self, argc, argv, opts, &o->data, 1);
+    if (st != CLI_GO) return st;
+    cli_default_weights(&o->weights);
     if (!o->weights) return cli_no_weights();
-    if (!o->data) return eval_usage("DATA.jsonl is required");
-    return 0;
+    if (!o->data) return cli_usage_error(self, "needs the DATA.jsonl to score");
+    return CLI_GO;
 }
 
 /* ---- reading the dataset ----------------------------------------------------------- */
@@ -299,9 +248,9 @@ static const cJSON *run_turn(needle_session *s, const eval_options *o, const cha
     if (o->n_new_set) p.max_new_tokens = (int32_t)o->n_new;
     p.turn = NEEDLE_TURN_QUERY;
     size_t len = 0;
-    const double t0 = now_ms();
+    const double t0 = cli_now_ms();
     const int rc = needle_session_complete(s, query, &p, buf, EVAL_ENVELOPE, &len);
-    *ms = now_ms() - t0;
+    *ms = cli_now_ms() - t0;
     *env = NULL;
     if (rc != NEEDLE_OK) {
         snprintf(err, cap, "%s: %s", needle_status_string(rc), needle_last_error());
@@ -324,10 +273,10 @@ static const cJSON *run_turn(needle_session *s, const eval_options *o, const cha
     return calls;
 }
 
-int cmd_eval(int argc, char **argv) {
+static int run_eval(const cli_command *self, int argc, char **argv) {
     eval_options o;
-    int rc = parse_eval_options(argc, argv, &o);
-    if (rc) return rc;
+    int rc = parse_eval_options(self, argc, argv, &o);
+    if (rc != CLI_GO) return rc;
     dataset d;
     if (read_dataset(&o, &d)) return 1;
 
@@ -397,3 +346,41 @@ done:
     dataset_free(&d);
     return rc;
 }
+
+const cli_command cli_eval = {
+    "eval", "score the engine on a dataset in the fine-tuning format",
+    "usage: needle eval [--weights FILE] [options] DATA.jsonl\n"
+    "\n"
+    "Runs every example of DATA.jsonl (the fine-tuning format, one JSON object a line:\n"
+    "query, tools, answers, optional system) as one fresh greedy query turn and scores the\n"
+    "calls against the answers. The file is checked before the model loads: a bad line\n"
+    "stops the run with FILE:LINE and the reason (exit 1). A progress bar goes to stderr\n"
+    "when it is a terminal.\n"
+    "\n"
+    "options:\n"
+    CLI_WEIGHTS_HELP
+    "  -n, --max-new-tokens N  token budget of a turn (default: the library's)\n"
+    "  --limit N               only the first N examples\n"
+    "  --skip-bad              report, count and skip malformed lines instead of failing\n"
+    "  --json                  one JSON object on stdout instead of the table\n"
+    "  -v, --verbose           every mismatch (query, expected, predicted) on stderr\n"
+    "  --kv f32|f16|int8       KV cache precision (default f32)\n"
+    "  --window N              sliding attention window (default: the file's kv_window;\n"
+    "                          0 = none)\n"
+    "  --ctx N                 positions per conversation (default: with a window\n"
+    "                          unbounded, else the file's max_seq_len)\n"
+    "  -h, --help              this text\n"
+    "\n"
+    "metrics (see also the README, \"Evaluating on a dataset\"):\n"
+    "  exact match         same calls in the same order: names equal, arguments equal as JSON\n"
+    "                      values (key order ignored, 2 == 2.0, strings byte for byte)\n"
+    "  tool-name accuracy  the ordered list of called names equals the expected one\n"
+    "  argument P/R/F1     micro-averaged over (call, key, value): calls paired by position\n"
+    "                      when names match; a key is correct if present in both with equal\n"
+    "                      values; P = correct/predicted keys, R = correct/expected keys\n"
+    "  refusal accuracy    over examples expecting [], the fraction predicting []; false\n"
+    "                      refusals: [] predicted where calls were expected\n"
+    "  well-formed rate    output is an array of {\"name\": a declared tool, \"arguments\": {}}\n"
+    "                      (a failed turn is not; it scores as wrong everywhere)\n"
+    "  latency             needle_session_complete() per example: mean, p50, p95\n",
+    run_eval};

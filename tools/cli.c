@@ -1,0 +1,152 @@
+/* cli.c: the pieces every `needle` command shares (see cli.h). */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...) {
+    fprintf(stderr, "needle %s: ", cmd->name);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see `needle help %s`)\n", cmd->name);
+    return 2;
+}
+
+int cli_lib_error(const char *what, int status) {
+    const char *msg = needle_last_error();
+    fprintf(stderr, "needle: %s: %s%s%s\n", what, needle_status_string(status),
+            *msg ? ": " : "", msg);
+    return 1;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Stores `val` for option `o`; returns 0, or 2 after reporting a bad value. */
+static int set_value(const cli_command *cmd, const cli_option *o, const char *val) {
+    char *end;
+    switch (o->kind) {
+    case CLI_TEXT:
+        *(const char **)o->target = val;
+        return 0;
+    case CLI_LONG:
+        if (parse_long(val, o->lo, o->hi, (long *)o->target) == 0) return 0;
+        return cli_usage_error(cmd, "%s takes an integer from %ld to %ld, not '%s'", o->name,
+                               o->lo, o->hi, val);
+    case CLI_REAL: {
+        const double v = strtod(val, &end);
+        if (end != val && !*end && v >= 0) { /* also refuses NaN */
+            *(double *)o->target = v;
+            return 0;
+        }
+        return cli_usage_error(cmd, "%s takes a number >= 0, not '%s'", o->name, val);
+    }
+    case CLI_U64: {
+        errno = 0;
+        const unsigned long long v = strtoull(val, &end, 10);
+        if (!errno && end != val && !*end && val[0] != '-') {
+            *(unsigned long long *)o->target = v;
+            return 0;
+        }
+        return cli_usage_error(cmd, "%s takes an unsigned integer, not '%s'", o->name,
+                               val);
+    }
+    case CLI_KV: {
+        int *kv = o->target;
+        if (!strcmp(val, "f32")) *kv = NEEDLE_KV_F32;
+        else if (!strcmp(val, "f16")) *kv = NEEDLE_KV_F16;
+        else if (!strcmp(val, "int8")) *kv = NEEDLE_KV_INT8;
+        else return cli_usage_error(cmd, "%s takes f32, f16 or int8, not '%s'", o->name, val);
+        return 0;
+    }
+    case CLI_FLAG:
+        break;
+    }
+    return cli_usage_error(cmd, "internal: option %s has no value kind", o->name);
+}
+
+int cli_parse(const cli_command *cmd, int argc, char **argv, const cli_option *opts,
+              const char **positional, int n_positional) {
+    int n_pos = 0, options_done = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (options_done || a[0] != '-' || !a[1]) {
+            if (n_pos == n_positional)
+                return cli_usage_error(cmd, "unexpected argument '%s'", a);
+            positional[n_pos++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            options_done = 1;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(cmd->usage, stdout);
+            return 0;
+        }
+        const cli_option *o = opts;
+        while (o->name && strcmp(a, o->name) && !(o->alias && !strcmp(a, o->alias))) o++;
+        if (!o->name) return cli_usage_error(cmd, "unknown option '%s'", a);
+        if (o->given) *o->given = 1;
+        if (o->kind == CLI_FLAG) {
+            *(int *)o->target = 1;
+            continue;
+        }
+        if (i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
+        const int rc = set_value(cmd, o, argv[++i]);
+        if (rc) return rc;
+    }
+    return CLI_GO;
+}
+
+int cli_default_weights(const char **weights) {
+    if (*weights) return 0;
+    *weights = needle_default_model_path();
+    return *weights != NULL;
+}
+
+int cli_no_weights(void) {
+    fprintf(stderr,
+            "needle: --weights FILE is required: no default model was found (set NEEDLE_MODEL,\n"
+            "        or install the demo model with `cmake --install`, or build from a source\n"
+            "        tree that has models/needle-demo.cact)\n");
+    return 2;
+}
+
+int cli_session_create(const needle_model *m, const cli_session_options *so,
+                       needle_session **out) {
+    needle_session_params sp = needle_session_default_params();
+    sp.kv_window = (int32_t)so->window;
+    sp.n_ctx = (uint32_t)so->n_ctx;
+    sp.n_sinks = (uint32_t)so->sinks;
+    sp.kv_type = so->kv_type;
+    const int rc = needle_session_create(m, &sp, out);
+    return rc ? cli_lib_error("session", rc) : 0;
+}
+
+double cli_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void cli_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}

@@ -1,0 +1,222 @@
+/* run.c: tool calling from the command line: `needle run` (one turn, prints the JSON
+ * envelope) and `needle chat` (an interactive conversation on one session). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* What run and chat take. */
+typedef struct agent_options {
+    const char *weights, *tools, *system;
+    int weights_defaulted; /* no --weights: the default model is used */
+    long n_new;
+    int n_new_set;
+    double temperature;
+    unsigned long long seed;
+    int stats;
+    cli_session_options session;
+} agent_options;
+
+#define AGENT_OPTIONS(o)                                                            \
+    {"--weights", "-w", CLI_TEXT, &(o)->weights, 0, 0, NULL},                        \
+    {"--tools", NULL, CLI_TEXT, &(o)->tools, 0, 0, NULL},                            \
+    {"--system", NULL, CLI_TEXT, &(o)->system, 0, 0, NULL},                          \
+    {"--max-new-tokens", "-n", CLI_LONG, &(o)->n_new, 0, 1L << 24, &(o)->n_new_set}, \
+    {"--temperature", NULL, CLI_REAL, &(o)->temperature, 0, 0, NULL},                \
+    {"--seed", NULL, CLI_U64, &(o)->seed, 0, 0, NULL},                               \
+    {"--stats", NULL, CLI_FLAG, &(o)->stats, 0, 0, NULL},                            \
+    CLI_SESSION_OPTIONS(&(o)->session)
+
+#define AGENT_OPTIONS_HELP                                                                  \
+    CLI_WEIGHTS_HELP                                                                        \
+    "  --tools TOOLS           the tools: a JSON array of tool schemas, inline or the path\n" \
+    "                          of a file holding one (default, with the default model:\n"  \
+    "                          the demo model's own tool list)\n"                           \
+    "  --system TEXT           system prompt (default: none)\n"                             \
+    "  -n, --max-new-tokens N  token budget of a turn (default: the library's)\n"           \
+    "  --temperature T         sampling temperature (default 0: greedy)\n"                  \
+    "  --seed S                sampling seed (default 0)\n"                                 \
+    "  --stats                 after each turn, forward vs grammar time on stderr\n"       \
+    CLI_SESSION_OPTIONS_HELP                                                                \
+    "  -h, --help              this text\n"
+
+/* TOOLS is inline JSON when it starts with '[' (after blanks), else a file path. Returns
+ * the text (malloc'd), or NULL after printing why. */
+static char *load_tools(const char *arg) {
+    const char *p = arg;
+    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+    if (*p == '[') return strdup(arg);
+    FILE *f = fopen(arg, "rb");
+    if (!f) {
+        fprintf(stderr, "needle: cannot open tools file %s: %s\n", arg, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0, got;
+    char *text = malloc(cap);
+    while (text && (got = fread(text + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (len + 1 == cap) {
+            char *bigger = realloc(text, cap *= 2);
+            if (!bigger) {
+                free(text);
+                text = NULL;
+            } else {
+                text = bigger;
+            }
+        }
+    }
+    fclose(f);
+    if (text) text[len] = 0;
+    else fprintf(stderr, "needle: out of memory reading %s\n", arg);
+    return text;
+}
+
+/* Opens the model and a session bound to the tools. Returns 0, or the exit status after
+ * printing the error. */
+static int open_agent(const cli_command *self, const agent_options *o, needle_model **m,
+                      needle_session **s) {
+    *m = NULL;
+    *s = NULL;
+    const char *tools_arg = o->tools;
+    /* the demo model's own tool list is the default only for the default model */
+    if (!tools_arg && o->weights_defaulted && !getenv("NEEDLE_MODEL"))
+        tools_arg = needle_default_tools_path();
+    if (!tools_arg) return cli_usage_error(self, "--tools TOOLS is required");
+    if (!o->weights) return cli_no_weights();
+    char *tools = load_tools(tools_arg);
+    if (!tools) return 1;
+    int rc = needle_model_open(o->weights, NULL, m);
+    if (rc) rc = cli_lib_error(o->weights, rc);
+    cli_session_options so = o->session;
+    if (rc == 0 && !so.n_ctx) {
+        /* as the official ABI: a sliding window bounds memory, so positions need no cap */
+        needle_model_info info = {.size = sizeof info};
+        needle_model_get_info(*m, &info);
+        if (info.kv_window && so.window != 0) so.n_ctx = 1 << 20;
+    }
+    if (rc == 0) rc = cli_session_create(*m, &so, s);
+    if (rc == 0) {
+        const int st = needle_session_set_tools(*s, o->system ? o->system : "", tools);
+        if (st) rc = cli_lib_error("tools", st);
+    }
+    free(tools);
+    if (rc) {
+        needle_session_free(*s);
+        needle_model_free(*m);
+        *s = NULL;
+        *m = NULL;
+    }
+    return rc;
+}
+
+/* Runs one turn and prints its envelope. The envelope of one turn is bounded by the
+ * generated tokens (max_new_tokens) and the reasoning; 1 MiB holds any of them. */
+static int complete_and_print(needle_session *s, const agent_options *o, const char *text,
+                              int turn) {
+    needle_complete_params p = needle_complete_default_params();
+    if (o->n_new_set) p.max_new_tokens = (int32_t)o->n_new;
+    p.temperature = (float)o->temperature;
+    p.seed = o->seed;
+    p.turn = turn;
+    size_t cap = 1 << 20, len = 0;
+    char *out = malloc(cap);
+    if (!out) return cli_lib_error("complete", NEEDLE_ERR_OUT_OF_MEMORY);
+    const int rc = needle_session_complete(s, text, &p, out, cap, &len);
+    if (rc == NEEDLE_OK) printf("%s\n", out);
+    if (rc == NEEDLE_OK && o->stats) {
+        needle_session_stats st = {.size = sizeof st};
+        needle_session_get_stats(s, &st);
+        fprintf(stderr, "[stats] %llu tokens evaluated, %llu decode steps; forward %.1f ms, "
+                "grammar masks %.1f ms (%.3f ms per decode step)\n",
+                (unsigned long long)st.tokens_evaluated, (unsigned long long)st.decode_steps,
+                st.forward_ms, st.grammar_ms,
+                st.decode_steps ? st.grammar_ms / (double)st.decode_steps : 0.0);
+    }
+    free(out);
+    fflush(stdout);
+    return rc ? cli_lib_error("complete", rc) : 0;
+}
+
+static int run_run(const cli_command *self, int argc, char **argv) {
+    agent_options o = {.session = CLI_SESSION_OPTIONS_INIT};
+    const char *query = NULL;
+    const cli_option opts[] = {AGENT_OPTIONS(&o), {0}};
+    const int st = cli_parse(self, argc, argv, opts, &query, 1);
+    if (st != CLI_GO) return st;
+    if (!query) return cli_usage_error(self, "needs a QUERY");
+    o.weights_defaulted = cli_default_weights(&o.weights);
+    needle_model *m;
+    needle_session *s;
+    int rc = open_agent(self, &o, &m, &s);
+    if (rc) return rc;
+    rc = complete_and_print(s, &o, query, NEEDLE_TURN_QUERY);
+    needle_session_free(s);
+    needle_model_free(m);
+    return rc;
+}
+
+const cli_command cli_run = {
+    "run", "one tool-calling turn; prints the JSON envelope",
+    "usage: needle run [--weights FILE] [--tools TOOLS] [options] QUERY\n"
+    "\n"
+    "Answers QUERY with calls to the given tools, decoded under the tools' grammar, and\n"
+    "prints the JSON envelope: {\"success\", \"function_calls\", ...} (see the README's\n"
+    "\"Tool calling\"). With neither --weights nor --tools, the demo model answers with\n"
+    "its own tools, e.g.  needle run \"Set a timer for 25 minutes\"\n"
+    "\n"
+    "options:\n"
+    AGENT_OPTIONS_HELP,
+    run_run};
+
+static int run_chat(const cli_command *self, int argc, char **argv) {
+    agent_options o = {.session = CLI_SESSION_OPTIONS_INIT};
+    const cli_option opts[] = {AGENT_OPTIONS(&o), {0}};
+    const int st = cli_parse(self, argc, argv, opts, NULL, 0);
+    if (st != CLI_GO) return st;
+    o.weights_defaulted = cli_default_weights(&o.weights);
+    needle_model *m;
+    needle_session *s;
+    int rc = open_agent(self, &o, &m, &s);
+    if (rc) return rc;
+    char line[65536];
+    fprintf(stderr, "needle chat: type a query; after a call, type the tool result. "
+                    "/reset, /query TEXT, /result JSON, /quit\n");
+    while (fputs("> ", stderr), fgets(line, sizeof line, stdin)) {
+        size_t n = strlen(line);
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (!n) continue;
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
+        if (!strcmp(line, "/reset")) {
+            needle_session_reset(s);
+            fprintf(stderr, "(conversation reset to the tools prefix)\n");
+            continue;
+        }
+        int turn = NEEDLE_TURN_AUTO;
+        const char *text = line;
+        if (!strncmp(line, "/query ", 7)) {
+            turn = NEEDLE_TURN_QUERY;
+            text = line + 7;
+        } else if (!strncmp(line, "/result ", 8)) {
+            turn = NEEDLE_TURN_TOOL_RESULT;
+            text = line + 8;
+        }
+        complete_and_print(s, &o, text, turn);
+    }
+    needle_session_free(s);
+    needle_model_free(m);
+    return 0;
+}
+
+const cli_command cli_chat = {
+    "chat", "an interactive tool-calling conversation",
+    "usage: needle chat [--weights FILE] [--tools TOOLS] [options]\n"
+    "\n"
+    "Reads lines from stdin on one session: each line is a query or, after a call, the\n"
+    "tool's result (the engine tells which), and each turn's envelope is printed as by\n"
+    "`needle run`. Commands: /reset (back to the tools prefix), /query TEXT, /result\n"
+    "JSON (force the turn kind), /quit.\n"
+    "\n"
+    "options:\n"
+    AGENT_OPTIONS_HELP,
+    run_chat};
