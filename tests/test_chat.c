@@ -26,6 +26,13 @@ static const char *WEATHER_TOOLS =
     "\"minutes\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 120}},"
     "\"required\": [\"minutes\"]}}}]";
 
+static const char *ONE_WEATHER_TOOL =
+    "[{\"name\": \"get_weather\", \"description\": \"Current weather for a city\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {"
+    "\"city\": {\"type\": \"string\", \"maxLength\": 24},"
+    "\"unit\": {\"type\": \"string\", \"enum\": [\"celsius\", \"fahrenheit\"]}},"
+    "\"required\": [\"city\"]}}]";
+
 /* Checks an envelope's shape and that every call is declared and valid for the tools
  * above. Returns the parsed envelope (caller frees). */
 static cJSON *check_envelope(const char *text) {
@@ -441,6 +448,56 @@ static void test_sessions_in_threads(void) {
     cJSON_Delete(b);
 }
 
+/* A token budget too small for any valid ending: the turn must fail with max_tokens and
+ * nothing else. The closing logic used to keep "following" an empty plan, walking its
+ * cursor past the plan's end, and then compared the next tokens with bytes beyond the
+ * buffer (a heap over-read under ASan; without it, envelopes that changed from one fresh
+ * session to the next). Every budget from tiny to comfortable, each on two fresh
+ * sessions, must give one well-formed, repeatable envelope. */
+static void test_tight_budgets_are_safe_and_repeatable(void) {
+    needle_model_params mp = needle_model_default_params();
+    mp.n_threads = 1;
+    needle_model *m1 = NULL;
+    CHECK_EQ_INT(needle_model_open(model_path, &mp, &m1), NEEDLE_OK);
+    if (!m1) return;
+    static char first[8192], again[8192];
+    const char *tool_sets[2] = {WEATHER_TOOLS, ONE_WEATHER_TOOL}; /* choice; extraction */
+    for (int32_t case_ = 0; case_ < 2 * 31; case_++) {
+        const char *tools = tool_sets[case_ % 2];
+        const int32_t budget = 4 + 2 * (case_ / 2);
+        char *out[2] = {first, again};
+        for (int k = 0; k < 2; k++) {
+            needle_session_params sp = needle_session_default_params();
+            sp.n_ctx = CHAT_CTX;
+            needle_session *s = NULL;
+            CHECK_EQ_INT(needle_session_create(m1, &sp, &s), NEEDLE_OK);
+            if (!s) break;
+            CHECK_EQ_INT(needle_session_set_tools(s, "", tools), NEEDLE_OK);
+            needle_complete_params p = needle_complete_default_params();
+            p.max_new_tokens = budget;
+            size_t len = 0;
+            CHECK_EQ_INT(needle_session_complete(s, "What's the weather in Lagos?", &p, out[k],
+                                                 sizeof first, &len), NEEDLE_OK);
+            needle_session_free(s);
+        }
+        /* (check_envelope knows WEATHER_TOOLS' minLength; the single tool has none) */
+        cJSON *env = tools == WEATHER_TOOLS ? check_envelope(first) : cJSON_Parse(first);
+        CHECK_MSG(env != NULL, "budget %d: not JSON: %s", budget, first);
+        if (env) {
+            const cJSON *ok = cJSON_GetObjectItem(env, "success");
+            const char *code = cJSON_GetStringValue(cJSON_GetObjectItem(env, "error_code"));
+            CHECK_MSG(cJSON_IsTrue(ok) || (code && !strcmp(code, "max_tokens")),
+                      "budget %d: %s", budget, first);
+        }
+        cJSON_Delete(env);
+        /* the timings differ between runs; everything before them must not */
+        char *t1 = strstr(first, "\"prefill_tps\""), *t2 = strstr(again, "\"prefill_tps\"");
+        CHECK_MSG(t1 && t2 && t1 - first == t2 - again && !memcmp(first, again, (size_t)(t1 - first)),
+                  "budget %d differs between fresh sessions:\n%s\n%s", budget, first, again);
+    }
+    needle_model_free(m1);
+}
+
 static void test_fixture_present(void) {
     glob_t g;
     char pattern[1100];
@@ -460,6 +517,7 @@ int main(void) {
     RUN(test_rebinding_tools_starts_afresh);
     RUN(test_multi_turn_reuses_the_cache);
     RUN(test_failed_turn_is_rolled_back);
+    RUN(test_tight_budgets_are_safe_and_repeatable);
     RUN(test_long_conversation_bounded_memory);
     RUN(test_bad_input);
     RUN(test_official_abi);

@@ -138,10 +138,9 @@ static void check_same(const transcript *want, const transcript *got, const char
 
 static transcript alone[CLIENTS];
 
-/* The reference transcripts. MAX_NEW leaves room for the calls these tools produce: with a
- * budget of 30-40 tokens a turn ends through chat.c's budget-closing path, which when this
- * test was written read past its plan buffer (closing_token, under ASan a heap overflow)
- * and so varied from run to run even on one thread: a chat defect, not a threading one. */
+/* The reference transcripts. MAX_NEW leaves room for the calls these tools produce, so
+ * the turns here test threads, not the budget-closing path (test_chat.c's
+ * test_tight_budgets_are_safe_and_repeatable covers that one). */
 
 static void test_each_conversation_alone(void) {
     for (int k = 0; k < CLIENTS; k++) {

@@ -615,7 +615,16 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             const char *b;
             size_t n = 0;
             tokenizer_token_bytes(c->tok, tok, &b, &n);
-            t.plan_pos += n;
+            if (n <= t.plan_len - t.plan_pos && !memcmp(b, c->plan_buf + t.plan_pos, n)) {
+                t.plan_pos += n;
+            } else {
+                /* Off the verified ending: none fitted the budget (the plan is empty), or
+                 * a forced token covered more than what was left of it. The plan no
+                 * longer describes the grammar state, so drop it; the turn goes on like
+                 * any other and ends at max_new_tokens if nothing fits. */
+                t.closing = 0;
+                t.plan_len = t.plan_pos = 0;
+            }
         }
         advance(s, &t, tok);
         generated++;
