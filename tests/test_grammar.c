@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/grammar.h"
+#include "grammar/grammar.h"
 #include "harness.h"
 #include "needle.h"
 #include "util/error.h"
@@ -341,10 +341,10 @@ static void test_api(void) {
     grammar_free(NULL);
     CHECK(grammar_compile(NULL, 0, NULL, &g) == NEEDLE_ERR_INVALID_ARGUMENT);
     CHECK(grammar_compile("[]", 2, NULL, NULL) == NEEDLE_ERR_INVALID_ARGUMENT);
-    token_trie *t = NULL;
-    CHECK(token_trie_build(NULL, NULL, 0, &t) == NEEDLE_ERR_INVALID_ARGUMENT);
-    token_trie_free(NULL);
-    CHECK(token_trie_size(NULL) == 0);
+    grammar_trie *t = NULL;
+    CHECK(grammar_trie_build(NULL, NULL, 0, &t) == NEEDLE_ERR_INVALID_ARGUMENT);
+    grammar_trie_free(NULL);
+    CHECK(grammar_trie_size(NULL) == 0);
 }
 
 /* grammar_complete from hand-picked states: each completion is accepted and ends the

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent/grammar.h"
+#include "grammar/grammar.h"
 #include "harness.h"
 #include "needle.h"
 
@@ -720,10 +720,10 @@ static void test_random_token_walks(void) {
     uint32_t n_tok;
     size_t *lens;
     char **vocab = synthetic_vocab(&n_tok, &lens);
-    token_trie *trie = NULL;
-    CHECK(token_trie_build((const char *const *)vocab, lens, n_tok, &trie) == NEEDLE_OK);
+    grammar_trie *trie = NULL;
+    CHECK(grammar_trie_build((const char *const *)vocab, lens, n_tok, &trie) == NEEDLE_OK);
     if (!trie) return;
-    CHECK_EQ_INT(token_trie_size(trie), n_tok);
+    CHECK_EQ_INT(grammar_trie_size(trie), n_tok);
     uint8_t *allowed = malloc(n_tok);
     static char out[WALK_CAP];
     int rejected = 0, walks = 0, masks = 0, mismatches = 0;
@@ -786,7 +786,7 @@ static void test_random_token_walks(void) {
     }
     printf("     %d token walks, %d masks checked against brute force\n", walks, masks);
     free(allowed);
-    token_trie_free(trie);
+    grammar_trie_free(trie);
     for (uint32_t t = 0; t < n_tok; t++) free(vocab[t]);
     free(vocab);
     free(lens);

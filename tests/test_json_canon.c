@@ -1,11 +1,11 @@
-/* json_canon against Python's own json.dumps(json.loads(x), separators=(",", ":"),
+/* grammar_json_canon against Python's own json.dumps(json.loads(x), separators=(",", ":"),
  * ensure_ascii=False) on recorded cases (tests/data/json_canon_cases.jsonl, written by
  * tests/reference/make_json_cases.py), plus malformed input that must fail cleanly. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/json_canon.h"
+#include "grammar/json_canon.h"
 #include "harness.h"
 #include "needle.h"
 
@@ -26,7 +26,7 @@ static void test_matches_python(void) {
         const char *want = cJSON_GetArrayItem(pair, 1)->valuestring;
         char *got = NULL;
         size_t len = 0;
-        int rc = json_canon(in, strlen(in), &got, &len);
+        int rc = grammar_json_canon(in, strlen(in), &got, &len);
         CHECK_MSG(rc == NEEDLE_OK && !strcmp(got, want), "case %d: %s\n  got  %s\n  want %s", n,
                   in, got ? got : needle_last_error(), want);
         free(got);
@@ -45,7 +45,7 @@ static void test_malformed_input_fails(void) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *out = NULL;
         size_t len;
-        int rc = json_canon(bad[i], strlen(bad[i]), &out, &len);
+        int rc = grammar_json_canon(bad[i], strlen(bad[i]), &out, &len);
         CHECK_MSG(rc == NEEDLE_ERR_JSON, "'%s' gave %d", bad[i], rc);
         CHECK(strlen(needle_last_error()) > 0);
         free(out);
@@ -57,7 +57,7 @@ static void test_malformed_input_fails(void) {
     deep[depth] = 0;
     char *out = NULL;
     size_t len;
-    CHECK_EQ_INT(json_canon(deep, depth, &out, &len), NEEDLE_ERR_JSON);
+    CHECK_EQ_INT(grammar_json_canon(deep, depth, &out, &len), NEEDLE_ERR_JSON);
     free(deep);
     free(out);
 }
@@ -69,7 +69,7 @@ static void test_python_float_repr(void) {
         {5e-324, "5e-324"}, {1.5e300, "1.5e+300"}, {2.0 / 3.0, "0.6666666666666666"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char buf[40];
-        json_python_float(cases[i].v, buf);
+        gram_python_float(cases[i].v, buf);
         CHECK_MSG(!strcmp(buf, cases[i].s), "%.17g -> %s, want %s", cases[i].v, buf, cases[i].s);
     }
 }

@@ -1,69 +1,69 @@
 /* Fixed-point decimals (see decimal.h). Doubles are converted through Python's repr
- * spelling (json_python_float), which is the shortest string that reads back as the same
+ * spelling (gram_python_float), which is the shortest string that reads back as the same
  * double, so a bound written "0.1" in the tools JSON is the decimal 0.1. */
-#include "agent/decimal.h"
+#include "grammar/decimal.h"
 
 #include <string.h>
 
-#include "agent/json_canon.h"
+#include "grammar/json_canon.h"
 
-uint64_t dec_pow10(int e) {
+uint64_t gram_dec_pow10(int e) {
     uint64_t p = 1;
     while (e-- > 0) p *= 10;
     return p;
 }
 
-int fx_cmp(fxnum a, fxnum b) {
+int gram_fx_cmp(gram_fx a, gram_fx b) {
     if (a.ip != b.ip) return a.ip < b.ip ? -1 : 1;
     if (a.fp != b.fp) return a.fp < b.fp ? -1 : 1;
     return 0;
 }
 
-fxnum fx_neg(fxnum a) {
-    fxnum r;
+gram_fx gram_fx_neg(gram_fx a) {
+    gram_fx r;
     if (a.fp == 0) {
         r.ip = -a.ip;
         r.fp = 0;
     } else {
         r.ip = -a.ip - 1;
-        r.fp = FX_ONE - a.fp;
+        r.fp = GRAM_FX_ONE - a.fp;
     }
     return r;
 }
 
-fxnum fx_add(fxnum a, uint64_t units) {
+gram_fx gram_fx_add(gram_fx a, uint64_t units) {
     a.fp += units;
-    if (a.fp >= FX_ONE) {
-        a.fp -= FX_ONE;
+    if (a.fp >= GRAM_FX_ONE) {
+        a.fp -= GRAM_FX_ONE;
         a.ip++;
     }
     return a;
 }
 
-fxnum fx_sub(fxnum a, uint64_t units) {
+gram_fx gram_fx_sub(gram_fx a, uint64_t units) {
     if (a.fp >= units) {
         a.fp -= units;
     } else {
-        a.fp = a.fp + FX_ONE - units;
+        a.fp = a.fp + GRAM_FX_ONE - units;
         a.ip--;
     }
     return a;
 }
 
-fxnum fx_make(int neg, uint64_t ip, uint64_t fp) {
-    fxnum r = {(int64_t)ip, fp};
-    return neg ? fx_neg(r) : r;
+gram_fx gram_fx_make(int neg, uint64_t ip, uint64_t fp) {
+    gram_fx r = {(int64_t)ip, fp};
+    return neg ? gram_fx_neg(r) : r;
 }
 
-fxnum fx_max(void) {
-    fxnum r = {FX_MAX_INT, FX_ONE - 1};
+gram_fx gram_fx_max(void) {
+    gram_fx r = {GRAM_FX_MAX_INT, GRAM_FX_ONE - 1};
     return r;
 }
 
 /* Digits of v's shortest spelling: v = (-1)^neg * 0.d[0]d[1]... * 10^point. */
 static int spell(double v, char *d, int *nd, int *point) {
     char text[40];
-    json_python_float(v, text);
+    gram_python_float(v, text);
     const char *s = text;
     int neg = 0, n = 0, pt = 0, seen_dot = 0;
     if (*s == '-') neg = 1, s++;
@@ -90,18 +90,18 @@ static int spell(double v, char *d, int *nd, int *point) {
     return neg;
 }
 
-int fx_from_double(double v, int round_up, fxnum *out, int *exact) {
+int gram_fx_from_double(double v, int round_up, gram_fx *out, int *exact) {
     char d[40];
     int nd, pt;
     int neg = spell(v, d, &nd, &pt);
     *exact = 1;
     if (nd == 0) {
-        fxnum z = {0, 0};
+        gram_fx z = {0, 0};
         *out = z;
         return 0;
     }
     if (pt > 18) {
-        *out = neg ? fx_neg(fx_max()) : fx_max();
+        *out = neg ? gram_fx_neg(gram_fx_max()) : gram_fx_max();
         *exact = 0;
         return neg ? -1 : 1;
     }
@@ -116,29 +116,29 @@ int fx_from_double(double v, int round_up, fxnum *out, int *exact) {
     if (rest) {
         *exact = 0;
         if (round_up != neg) { /* away from zero in magnitude */
-            if (++fp == FX_ONE) fp = 0, ip++;
+            if (++fp == GRAM_FX_ONE) fp = 0, ip++;
         }
     }
-    if (ip > (uint64_t)FX_MAX_INT) { /* rounding reached 1e18 */
-        *out = neg ? fx_neg(fx_max()) : fx_max();
+    if (ip > (uint64_t)GRAM_FX_MAX_INT) { /* rounding reached 1e18 */
+        *out = neg ? gram_fx_neg(gram_fx_max()) : gram_fx_max();
         return neg ? -1 : 1;
     }
-    *out = fx_make(neg, ip, fp);
+    *out = gram_fx_make(neg, ip, fp);
     return 0;
 }
 
-int64_t fx_scaled(fxnum v, int scale, int round_up) {
-    const int64_t sat = (int64_t)FX_ONE;
-    int64_t lim = (int64_t)dec_pow10(18 - scale);
+int64_t gram_fx_scaled(gram_fx v, int scale, int round_up) {
+    const int64_t sat = (int64_t)GRAM_FX_ONE;
+    int64_t lim = (int64_t)gram_dec_pow10(18 - scale);
     if (v.ip >= lim) return sat;
     if (v.ip < -lim) return -sat;
-    uint64_t unit = dec_pow10(18 - scale);
-    int64_t r = v.ip * (int64_t)dec_pow10(scale) + (int64_t)(v.fp / unit);
+    uint64_t unit = gram_dec_pow10(18 - scale);
+    int64_t r = v.ip * (int64_t)gram_dec_pow10(scale) + (int64_t)(v.fp / unit);
     if (round_up && v.fp % unit) r++;
     return r;
 }
 
-int dec_multiple_of(double m, int64_t *k, int *scale) {
+int gram_dec_multiple_of(double m, int64_t *k, int *scale) {
     if (!(m > 0)) return -1;
     char d[40];
     int nd, pt;
@@ -149,7 +149,7 @@ int dec_multiple_of(double m, int64_t *k, int *scale) {
     int e = pt - nd; /* m = digits * 10^e */
     if (e >= 0) {
         if (nd + e > 18) return -1;
-        *k = (int64_t)(digits * dec_pow10(e));
+        *k = (int64_t)(digits * gram_dec_pow10(e));
         *scale = 0;
     } else {
         if (-e > 9) return -1;

@@ -1,7 +1,7 @@
 /* Compact re-serialization of JSON text in Python json.dumps style (see json_canon.h).
  * A small recursive-descent parser that writes as it reads; depth is bounded so hostile
  * input cannot exhaust the stack. */
-#include "agent/json_canon.h"
+#include "grammar/json_canon.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -146,7 +146,7 @@ static int parse_string(parser *p, strbuf *raw, int emit) {
     return 0;
 }
 
-size_t json_python_float(double v, char *out) {
+size_t gram_python_float(double v, char *out) {
     if (v == 0) return (size_t)sprintf(out, signbit(v) ? "-0.0" : "0.0");
     char tmp[40];
     int prec;
@@ -226,7 +226,7 @@ static int parse_number(parser *p) {
         return fail_at(p, "number out of double range");
     }
     char out[40];
-    strbuf_put(&p->out, out, json_python_float(v, out));
+    strbuf_put(&p->out, out, gram_python_float(v, out));
     return 0;
 }
 
@@ -309,7 +309,7 @@ static int parse_value(parser *p, int depth) {
     }
 }
 
-int json_canon(const char *text, size_t len, char **out, size_t *out_len) {
+int grammar_json_canon(const char *text, size_t len, char **out, size_t *out_len) {
     if (!text || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "json: NULL argument");
     parser p = {text, len, 0, {0}, NULL};
     int rc = parse_value(&p, 0);

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/grammar.h"
-#include "agent/schema.h"
+#include "grammar/grammar.h"
+#include "grammar/recognizer.h"
 #include "needle.h"
 #include "util/error.h"
 
@@ -31,7 +31,7 @@ typedef struct dist_cache {
 static int accepts(const grammar *g, const grammar_state *st, uint8_t b) {
     grammar_state tmp;
     grammar_state_copy(&tmp, st);
-    return grammar_step(g, &tmp, b);
+    return gram_step(g, &tmp, b);
 }
 
 /* The first byte of `order` (then any byte) that st accepts; -1 if none (cannot happen:
@@ -47,7 +47,7 @@ static int first_accepted(const grammar *g, const grammar_state *st, const char 
 #define VALUE_START "\"0123456789-{["
 
 /* Breadth-first distances (in code points) from every state of d to an accepting state. */
-static int dfa_distances(const regex_dfa *d, uint32_t *dist) {
+static int dfa_distances(const gram_dfa *d, uint32_t *dist) {
     uint32_t n = d->n_states, nc = d->n_classes;
     uint32_t *count = calloc(n + 1, sizeof *count), *pred = malloc((size_t)n * nc * sizeof *pred + 4);
     uint32_t *queue = malloc((n + 1) * sizeof *queue);
@@ -119,22 +119,22 @@ static int pick_cp(uint32_t lo, uint32_t hi, uint32_t *cp, uint32_t *rank) {
 /* Bytes that move a string frame one code point closer to its end (or close it). */
 static int string_choice(const grammar *g, const grammar_state *st, dist_cache *dc, uint8_t *seq, size_t *n) {
     const grammar_frame *f = &st->frames[st->depth - 1];
-    const gnode *node = &g->nodes[f->node];
+    const gram_node *node = &g->nodes[f->node];
     int b = -1;
     switch (f->phase) {
-    case S_BODY: break;
-    case S_ESC: seq[0] = 'u'; *n = 1; return 0;
-    case S_LOW0: seq[0] = '\\'; *n = 1; return 0;
-    case S_LOW1: seq[0] = 'u'; *n = 1; return 0;
-    case S_U:
-    case S_LOWU: b = first_accepted(g, st, "0123456789abcdef"); break;
+    case STR_BODY: break;
+    case STR_ESC: seq[0] = 'u'; *n = 1; return 0;
+    case STR_LOW0: seq[0] = '\\'; *n = 1; return 0;
+    case STR_LOW1: seq[0] = 'u'; *n = 1; return 0;
+    case STR_U:
+    case STR_LOWU: b = first_accepted(g, st, "0123456789abcdef"); break;
     default: { /* inside a UTF-8 sequence */
         b = -1;
         for (int c = f->u.str.blo; c <= f->u.str.bhi && b < 0; c++)
             if (accepts(g, st, (uint8_t)c)) b = c;
     }
     }
-    if (f->phase != S_BODY) {
+    if (f->phase != STR_BODY) {
         if (b < 0) return -1;
         seq[0] = (uint8_t)b;
         *n = 1;
@@ -146,14 +146,14 @@ static int string_choice(const grammar *g, const grammar_state *st, dist_cache *
         *n = 1;
         return 0;
     }
-    const regex_dfa *d = &g->dfas[node->u.str.dfa];
+    const gram_dfa *d = &g->dfas[node->u.str.dfa];
     uint32_t s = f->u.str.dfa, len = f->u.str.len, min = node->u.str.min_len;
     if (d->accept[s] && len >= min) {
         seq[0] = '"';
         *n = 1;
         return 0;
     }
-    const glen_table *t = node->u.str.table >= 0 ? &g->tables[node->u.str.table] : NULL;
+    const gram_len_table *t = node->u.str.table >= 0 ? &g->tables[node->u.str.table] : NULL;
     if (!t && dc->dfa != node->u.str.dfa) {
         free(dc->dist);
         dc->dfa = -1;
@@ -164,7 +164,7 @@ static int string_choice(const grammar *g, const grammar_state *st, dist_cache *
     for (uint32_t c = 0; c < d->n_classes; c++) {
         int32_t to = d->trans[(size_t)s * d->n_classes + c];
         uint32_t cp, rem, rank;
-        if (to < 0 || !gstr_live(g, node, (uint32_t)to, len + 1)) continue;
+        if (to < 0 || !gram_str_live(g, node, (uint32_t)to, len + 1)) continue;
         if (t) rem = t->next[(size_t)to * (t->k + 1) + (min > len + 1 ? min - len - 1 : 0)];
         else rem = dc->dist[to];
         if ((rem < best || (rem == best && best_rank > 0)) && pick_cp(d->bounds[c], d->bounds[c + 1], &cp, &rank) &&
@@ -179,41 +179,41 @@ static int string_choice(const grammar *g, const grammar_state *st, dist_cache *
 /* Bytes that bring the innermost open value closer to complete. */
 static int choose(const grammar *g, const grammar_state *st, dist_cache *dc, uint8_t *seq, size_t *n) {
     const grammar_frame *f = &st->frames[st->depth - 1];
-    const gnode *node = f->node != GNONE ? &g->nodes[f->node] : NULL;
+    const gram_node *node = f->node != GRAM_NONE ? &g->nodes[f->node] : NULL;
     int b = -1;
     *n = 1;
     switch (f->kind) {
-    case FR_STRING: return string_choice(g, st, dc, seq, n);
-    case FR_NUMBER:
-    case FR_LITERAL:
-        if (grammar_frame_can_end(g, st, f)) { /* done: the parent's byte will end it */
+    case GRAM_FR_STRING: return string_choice(g, st, dc, seq, n);
+    case GRAM_FR_NUMBER:
+    case GRAM_FR_LITERAL:
+        if (gram_frame_can_end(g, st, f)) { /* done: the parent's byte will end it */
             grammar_state up;
             grammar_state_copy(&up, st);
-            grammar_pop(g, &up);
+            gram_pop(g, &up);
             return choose(g, &up, dc, seq, n);
         }
-        if (f->kind == FR_NUMBER) {
+        if (f->kind == GRAM_FR_NUMBER) {
             b = first_accepted(g, st, "0123456789.-");
         } else { /* the next byte of an entry still allowed */
             for (uint32_t i = f->u.lit.lo; i < f->u.lit.hi && b < 0; i++) {
-                const glit *e = &g->lits[i];
+                const gram_lit *e = &g->lits[i];
                 if (e->len > f->u.lit.off && accepts(g, st, g->lit_bytes[e->off + f->u.lit.off]))
                     b = g->lit_bytes[e->off + f->u.lit.off];
             }
         }
         break;
-    case FR_OBJECT: {
+    case GRAM_FR_OBJECT: {
         uint64_t missing = node->u.obj.required & ~f->u.lit.seen;
         switch (f->phase) {
-        case O_OPEN: b = '{'; break;
-        case O_FIRST: b = missing ? '"' : '}'; break;
-        case O_AFTER: b = missing ? ',' : '}'; break;
-        case O_NEXT: b = '"'; break;
-        case O_COLON: b = ':'; break;
-        case O_KEY: /* finish a key, a required one if any is missing */
+        case OBJ_OPEN: b = '{'; break;
+        case OBJ_FIRST: b = missing ? '"' : '}'; break;
+        case OBJ_AFTER: b = missing ? ',' : '}'; break;
+        case OBJ_NEXT: b = '"'; break;
+        case OBJ_COLON: b = ':'; break;
+        case OBJ_KEY: /* finish a key, a required one if any is missing */
             for (int pass = 0; pass < 2 && b < 0; pass++)
                 for (uint32_t i = f->u.lit.lo; i < f->u.lit.hi && b < 0; i++) {
-                    const glit *e = &g->lits[i];
+                    const gram_lit *e = &g->lits[i];
                     uint64_t bit = 1ull << e->member;
                     if (!(f->u.lit.seen & bit) && (pass || (missing & bit)) && e->len > f->u.lit.off)
                         b = g->lit_bytes[e->off + f->u.lit.off];
@@ -223,28 +223,28 @@ static int choose(const grammar *g, const grammar_state *st, dist_cache *dc, uin
         }
         break;
     }
-    case FR_ARRAY:
+    case GRAM_FR_ARRAY:
         switch (f->phase) {
-        case A_OPEN: b = '['; break;
-        case A_AFTER: b = f->u.arr.count >= node->u.arr.min ? ']' : ','; break;
-        case A_FIRST: b = node->u.arr.min ? first_accepted(g, st, VALUE_START) : ']'; break;
+        case ARR_OPEN: b = '['; break;
+        case ARR_AFTER: b = f->u.arr.count >= node->u.arr.min ? ']' : ','; break;
+        case ARR_FIRST: b = node->u.arr.min ? first_accepted(g, st, VALUE_START) : ']'; break;
         default: b = first_accepted(g, st, VALUE_START); break;
         }
         break;
-    case FR_CALL:
+    case GRAM_FR_CALL:
         switch (f->phase) {
-        case C_PREFIX: b = (uint8_t)GRAMMAR_CALL_PREFIX[f->u.lit.off]; break;
-        case C_MID: b = (uint8_t)GRAMMAR_CALL_MID[f->u.lit.off]; break;
-        case C_NAME: b = g->lit_bytes[g->lits[f->u.lit.lo].off + f->u.lit.off]; break;
-        case C_ARGS: b = '{'; break;
+        case CALL_PREFIX: b = (uint8_t)GRAMMAR_CALL_PREFIX[f->u.lit.off]; break;
+        case CALL_MID: b = (uint8_t)GRAMMAR_CALL_MID[f->u.lit.off]; break;
+        case CALL_NAME: b = g->lit_bytes[g->lits[f->u.lit.lo].off + f->u.lit.off]; break;
+        case CALL_ARGS: b = '{'; break;
         default: b = '}'; break;
         }
         break;
     default: /* root */
         switch (f->phase) {
-        case RT_START: b = '['; break;
-        case RT_OPEN: b = g->opt.allow_empty ? ']' : '{'; break;
-        case RT_NEXT: b = '{'; break;
+        case ROOT_START: b = '['; break;
+        case ROOT_OPEN: b = g->opt.allow_empty ? ']' : '{'; break;
+        case ROOT_NEXT: b = '{'; break;
         default: b = ']'; break;
         }
         break;

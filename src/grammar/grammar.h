@@ -17,12 +17,12 @@
  * - Numbers: -?(0|[1-9][0-9]*)(.[0-9]+)?(e[+-]?[0-9]+)?, lowercase e only, as Python
  *   writes them; bounded numbers drop the exponent and keep at most 18 integer and 18
  *   fraction digits, integers at most 18 digits, items of unique arrays 15 significant
- *   digits (see grammar_number.c, schema.c).
+ *   digits (see recognizer_number.c, compiler.c).
  * - Objects: declared properties in any order, each at most once, no unknown keys,
  *   required ones before "}". Keys, names, enum and const values are matched on their
  *   spelling: strings raw or \u-escaped (ensure_ascii False or True), integral numbers as
  *   "1" or "1.0".
- * The JSON Schema subset is described in schema.c, the pattern subset in regex.h.
+ * The JSON Schema subset is described in compiler.c, the pattern subset in regex.h.
  *
  * Invariants, checked by the tests:
  *   - no dead ends: from every accepted prefix some continuation reaches a complete array,
@@ -30,14 +30,14 @@
  *   - everything accepted and complete parses as JSON, names declared tools and satisfies
  *     their schemas (within the subset).
  *
- * Threads: a grammar and a token_trie are immutable after construction and may be shared
+ * Threads: a grammar and a grammar_trie are immutable after construction and may be shared
  * by any number of threads. A grammar_state belongs to one decode; it is a plain
  * fixed-size struct without pointers, so it may be copied by assignment or memcpy
  * (grammar_state_copy copies only the used part). Failures return a negative
  * needle_status with a message (util/error.h); nothing here prints. Unless stated, g and
  * st must not be NULL. */
-#ifndef NEEDLE_AGENT_GRAMMAR_H
-#define NEEDLE_AGENT_GRAMMAR_H
+#ifndef NEEDLE_GRAMMAR_GRAMMAR_H
+#define NEEDLE_GRAMMAR_GRAMMAR_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -61,7 +61,7 @@ grammar_options grammar_default_options(void);
 
 /* One level of the recognizer stack. Opaque to callers; 32 bytes. */
 typedef struct grammar_frame {
-    uint32_t node; /* compiled schema node (schema.h) */
+    uint32_t node; /* compiled schema node (schema_ir.h) */
     uint8_t kind, phase, flags, aux;
     union {
         struct { uint32_t len, dfa, acc; uint16_t hs; uint8_t blo, bhi; uint64_t hash; } str;
@@ -124,27 +124,27 @@ int grammar_complete(const grammar *g, const grammar_state *st, char *out, size_
 /* ---- token masks ------------------------------------------------------------------- */
 
 /* A trie over the byte strings of a vocabulary, built once per vocabulary and shared. */
-typedef struct token_trie token_trie;
+typedef struct grammar_trie grammar_trie;
 
 /* token_bytes[i] / lens[i] are the bytes token i contributes to the text (meta-space
  * already turned into ' ', byte pieces as their byte). Tokens with no bytes are never
  * allowed by grammar_mask: give control and marker tokens ("<tool_call>", EOS) no bytes,
  * so that they cannot slip into a string value, and handle them outside the grammar.
  * Copies what it needs. NEEDLE_ERR_INVALID_ARGUMENT on NULL inputs or a token longer
- * than 65535 bytes; free with token_trie_free (NULL is a no-op). */
-int token_trie_build(const char *const *token_bytes, const size_t *lens, uint32_t n_tokens,
-                     token_trie **out);
-void token_trie_free(token_trie *t);
-uint32_t token_trie_size(const token_trie *t);
+ * than 65535 bytes; free with grammar_trie_free (NULL is a no-op). */
+int grammar_trie_build(const char *const *token_bytes, const size_t *lens, uint32_t n_tokens,
+                     grammar_trie **out);
+void grammar_trie_free(grammar_trie *t);
+uint32_t grammar_trie_size(const grammar_trie *t);
 
 /* Writes allowed[i] = 1 for every token whose bytes can all be accepted from st, 0 for
- * the others (allowed has token_trie_size(t) entries): exactly what calling
+ * the others (allowed has grammar_trie_size(t) entries): exactly what calling
  * grammar_accept_bytes on a copy of st would say for each token. Walks the trie depth
  * first so a shared prefix is stepped once and a rejected prefix prunes its subtree.
  * Returns the number of allowed tokens (0 for NULL arguments). After completion nothing
  * is allowed: the caller then lets "</tool_call>" through. Allocates scratch memory per
  * call; if that fails it falls back to checking token by token. */
-uint32_t grammar_mask(const grammar *g, const grammar_state *st, const token_trie *t,
+uint32_t grammar_mask(const grammar *g, const grammar_state *st, const grammar_trie *t,
                       uint8_t *allowed);
 
 #endif

@@ -16,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/grammar.h"
-#include "agent/schema.h"
+#include "grammar/grammar.h"
+#include "grammar/recognizer.h"
 #include "needle.h"
 #include "util/error.h"
 
-struct token_trie {
+struct grammar_trie {
     uint32_t n_tokens, n_nodes, max_depth;
     uint8_t *byte;       /* [node] */
     uint16_t *depth;     /* [node] */
@@ -62,7 +62,7 @@ static void sort_ids(const sort_ctx *c, uint32_t *v, uint32_t *tmp, uint32_t n) 
     }
 }
 
-void token_trie_free(token_trie *t) {
+void grammar_trie_free(grammar_trie *t) {
     if (!t) return;
     free(t->byte);
     free(t->depth);
@@ -101,7 +101,7 @@ static long plain_cps(const uint8_t *s, size_t n) {
 
 /* Fills the plain-token tables; parent[i] is node i's parent (UINT32_MAX for the root's
  * children). */
-static int build_plain(token_trie *t, const uint32_t *parent) {
+static int build_plain(grammar_trie *t, const uint32_t *parent) {
     uint32_t n = t->n_nodes;
     long *cps = malloc((t->n_tokens + 1) * sizeof *cps);
     t->plain_ids = malloc((t->n_tokens + 1) * sizeof *t->plain_ids);
@@ -154,21 +154,21 @@ static int build_plain(token_trie *t, const uint32_t *parent) {
     return 0;
 }
 
-uint32_t token_trie_size(const token_trie *t) { return t ? t->n_tokens : 0; }
+uint32_t grammar_trie_size(const grammar_trie *t) { return t ? t->n_tokens : 0; }
 
-int token_trie_build(const char *const *token_bytes, const size_t *lens, uint32_t n_tokens,
-                     token_trie **out) {
+int grammar_trie_build(const char *const *token_bytes, const size_t *lens, uint32_t n_tokens,
+                     grammar_trie **out) {
     if (!token_bytes || !lens || !out)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "token_trie_build: NULL argument");
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "grammar_trie_build: NULL argument");
     size_t total = 0;
     for (uint32_t i = 0; i < n_tokens; i++) {
         if (lens[i] && !token_bytes[i])
-            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "token_trie_build: token %u has no bytes", i);
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "grammar_trie_build: token %u has no bytes", i);
         if (lens[i] > UINT16_MAX)
-            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "token_trie_build: token %u is too long", i);
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "grammar_trie_build: token %u is too long", i);
         total += lens[i];
     }
-    token_trie *t = calloc(1, sizeof *t);
+    grammar_trie *t = calloc(1, sizeof *t);
     uint32_t *ids = malloc((n_tokens + 1) * sizeof *ids), *tmp = malloc((n_tokens + 1) * sizeof *tmp);
     uint32_t *path = NULL, *parent = NULL;
     if (!t || !ids || !tmp) goto oom;
@@ -237,12 +237,12 @@ oom:
     free(tmp);
     free(path);
     free(parent);
-    token_trie_free(t);
-    return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "token_trie_build: out of memory");
+    grammar_trie_free(t);
+    return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "grammar_trie_build: out of memory");
 }
 
 /* Slow path: every token from scratch (used only if the walk cannot get memory). */
-static uint32_t mask_each(const grammar *g, const grammar_state *st, const token_trie *t, uint8_t *allowed) {
+static uint32_t mask_each(const grammar *g, const grammar_state *st, const grammar_trie *t, uint8_t *allowed) {
     uint32_t count = 0;
     grammar_state tmp;
     for (uint32_t i = 0; i < t->n_tokens; i++) {
@@ -250,16 +250,16 @@ static uint32_t mask_each(const grammar *g, const grammar_state *st, const token
         if (a == z) continue;
         grammar_state_copy(&tmp, st);
         size_t k = a;
-        while (k < z && grammar_step(g, &tmp, t->bytes[k])) k++;
+        while (k < z && gram_step(g, &tmp, t->bytes[k])) k++;
         if (k == z) allowed[i] = 1, count++;
     }
     return count;
 }
 
-uint32_t grammar_mask(const grammar *g, const grammar_state *st, const token_trie *t, uint8_t *allowed) {
+uint32_t grammar_mask(const grammar *g, const grammar_state *st, const grammar_trie *t, uint8_t *allowed) {
     if (!g || !st || !t || !allowed) return 0;
     uint32_t count = 0, budget = 0;
-    int plain = !st->complete && grammar_plain_string_budget(g, st, &budget);
+    int plain = !st->complete && gram_plain_string_budget(g, st, &budget);
     if (plain && t->n_plain && t->plain_cps[t->n_plain - 1] <= budget) { /* every plain token fits */
         memcpy(allowed, t->plain_mask, t->n_tokens);
         count = t->n_plain;
@@ -282,7 +282,7 @@ uint32_t grammar_mask(const grammar *g, const grammar_state *st, const token_tri
         }
         grammar_state *cur = &stack[t->depth[i]];
         grammar_state_copy(cur, cur - 1);
-        if (!grammar_step(g, cur, t->byte[i])) {
+        if (!gram_step(g, cur, t->byte[i])) {
             i = t->skip[i];
             continue;
         }

@@ -12,7 +12,7 @@
  *   lazy forms (*? etc.) accepted with the same meaning;
  *   ^ at the start and $ at the end of a top-level alternative (no-ops: full match).
  * Refused with a message: backreferences, lookaround, named groups, \b \B, flags, anchors
- * elsewhere, and patterns whose DFA exceeds REGEX_MAX_STATES.
+ * elsewhere, and patterns whose DFA exceeds GRAM_REGEX_MAX_STATES.
  *
  * Formats are built-in patterns over the same engine: date, time, date-time, email, uri,
  * uuid, ipv4 (see regex.c for the exact definitions).
@@ -20,34 +20,34 @@
  * Invariants of a compiled DFA: state 0 is the start; every state can still reach an
  * accepting state (transitions into dead states are -1); classes partition
  * [0, 0x110000) into intervals. */
-#ifndef NEEDLE_AGENT_REGEX_H
-#define NEEDLE_AGENT_REGEX_H
+#ifndef NEEDLE_GRAMMAR_REGEX_H
+#define NEEDLE_GRAMMAR_REGEX_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define REGEX_MAX_STATES 4096
+#define GRAM_REGEX_MAX_STATES 4096
 
-typedef struct regex_dfa {
+typedef struct gram_dfa {
     uint32_t n_states;
     uint32_t n_classes;
     uint32_t *bounds; /* n_classes + 1 entries: class c is [bounds[c], bounds[c + 1]) */
     int32_t *trans;   /* [state * n_classes + class]: next state, -1 = no match possible */
     uint8_t *accept;  /* [state] */
     uint8_t ascii_class[128];
-} regex_dfa;
+} gram_dfa;
 
 /* Status of the functions below: 0 ok; -1 unsupported or impossible (message in err);
  * -2 out of memory. */
 
 /* Compiles `len` bytes of pattern (UTF-8). *out is zeroed on failure. */
-int regex_compile(const char *pattern, size_t len, regex_dfa *out, char *err, size_t err_len);
+int gram_regex_compile(const char *pattern, size_t len, gram_dfa *out, char *err, size_t err_len);
 
 /* Compiles a built-in format. Returns 1 (and leaves *out zeroed) for an unknown format. */
-int regex_compile_format(const char *format, regex_dfa *out, char *err, size_t err_len);
+int gram_regex_compile_format(const char *format, gram_dfa *out, char *err, size_t err_len);
 
 /* Class of code point cp (< 0x110000). */
-static inline uint32_t regex_class(const regex_dfa *d, uint32_t cp) {
+static inline uint32_t gram_regex_class(const gram_dfa *d, uint32_t cp) {
     if (cp < 128) return d->ascii_class[cp];
     uint32_t lo = 0, hi = d->n_classes; /* last class whose start is <= cp */
     while (hi - lo > 1) {
@@ -63,9 +63,9 @@ static inline uint32_t regex_class(const regex_dfa *d, uint32_t cp) {
  * completion from state s that ends in an accepting state (UINT32_MAX if none). Lengths
  * above k are not needed: k = max_len if bounded, else min_len + n_states (a longer
  * completion can be pumped down into that window). */
-int regex_length_table(const regex_dfa *d, uint32_t min_len, uint32_t max_len, uint32_t **next,
+int gram_regex_length_table(const gram_dfa *d, uint32_t min_len, uint32_t max_len, uint32_t **next,
                        uint32_t *k, char *err, size_t err_len);
 
-void regex_free(regex_dfa *d);
+void gram_regex_free(gram_dfa *d);
 
 #endif

@@ -4,7 +4,7 @@
  * still match", which is what keeps it free of dead ends. Sizes are capped (NFA states,
  * DFA states, repetition counts) so a hostile pattern fails with a message instead of
  * exhausting memory. */
-#include "agent/regex.h"
+#include "grammar/regex.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -88,7 +88,7 @@ static int next_cp(rx *r, uint32_t *cp) {
 
 static int at(const rx *r, char c) { return r->p < r->end && *r->p == c; }
 
-static int new_node(rx *r, int type, int a, int b) {
+static int gram_new_node(rx *r, int type, int a, int b) {
     ast x = {type, a, b, 0, 0, 0, 0};
     VEC_PUSH(r->nodes, x, r->oom = 1);
     return r->oom ? -1 : (int)r->nodes.n - 1;
@@ -110,7 +110,7 @@ static int set_node(rx *r, range *tmp, size_t n, int negate) {
             tmp[m++] = tmp[i];
         }
     }
-    int id = new_node(r, AX_SET, 0, 0);
+    int id = gram_new_node(r, AX_SET, 0, 0);
     if (id < 0) return -1;
     uint32_t first = (uint32_t)r->ranges.n, next = 0;
     for (size_t i = 0; i <= m; i++) {
@@ -282,12 +282,12 @@ static int parse_atom(rx *r, int at_alt_start) {
         rb_add(r, &b, 0x2028, 0x2029);
         return set_node(r, b.v, b.n, 1);
     case '^':
-        if (r->depth == 0 && at_alt_start) { r->p++; return new_node(r, AX_EMPTY, 0, 0); }
+        if (r->depth == 0 && at_alt_start) { r->p++; return gram_new_node(r, AX_EMPTY, 0, 0); }
         return rx_fail(r, "^ is only supported at the start of the pattern");
     case '$':
         if (r->depth == 0 && (r->p + 1 == r->end || r->p[1] == '|')) {
             r->p++;
-            return new_node(r, AX_EMPTY, 0, 0);
+            return gram_new_node(r, AX_EMPTY, 0, 0);
         }
         return rx_fail(r, "$ is only supported at the end of the pattern");
     case '*': case '+': case '?':
@@ -356,7 +356,7 @@ static int parse_repeat(rx *r, int at_alt_start) {
         r->p = save;
         return rx_fail(r, "nested quantifier in pattern");
     }
-    int id = new_node(r, AX_REP, atom, 0);
+    int id = gram_new_node(r, AX_REP, atom, 0);
     if (id < 0) return -1;
     r->nodes.v[id].min = min;
     r->nodes.v[id].max = max;
@@ -368,10 +368,10 @@ static int parse_cat(rx *r) {
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         int item = parse_repeat(r, node < 0);
         if (item < 0) return -1;
-        node = node < 0 ? item : new_node(r, AX_CAT, node, item);
+        node = node < 0 ? item : gram_new_node(r, AX_CAT, node, item);
         if (node < 0) return -1;
     }
-    return node < 0 ? new_node(r, AX_EMPTY, 0, 0) : node;
+    return node < 0 ? gram_new_node(r, AX_EMPTY, 0, 0) : node;
 }
 
 static int parse_alt(rx *r) {
@@ -380,7 +380,7 @@ static int parse_alt(rx *r) {
         r->p++;
         int right = parse_cat(r);
         if (right < 0) return -1;
-        left = new_node(r, AX_ALT, left, right);
+        left = gram_new_node(r, AX_ALT, left, right);
     }
     return left;
 }
@@ -532,7 +532,7 @@ static long intern(subsets *ss, const int *list, size_t n, int *oom) {
         uint32_t e = ss->table[i];
         if (!e) {
             size_t id = ss->first.n - 1;
-            if (id >= REGEX_MAX_STATES) return -3;
+            if (id >= GRAM_REGEX_MAX_STATES) return -3;
             for (size_t k = 0; k < n; k++) VEC_PUSH(ss->pool, list[k], *oom = 1);
             uint32_t end = (uint32_t)ss->pool.n;
             VEC_PUSH(ss->first, end, *oom = 1);
@@ -562,7 +562,7 @@ static int set_has(const rx *r, const nstate *s, uint32_t cp) {
     return 0;
 }
 
-static int build_dfa(rx *r, int start, int match, regex_dfa *d) {
+static int build_dfa(rx *r, int start, int match, gram_dfa *d) {
     int rc = -2;
     size_t nn = r->nfa.n;
     subsets ss = {0};
@@ -593,7 +593,7 @@ static int build_dfa(rx *r, int start, int match, regex_dfa *d) {
         for (uint32_t cp = d->bounds[c]; cp < d->bounds[c + 1] && cp < 128; cp++)
             d->ascii_class[cp] = (uint8_t)c;
 
-    ss.table_cap = 2 * REGEX_MAX_STATES + 2;
+    ss.table_cap = 2 * GRAM_REGEX_MAX_STATES + 2;
     while (ss.table_cap & (ss.table_cap - 1)) ss.table_cap &= ss.table_cap - 1;
     ss.table_cap *= 2;
     ss.table = calloc(ss.table_cap, sizeof *ss.table);
@@ -615,7 +615,7 @@ static int build_dfa(rx *r, int start, int match, regex_dfa *d) {
                 m = closure(r, stack, tmp, nt, targets, mark, ++gen);
                 id = intern(&ss, tmp, m, &oom);
                 if (id == -3) {
-                    rc = rx_fail(r, "pattern needs more than %d DFA states", REGEX_MAX_STATES);
+                    rc = rx_fail(r, "pattern needs more than %d DFA states", GRAM_REGEX_MAX_STATES);
                     goto done;
                 }
                 if (id < 0) goto done;
@@ -668,7 +668,7 @@ done:
     return rc;
 }
 
-int regex_compile(const char *pattern, size_t len, regex_dfa *out, char *err, size_t err_len) {
+int gram_regex_compile(const char *pattern, size_t len, gram_dfa *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     if (err && err_len) err[0] = 0;
     rx r = {0};
@@ -686,7 +686,7 @@ int regex_compile(const char *pattern, size_t len, regex_dfa *out, char *err, si
         rc = build_dfa(&r, f.start, match, out);
     }
     if (r.oom) rc = -2;
-    if (rc) regex_free(out);
+    if (rc) gram_regex_free(out);
     free(r.ranges.v);
     free(r.nodes.v);
     free(r.nfa.v);
@@ -704,7 +704,7 @@ int regex_compile(const char *pattern, size_t len, regex_dfa *out, char *err, si
 #define RX_URI_HOST "([A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f][0-9A-Fa-f])*"
 #define RX_OCTET "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 
-int regex_compile_format(const char *format, regex_dfa *out, char *err, size_t err_len) {
+int gram_regex_compile_format(const char *format, gram_dfa *out, char *err, size_t err_len) {
     /* As JSON Schema validators read them: RFC 3339 full-time (seconds and offset) and
      * date-time with a 'T', days valid for their month (February to 28), RFC 3986 URIs. */
     static const char *const table[][2] = {
@@ -720,11 +720,11 @@ int regex_compile_format(const char *format, regex_dfa *out, char *err, size_t e
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(format, table[i][0]))
-            return regex_compile(table[i][1], strlen(table[i][1]), out, err, err_len);
+            return gram_regex_compile(table[i][1], strlen(table[i][1]), out, err, err_len);
     return 1;
 }
 
-int regex_length_table(const regex_dfa *d, uint32_t min_len, uint32_t max_len, uint32_t **next,
+int gram_regex_length_table(const gram_dfa *d, uint32_t min_len, uint32_t max_len, uint32_t **next,
                        uint32_t *k_out, char *err, size_t err_len) {
     uint64_t k = max_len != UINT32_MAX ? max_len : (uint64_t)min_len + d->n_states;
     uint64_t cols = k + 1, n = d->n_states;
@@ -758,7 +758,7 @@ int regex_length_table(const regex_dfa *d, uint32_t min_len, uint32_t max_len, u
     return 0;
 }
 
-void regex_free(regex_dfa *d) {
+void gram_regex_free(gram_dfa *d) {
     if (!d) return;
     free(d->bounds);
     free(d->trans);

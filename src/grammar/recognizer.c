@@ -5,7 +5,7 @@
  * state from which its value can still be completed; this local "liveness" check (DFA
  * states pruned of dead ends, length tables, number intervals, unseen keys) is what makes
  * the whole recognizer free of dead ends, because every parent can always finish once its
- * child has (see the invariants in schema.h).
+ * child has (see the invariants in schema_ir.h).
  *
  * Values that end on their own last byte (strings, objects, arrays, quoted literals) pop
  * their frame as that byte is read. Numbers and unquoted literals ("1", "true") cannot
@@ -14,20 +14,20 @@
  *
  * A frame step must leave the frame untouched when it rejects (the fall-back above reads
  * it); everything else may be scribbled on, because callers step a scratch copy. */
-#include "agent/grammar.h"
+#include "grammar/grammar.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/schema.h"
+#include "grammar/recognizer.h"
 #include "needle.h"
 #include "util/error.h"
 #include "util/json_escape.h"
 
 enum { ST_REJECT = 0, ST_OK = 1, ST_DONE = 2 };
 
-static const char CALL_PREFIX[] = GRAMMAR_CALL_PREFIX;
-static const char CALL_MID[] = GRAMMAR_CALL_MID;
+static const char CALL_PREFIX_TEXT[] = GRAMMAR_CALL_PREFIX;
+static const char CALL_MID_TEXT[] = GRAMMAR_CALL_MID;
 
 grammar_options grammar_default_options(void) {
     grammar_options o = {1, 0};
@@ -47,9 +47,9 @@ void grammar_state_init(const grammar *g, grammar_state *st) {
     st->complete = 0;
     st->pad = 0;
     memset(&st->frames[0], 0, sizeof st->frames[0]);
-    st->frames[0].kind = FR_ROOT;
-    st->frames[0].node = GNONE;
-    st->frames[0].phase = RT_START;
+    st->frames[0].kind = GRAM_FR_ROOT;
+    st->frames[0].node = GRAM_NONE;
+    st->frames[0].phase = ROOT_START;
 }
 
 void grammar_state_copy(grammar_state *dst, const grammar_state *src) {
@@ -67,8 +67,8 @@ int grammar_is_complete(const grammar *g, const grammar_state *st) {
 
 /* ---- shared helpers ------------------------------------------------------------------- */
 
-int glit_narrow(const grammar *g, uint32_t *plo, uint32_t *phi, uint32_t off, uint8_t b) {
-    const glit *L = g->lits;
+int gram_lit_narrow(const grammar *g, uint32_t *plo, uint32_t *phi, uint32_t off, uint8_t b) {
+    const gram_lit *L = g->lits;
     const uint8_t *B = g->lit_bytes;
     uint32_t lo = *plo, hi = *phi;
     if (lo < hi && L[lo].len == off) lo++; /* the entry that ends here takes no more bytes */
@@ -91,9 +91,9 @@ int glit_narrow(const grammar *g, uint32_t *plo, uint32_t *phi, uint32_t off, ui
     return 1;
 }
 
-int gstr_live(const grammar *g, const gnode *n, uint32_t d, uint32_t len) {
+int gram_str_live(const grammar *g, const gram_node *n, uint32_t d, uint32_t len) {
     if (n->u.str.table < 0) return 1;
-    const glen_table *t = &g->tables[n->u.str.table];
+    const gram_len_table *t = &g->tables[n->u.str.table];
     uint32_t j = n->u.str.min_len > len ? n->u.str.min_len - len : 0;
     uint32_t r = t->next[(size_t)d * (t->k + 1) + j];
     if (r == UINT32_MAX) return 0;
@@ -123,35 +123,35 @@ static int key_range_has_unseen(const grammar *g, uint32_t lo, uint32_t hi, uint
 
 /* ---- strings -------------------------------------------------------------------------- */
 
-static int str_range_ok(const grammar *g, const gnode *n, const grammar_frame *f, uint32_t lo,
+static int str_range_ok(const grammar *g, const gram_node *n, const grammar_frame *f, uint32_t lo,
                         uint32_t hi) {
     uint32_t len = f->u.str.len;
     if (lo > hi || len >= n->u.str.max_len) return 0;
     if (n->u.str.dfa < 0) return 1;
-    const regex_dfa *d = &g->dfas[n->u.str.dfa];
+    const gram_dfa *d = &g->dfas[n->u.str.dfa];
     const int32_t *row = d->trans + (size_t)f->u.str.dfa * d->n_classes;
-    for (uint32_t c = regex_class(d, lo), c1 = regex_class(d, hi); c <= c1; c++)
-        if (row[c] >= 0 && gstr_live(g, n, (uint32_t)row[c], len + 1)) return 1;
+    for (uint32_t c = gram_regex_class(d, lo), c1 = gram_regex_class(d, hi); c <= c1; c++)
+        if (row[c] >= 0 && gram_str_live(g, n, (uint32_t)row[c], len + 1)) return 1;
     return 0;
 }
 
 /* Any code point a JSON escape can produce (all but the surrogates). */
-static int str_any_ok(const grammar *g, const gnode *n, const grammar_frame *f) {
+static int str_any_ok(const grammar *g, const gram_node *n, const grammar_frame *f) {
     return str_range_ok(g, n, f, 0, 0xD7FF) || str_range_ok(g, n, f, 0xE000, 0x10FFFF);
 }
 
-static int str_take(const grammar *g, const gnode *n, grammar_frame *f, uint32_t cp) {
+static int str_take(const grammar *g, const gram_node *n, grammar_frame *f, uint32_t cp) {
     uint32_t len = f->u.str.len;
     if (len >= n->u.str.max_len) return ST_REJECT;
     if (n->u.str.dfa >= 0) {
-        const regex_dfa *d = &g->dfas[n->u.str.dfa];
-        int32_t t = d->trans[(size_t)f->u.str.dfa * d->n_classes + regex_class(d, cp)];
-        if (t < 0 || !gstr_live(g, n, (uint32_t)t, len + 1)) return ST_REJECT;
+        const gram_dfa *d = &g->dfas[n->u.str.dfa];
+        int32_t t = d->trans[(size_t)f->u.str.dfa * d->n_classes + gram_regex_class(d, cp)];
+        if (t < 0 || !gram_str_live(g, n, (uint32_t)t, len + 1)) return ST_REJECT;
         f->u.str.dfa = (uint32_t)t;
     }
     f->u.str.len = len + 1;
-    if (f->flags & FF_UNIQUE) f->u.str.hash = gmix(f->u.str.hash, cp);
-    f->phase = S_BODY;
+    if (f->flags & GRAM_FF_UNIQUE) f->u.str.hash = gram_mix(f->u.str.hash, cp);
+    f->phase = STR_BODY;
     return ST_OK;
 }
 
@@ -161,24 +161,24 @@ static int hex_value(uint8_t b) {
 }
 
 static int str_step(const grammar *g, const grammar_state *st, grammar_frame *f, uint8_t b) {
-    const gnode *n = &g->nodes[f->node];
+    const gram_node *n = &g->nodes[f->node];
     int h;
     switch (f->phase) {
-    case S_OPEN:
+    case STR_OPEN:
         if (b != '"') return ST_REJECT;
-        f->phase = S_BODY;
+        f->phase = STR_BODY;
         return ST_OK;
-    case S_BODY:
+    case STR_BODY:
         if (b == '"') {
             if (n->u.str.dfa >= 0 && !g->dfas[n->u.str.dfa].accept[f->u.str.dfa]) return ST_REJECT;
             if (f->u.str.len < n->u.str.min_len) return ST_REJECT;
-            if ((f->flags & FF_UNIQUE) && in_used(st, gmix(f->u.str.hash, f->u.str.len)))
+            if ((f->flags & GRAM_FF_UNIQUE) && in_used(st, gram_mix(f->u.str.hash, f->u.str.len)))
                 return ST_REJECT;
             return ST_DONE;
         }
         if (b == '\\') {
             if (!str_any_ok(g, n, f)) return ST_REJECT;
-            f->phase = S_ESC;
+            f->phase = STR_ESC;
             return ST_OK;
         }
         if (b < 0x20) return ST_REJECT; /* raw control characters are not JSON */
@@ -200,14 +200,14 @@ static int str_step(const grammar *g, const grammar_state *st, grammar_frame *f,
                 return ST_REJECT;
             }
             if (!str_range_ok(g, n, f, lo, hi)) return ST_REJECT;
-            f->phase = S_UTF8;
+            f->phase = STR_UTF8;
             f->aux = (uint8_t)need;
             f->u.str.acc = b & (need == 1 ? 0x1F : need == 2 ? 0x0F : 0x07);
             f->u.str.blo = blo;
             f->u.str.bhi = bhi;
             return ST_OK;
         }
-    case S_UTF8: {
+    case STR_UTF8: {
         if (b < f->u.str.blo || b > f->u.str.bhi) return ST_REJECT;
         uint32_t acc = f->u.str.acc << 6 | (b & 0x3F), need = f->aux - 1u;
         if (!need) return str_take(g, n, f, acc);
@@ -219,9 +219,9 @@ static int str_step(const grammar *g, const grammar_state *st, grammar_frame *f,
         f->u.str.bhi = 0xBF;
         return ST_OK;
     }
-    case S_ESC: {
+    case STR_ESC: {
         if (b == 'u') { /* any code point is reachable, and one was live when '\' was read */
-            f->phase = S_U;
+            f->phase = STR_U;
             f->aux = 0;
             f->u.str.acc = 0;
             return ST_OK;
@@ -230,7 +230,7 @@ static int str_step(const grammar *g, const grammar_state *st, grammar_frame *f,
         if (cp < 0) return ST_REJECT;
         return str_take(g, n, f, (uint32_t)cp);
     }
-    case S_U: {
+    case STR_U: {
         if ((h = hex_value(b)) < 0) return ST_REJECT;
         uint32_t v = f->u.str.acc * 16 + (uint32_t)h, k = f->aux + 1u;
         if (k < 4) { /* code points still reachable: v's BMP range, surrogate pairs expanded */
@@ -251,23 +251,23 @@ static int str_step(const grammar *g, const grammar_state *st, grammar_frame *f,
                 uint32_t base = 0x10000 + ((v - 0xD800) << 10);
                 if (!str_range_ok(g, n, f, base, base + 0x3FF)) return ST_REJECT;
                 f->u.str.hs = (uint16_t)v;
-                f->phase = S_LOW0;
+                f->phase = STR_LOW0;
                 return ST_OK;
             }
         }
         return str_take(g, n, f, v);
     }
-    case S_LOW0:
+    case STR_LOW0:
         if (b != '\\') return ST_REJECT;
-        f->phase = S_LOW1;
+        f->phase = STR_LOW1;
         return ST_OK;
-    case S_LOW1:
+    case STR_LOW1:
         if (b != 'u') return ST_REJECT;
-        f->phase = S_LOWU;
+        f->phase = STR_LOWU;
         f->aux = 0;
         f->u.str.acc = 0;
         return ST_OK;
-    case S_LOWU: {
+    case STR_LOWU: {
         if ((h = hex_value(b)) < 0) return ST_REJECT;
         uint32_t v = f->u.str.acc * 16 + (uint32_t)h, k = f->aux + 1u;
         uint32_t rem = 4 * (4 - k), lo = v << rem, hi = lo | ((1u << rem) - 1);
@@ -291,34 +291,34 @@ static int frame_step(const grammar *g, grammar_state *st, grammar_frame *f, uin
 
 static uint64_t frame_key(const grammar *g, const grammar_frame *f) {
     switch (f->kind) {
-    case FR_STRING: return gmix(f->u.str.hash, f->u.str.len);
-    case FR_LITERAL: return g->lits[f->u.lit.lo].member;
-    case FR_NUMBER: return gnum_key(&g->nodes[f->node], f);
+    case GRAM_FR_STRING: return gram_mix(f->u.str.hash, f->u.str.len);
+    case GRAM_FR_LITERAL: return g->lits[f->u.lit.lo].member;
+    case GRAM_FR_NUMBER: return gram_num_key(&g->nodes[f->node], f);
     default: return 0;
     }
 }
 
 /* Pops the top frame (its value is complete) and tells the parent. */
-int grammar_pop(const grammar *g, grammar_state *st) {
+int gram_pop(const grammar *g, grammar_state *st) {
     grammar_frame *c = &st->frames[st->depth - 1];
     uint64_t key = frame_key(g, c);
     uint8_t child_flags = c->flags, child_kind = c->kind;
     uint32_t child_node = c->node;
     st->depth--;
-    if (child_kind == FR_ARRAY && g->nodes[child_node].u.arr.unique) st->n_used = 0;
+    if (child_kind == GRAM_FR_ARRAY && g->nodes[child_node].u.arr.unique) st->n_used = 0;
     if (!st->depth) {
         st->complete = 1;
         return 1;
     }
     grammar_frame *p = &st->frames[st->depth - 1];
     switch (p->kind) {
-    case FR_ROOT: p->u.arr.count++; p->phase = RT_AFTER; break;
-    case FR_CALL: p->phase = C_CLOSE; break;
-    case FR_OBJECT: p->phase = p->phase == O_KEY ? O_COLON : O_AFTER; break;
-    case FR_ARRAY:
+    case GRAM_FR_ROOT: p->u.arr.count++; p->phase = ROOT_AFTER; break;
+    case GRAM_FR_CALL: p->phase = CALL_CLOSE; break;
+    case GRAM_FR_OBJECT: p->phase = p->phase == OBJ_KEY ? OBJ_COLON : OBJ_AFTER; break;
+    case GRAM_FR_ARRAY:
         p->u.arr.count++;
-        p->phase = A_AFTER;
-        if ((child_flags & FF_UNIQUE) && st->n_used < GRAMMAR_MAX_UNIQUE) st->used[st->n_used++] = key;
+        p->phase = ARR_AFTER;
+        if ((child_flags & GRAM_FF_UNIQUE) && st->n_used < GRAMMAR_MAX_UNIQUE) st->used[st->n_used++] = key;
         break;
     default: break;
     }
@@ -327,8 +327,8 @@ int grammar_pop(const grammar *g, grammar_state *st) {
 
 /* Pushes a frame for a value of `node` whose first byte is b. */
 static int push_value(const grammar *g, grammar_state *st, uint32_t node, uint8_t flags, uint8_t b) {
-    const gnode *n = &g->nodes[node];
-    if (n->kind == GN_UNION) {
+    const gram_node *n = &g->nodes[node];
+    if (n->kind == GRAM_NODE_UNION) {
         uint32_t alt = g->picks[n->u.uni.pick + b];
         if (!alt) return 0;
         node = alt - 1;
@@ -340,12 +340,12 @@ static int push_value(const grammar *g, grammar_state *st, uint32_t node, uint8_
     f->node = node;
     f->flags = flags;
     switch (n->kind) {
-    case GN_STRING: f->kind = FR_STRING; break;
-    case GN_NUMBER: f->kind = FR_NUMBER; break;
-    case GN_OBJECT: f->kind = FR_OBJECT; break;
-    case GN_ARRAY: f->kind = FR_ARRAY; break;
+    case GRAM_NODE_STRING: f->kind = GRAM_FR_STRING; break;
+    case GRAM_NODE_NUMBER: f->kind = GRAM_FR_NUMBER; break;
+    case GRAM_NODE_OBJECT: f->kind = GRAM_FR_OBJECT; break;
+    case GRAM_NODE_ARRAY: f->kind = GRAM_FR_ARRAY; break;
     default:
-        f->kind = FR_LITERAL;
+        f->kind = GRAM_FR_LITERAL;
         f->u.lit.lo = n->u.lit.first;
         f->u.lit.hi = n->u.lit.first + n->u.lit.count;
         break;
@@ -356,13 +356,13 @@ static int push_value(const grammar *g, grammar_state *st, uint32_t node, uint8_
         st->depth--;
         return 0;
     }
-    return r == ST_DONE ? grammar_pop(g, st) : 1;
+    return r == ST_DONE ? gram_pop(g, st) : 1;
 }
 
 static int literal_step(const grammar *g, const grammar_state *st, grammar_frame *f, uint8_t b) {
     uint32_t lo = f->u.lit.lo, hi = f->u.lit.hi, off = f->u.lit.off;
-    if (!glit_narrow(g, &lo, &hi, off, b)) return ST_REJECT;
-    if ((f->flags & FF_UNIQUE) && !lit_range_has_unused(g, st, lo, hi)) return ST_REJECT;
+    if (!gram_lit_narrow(g, &lo, &hi, off, b)) return ST_REJECT;
+    if ((f->flags & GRAM_FF_UNIQUE) && !lit_range_has_unused(g, st, lo, hi)) return ST_REJECT;
     f->u.lit.lo = lo;
     f->u.lit.hi = hi;
     f->u.lit.off = ++off;
@@ -370,42 +370,42 @@ static int literal_step(const grammar *g, const grammar_state *st, grammar_frame
 }
 
 static int literal_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f) {
-    const glit *e = &g->lits[f->u.lit.lo];
-    return e->len == f->u.lit.off && !((f->flags & FF_UNIQUE) && in_used(st, e->member));
+    const gram_lit *e = &g->lits[f->u.lit.lo];
+    return e->len == f->u.lit.off && !((f->flags & GRAM_FF_UNIQUE) && in_used(st, e->member));
 }
 
 static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8_t b) {
-    const gnode *n = &g->nodes[f->node];
-    int is_free = n->u.obj.free_value != GNONE;
+    const gram_node *n = &g->nodes[f->node];
+    int is_free = n->u.obj.free_value != GRAM_NONE;
     uint64_t all = n->u.obj.n_props == 64 ? ~0ull : (1ull << n->u.obj.n_props) - 1;
     switch (f->phase) {
-    case O_OPEN:
+    case OBJ_OPEN:
         if (b != '{') return ST_REJECT;
-        f->phase = O_FIRST;
+        f->phase = OBJ_FIRST;
         return ST_OK;
-    case O_FIRST:
-    case O_NEXT: /* a key, or "}" right after "{" */
-        if (f->phase == O_FIRST && b == '}') return is_free || !n->u.obj.required ? ST_DONE : ST_REJECT;
+    case OBJ_FIRST:
+    case OBJ_NEXT: /* a key, or "}" right after "{" */
+        if (f->phase == OBJ_FIRST && b == '}') return is_free || !n->u.obj.required ? ST_DONE : ST_REJECT;
         if (b != '"') return ST_REJECT;
         if (is_free) {
             uint8_t phase = f->phase;
-            f->phase = O_KEY;
-            if (push_value(g, st, n->u.obj.free_key, FF_KEY, b)) return ST_OK;
+            f->phase = OBJ_KEY;
+            if (push_value(g, st, n->u.obj.free_key, GRAM_FF_KEY, b)) return ST_OK;
             f->phase = phase;
             return ST_REJECT;
         } else {
             uint32_t lo = n->u.obj.first, hi = lo + n->u.obj.count;
-            if (!glit_narrow(g, &lo, &hi, 0, b) || !key_range_has_unseen(g, lo, hi, f->u.lit.seen))
+            if (!gram_lit_narrow(g, &lo, &hi, 0, b) || !key_range_has_unseen(g, lo, hi, f->u.lit.seen))
                 return ST_REJECT;
             f->u.lit.lo = lo;
             f->u.lit.hi = hi;
             f->u.lit.off = 1;
-            f->phase = O_KEY;
+            f->phase = OBJ_KEY;
             return ST_OK;
         }
-    case O_KEY: {
+    case OBJ_KEY: {
         uint32_t lo = f->u.lit.lo, hi = f->u.lit.hi, off = f->u.lit.off;
-        if (!glit_narrow(g, &lo, &hi, off, b) || !key_range_has_unseen(g, lo, hi, f->u.lit.seen))
+        if (!gram_lit_narrow(g, &lo, &hi, off, b) || !key_range_has_unseen(g, lo, hi, f->u.lit.seen))
             return ST_REJECT;
         f->u.lit.lo = lo;
         f->u.lit.hi = hi;
@@ -414,22 +414,22 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
             uint32_t p = g->lits[lo].member;
             f->u.lit.item = p;
             f->u.lit.seen |= 1ull << p;
-            f->phase = O_COLON;
+            f->phase = OBJ_COLON;
         }
         return ST_OK;
     }
-    case O_COLON:
+    case OBJ_COLON:
         if (b != ':') return ST_REJECT;
-        f->phase = O_VALUE;
+        f->phase = OBJ_VALUE;
         return ST_OK;
-    case O_VALUE: {
+    case OBJ_VALUE: {
         uint32_t child = is_free ? n->u.obj.free_value : g->prop_nodes[n->u.obj.props + f->u.lit.item];
         return push_value(g, st, child, 0, b) ? ST_OK : ST_REJECT;
     }
-    case O_AFTER:
+    case OBJ_AFTER:
         if (b == ',') {
             if (!is_free && (f->u.lit.seen & all) == all) return ST_REJECT;
-            f->phase = O_NEXT;
+            f->phase = OBJ_NEXT;
             return ST_OK;
         }
         if (b == '}') return (n->u.obj.required & ~f->u.lit.seen) ? ST_REJECT : ST_DONE;
@@ -439,26 +439,26 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
 }
 
 static int array_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8_t b) {
-    const gnode *n = &g->nodes[f->node];
-    uint8_t flags = n->u.arr.unique ? FF_UNIQUE : 0;
+    const gram_node *n = &g->nodes[f->node];
+    uint8_t flags = n->u.arr.unique ? GRAM_FF_UNIQUE : 0;
     switch (f->phase) {
-    case A_OPEN:
+    case ARR_OPEN:
         if (b != '[') return ST_REJECT;
         if (flags) st->n_used = 0;
-        f->phase = A_FIRST;
+        f->phase = ARR_FIRST;
         return ST_OK;
-    case A_FIRST:
-    case A_NEXT: /* an item, or "]" right after "[" */
-        if (f->phase == A_FIRST && b == ']') return n->u.arr.min == 0 ? ST_DONE : ST_REJECT;
+    case ARR_FIRST:
+    case ARR_NEXT: /* an item, or "]" right after "[" */
+        if (f->phase == ARR_FIRST && b == ']') return n->u.arr.min == 0 ? ST_DONE : ST_REJECT;
         if (f->u.arr.count >= n->u.arr.max) return ST_REJECT; /* maxItems 0 */
-        f->phase = A_ITEM;
+        f->phase = ARR_ITEM;
         if (push_value(g, st, n->u.arr.items, flags, b)) return ST_OK;
-        f->phase = f->u.arr.count ? A_NEXT : A_FIRST;
+        f->phase = f->u.arr.count ? ARR_NEXT : ARR_FIRST;
         return ST_REJECT;
-    case A_AFTER:
+    case ARR_AFTER:
         if (b == ',') {
             if (f->u.arr.count >= n->u.arr.max) return ST_REJECT;
-            f->phase = A_NEXT;
+            f->phase = ARR_NEXT;
             return ST_OK;
         }
         if (b == ']') return f->u.arr.count >= n->u.arr.min ? ST_DONE : ST_REJECT;
@@ -469,35 +469,35 @@ static int array_step(const grammar *g, grammar_state *st, grammar_frame *f, uin
 
 static int call_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8_t b) {
     switch (f->phase) {
-    case C_PREFIX:
-        if ((char)b != CALL_PREFIX[f->u.lit.off]) return ST_REJECT;
-        if (++f->u.lit.off == sizeof CALL_PREFIX - 1) {
-            f->phase = C_NAME;
+    case CALL_PREFIX:
+        if ((char)b != CALL_PREFIX_TEXT[f->u.lit.off]) return ST_REJECT;
+        if (++f->u.lit.off == sizeof CALL_PREFIX_TEXT - 1) {
+            f->phase = CALL_NAME;
             f->u.lit.lo = g->names_first;
             f->u.lit.hi = g->names_first + g->names_count;
             f->u.lit.off = 0;
         }
         return ST_OK;
-    case C_NAME: {
+    case CALL_NAME: {
         uint32_t lo = f->u.lit.lo, hi = f->u.lit.hi, off = f->u.lit.off;
-        if (!glit_narrow(g, &lo, &hi, off, b)) return ST_REJECT;
+        if (!gram_lit_narrow(g, &lo, &hi, off, b)) return ST_REJECT;
         f->u.lit.lo = lo;
         f->u.lit.hi = hi;
         f->u.lit.off = ++off;
         if (g->lits[lo].len == off) {
             f->u.lit.item = g->lits[lo].member;
             f->u.lit.off = 0;
-            f->phase = C_MID;
+            f->phase = CALL_MID;
         }
         return ST_OK;
     }
-    case C_MID:
-        if ((char)b != CALL_MID[f->u.lit.off]) return ST_REJECT;
-        if (++f->u.lit.off == sizeof CALL_MID - 1) f->phase = C_ARGS;
+    case CALL_MID:
+        if ((char)b != CALL_MID_TEXT[f->u.lit.off]) return ST_REJECT;
+        if (++f->u.lit.off == sizeof CALL_MID_TEXT - 1) f->phase = CALL_ARGS;
         return ST_OK;
-    case C_ARGS:
+    case CALL_ARGS:
         return push_value(g, st, g->tool_args[f->u.lit.item], 0, b) ? ST_OK : ST_REJECT;
-    case C_CLOSE:
+    case CALL_CLOSE:
         return b == '}' ? ST_DONE : ST_REJECT;
     default: return ST_REJECT;
     }
@@ -507,28 +507,28 @@ static int push_call(grammar_state *st, const grammar *g, uint8_t b) {
     if (b != '{' || !g->n_tools || st->depth >= GRAMMAR_MAX_DEPTH) return 0;
     grammar_frame *f = &st->frames[st->depth++];
     memset(f, 0, sizeof *f);
-    f->kind = FR_CALL;
-    f->node = GNONE;
-    f->phase = C_PREFIX;
+    f->kind = GRAM_FR_CALL;
+    f->node = GRAM_NONE;
+    f->phase = CALL_PREFIX;
     f->u.lit.off = 1;
     return 1;
 }
 
 static int root_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8_t b) {
     switch (f->phase) {
-    case RT_START:
+    case ROOT_START:
         if (b != '[') return ST_REJECT;
-        f->phase = RT_OPEN;
+        f->phase = ROOT_OPEN;
         return ST_OK;
-    case RT_OPEN:
-    case RT_NEXT: /* a call, or "]" right after "[" */
-        if (f->phase == RT_OPEN && b == ']') return g->opt.allow_empty ? ST_DONE : ST_REJECT;
+    case ROOT_OPEN:
+    case ROOT_NEXT: /* a call, or "]" right after "[" */
+        if (f->phase == ROOT_OPEN && b == ']') return g->opt.allow_empty ? ST_DONE : ST_REJECT;
         if (!push_call(st, g, b)) return ST_REJECT;
-        f->phase = RT_CALL;
+        f->phase = ROOT_CALL;
         return ST_OK;
-    case RT_AFTER:
+    case ROOT_AFTER:
         if (b == ',' && !g->opt.single_call) {
-            f->phase = RT_NEXT;
+            f->phase = ROOT_NEXT;
             return ST_OK;
         }
         return b == ']' ? ST_DONE : ST_REJECT;
@@ -538,26 +538,26 @@ static int root_step(const grammar *g, grammar_state *st, grammar_frame *f, uint
 
 static int frame_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8_t b) {
     switch (f->kind) {
-    case FR_STRING: return str_step(g, st, f, b);
-    case FR_NUMBER: {
-        int unique = (f->flags & FF_UNIQUE) != 0;
-        return gnum_step(&g->nodes[f->node], f, b, st->used, unique ? st->n_used : 0);
+    case GRAM_FR_STRING: return str_step(g, st, f, b);
+    case GRAM_FR_NUMBER: {
+        int unique = (f->flags & GRAM_FF_UNIQUE) != 0;
+        return gram_num_step(&g->nodes[f->node], f, b, st->used, unique ? st->n_used : 0);
     }
-    case FR_LITERAL: return literal_step(g, st, f, b);
-    case FR_OBJECT: return object_step(g, st, f, b);
-    case FR_ARRAY: return array_step(g, st, f, b);
-    case FR_CALL: return call_step(g, st, f, b);
-    case FR_ROOT: return root_step(g, st, f, b);
+    case GRAM_FR_LITERAL: return literal_step(g, st, f, b);
+    case GRAM_FR_OBJECT: return object_step(g, st, f, b);
+    case GRAM_FR_ARRAY: return array_step(g, st, f, b);
+    case GRAM_FR_CALL: return call_step(g, st, f, b);
+    case GRAM_FR_ROOT: return root_step(g, st, f, b);
     default: return ST_REJECT;
     }
 }
 
-int grammar_frame_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f) {
-    if (f->kind == FR_NUMBER) {
-        int unique = (f->flags & FF_UNIQUE) != 0;
-        return gnum_can_end(&g->nodes[f->node], f, st->used, unique ? st->n_used : 0);
+int gram_frame_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f) {
+    if (f->kind == GRAM_FR_NUMBER) {
+        int unique = (f->flags & GRAM_FF_UNIQUE) != 0;
+        return gram_num_can_end(&g->nodes[f->node], f, st->used, unique ? st->n_used : 0);
     }
-    if (f->kind == FR_LITERAL) return literal_can_end(g, st, f);
+    if (f->kind == GRAM_FR_LITERAL) return literal_can_end(g, st, f);
     return 0;
 }
 
@@ -567,20 +567,20 @@ static int step(const grammar *g, grammar_state *st, uint8_t b) {
         grammar_frame *f = &st->frames[st->depth - 1];
         int r = frame_step(g, st, f, b);
         if (r == ST_OK) return 1;
-        if (r == ST_DONE) return grammar_pop(g, st);
-        if (!grammar_frame_can_end(g, st, f)) return 0;
-        grammar_pop(g, st);
+        if (r == ST_DONE) return gram_pop(g, st);
+        if (!gram_frame_can_end(g, st, f)) return 0;
+        gram_pop(g, st);
     }
     return 0;
 }
 
-int grammar_step(const grammar *g, grammar_state *st, uint8_t b) { return step(g, st, b); }
+int gram_step(const grammar *g, grammar_state *st, uint8_t b) { return step(g, st, b); }
 
-int grammar_plain_string_budget(const grammar *g, const grammar_state *st, uint32_t *budget) {
+int gram_plain_string_budget(const grammar *g, const grammar_state *st, uint32_t *budget) {
     if (!st->depth || st->complete) return 0;
     const grammar_frame *f = &st->frames[st->depth - 1];
-    if (f->kind != FR_STRING || f->phase != S_BODY) return 0;
-    const gnode *n = &g->nodes[f->node];
+    if (f->kind != GRAM_FR_STRING || f->phase != STR_BODY) return 0;
+    const gram_node *n = &g->nodes[f->node];
     if (n->u.str.dfa >= 0) return 0;
     *budget = n->u.str.max_len == UINT32_MAX ? UINT32_MAX : n->u.str.max_len - f->u.str.len;
     return 1;

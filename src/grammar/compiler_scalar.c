@@ -1,4 +1,4 @@
-/* schema_scalar.c: strings, numbers and enum/const literals of the schema compiler.
+/* compiler_scalar.c: strings, numbers and enum/const literals of the schema compiler.
  *
  * Literals are matched on their spelling, so each value is written the way Python's
  * json.dumps(separators=(",", ":")) writes it. Strings get two spellings, raw UTF-8
@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/json_canon.h"
-#include "agent/schema_build.h"
+#include "grammar/json_canon.h"
+#include "grammar/compiler.h"
 #include "util/strbuf.h"
 
 
-/* Decodes one UTF-8 sequence (input already validated by json_canon). */
+/* Decodes one UTF-8 sequence (input already validated by grammar_json_canon). */
 static uint32_t utf8_decode(const unsigned char **p) {
     const unsigned char *s = *p;
     uint32_t c = s[0];
@@ -63,7 +63,7 @@ static int integral(double v) { return v == floor(v) && fabs(v) < 1e16; }
 static void sb_number(strbuf *o, double v, int float_form) {
     char t[48];
     if (!float_form && integral(v)) snprintf(t, sizeof t, "%.0f", v == 0 ? 0.0 : v);
-    else json_python_float(v, t);
+    else gram_python_float(v, t);
     strbuf_puts(o, t);
 }
 
@@ -89,21 +89,21 @@ static void sb_value(strbuf *o, const cJSON *v) {
     }
 }
 
-long spell_string(builder *b, const char *s, int ascii) {
+long gram_spell_string(gram_builder *b, const char *s, int ascii) {
     strbuf o = {0};
     sb_json_string(&o, s, ascii);
-    long n = o.oom || push_lit(b, (const uint8_t *)o.data, o.len, 0) ? -1 : (long)o.len;
+    long n = o.oom || gram_push_lit(b, (const uint8_t *)o.data, o.len, 0) ? -1 : (long)o.len;
     free(o.data);
     return n;
 }
 
 /* Sorts the entries pushed since `first`, drops repeated spellings (keeping the earliest
  * member) and makes a literal node of them. */
-static int finish_literal(builder *b, uint32_t first, uint32_t *node) {
+static int finish_literal(gram_builder *b, uint32_t first, uint32_t *node) {
     grammar *g = b->g;
     uint32_t n = g->n_lits - first, m = 0;
-    sort_lits(g, first, n);
-    glit *v = g->lits + first;
+    gram_sort_lits(g, first, n);
+    gram_lit *v = g->lits + first;
     for (uint32_t i = 0; i < n; i++) {
         if (m && v[i].len == v[m - 1].len &&
             !memcmp(g->lit_bytes + v[i].off, g->lit_bytes + v[m - 1].off, v[i].len)) {
@@ -119,8 +119,8 @@ static int finish_literal(builder *b, uint32_t first, uint32_t *node) {
         while (j < i && v[j].member != v[i].member) j++;
         members += j == i;
     }
-    uint32_t id = new_node(b, GN_LITERAL);
-    if (id == GNONE) return boom(b);
+    uint32_t id = gram_new_node(b, GRAM_NODE_LITERAL);
+    if (id == GRAM_NONE) return gram_oom(b);
     g->nodes[id].u.lit.first = first;
     g->nodes[id].u.lit.count = m;
     g->nodes[id].u.lit.n_members = members;
@@ -128,18 +128,18 @@ static int finish_literal(builder *b, uint32_t first, uint32_t *node) {
     return 0;
 }
 
-int build_fixed_literal(builder *b, const char *const *words, uint32_t n, uint32_t *node) {
+int gram_build_fixed_literal(gram_builder *b, const char *const *words, uint32_t n, uint32_t *node) {
     uint32_t first = b->g->n_lits;
     for (uint32_t i = 0; i < n; i++)
-        if (push_lit(b, (const uint8_t *)words[i], strlen(words[i]), i)) return boom(b);
+        if (gram_push_lit(b, (const uint8_t *)words[i], strlen(words[i]), i)) return gram_oom(b);
     return finish_literal(b, first, node);
 }
 
-int build_literal(builder *b, const cJSON *s, uint32_t *node) {
+int gram_build_literal(gram_builder *b, const cJSON *s, uint32_t *node) {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(s, "enum");
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(s, "const");
-    if (e && !cJSON_IsArray(e)) return bfail(b, "enum must be an array");
-    if (!c && !cJSON_GetArraySize(e)) return bfail(b, "enum must not be empty");
+    if (e && !cJSON_IsArray(e)) return gram_fail(b, "enum must be an array");
+    if (!c && !cJSON_GetArraySize(e)) return gram_fail(b, "enum must not be empty");
     uint32_t first = b->g->n_lits, member = 0;
     const cJSON *v = c ? c : e->child; /* const wins over enum */
     for (; v; v = c ? NULL : v->next, member++) {
@@ -148,9 +148,9 @@ int build_literal(builder *b, const cJSON *s, uint32_t *node) {
             if (cJSON_IsString(v)) sb_json_string(&o, v->valuestring, variant);
             else if (cJSON_IsNumber(v)) sb_number(&o, v->valuedouble, variant);
             else if (!variant) sb_value(&o, v);
-            int rc = o.oom || (o.len && push_lit(b, (const uint8_t *)o.data, o.len, member));
+            int rc = o.oom || (o.len && gram_push_lit(b, (const uint8_t *)o.data, o.len, member));
             free(o.data);
-            if (rc) return boom(b);
+            if (rc) return gram_oom(b);
         }
     }
     return finish_literal(b, first, node);
@@ -158,11 +158,11 @@ int build_literal(builder *b, const cJSON *s, uint32_t *node) {
 
 /* ---- strings ----------------------------------------------------------------------------- */
 
-static int add_dfa(builder *b, regex_dfa *d, int32_t *index) {
+static int add_dfa(gram_builder *b, gram_dfa *d, int32_t *index) {
     grammar *g = b->g;
     if (g->n_dfas == b->cap_dfas) {
         uint32_t cap = b->cap_dfas ? 2 * b->cap_dfas : 8;
-        regex_dfa *p = realloc(g->dfas, cap * sizeof *p);
+        gram_dfa *p = realloc(g->dfas, cap * sizeof *p);
         if (!p) return -1;
         g->dfas = p;
         b->cap_dfas = cap;
@@ -172,11 +172,11 @@ static int add_dfa(builder *b, regex_dfa *d, int32_t *index) {
     return 0;
 }
 
-static int add_table(builder *b, uint32_t *next, uint32_t k, int32_t *index) {
+static int add_table(gram_builder *b, uint32_t *next, uint32_t k, int32_t *index) {
     grammar *g = b->g;
     if (g->n_tables == b->cap_tables) {
         uint32_t cap = b->cap_tables ? 2 * b->cap_tables : 8;
-        glen_table *p = realloc(g->tables, cap * sizeof *p);
+        gram_len_table *p = realloc(g->tables, cap * sizeof *p);
         if (!p) return -1;
         g->tables = p;
         b->cap_tables = cap;
@@ -187,69 +187,69 @@ static int add_table(builder *b, uint32_t *next, uint32_t k, int32_t *index) {
     return 0;
 }
 
-int build_string(builder *b, const cJSON *s, int ctx, uint32_t *node) {
+int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node) {
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     uint32_t min = 0, max = UINT32_MAX;
     int rc;
     char err[200];
-    if ((rc = get_count(b, s, "minLength", &min)) || (rc = get_count(b, s, "maxLength", &max))) return rc;
-    if (min > max) return bfail(b, "minLength (%u) > maxLength (%u)", min, max);
-    if (pat && !cJSON_IsString(pat)) return bfail(b, "pattern must be a string");
-    if (fmt && !cJSON_IsString(fmt)) return bfail(b, "format must be a string");
-    regex_dfa dfa;
+    if ((rc = gram_get_count(b, s, "minLength", &min)) || (rc = gram_get_count(b, s, "maxLength", &max))) return rc;
+    if (min > max) return gram_fail(b, "minLength (%u) > maxLength (%u)", min, max);
+    if (pat && !cJSON_IsString(pat)) return gram_fail(b, "pattern must be a string");
+    if (fmt && !cJSON_IsString(fmt)) return gram_fail(b, "format must be a string");
+    gram_dfa dfa;
     int has_dfa = 0;
     if (pat) {
-        rc = regex_compile(pat->valuestring, strlen(pat->valuestring), &dfa, err, sizeof err);
-        if (rc == -2) return boom(b);
-        if (rc) return bfail(b, "pattern \"%.80s\": %s", pat->valuestring, err);
+        rc = gram_regex_compile(pat->valuestring, strlen(pat->valuestring), &dfa, err, sizeof err);
+        if (rc == -2) return gram_oom(b);
+        if (rc) return gram_fail(b, "pattern \"%.80s\": %s", pat->valuestring, err);
         has_dfa = 1;
     }
     if (fmt) {
-        regex_dfa f;
-        rc = regex_compile_format(fmt->valuestring, &f, err, sizeof err);
+        gram_dfa f;
+        rc = gram_regex_compile_format(fmt->valuestring, &f, err, sizeof err);
         if (rc == -2) {
-            if (has_dfa) regex_free(&dfa);
-            return boom(b);
+            if (has_dfa) gram_regex_free(&dfa);
+            return gram_oom(b);
         }
         if (rc == 0) {
             if (has_dfa) {
-                regex_free(&dfa);
-                regex_free(&f);
-                return bfail(b, "pattern together with format is not supported");
+                gram_regex_free(&dfa);
+                gram_regex_free(&f);
+                return gram_fail(b, "pattern together with format is not supported");
             }
             dfa = f;
             has_dfa = 1;
         } /* rc == 1: unknown format, an annotation */
     }
-    if ((ctx & CTX_UNIQUE_ITEM) && (has_dfa || max != UINT32_MAX)) {
-        if (has_dfa) regex_free(&dfa);
-        return bfail(b, "uniqueItems is only supported for strings without maxLength, pattern or format");
+    if ((ctx & GRAM_CTX_UNIQUE_ITEM) && (has_dfa || max != UINT32_MAX)) {
+        if (has_dfa) gram_regex_free(&dfa);
+        return gram_fail(b, "uniqueItems is only supported for strings without maxLength, pattern or format");
     }
     int32_t di = -1, ti = -1;
     if (has_dfa) {
         if (add_dfa(b, &dfa, &di)) {
-            regex_free(&dfa);
-            return boom(b);
+            gram_regex_free(&dfa);
+            return gram_oom(b);
         }
         if (min > 0 || max != UINT32_MAX) {
             uint32_t *next, k;
-            rc = regex_length_table(&b->g->dfas[di], min, max, &next, &k, err, sizeof err);
-            if (rc == -2) return boom(b);
-            if (rc) return bfail(b, "%s", err);
+            rc = gram_regex_length_table(&b->g->dfas[di], min, max, &next, &k, err, sizeof err);
+            if (rc == -2) return gram_oom(b);
+            if (rc) return gram_fail(b, "%s", err);
             if (add_table(b, next, k, &ti)) {
                 free(next);
-                return boom(b);
+                return gram_oom(b);
             }
             uint32_t r = next[min <= k ? min : k];
             if (r == UINT32_MAX || (max != UINT32_MAX && r > max))
-                return bfail(b, "no string matches the %s within minLength %u / maxLength %u",
+                return gram_fail(b, "no string matches the %s within minLength %u / maxLength %u",
                              pat ? "pattern" : "format", min, max);
         }
     }
-    uint32_t id = new_node(b, GN_STRING);
-    if (id == GNONE) return boom(b);
-    gnode *n = &b->g->nodes[id];
+    uint32_t id = gram_new_node(b, GRAM_NODE_STRING);
+    if (id == GRAM_NONE) return gram_oom(b);
+    gram_node *n = &b->g->nodes[id];
     n->u.str.dfa = di;
     n->u.str.table = ti;
     n->u.str.min_len = min;
@@ -271,7 +271,7 @@ static int64_t gcd64(int64_t a, int64_t b) {
 
 typedef struct bound { double v; int lower; } bound; /* inclusive */
 
-static int collect_bounds(builder *b, const cJSON *s, bound *out, int *n) {
+static int collect_bounds(gram_builder *b, const cJSON *s, bound *out, int *n) {
     static const char *const names[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
     const cJSON *x[4];
     for (int i = 0; i < 4; i++) x[i] = cJSON_GetObjectItemCaseSensitive(s, names[i]);
@@ -279,7 +279,7 @@ static int collect_bounds(builder *b, const cJSON *s, bound *out, int *n) {
     for (int i = 0; i < 4; i++) {
         if (!x[i]) continue;
         if (i >= 2 && cJSON_IsBool(x[i])) continue; /* draft 4: modifies minimum/maximum */
-        if (!cJSON_IsNumber(x[i])) return bfail(b, "%s must be a number", names[i]);
+        if (!cJSON_IsNumber(x[i])) return gram_fail(b, "%s must be a number", names[i]);
         out[*n].v = x[i]->valuedouble;
         out[*n].lower = i % 2 == 0;
         if (i >= 2 || cJSON_IsTrue(x[i + 2])) {
@@ -293,65 +293,65 @@ static int collect_bounds(builder *b, const cJSON *s, bound *out, int *n) {
     return 0;
 }
 
-int build_number(builder *b, const cJSON *s, int integer, int ctx, uint32_t *node) {
+int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uint32_t *node) {
     bound bd[4];
     int nb, rc;
     if ((rc = collect_bounds(b, s, bd, &nb))) return rc;
     const cJSON *mo = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
     int64_t step = 1;
     int scale = 0;
-    if (mo && (!cJSON_IsNumber(mo) || dec_multiple_of(mo->valuedouble, &step, &scale)))
-        return bfail(b, "multipleOf must be a positive number with at most 9 decimal places");
-    uint32_t id = new_node(b, GN_NUMBER);
-    if (id == GNONE) return boom(b);
-    gnode *n = &b->g->nodes[id];
+    if (mo && (!cJSON_IsNumber(mo) || gram_dec_multiple_of(mo->valuedouble, &step, &scale)))
+        return gram_fail(b, "multipleOf must be a positive number with at most 9 decimal places");
+    uint32_t id = gram_new_node(b, GRAM_NODE_NUMBER);
+    if (id == GRAM_NONE) return gram_oom(b);
+    gram_node *n = &b->g->nodes[id];
     *node = id;
     /* Items of a unique array keep to 15 significant digits (DBL_DIG): distinct decimals
      * of that size stay distinct doubles, so the tool sees distinct values too. A plain
      * number there becomes a multiple of 1e-6 below 1e9. */
-    int unique = (ctx & CTX_UNIQUE_ITEM) != 0, digits = unique ? 15 : 18;
+    int unique = (ctx & GRAM_CTX_UNIQUE_ITEM) != 0, digits = unique ? 15 : 18;
     if (unique && !integer && !mo) scale = 6;
     if (integer || mo || unique) {
         if (integer && scale) { /* integers that are multiples of k / 10^s */
-            step /= gcd64(step, (int64_t)dec_pow10(scale));
+            step /= gcd64(step, (int64_t)gram_dec_pow10(scale));
             scale = 0;
         }
-        if (scale > digits - 1) return bfail(b, "multipleOf needs too many decimal places for uniqueItems");
-        int64_t top = (int64_t)dec_pow10(digits) - 1, lo = -top, hi = top;
+        if (scale > digits - 1) return gram_fail(b, "multipleOf needs too many decimal places for uniqueItems");
+        int64_t top = (int64_t)gram_dec_pow10(digits) - 1, lo = -top, hi = top;
         for (int i = 0; i < nb; i++) {
-            fxnum x;
+            gram_fx x;
             int exact;
-            fx_from_double(bd[i].v, bd[i].lower, &x, &exact); /* ceil a minimum, floor a maximum */
-            int64_t t = fx_scaled(x, scale, bd[i].lower);
+            gram_fx_from_double(bd[i].v, bd[i].lower, &x, &exact); /* ceil a minimum, floor a maximum */
+            int64_t t = gram_fx_scaled(x, scale, bd[i].lower);
             if (bd[i].lower && t > lo) lo = t;
             if (!bd[i].lower && t < hi) hi = t;
         }
-        n->u.num.mode = NUM_SCALED;
+        n->u.num.mode = GRAM_NUM_SCALED;
         n->u.num.scale = (uint8_t)scale;
         n->u.num.digits = (uint8_t)digits;
         n->u.num.allow_frac = !integer;
         n->u.num.step = step;
         n->u.num.slo = lo;
         n->u.num.shi = hi;
-        if (!node_domain(b, id))
-            return bfail(b, "no %s satisfies minimum/maximum/multipleOf", integer ? "integer" : "number");
+        if (!gram_node_domain(b, id))
+            return gram_fail(b, "no %s satisfies minimum/maximum/multipleOf", integer ? "integer" : "number");
         return 0;
     }
-    if (!nb) return 0; /* NUM_FREE */
-    fxnum lo = fx_neg(fx_max()), hi = fx_max();
+    if (!nb) return 0; /* GRAM_NUM_FREE */
+    gram_fx lo = gram_fx_neg(gram_fx_max()), hi = gram_fx_max();
     for (int i = 0; i < nb; i++) {
-        fxnum x;
-        int exact, r = fx_from_double(bd[i].v, bd[i].lower, &x, &exact);
+        gram_fx x;
+        int exact, r = gram_fx_from_double(bd[i].v, bd[i].lower, &x, &exact);
         if (bd[i].lower) {
-            if (r > 0) return bfail(b, "lower bound %g is beyond the supported range (|x| < 1e18)", bd[i].v);
-            if (fx_cmp(x, lo) > 0) lo = x;
+            if (r > 0) return gram_fail(b, "lower bound %g is beyond the supported range (|x| < 1e18)", bd[i].v);
+            if (gram_fx_cmp(x, lo) > 0) lo = x;
         } else {
-            if (r < 0) return bfail(b, "upper bound %g is beyond the supported range (|x| < 1e18)", bd[i].v);
-            if (fx_cmp(x, hi) < 0) hi = x;
+            if (r < 0) return gram_fail(b, "upper bound %g is beyond the supported range (|x| < 1e18)", bd[i].v);
+            if (gram_fx_cmp(x, hi) < 0) hi = x;
         }
     }
-    if (fx_cmp(lo, hi) > 0) return bfail(b, "no number satisfies minimum/maximum");
-    n->u.num.mode = NUM_EXACT;
+    if (gram_fx_cmp(lo, hi) > 0) return gram_fail(b, "no number satisfies minimum/maximum");
+    n->u.num.mode = GRAM_NUM_EXACT;
     n->u.num.lo = lo;
     n->u.num.hi = hi;
     return 0;
