@@ -130,6 +130,7 @@ static int lit_cmp(const grammar *g, const gram_lit *x, const gram_lit *y) {
 }
 
 void gram_sort_lits(grammar *g, uint32_t first, uint32_t n) {
+    if (n < 2) return; /* g->lits may still be NULL (a tool without literals) */
     gram_lit *v = g->lits + first; /* insertion sort for small sets, else bottom-up merge */
     gram_lit *tmp = n > 16 ? malloc(n * sizeof *tmp) : NULL;
     if (!tmp) {

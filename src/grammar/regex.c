@@ -551,6 +551,7 @@ static int cmp_u32(const void *x, const void *y) {
 }
 
 static int set_has(const rx *r, const nstate *s, uint32_t cp) {
+    if (!s->set_n) return 0; /* the empty class "[]": r->ranges.v may be NULL */
     const range *v = r->ranges.v + s->set_first;
     uint32_t lo = 0, hi = s->set_n;
     while (lo < hi) {
