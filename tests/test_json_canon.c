@@ -7,6 +7,8 @@
 
 #include "grammar/json_canon.h"
 #include "harness.h"
+#include "util/json_escape.h"
+#include "util/utf8.h"
 #include "needle.h"
 
 static char *data_path(const char *name) {
@@ -74,9 +76,54 @@ static void test_python_float_repr(void) {
     }
 }
 
+/* The one escaper: Python's json.dumps spelling with ensure_ascii False and True. */
+static void test_escaper(void) {
+    static const struct { const char *in; int ascii; const char *out; } cases[] = {
+        {"a\"b\\c/\n\r\t\b\f\x01\x1f\x7f", 0, "\"a\\\"b\\\\c/\\n\\r\\t\\b\\f\\u0001\\u001f\x7f\""},
+        {"caf\xc3\xa9 \xf0\x9f\x98\x80", 0, "\"caf\xc3\xa9 \xf0\x9f\x98\x80\""},
+        {"caf\xc3\xa9 \xf0\x9f\x98\x80\x7f", 1, "\"caf\\u00e9 \\ud83d\\ude00\\u007f\""},
+        {"\xff\xc3", 0, "\"\xff\xc3\""}, /* not UTF-8: copied, never dropped */
+        {"\xff\xc3", 1, "\"\xff\xc3\""},
+        {"", 1, "\"\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        strbuf b = {0};
+        util_json_put_string(&b, cases[i].in, strlen(cases[i].in), cases[i].ascii);
+        CHECK_MSG(!b.oom && b.data && !strcmp(b.data, cases[i].out), "case %zu: got %s", i, b.data ? b.data : "(null)");
+        free(b.data);
+    }
+}
+
+/* The one decoder: well-formed lengths, maximal subparts of ill-formed input, unfinished
+ * prefixes; and the encoder round trip at every length boundary. */
+static void test_utf8(void) {
+    static const struct { const char *s; int ret; uint32_t cp; size_t bad; } cases[] = {
+        {"A", 1, 'A', 0},           {"\xc3\xa9", 2, 0xE9, 0},      {"\xe2\x82\xac", 3, 0x20AC, 0},
+        {"\xf4\x8f\xbf\xbf", 4, 0x10FFFF, 0},                  {"\xc0\xaf", 0, 0, 1},
+        {"\xe0\x80\x80", 0, 0, 1}, {"\xed\xa0\x80", 0, 0, 1},    {"\xf4\x90\x80\x80", 0, 0, 1},
+        {"\xe2\x82x", 0, 0, 2},     {"\xe2\x82", -1, 0, 0},        {"\xff", 0, 0, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t cp = 0;
+        size_t bad = 0;
+        int r = util_utf8_next((const uint8_t *)cases[i].s, strlen(cases[i].s), &cp, &bad);
+        CHECK_MSG(r == cases[i].ret, "case %zu: %d", i, r);
+        if (r > 0) CHECK_MSG(cp == cases[i].cp, "case %zu: U+%04X", i, cp);
+        if (r == 0) CHECK_MSG(bad == cases[i].bad, "case %zu: bad %zu", i, bad);
+    }
+    static const uint32_t cps[] = {0, 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF};
+    for (size_t i = 0; i < sizeof cps / sizeof cps[0]; i++) {
+        uint8_t u[4];
+        uint32_t back = UINT32_MAX;
+        size_t n = util_utf8_encode(cps[i], u);
+        CHECK_MSG(util_utf8_next(u, n, &back, NULL) == (int)n && back == cps[i], "U+%04X", cps[i]);
+    }
+}
+
 int main(void) {
     RUN(test_matches_python);
     RUN(test_malformed_input_fails);
     RUN(test_python_float_repr);
+    RUN(test_escaper);
+    RUN(test_utf8);
     return test_summary();
 }

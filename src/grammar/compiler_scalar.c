@@ -13,49 +13,12 @@
 
 #include "grammar/json_canon.h"
 #include "grammar/compiler.h"
+#include "util/json_escape.h"
 #include "util/strbuf.h"
 
-
-/* Decodes one UTF-8 sequence (input already validated by grammar_json_canon). */
-static uint32_t utf8_decode(const unsigned char **p) {
-    const unsigned char *s = *p;
-    uint32_t c = s[0];
-    int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    uint32_t v = n == 1 ? c : n == 2 ? c & 31 : n == 3 ? c & 15 : c & 7;
-    for (int i = 1; i < n; i++) v = v << 6 | (s[i] & 63);
-    *p = s + n;
-    return v;
-}
-
+/* Strings reaching the compiler were validated as UTF-8 by grammar_json_canon. */
 static void sb_json_string(strbuf *o, const char *s, int ascii) {
-    char esc[16];
-    strbuf_put(o, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        const unsigned char *start = p;
-        uint32_t cp = utf8_decode(&p);
-        switch (cp) {
-        case '"': strbuf_puts(o, "\\\""); continue;
-        case '\\': strbuf_puts(o, "\\\\"); continue;
-        case '\n': strbuf_puts(o, "\\n"); continue;
-        case '\r': strbuf_puts(o, "\\r"); continue;
-        case '\t': strbuf_puts(o, "\\t"); continue;
-        case '\b': strbuf_puts(o, "\\b"); continue;
-        case '\f': strbuf_puts(o, "\\f"); continue;
-        default: break;
-        }
-        if (cp < 0x20 || (ascii && cp >= 0x7F)) {
-            if (cp >= 0x10000) {
-                uint32_t v = cp - 0x10000;
-                snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
-            } else {
-                snprintf(esc, sizeof esc, "\\u%04x", cp);
-            }
-            strbuf_puts(o, esc);
-        } else {
-            strbuf_put(o, (const char *)start, (size_t)(p - start));
-        }
-    }
-    strbuf_put(o, "\"", 1);
+    util_json_put_string(o, s, strlen(s), ascii);
 }
 
 static int integral(double v) { return v == floor(v) && fabs(v) < 1e16; }

@@ -12,6 +12,7 @@
 #include "util/error.h"
 #include "util/json_escape.h"
 #include "util/strbuf.h"
+#include "util/utf8.h"
 
 #define MAX_DEPTH 128
 
@@ -48,57 +49,22 @@ static int hex4(parser *p, unsigned *v) {
 }
 
 static void put_codepoint(strbuf *b, unsigned cp) {
-    char u[4];
-    size_t n;
-    if (cp < 0x80) { u[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 63)); n = 2; }
-    else if (cp < 0x10000) {
-        u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | ((cp >> 6) & 63));
-        u[2] = (char)(0x80 | (cp & 63)); n = 3;
-    } else {
-        u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | ((cp >> 12) & 63));
-        u[2] = (char)(0x80 | ((cp >> 6) & 63)); u[3] = (char)(0x80 | (cp & 63)); n = 4;
-    }
-    strbuf_put(b, u, n);
+    uint8_t u[4];
+    strbuf_put(b, (const char *)u, util_utf8_encode(cp, u));
 }
 
 /* Emits one code point as Python's ensure_ascii=False encoder does. */
 static void emit_char(strbuf *b, unsigned cp) {
-    char esc[12]; /* room for any unsigned, so no truncation warning on any compiler */
-    switch (cp) {
-    case '"': strbuf_put(b, "\\\"", 2); return;
-    case '\\': strbuf_put(b, "\\\\", 2); return;
-    case '\n': strbuf_put(b, "\\n", 2); return;
-    case '\r': strbuf_put(b, "\\r", 2); return;
-    case '\t': strbuf_put(b, "\\t", 2); return;
-    case '\b': strbuf_put(b, "\\b", 2); return;
-    case '\f': strbuf_put(b, "\\f", 2); return;
-    default:
-        if (cp < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", cp);
-            strbuf_put(b, esc, 6);
-        } else {
-            put_codepoint(b, cp);
-        }
-    }
+    char esc[UTIL_JSON_ESCAPE_MAX];
+    strbuf_put(b, esc, util_json_escape_cp(cp, 0, esc));
 }
 
 /* Decodes one UTF-8 sequence at p->pos (strict: no overlongs, surrogates or > U+10FFFF). */
 static int utf8_next(parser *p, unsigned *cp) {
-    const unsigned char *s = (const unsigned char *)p->s;
-    unsigned c = s[p->pos];
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!n || p->len - p->pos < n) return fail_at(p, "invalid UTF-8");
-    unsigned v = n == 1 ? c : n == 2 ? c & 31 : n == 3 ? c & 15 : c & 7;
-    for (size_t i = 1; i < n; i++) {
-        unsigned cc = s[p->pos + i];
-        if ((cc & 0xC0) != 0x80) return fail_at(p, "invalid UTF-8");
-        v = v << 6 | (cc & 63);
-    }
-    static const unsigned min_for[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < min_for[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-        return fail_at(p, "invalid UTF-8");
-    p->pos += n;
+    uint32_t v;
+    int n = util_utf8_next((const uint8_t *)p->s + p->pos, p->len - p->pos, &v, NULL);
+    if (n <= 0) return fail_at(p, "invalid UTF-8");
+    p->pos += (size_t)n;
     *cp = v;
     return 0;
 }

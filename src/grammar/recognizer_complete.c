@@ -22,6 +22,7 @@
 #include "grammar/recognizer.h"
 #include "needle.h"
 #include "util/error.h"
+#include "util/json_escape.h"
 
 typedef struct dist_cache {
     int32_t dfa;      /* DFA whose distances are in dist, -1 = none yet */
@@ -76,28 +77,9 @@ static int dfa_distances(const gram_dfa *d, uint32_t *dist) {
     return 0;
 }
 
-/* Spells code point cp inside a JSON string. */
+/* Spells code point cp inside a JSON string, as json.dumps(ensure_ascii=False) would. */
 static size_t spell_cp(uint32_t cp, uint8_t *out) {
-    static const char hex[] = "0123456789abcdef";
-    if (cp == '"' || cp == '\\') {
-        out[0] = '\\', out[1] = (uint8_t)cp;
-        return 2;
-    }
-    if (cp < 0x20) {
-        memcpy(out, "\\u00", 4);
-        out[4] = (uint8_t)hex[cp >> 4], out[5] = (uint8_t)hex[cp & 15];
-        return 6;
-    }
-    if (cp < 0x80) return out[0] = (uint8_t)cp, 1;
-    if (cp < 0x800) return out[0] = (uint8_t)(0xC0 | cp >> 6), out[1] = (uint8_t)(0x80 | (cp & 63)), 2;
-    if (cp < 0x10000) {
-        out[0] = (uint8_t)(0xE0 | cp >> 12), out[1] = (uint8_t)(0x80 | ((cp >> 6) & 63));
-        out[2] = (uint8_t)(0x80 | (cp & 63));
-        return 3;
-    }
-    out[0] = (uint8_t)(0xF0 | cp >> 18), out[1] = (uint8_t)(0x80 | ((cp >> 12) & 63));
-    out[2] = (uint8_t)(0x80 | ((cp >> 6) & 63)), out[3] = (uint8_t)(0x80 | (cp & 63));
-    return 4;
+    return util_json_escape_cp(cp, 0, (char *)out);
 }
 
 /* A code point of [lo, hi) to stand for its class, a letter or digit if there is one;
@@ -263,7 +245,7 @@ int grammar_complete(const grammar *g, const grammar_state *st, char *out, size_
     size_t n = 0;
     int rc = NEEDLE_OK;
     while (!s.complete && rc == NEEDLE_OK) {
-        uint8_t seq[8];
+        uint8_t seq[UTIL_JSON_ESCAPE_MAX];
         size_t k = 0;
         int c = s.depth ? choose(g, &s, &dc, seq, &k) : -1;
         if (c == -2) rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "grammar_complete: out of memory");

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/utf8.h"
+
 #define CP_END 0x110000u
 #define MAX_NFA 60000
 #define MAX_REPEAT 1000
@@ -60,20 +62,10 @@ static int rx_fail(rx *r, const char *fmt, ...) {
 /* ---- parsing ------------------------------------------------------------------------ */
 
 static int peek_cp(const rx *r, uint32_t *cp, int *n) {
-    const unsigned char *s = (const unsigned char *)r->p;
     size_t left = (size_t)(r->end - r->p);
     if (!left) return 0;
-    uint32_t c = s[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || (size_t)len > left) return -1;
-    uint32_t v = len == 1 ? c : len == 2 ? c & 31 : len == 3 ? c & 15 : c & 7;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return -1;
-        v = v << 6 | (s[i] & 63);
-    }
-    static const uint32_t min_for[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < min_for[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return -1;
-    *cp = v;
+    int len = util_utf8_next((const uint8_t *)r->p, left, cp, NULL);
+    if (len <= 0) return -1;
     *n = len;
     return 1;
 }

@@ -20,6 +20,7 @@
 #include "grammar/recognizer.h"
 #include "needle.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 struct grammar_trie {
     uint32_t n_tokens, n_nodes, max_depth;
@@ -83,18 +84,10 @@ void grammar_trie_free(grammar_trie *t) {
 static long plain_cps(const uint8_t *s, size_t n) {
     long cps = 0;
     for (size_t i = 0; i < n; cps++) {
-        uint32_t c = s[i];
-        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!k || i + k > n) return -1;
-        uint32_t v = k == 1 ? c : k == 2 ? c & 31 : k == 3 ? c & 15 : c & 7;
-        for (size_t j = 1; j < k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return -1;
-            v = v << 6 | (s[i + j] & 63);
-        }
-        static const uint32_t min_for[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (v < min_for[k] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return -1;
-        if (v < 0x20 || v == '"' || v == '\\') return -1;
-        i += k;
+        uint32_t v;
+        int k = util_utf8_next(s + i, n - i, &v, NULL);
+        if (k <= 0 || v < 0x20 || v == '"' || v == '\\') return -1;
+        i += (size_t)k;
     }
     return cps;
 }
