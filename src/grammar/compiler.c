@@ -19,13 +19,22 @@
  *                   (what tools.py writes for dict): any keys, any values; repeated keys are
  *                   not detected there.
  *   array           items (a schema; absent = any values), minItems, maxItems, uniqueItems
- *                   (scalar items of one type: enums, booleans, numbers, strings without
- *                   maxLength/pattern/format; at most GRAMMAR_MAX_UNIQUE items). Equality is
- *                   JSON's: 1 == 1.0, "\u0061" == "a" (strings by a 64-bit hash of their
- *                   code points, numbers exactly). A repeat is refused at the byte where no
- *                   unused value can follow, so a unique array never traps the decoder.
- *                   Unique numbers keep to 15 significant digits (plain numbers: 6
- *                   decimals, below 1e9), so that distinct values stay distinct doubles.
+ *                   (at most GRAMMAR_MAX_UNIQUE items, of one type). Scalar items: enums,
+ *                   booleans, numbers, strings without maxLength/pattern/format. Object
+ *                   items: declared properties, each a string without maxLength/pattern/
+ *                   format or an array without maxItems; array items: without maxItems;
+ *                   their parts may be any typed values (no free-form values, no nested
+ *                   uniqueItems). Equality is JSON's: 1 == 1.0, "\u0061" == "a", objects
+ *                   equal with their members in any order (by a 64-bit hash of the
+ *                   canonical value: code points, exact numbers, members as a sum). A
+ *                   repeat is refused at the byte where it would become certain: for
+ *                   scalars where no unused value can follow, for an object at the byte
+ *                   that completes its last property (or at "}"), for an array at "]";
+ *                   there the value can always go on differently (that is what the
+ *                   restrictions on object and array items ensure), so a unique array never
+ *                   traps the decoder. Numbers in unique items keep to 15 significant
+ *                   digits (plain numbers: 6 decimals, below 1e9), so that distinct values
+ *                   stay distinct doubles.
  *   string          minLength/maxLength (code points), pattern (regex.h), format (date,
  *                   time, date-time, email, uri, uuid, ipv4; others are ignored as
  *                   annotations), not pattern and format together.
@@ -329,7 +338,7 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
             ok = !strcmp(k->string, annotations[i]);
         if (!ok) return gram_fail(b, "keyword '%s' beside %s is not supported", k->string, name);
     }
-    if (ctx & GRAM_CTX_UNIQUE_ITEM) return gram_fail(b, "uniqueItems is only supported for scalar items");
+    if (ctx & GRAM_CTX_UNIQUE_ITEM) return gram_fail(b, "uniqueItems is not supported for items with %s", name);
     int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
     if (n < 1 || n > 64) return gram_fail(b, "%s must be an array of 1 to 64 schemas", name);
     uint32_t alts[64];
@@ -339,7 +348,7 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
     for (const cJSON *x = list->child; x && !rc; x = x->next, i++) {
         size_t m2 = gram_path_push(b, NULL, i);
         int d = 0;
-        rc = gram_build_schema(b, x, 0, &alts[i], &d);
+        rc = gram_build_schema(b, x, ctx & GRAM_CTX_HASHED, &alts[i], &d);
         if (d > *depth) *depth = d;
         gram_path_pop(b, m2);
     }
@@ -350,7 +359,7 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
 
 /* ---- containers ----------------------------------------------------------------------------- */
 
-static int build_object(gram_builder *b, const cJSON *s, uint32_t *node, int *depth) {
+static int build_object(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth) {
     const cJSON *props = kw(s, "properties"), *addl = kw(s, "additionalProperties");
     const cJSON *req = kw(s, "required");
     int rc;
@@ -361,7 +370,9 @@ static int build_object(gram_builder *b, const cJSON *s, uint32_t *node, int *de
     for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
         if (!cJSON_IsString(r)) return gram_fail(b, "required must be an array of names");
     *depth = 1;
+    const int part_ctx = ctx & (GRAM_CTX_UNIQUE_ITEM | GRAM_CTX_HASHED) ? GRAM_CTX_HASHED : 0;
     if (!props && !cJSON_IsFalse(addl)) { /* free-form object */
+        if (part_ctx) return gram_fail(b, "uniqueItems needs objects with declared properties in its items");
         if (req && req->child) {
             size_t m = gram_path_push(b, "required", 0);
             rc = gram_fail(b, "'%s' is not a declared property", req->child->valuestring);
@@ -385,7 +396,7 @@ static int build_object(gram_builder *b, const cJSON *s, uint32_t *node, int *de
         size_t m = gram_path_push(b, "properties", 0);
         gram_path_push(b, p->string, 0);
         int d = 0;
-        rc = gram_build_schema(b, p, 0, &kids[i], &d);
+        rc = gram_build_schema(b, p, part_ctx, &kids[i], &d);
         gram_path_pop(b, m);
         if (rc) return rc;
         if (d + 1 > *depth) *depth = d + 1;
@@ -433,21 +444,49 @@ static int build_object(gram_builder *b, const cJSON *s, uint32_t *node, int *de
     return 0;
 }
 
-static int build_array(gram_builder *b, const cJSON *s, uint32_t *node, int *depth) {
+/* Whether a repeated object or array item can always be turned into a new one at the
+ * byte where the repeat is refused: "]" of an array item can give way to one more item
+ * (no maxItems); an object item is complete when its last property is, and each property
+ * can then go on instead (a string without maxLength, pattern or format; an array without
+ * maxItems), and a "}" before that to one more property. */
+static int item_can_change(const gram_builder *b, uint32_t node) {
+    const gram_node *n = &b->g->nodes[node];
+    if (n->kind == GRAM_NODE_ARRAY) return n->u.arr.max == UINT32_MAX;
+    if (n->kind != GRAM_NODE_OBJECT) return 1; /* scalars: see the scalar builders */
+    if (!n->u.obj.n_props) return 0;
+    for (uint32_t p = 0; p < n->u.obj.n_props; p++) {
+        const gram_node *v = &b->g->nodes[b->g->prop_nodes[n->u.obj.props + p]];
+        if (!(v->kind == GRAM_NODE_STRING && v->u.str.dfa < 0 && v->u.str.max_len == UINT32_MAX) &&
+            !(v->kind == GRAM_NODE_ARRAY && v->u.arr.max == UINT32_MAX))
+            return 0;
+    }
+    return 1;
+}
+
+static int build_array(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth) {
     const cJSON *items = kw(s, "items"), *uniq = kw(s, "uniqueItems");
     uint32_t min = 0, max = UINT32_MAX, item;
     int rc, d = 1;
+    const int part = (ctx & (GRAM_CTX_UNIQUE_ITEM | GRAM_CTX_HASHED)) != 0;
     if ((rc = gram_get_count(b, s, "minItems", &min)) || (rc = gram_get_count(b, s, "maxItems", &max))) return rc;
     if (min > max) return gram_fail(b, "minItems (%u) > maxItems (%u)", min, max);
     if (uniq && !cJSON_IsBool(uniq)) return gram_fail(b, "uniqueItems must be a boolean");
     int unique = cJSON_IsTrue(uniq);
+    if (unique && part) return gram_fail(b, "uniqueItems inside the items of a uniqueItems array is not supported");
     if (cJSON_IsArray(items)) return gram_fail(b, "items as an array (tuple validation) is not supported");
     if (!items || cJSON_IsTrue(items)) {
-        if (unique) return gram_fail(b, "uniqueItems needs an items schema with scalar items");
+        if (unique || part) return gram_fail(b, "uniqueItems needs an items schema, in nested arrays too");
         if ((rc = any_value(b, &item))) return rc;
     } else {
         size_t m = gram_path_push(b, "items", 0);
-        rc = gram_build_schema(b, items, unique ? GRAM_CTX_UNIQUE_ITEM : 0, &item, &d);
+        rc = gram_build_schema(b, items, unique ? GRAM_CTX_UNIQUE_ITEM : part ? GRAM_CTX_HASHED : 0, &item, &d);
+        if (!rc && unique && !item_can_change(b, item))
+            rc = gram_fail(b, "uniqueItems on %s items needs %s, so that a repeated item can always be changed",
+                           b->g->nodes[item].kind == GRAM_NODE_ARRAY ? "array" : "object",
+                           b->g->nodes[item].kind == GRAM_NODE_ARRAY
+                               ? "item arrays without maxItems"
+                               : "every property to be a string without maxLength, pattern or format, or "
+                                 "an array without maxItems");
         gram_path_pop(b, m);
         if (rc) return rc;
     }
@@ -516,7 +555,7 @@ int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, 
     int rc, types;
     *depth = 1;
     if (cJSON_IsTrue(s)) {
-        if (ctx & GRAM_CTX_UNIQUE_ITEM) return gram_fail(b, "uniqueItems needs scalar items");
+        if (ctx & (GRAM_CTX_UNIQUE_ITEM | GRAM_CTX_HASHED)) return gram_fail(b, "uniqueItems needs items without free values");
         return any_value(b, node);
     }
     if (!cJSON_IsObject(s)) return gram_fail(b, "a schema must be an object");
@@ -527,13 +566,11 @@ int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, 
     if (kw(s, "oneOf")) return build_anyof(b, s, kw(s, "oneOf"), "oneOf", ctx, node, depth);
     if ((rc = schema_types(b, s, &types))) return rc;
     if (!types) {
-        if (ctx & GRAM_CTX_UNIQUE_ITEM) return gram_fail(b, "uniqueItems needs scalar items with a type");
+        if (ctx & (GRAM_CTX_UNIQUE_ITEM | GRAM_CTX_HASHED)) return gram_fail(b, "uniqueItems needs items whose values have a type");
         return any_value(b, node);
     }
     if ((ctx & GRAM_CTX_UNIQUE_ITEM) && (types & (types - 1)))
         return gram_fail(b, "uniqueItems is only supported for items of one type");
-    if ((ctx & GRAM_CTX_UNIQUE_ITEM) && (types & (T_OBJECT | T_ARRAY)))
-        return gram_fail(b, "uniqueItems is only supported for scalar items");
     uint32_t alts[7], n = 0;
     static const char *const bools[] = {"false", "true"}, *const nulls[] = {"null"};
     for (int bit = 1; bit <= T_ARRAY; bit <<= 1) {
@@ -545,8 +582,8 @@ int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, 
         case T_INTEGER: rc = gram_build_number(b, s, 1, ctx, &alts[n]); break;
         case T_BOOLEAN: rc = gram_build_fixed_literal(b, bools, 2, &alts[n]); break;
         case T_NULL: rc = gram_build_fixed_literal(b, nulls, 1, &alts[n]); break;
-        case T_OBJECT: rc = build_object(b, s, &alts[n], &d); break;
-        default: rc = build_array(b, s, &alts[n], &d); break;
+        case T_OBJECT: rc = build_object(b, s, ctx, &alts[n], &d); break;
+        default: rc = build_array(b, s, ctx, &alts[n], &d); break;
         }
         if (rc) return rc;
         if (d > *depth) *depth = d;
@@ -585,7 +622,7 @@ static int build_tool(gram_builder *b, const cJSON *t, uint32_t i) {
         static const char empty[] = "{\"type\":\"object\",\"properties\":{}}";
         cJSON *e = cJSON_Parse(empty);
         if (!e) return gram_oom(b);
-        rc = build_object(b, e, &node, &depth);
+        rc = build_object(b, e, 0, &node, &depth);
         cJSON_Delete(e);
     } else {
         const cJSON *type = kw(params, "type");

@@ -25,8 +25,11 @@ typedef struct gram_builder {
     uint32_t free_str;  /* string node without constraints */
 } gram_builder;
 
-/* Value-context flags for gram_build_schema. */
-enum { GRAM_CTX_UNIQUE_ITEM = 1 };
+/* Value-context flags for gram_build_schema: GRAM_CTX_UNIQUE_ITEM, the items of a
+ * uniqueItems array; GRAM_CTX_HASHED, a part of an object or array item of one (every
+ * value there needs a canonical key: numbers are tracked exactly, free-form values and
+ * nested uniqueItems are refused). */
+enum { GRAM_CTX_UNIQUE_ITEM = 1, GRAM_CTX_HASHED = 2 };
 
 /* NEEDLE_ERR_SCHEMA with "tool \"T\": PATH: message". */
 int gram_fail(gram_builder *b, const char *fmt, ...)

@@ -272,7 +272,7 @@ int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uin
     /* Items of a unique array keep to 15 significant digits (DBL_DIG): distinct decimals
      * of that size stay distinct doubles, so the tool sees distinct values too. A plain
      * number there becomes a multiple of 1e-6 below 1e9. */
-    int unique = (ctx & GRAM_CTX_UNIQUE_ITEM) != 0, digits = unique ? 15 : 18;
+    int unique = (ctx & (GRAM_CTX_UNIQUE_ITEM | GRAM_CTX_HASHED)) != 0, digits = unique ? 15 : 18;
     if (unique && !integer && !mo) scale = 6;
     if (integer || mo || unique) {
         if (integer && scale) { /* integers that are multiples of k / 10^s */

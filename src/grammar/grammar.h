@@ -59,15 +59,15 @@ typedef struct grammar_options {
 
 grammar_options grammar_default_options(void);
 
-/* One level of the recognizer stack. Opaque to callers; 32 bytes. */
+/* One level of the recognizer stack. Opaque to callers; 40 bytes. */
 typedef struct grammar_frame {
     uint32_t node; /* compiled schema node (schema_ir.h) */
     uint8_t kind, phase, flags, aux;
     union {
         struct { uint32_t len, dfa, acc; uint16_t hs; uint8_t blo, bhi; uint64_t hash; } str;
         struct { uint64_t ip, fp; uint8_t neg, idig, fdig; } num;
-        struct { uint32_t lo, hi, off, item; uint64_t seen; } lit;
-        struct { uint32_t count; } arr;
+        struct { uint32_t lo, hi, off, item; uint64_t seen, hash; } lit;
+        struct { uint32_t count; uint64_t hash; } arr;
     } u;
 } grammar_frame;
 

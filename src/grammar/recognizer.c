@@ -150,7 +150,7 @@ static int str_take(const grammar *g, const gram_node *n, grammar_frame *f, uint
         f->u.str.dfa = (uint32_t)t;
     }
     f->u.str.len = len + 1;
-    if (f->flags & GRAM_FF_UNIQUE) f->u.str.hash = gram_mix(f->u.str.hash, cp);
+    if (f->flags & (GRAM_FF_UNIQUE | GRAM_FF_HASH)) f->u.str.hash = gram_mix(f->u.str.hash, cp);
     f->phase = STR_BODY;
     return ST_OK;
 }
@@ -289,13 +289,25 @@ static int str_step(const grammar *g, const grammar_state *st, grammar_frame *f,
 
 static int frame_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8_t b);
 
+/* Canonical key of a complete value: equal JSON values give equal keys (strings by code
+ * points, numbers by value, literals by member, objects by their members in any order,
+ * arrays by their items in order), different ones differ but for 64-bit hash collisions.
+ * Parts of objects and arrays are keyed with their node, so that values of different
+ * alternatives of a union never meet. */
 static uint64_t frame_key(const grammar *g, const grammar_frame *f) {
     switch (f->kind) {
     case GRAM_FR_STRING: return gram_mix(f->u.str.hash, f->u.str.len);
     case GRAM_FR_LITERAL: return g->lits[f->u.lit.lo].member;
     case GRAM_FR_NUMBER: return gram_num_key(&g->nodes[f->node], f);
+    case GRAM_FR_OBJECT: return gram_mix(0x6F626A6563740000ull, f->u.lit.hash);
+    case GRAM_FR_ARRAY: return gram_mix(gram_mix(0x6172726179000000ull, f->u.arr.hash), f->u.arr.count);
     default: return 0;
     }
+}
+
+/* An object or array item of a unique array that repeats an earlier item. */
+static int repeats_used(const grammar *g, const grammar_state *st, const grammar_frame *f) {
+    return (f->flags & GRAM_FF_UNIQUE) && in_used(st, frame_key(g, f));
 }
 
 /* Pops the top frame (its value is complete) and tells the parent. */
@@ -311,11 +323,28 @@ int gram_pop(const grammar *g, grammar_state *st) {
         return 1;
     }
     grammar_frame *p = &st->frames[st->depth - 1];
+    const uint64_t part = gram_mix(child_node + 1ull, key);
     switch (p->kind) {
     case GRAM_FR_ROOT: p->u.arr.count++; p->phase = ROOT_AFTER; break;
     case GRAM_FR_CALL: p->phase = CALL_CLOSE; break;
-    case GRAM_FR_OBJECT: p->phase = p->phase == OBJ_KEY ? OBJ_COLON : OBJ_AFTER; break;
+    case GRAM_FR_OBJECT:
+        if (p->phase == OBJ_KEY) {
+            p->phase = OBJ_COLON;
+            break;
+        }
+        p->phase = OBJ_AFTER;
+        if (p->flags & (GRAM_FF_UNIQUE | GRAM_FF_HASH)) {
+            const gram_node *n = &g->nodes[p->node];
+            const uint64_t all = n->u.obj.n_props == 64 ? ~0ull : (1ull << n->u.obj.n_props) - 1;
+            p->u.lit.hash += gram_mix(p->u.lit.item + 1ull, part); /* a sum: member order is free */
+            /* The last property is in: only "}" can follow, so a repeat must be refused now,
+             * at the byte that completed the value (the compiler made that value one that can
+             * always go on: a string without maxLength, an array without maxItems). */
+            if ((p->u.lit.seen & all) == all && repeats_used(g, st, p)) return 0;
+        }
+        break;
     case GRAM_FR_ARRAY:
+        if (p->flags & (GRAM_FF_UNIQUE | GRAM_FF_HASH)) p->u.arr.hash = gram_mix(p->u.arr.hash, part);
         p->u.arr.count++;
         p->phase = ARR_AFTER;
         if ((child_flags & GRAM_FF_UNIQUE) && st->n_used < GRAMMAR_MAX_UNIQUE) st->used[st->n_used++] = key;
@@ -385,7 +414,8 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
         return ST_OK;
     case OBJ_FIRST:
     case OBJ_NEXT: /* a key, or "}" right after "{" */
-        if (f->phase == OBJ_FIRST && b == '}') return is_free || !n->u.obj.required ? ST_DONE : ST_REJECT;
+        if (f->phase == OBJ_FIRST && b == '}')
+            return (is_free || !n->u.obj.required) && !repeats_used(g, st, f) ? ST_DONE : ST_REJECT;
         if (b != '"') return ST_REJECT;
         if (is_free) {
             uint8_t phase = f->phase;
@@ -424,7 +454,8 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
         return ST_OK;
     case OBJ_VALUE: {
         uint32_t child = is_free ? n->u.obj.free_value : g->prop_nodes[n->u.obj.props + f->u.lit.item];
-        return push_value(g, st, child, 0, b) ? ST_OK : ST_REJECT;
+        uint8_t flags = f->flags & (GRAM_FF_UNIQUE | GRAM_FF_HASH) ? GRAM_FF_HASH : 0;
+        return push_value(g, st, child, flags, b) ? ST_OK : ST_REJECT;
     }
     case OBJ_AFTER:
         if (b == ',') {
@@ -432,7 +463,7 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
             f->phase = OBJ_NEXT;
             return ST_OK;
         }
-        if (b == '}') return (n->u.obj.required & ~f->u.lit.seen) ? ST_REJECT : ST_DONE;
+        if (b == '}') return (n->u.obj.required & ~f->u.lit.seen) || repeats_used(g, st, f) ? ST_REJECT : ST_DONE;
         return ST_REJECT;
     default: return ST_REJECT;
     }
@@ -440,16 +471,18 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
 
 static int array_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8_t b) {
     const gram_node *n = &g->nodes[f->node];
-    uint8_t flags = n->u.arr.unique ? GRAM_FF_UNIQUE : 0;
+    uint8_t flags = n->u.arr.unique                                   ? GRAM_FF_UNIQUE
+                    : f->flags & (GRAM_FF_UNIQUE | GRAM_FF_HASH) ? GRAM_FF_HASH
+                                                                  : 0;
     switch (f->phase) {
     case ARR_OPEN:
         if (b != '[') return ST_REJECT;
-        if (flags) st->n_used = 0;
+        if (n->u.arr.unique) st->n_used = 0;
         f->phase = ARR_FIRST;
         return ST_OK;
     case ARR_FIRST:
     case ARR_NEXT: /* an item, or "]" right after "[" */
-        if (f->phase == ARR_FIRST && b == ']') return n->u.arr.min == 0 ? ST_DONE : ST_REJECT;
+        if (f->phase == ARR_FIRST && b == ']') return n->u.arr.min == 0 && !repeats_used(g, st, f) ? ST_DONE : ST_REJECT;
         if (f->u.arr.count >= n->u.arr.max) return ST_REJECT; /* maxItems 0 */
         f->phase = ARR_ITEM;
         if (push_value(g, st, n->u.arr.items, flags, b)) return ST_OK;
@@ -461,7 +494,7 @@ static int array_step(const grammar *g, grammar_state *st, grammar_frame *f, uin
             f->phase = ARR_NEXT;
             return ST_OK;
         }
-        if (b == ']') return f->u.arr.count >= n->u.arr.min ? ST_DONE : ST_REJECT;
+        if (b == ']') return f->u.arr.count >= n->u.arr.min && !repeats_used(g, st, f) ? ST_DONE : ST_REJECT;
         return ST_REJECT;
     default: return ST_REJECT;
     }
@@ -568,8 +601,7 @@ static int step(const grammar *g, grammar_state *st, uint8_t b) {
         int r = frame_step(g, st, f, b);
         if (r == ST_OK) return 1;
         if (r == ST_DONE) return gram_pop(g, st);
-        if (!gram_frame_can_end(g, st, f)) return 0;
-        gram_pop(g, st);
+        if (!gram_frame_can_end(g, st, f) || !gram_pop(g, st)) return 0;
     }
     return 0;
 }

@@ -13,7 +13,10 @@
 /* ---- recognizer frames (recognizer.c) ---------------------------------------------------- */
 
 enum gram_frame_kind { GRAM_FR_ROOT = 1, GRAM_FR_CALL, GRAM_FR_STRING, GRAM_FR_NUMBER, GRAM_FR_LITERAL, GRAM_FR_OBJECT, GRAM_FR_ARRAY };
-enum gram_frame_flags { GRAM_FF_UNIQUE = 1, GRAM_FF_KEY = 2 }; /* item of a unique array; key of a free object */
+/* GRAM_FF_UNIQUE: an item of a unique array; GRAM_FF_KEY: a key of a free object;
+ * GRAM_FF_HASH: a part of an object or array item of a unique array, whose canonical key
+ * the enclosing frames fold into the item's key. */
+enum gram_frame_flags { GRAM_FF_UNIQUE = 1, GRAM_FF_KEY = 2, GRAM_FF_HASH = 4 };
 /* phases of each frame kind */
 enum { ROOT_START, ROOT_OPEN, ROOT_CALL, ROOT_AFTER, ROOT_NEXT };
 enum { CALL_PREFIX, CALL_NAME, CALL_MID, CALL_ARGS, CALL_CLOSE };

@@ -188,8 +188,9 @@ static int choose(const grammar *g, const grammar_state *st, dist_cache *dc, uin
         uint64_t missing = node->u.obj.required & ~f->u.lit.seen;
         switch (f->phase) {
         case OBJ_OPEN: b = '{'; break;
-        case OBJ_FIRST: b = missing ? '"' : '}'; break;
-        case OBJ_AFTER: b = missing ? ',' : '}'; break;
+        /* "}" may be refused as a repeat in a unique array: then one more property */
+        case OBJ_FIRST: b = missing || !accepts(g, st, '}') ? '"' : '}'; break;
+        case OBJ_AFTER: b = missing || !accepts(g, st, '}') ? ',' : '}'; break;
         case OBJ_NEXT: b = '"'; break;
         case OBJ_COLON: b = ':'; break;
         case OBJ_KEY: /* finish a key, a required one if any is missing */
@@ -208,8 +209,11 @@ static int choose(const grammar *g, const grammar_state *st, dist_cache *dc, uin
     case GRAM_FR_ARRAY:
         switch (f->phase) {
         case ARR_OPEN: b = '['; break;
-        case ARR_AFTER: b = f->u.arr.count >= node->u.arr.min ? ']' : ','; break;
-        case ARR_FIRST: b = node->u.arr.min ? first_accepted(g, st, VALUE_START) : ']'; break;
+        /* "]" may be refused as a repeat in a unique array: then one more item */
+        case ARR_AFTER: b = f->u.arr.count >= node->u.arr.min && accepts(g, st, ']') ? ']' : ','; break;
+        case ARR_FIRST:
+            b = !node->u.arr.min && accepts(g, st, ']') ? ']' : first_accepted(g, st, VALUE_START);
+            break;
         default: b = first_accepted(g, st, VALUE_START); break;
         }
         break;
