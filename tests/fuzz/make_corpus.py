@@ -60,6 +60,14 @@ def main():
         write("schema", tools + b"\0" + call)
     for ex in heldout:
         write("schema", json.dumps(ex["tools"]).encode() + b"\0" + compact(ex["answers"]))
+    # uniqueItems on objects and arrays (the table rows spell these with macros)
+    strings = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a"]}
+    numbers = {"type": "array", "items": {"type": "number"}}
+    for item, value in ((strings, [{"a": "x"}, {"b": "y", "a": "x"}]), (numbers, [[1, 2], [2, 1], []]),
+                        ({"type": "object", "properties": {"n": numbers}}, [{"n": [1]}, {}])):
+        schema = {"type": "array", "uniqueItems": True, "items": item}
+        tools = [{"name": "f", "parameters": {"type": "object", "properties": {"v": schema}, "required": ["v"]}}]
+        write("schema", compact(tools) + b"\0" + compact([{"name": "f", "arguments": {"v": value}}]))
     # regex: two parameter bytes (minLength, maxLength span) + a pattern from the tables
     patterns = set()
     for schema, _ in cases:
