@@ -16,7 +16,9 @@
 # crashed, leaked, timed out or ran out of memory. Environment: FUZZ_JOBS, the build's
 # parallelism (default 2); FUZZ_BUILD, the build folder (default build-fuzz: a campaign
 # in its own folder keeps running while the tree is rebuilt); FUZZ_MAX_TIME, seconds
-# after which a campaign target stops short of N (its line says how many ran).
+# after which a campaign target stops short of N (its line says how many ran);
+# FUZZ_TIMEOUT, seconds one input may take before it counts as a hang (default 30; raise
+# it on a loaded machine, where a niced campaign gets little CPU).
 # Campaigns are meant to run under `nice -n 19`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,7 @@ BUILD=${FUZZ_BUILD:-build-fuzz}
 ARTIFACTS=$BUILD/artifacts
 
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -69,7 +71,7 @@ run() {
   local log=$BUILD/fuzz_$t.log start end rc=0
   start=$(date +%s)
   # shellcheck disable=SC2046
-  "$BUILD/fuzz_$t" -artifact_prefix="$ARTIFACTS/$t-" -timeout=30 -print_final_stats=1 \
+  "$BUILD/fuzz_$t" -artifact_prefix="$ARTIFACTS/$t-" -timeout="${FUZZ_TIMEOUT:-30}" -print_final_stats=1 \
     $(options "$t") "$@" "$work" "$(seeds "$t")" >"$log" 2>&1 || rc=$?
   end=$(date +%s)
   local execs speed cov
