@@ -24,10 +24,11 @@ enum { OBJ_OPEN, OBJ_FIRST, OBJ_KEY, OBJ_COLON, OBJ_VALUE, OBJ_AFTER, OBJ_NEXT }
 enum { ARR_OPEN, ARR_FIRST, ARR_ITEM, ARR_AFTER, ARR_NEXT };
 enum { STR_OPEN, STR_BODY, STR_ESC, STR_U, STR_LOW0, STR_LOW1, STR_LOWU, STR_UTF8 };
 
-
 /* 1 if frame f (numbers and unquoted literals) may end here: its value is complete. */
 int gram_frame_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f);
-/* Pops the top frame, whose value is complete, and advances its parent. */
+/* Pops the top frame, whose value is complete, and advances its parent. Returns 0 if the
+ * parent refuses the value (it completes an object item of a unique array that repeats an
+ * earlier item); st is then garbage, as after a refused gram_step. */
 int gram_pop(const grammar *g, grammar_state *st);
 
 /* ---- shared helpers (recognizer.c) ------------------------------------------------------ */
