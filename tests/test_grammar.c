@@ -6,11 +6,12 @@
  * message naming the tool and the path), and an exhaustive walk over short number prefixes.
  * Random schemas and walks are in test_grammar_walk.c, masks on the real vocabulary in
  * test_grammar_mask.c. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/grammar.h"
+#include "grammar/grammar.h"
 #include "harness.h"
 #include "needle.h"
 #include "util/error.h"
@@ -257,6 +258,104 @@ static void test_arrays(void) {
     run_value_cases(cases, N(cases));
 }
 
+/* uniqueItems on objects and arrays: items compare as JSON values (members in any order,
+ * strings by code points, numbers by value); a repeat is refused at the byte that makes
+ * it certain: "}" or "]", or the byte completing an object's last property. */
+static void test_unique_compound(void) {
+#define OBJ_AB "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"string\"}}"
+#define NUMS "{\"type\":\"array\",\"items\":{\"type\":\"number\"}}"
+    static const vcase cases[] = {
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":" OBJ_AB ",\"required\":[\"a\"]}}",
+         {"[{\"a\":\"x\"},{\"a\":\"y\"}]", "[{\"a\":\"x\"},{\"a\":\"x\",\"b\":\"y\"}]",
+          "[{\"a\":\"x\",\"b\":\"y\"},{\"b\":\"y\",\"a\":\"z\"}]", "[{\"a\":\"x\"},{\"a\":\"xx\"}]",
+          "[{\"a\":\"x\"},{\"a\":\"x\"`}]", "[{\"a\":\"x\"},{\"a\":\"\\u0078\"`}]",
+          "[{\"a\":\"x\",\"b\":\"y\"},{\"b\":\"y\",\"a\":\"x`\"}]",
+          "[{\"a\":\"x\",\"b\":\"y\"},{\"a\":\"x\",\"b\":\"y`\"}]",
+          "[{\"a\":\"x\",\"b\":\"\"},{\"b\":\"\",\"a\":\"x`\"}]"}},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":" OBJ_AB "}}",
+         {"[{},{\"a\":\"\"}]", "[{},{`}]", "[{\"b\":\"1\"},{\"a\":\"1\"}]"}},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":" NUMS "}",
+         {"[[1,2],[2,1],[1],[]]", "[[1,2],[1,2`]]", "[[1],[1.0`]]", "[[],[`]]", "[[0.5],[0.50`]]",
+          "[[1],[1,1]]"}},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"object\",\"properties\":{\"n\":" NUMS
+         "},\"required\":[\"n\"]}}",
+         {"[{\"n\":[1]},{\"n\":[2]}]", "[{\"n\":[1]},{\"n\":[1.0`]}]"}},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+         "\"properties\":{\"k\":{\"enum\":[1,\"x\"]},\"m\":{\"type\":\"boolean\"}}}}}",
+         {"[[{\"k\":1,\"m\":true}],[{\"m\":true,\"k\":1.0}`]]", "[[{\"k\":1}],[{\"k\":\"x\"}],[{}]]",
+          "[[{\"k\":\"x\",\"m\":false}],[{\"m\":false,\"k\":\"x\"}`]]"}},
+    };
+#undef OBJ_AB
+#undef NUMS
+    run_value_cases(cases, N(cases));
+}
+
+/* Random decodes through token masks over a small vocabulary that makes repeats likely:
+ * every finished array parses, and no two of its items are equal JSON values. */
+static void test_unique_compound_decode(void) {
+    static const char *const vocab[] = {"{", "}", "[", "]", ",", ":", "\"", "a", "b", "\"a\"", "\"b\"",
+                                        "{\"a\":\"", "\"}", "\"},", "}]", "\\u0061", "1", "1.0", "[1]",
+                                        "],[", "[],", "\",\"b\":\"", "]}"};
+    enum { NV = sizeof vocab / sizeof vocab[0] };
+    size_t lens[NV];
+    for (int i = 0; i < NV; i++) lens[i] = strlen(vocab[i]);
+    grammar_trie *trie = NULL;
+    CHECK(grammar_trie_build(vocab, lens, NV, &trie) == NEEDLE_OK);
+    static const char *const schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"string\"}},"
+        "\"required\":[\"a\"]}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"number\"}}"};
+    uint64_t rng = 12345;
+    int decodes = 0;
+    for (size_t k = 0; k < N(schemas) && trie; k++) {
+        char tools[512];
+        snprintf(tools, sizeof tools,
+                 "[{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":"
+                 "\"array\",\"uniqueItems\":true,\"minItems\":4,\"items\":%s}},\"required\":[\"v\"]}}]",
+                 schemas[k]);
+        grammar_options one = grammar_default_options();
+        one.single_call = 1; /* the vocabulary cannot spell a second call */
+        grammar *g = compile(tools, &one);
+        if (!g) continue;
+        for (int run = 0; run < 150; run++) {
+            grammar_state st;
+            grammar_state_init(g, &st);
+            char text[4096];
+            size_t n = (size_t)snprintf(text, sizeof text, "[{\"name\":\"f\",\"arguments\":{\"v\":");
+            CHECK(grammar_accept_bytes(g, &st, text, n));
+            uint8_t allowed[NV];
+            for (int step = 0; step < 300 && !grammar_is_complete(g, &st); step++) {
+                uint32_t n_allowed = grammar_mask(g, &st, trie, allowed);
+                CHECK_MSG(n_allowed > 0, "dead end after %.*s", (int)n, text);
+                if (!n_allowed) break;
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                uint32_t pick = (uint32_t)(rng >> 33) % n_allowed, t = 0;
+                while (!allowed[t] || pick--) t++;
+                for (int i = 0; i < NV; i++) /* a repeat is what the walk tries first */
+                    if (allowed[i] && !strcmp(vocab[i], "\"},") && (rng >> 20) % 2) t = (uint32_t)i;
+                if (n + lens[t] >= sizeof text - 256) break;
+                CHECK(grammar_accept_bytes(g, &st, vocab[t], lens[t]));
+                memcpy(text + n, vocab[t], lens[t]);
+                n += lens[t];
+            }
+            size_t m = 0;
+            CHECK(grammar_complete(g, &st, text + n, sizeof text - n - 1, &m) == NEEDLE_OK);
+            text[n + m] = 0;
+            cJSON *calls = cJSON_Parse(text);
+            const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(calls, 0), "arguments"), "v");
+            CHECK_MSG(cJSON_IsArray(v) && cJSON_GetArraySize(v) >= 4, "output %s", text);
+            for (const cJSON *x = v ? v->child : NULL; x; x = x->next)
+                for (const cJSON *y = v->child; y != x; y = y->next)
+                    CHECK_MSG(!cJSON_Compare(x, y, 1), "repeated item in %s", text);
+            decodes++;
+            cJSON_Delete(calls);
+        }
+        grammar_free(g);
+    }
+    CHECK_EQ_INT(decodes, 300);
+    grammar_trie_free(trie);
+}
+
 static void test_unions(void) {
     static const vcase cases[] = {
         {"{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}],\"default\":null}", {"\"x\"", "null", "`1"}},
@@ -341,10 +440,10 @@ static void test_api(void) {
     grammar_free(NULL);
     CHECK(grammar_compile(NULL, 0, NULL, &g) == NEEDLE_ERR_INVALID_ARGUMENT);
     CHECK(grammar_compile("[]", 2, NULL, NULL) == NEEDLE_ERR_INVALID_ARGUMENT);
-    token_trie *t = NULL;
-    CHECK(token_trie_build(NULL, NULL, 0, &t) == NEEDLE_ERR_INVALID_ARGUMENT);
-    token_trie_free(NULL);
-    CHECK(token_trie_size(NULL) == 0);
+    grammar_trie *t = NULL;
+    CHECK(grammar_trie_build(NULL, NULL, 0, &t) == NEEDLE_ERR_INVALID_ARGUMENT);
+    grammar_trie_free(NULL);
+    CHECK(grammar_trie_size(NULL) == 0);
 }
 
 /* grammar_complete from hand-picked states: each completion is accepted and ends the
@@ -374,6 +473,12 @@ static void test_complete(void) {
         {"{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true,\"minItems\":3}", "[\"\",\"a\",", "\"aa\"]}}]"},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":3},\"uniqueItems\":true,"
          "\"minItems\":3}", "[1,", "2,3]}}]"},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"minItems\":2,\"items\":{\"type\":\"object\",\"properties\":"
+         "{\"a\":{\"type\":\"string\"}}}}", "[{\"a\":\"\"},{\"a\":\"", "a\"}]}}]"},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"minItems\":3,\"items\":{\"type\":\"object\",\"properties\":"
+         "{\"a\":{\"type\":\"string\"}}}}", "[{},", "{\"a\":\"\"},{\"a\":\"a\"}]}}]"},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"minItems\":3,\"items\":{\"type\":\"array\",\"items\":"
+         "{\"type\":\"null\"}}}", "[[],[null],", "[null,null]]}}]"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"type\":\"object\",\"properties\":"
          "{\"c\":{\"type\":\"null\"}},\"required\":[\"c\"]}},\"required\":[\"b\"]}", "{", "\"b\":{\"c\":null}}}}]"},
         {"{\"type\":\"object\"}", "{\"k\":[{\"", "\":\"\"}]}}}]"},
@@ -491,7 +596,18 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}"), "differ"},
         {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[]}"), "anyOf"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"anyOf\":[{}]}"), "beside anyOf"},
-        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\"},\"uniqueItems\":true}"), "scalar"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\"},\"uniqueItems\":true}"),
+         "declared properties"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"n\":"
+                               "{\"type\":\"integer\"}}},\"uniqueItems\":true}"), "every property"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"null\"},"
+                               "\"maxItems\":2},\"uniqueItems\":true}"), "without maxItems"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"null\"},"
+                               "\"uniqueItems\":true},\"uniqueItems\":true}"), "inside the items"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}},"
+                               "\"uniqueItems\":true}"), "declared properties"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"array\"},\"uniqueItems\":true}"),
+         "items schema"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"uniqueItems\":true}"), "uniqueItems"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"uniqueItems\":true,"
                                "\"minItems\":3}"), "at most 2 distinct"},
@@ -575,6 +691,8 @@ int main(void) {
     RUN(test_literals);
     RUN(test_objects);
     RUN(test_arrays);
+    RUN(test_unique_compound);
+    RUN(test_unique_compound_decode);
     RUN(test_unions);
     RUN(test_call_array);
     RUN(test_api);

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent/grammar.h"
+#include "grammar/grammar.h"
 #include "harness.h"
 #include "needle.h"
 
@@ -110,9 +110,9 @@ static void test_real_vocab(void) {
         return;
     }
     CHECK_EQ_INT(v.n, 8192);
-    token_trie *trie = NULL;
+    grammar_trie *trie = NULL;
     double t0 = now_us();
-    CHECK(token_trie_build((const char *const *)v.bytes, v.lens, v.n, &trie) == NEEDLE_OK);
+    CHECK(grammar_trie_build((const char *const *)v.bytes, v.lens, v.n, &trie) == NEEDLE_OK);
     double build_us = now_us() - t0;
     grammar *g = NULL;
     CHECK(grammar_compile(TOOLS, strlen(TOOLS), NULL, &g) == NEEDLE_OK);
@@ -158,7 +158,7 @@ static void test_real_vocab(void) {
     free(allowed);
     free(states);
     grammar_free(g);
-    token_trie_free(trie);
+    grammar_trie_free(trie);
     for (uint32_t t = 0; t < v.n; t++) free(v.bytes[t]);
     free(v.bytes);
     free(v.lens);

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent/grammar.h"
+#include "grammar/grammar.h"
 #include "harness.h"
 #include "needle.h"
 
@@ -492,10 +492,33 @@ static cJSON *gen_object(int depth) {
     return s;
 }
 
+/* An object or array item of a unique array, in the shapes the grammar supports there:
+ * objects of strings without maxLength/pattern/format and of arrays without maxItems,
+ * arrays without maxItems of typed scalars. */
+static cJSON *gen_unique_compound(int depth) {
+    cJSON *s;
+    if (depth <= 0 || rnd(3) == 0) {
+        s = obj_with_type("array");
+        cJSON_AddItemToObject(s, "items", gen_unique_item());
+        if (rnd(2)) cJSON_AddNumberToObject(s, "minItems", rnd(3));
+        return s;
+    }
+    s = obj_with_type("object");
+    cJSON *p = cJSON_AddObjectToObject(s, "properties"), *req = cJSON_AddArrayToObject(s, "required");
+    for (uint32_t i = 0, n = 1 + rnd(3); i < n; i++) {
+        const char *k = KEYS[rnd(sizeof KEYS / sizeof KEYS[0])];
+        if (kw(p, k)) continue;
+        cJSON_AddItemToObject(p, k, rnd(3) ? obj_with_type("string") : gen_unique_compound(0));
+        if (rnd(2)) cJSON_AddItemToArray(req, cJSON_CreateString(k));
+    }
+    return s;
+}
+
 static cJSON *gen_array(int depth) {
     cJSON *s = obj_with_type("array");
     int unique = rnd(4) == 0;
-    cJSON_AddItemToObject(s, "items", unique ? gen_unique_item() : gen_schema(depth - 1, 0));
+    cJSON_AddItemToObject(s, "items", !unique ? gen_schema(depth - 1, 0)
+                                      : rnd(3) ? gen_unique_item() : gen_unique_compound(depth - 1));
     uint32_t min = rnd(unique ? 5 : 3);
     if (min) cJSON_AddNumberToObject(s, "minItems", min);
     if (rnd(2)) cJSON_AddNumberToObject(s, "maxItems", min + rnd(4));
@@ -720,10 +743,10 @@ static void test_random_token_walks(void) {
     uint32_t n_tok;
     size_t *lens;
     char **vocab = synthetic_vocab(&n_tok, &lens);
-    token_trie *trie = NULL;
-    CHECK(token_trie_build((const char *const *)vocab, lens, n_tok, &trie) == NEEDLE_OK);
+    grammar_trie *trie = NULL;
+    CHECK(grammar_trie_build((const char *const *)vocab, lens, n_tok, &trie) == NEEDLE_OK);
     if (!trie) return;
-    CHECK_EQ_INT(token_trie_size(trie), n_tok);
+    CHECK_EQ_INT(grammar_trie_size(trie), n_tok);
     uint8_t *allowed = malloc(n_tok);
     static char out[WALK_CAP];
     int rejected = 0, walks = 0, masks = 0, mismatches = 0;
@@ -786,7 +809,7 @@ static void test_random_token_walks(void) {
     }
     printf("     %d token walks, %d masks checked against brute force\n", walks, masks);
     free(allowed);
-    token_trie_free(trie);
+    grammar_trie_free(trie);
     for (uint32_t t = 0; t < n_tok; t++) free(vocab[t]);
     free(vocab);
     free(lens);

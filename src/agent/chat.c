@@ -26,8 +26,8 @@
 
 #include "agent/chat.h"
 #include "agent/envelope.h"
-#include "agent/grammar.h"
-#include "agent/json_canon.h"
+#include "grammar/grammar.h"
+#include "grammar/json_canon.h"
 #include "model/session.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -43,7 +43,7 @@ struct chat {
     grammar *g_extract; /* exactly one call (compiled on first use) */
     char *tools;        /* canonical tools JSON, for g_extract */
     size_t tools_len;
-    token_trie *trie;
+    grammar_trie *trie;
     int32_t id_think, id_end_think, id_call, id_end_call, id_im_end, id_im_start, id_space;
     int32_t newline[8];
     size_t n_newline;
@@ -77,7 +77,7 @@ void chat_free(struct chat *c) {
     grammar_free(c->g);
     grammar_free(c->g_extract);
     free(c->tools);
-    token_trie_free(c->trie);
+    grammar_trie_free(c->trie);
     free(c->allowed);
     free(c->close_buf);
     free(c->plan_buf);
@@ -99,14 +99,14 @@ needle_complete_params needle_complete_default_params(void) {
  * which keeps every number exactly as Python would print it. */
 static int canonical_tools(const char *tools_json, char **out, size_t *out_len) {
     cJSON *root = cJSON_Parse(tools_json);
-    if (!root) return json_canon(tools_json, strlen(tools_json), out, out_len);
+    if (!root) return grammar_json_canon(tools_json, strlen(tools_json), out, out_len);
     int wrapped = 0;
     const cJSON *item;
     if (cJSON_IsArray(root))
         cJSON_ArrayForEach(item, root) if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(item, "function"))) wrapped = 1;
     if (!wrapped) {
         cJSON_Delete(root);
-        return json_canon(tools_json, strlen(tools_json), out, out_len);
+        return grammar_json_canon(tools_json, strlen(tools_json), out, out_len);
     }
     cJSON *flat = cJSON_CreateArray();
     cJSON_ArrayForEach(item, root) {
@@ -117,7 +117,7 @@ static int canonical_tools(const char *tools_json, char **out, size_t *out_len) 
     cJSON_Delete(flat);
     cJSON_Delete(root);
     if (!text) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "tools: out of memory");
-    int rc = json_canon(text, strlen(text), out, out_len);
+    int rc = grammar_json_canon(text, strlen(text), out, out_len);
     cJSON_free(text);
     return rc;
 }
@@ -155,7 +155,7 @@ static int build_trie(struct chat *c, const tokenizer *tok, uint32_t vocab) {
             lens[v] = 0;
         }
     }
-    int rc = token_trie_build(bytes, lens, vocab, &c->trie);
+    int rc = grammar_trie_build(bytes, lens, vocab, &c->trie);
     free(bytes);
     free(lens);
     return rc;
@@ -456,7 +456,7 @@ static int render_turn(needle_session *s, const char *text, int is_result, strbu
          * passed through */
         char *canon = NULL;
         size_t canon_len = 0;
-        if (json_canon(text, strlen(text), &canon, &canon_len) == NEEDLE_OK) strbuf_put(out, canon, canon_len);
+        if (grammar_json_canon(text, strlen(text), &canon, &canon_len) == NEEDLE_OK) strbuf_put(out, canon, canon_len);
         else strbuf_puts(out, text);
         free(canon);
         strbuf_puts(out, "</tool_result>");

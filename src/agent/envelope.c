@@ -9,6 +9,7 @@
 
 #include "needle.h"
 #include "util/error.h"
+#include "util/json_escape.h"
 
 static void put_number(strbuf *b, double v) {
     char num[64];
@@ -18,7 +19,7 @@ static void put_number(strbuf *b, double v) {
 }
 
 static void put_nullable(strbuf *b, const char *s) {
-    if (s) strbuf_put_json_string(b, s, strlen(s));
+    if (s) util_json_put_string(b, s, strlen(s), 0);
     else strbuf_puts(b, "null");
 }
 
@@ -33,7 +34,7 @@ static void render(const envelope *e, strbuf *b) {
     strbuf_puts(b, e->calls_json ? e->calls_json : "[]");
     strbuf_puts(b, ",\"reasoning\":");
     const char *r = e->reasoning ? e->reasoning : "";
-    strbuf_put_json_string(b, r, strlen(r));
+    util_json_put_string(b, r, strlen(r), 0);
     strbuf_puts(b, ",\"confidence\":null,\"prefill_tps\":");
     put_number(b, e->prefill_tps);
     strbuf_puts(b, ",\"decode_tps\":");

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/utf8.h"
 
 #define HEADER_SIZE 24
 #define RECORD_SIZE 7 /* f32 score, u8 type, u16 len: packed */
@@ -77,55 +78,12 @@ static float rd_f32(const uint8_t *p) {
     return f;
 }
 
-/* Classifies the bytes s[0..n), n >= 1, against the Unicode table of well-formed UTF-8.
- * Returns the length (1-4) of a well-formed sequence and sets *cp; returns 0 if the bytes are
- * ill-formed, with *bad = length of the maximal subpart that one U+FFFD replaces (what
- * Python's errors='replace' does); returns -1 if they are a valid but unfinished prefix. */
-static int utf8_next(const uint8_t *s, size_t n, uint32_t *cp, size_t *bad) {
-    uint8_t c = s[0], lo = 0x80, hi = 0xBF;
-    int need;
-    uint32_t v;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 1;
-        v = c & 0x1Fu;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        v = c & 0x0Fu;
-        if (c == 0xE0) lo = 0xA0; /* overlong */
-        if (c == 0xED) hi = 0x9F; /* surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        v = c & 0x07u;
-        if (c == 0xF0) lo = 0x90; /* overlong */
-        if (c == 0xF4) hi = 0x8F; /* > U+10FFFF */
-    } else {
-        *bad = 1;
-        return 0;
-    }
-    for (int k = 1; k <= need; k++) {
-        if ((size_t)k >= n) return -1;
-        if (s[k] < lo || s[k] > hi) {
-            *bad = (size_t)k;
-            return 0;
-        }
-        v = v << 6 | (s[k] & 0x3Fu);
-        lo = 0x80;
-        hi = 0xBF;
-    }
-    *cp = v;
-    return need + 1;
-}
-
 /* Offset of the first ill-formed (or, if reject_nul, NUL) byte in s[0..n), or NONE. */
 static size_t utf8_check(const uint8_t *s, size_t n, int reject_nul) {
     size_t i = 0, bad;
     uint32_t cp;
     while (i < n) {
-        int r = utf8_next(s + i, n - i, &cp, &bad);
+        int r = util_utf8_next(s + i, n - i, &cp, &bad);
         if (r <= 0 || (reject_nul && cp == 0)) return i;
         i += (size_t)r;
     }
@@ -459,7 +417,7 @@ static int encode_segment(encoder *e, size_t begin, size_t end) {
     if (rc != NEEDLE_OK) return rc;
     n_sym = 0;
     for (size_t p = begin; p < end; n_sym++) {
-        size_t l = (size_t)utf8_next((const uint8_t *)e->esc + p, end - p, &cp, &bad);
+        size_t l = (size_t)util_utf8_next((const uint8_t *)e->esc + p, end - p, &cp, &bad);
         e->syms[n_sym] = (symbol){p, l, n_sym ? n_sym - 1 : NONE, n_sym + 1};
         p += l;
     }
@@ -559,7 +517,7 @@ int tokenizer_encode_ex(const tokenizer *tok, const char *text, size_t len, int 
             seg = i;
             i += 3;
         } else {
-            i += (size_t)utf8_next((const uint8_t *)esc + i, esc_len - i, &cp, &bad);
+            i += (size_t)util_utf8_next((const uint8_t *)esc + i, esc_len - i, &cp, &bad);
         }
     }
     if (rc == NEEDLE_OK) rc = encode_segment(&e, seg, esc_len);
@@ -590,22 +548,7 @@ static void put_cp(decoder *d, uint32_t cp) {
         if (cp == ' ') return;
     }
     uint8_t u[4];
-    size_t n;
-    if (cp < 0x80) {
-        u[0] = (uint8_t)cp;
-        n = 1;
-    } else if (cp < 0x800) {
-        u[0] = (uint8_t)(0xC0 | cp >> 6), u[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        n = 2;
-    } else if (cp < 0x10000) {
-        u[0] = (uint8_t)(0xE0 | cp >> 12), u[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
-        u[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        n = 3;
-    } else {
-        u[0] = (uint8_t)(0xF0 | cp >> 18), u[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
-        u[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F)), u[3] = (uint8_t)(0x80 | (cp & 0x3F));
-        n = 4;
-    }
+    const size_t n = util_utf8_encode(cp, u);
     for (size_t k = 0; k < n; k++, d->pos++)
         if (d->pos < d->cap) d->out[d->pos] = (char)u[k];
 }
@@ -618,7 +561,7 @@ static void feed(decoder *d, uint8_t b) {
     size_t bad;
     d->pend[d->n_pend++] = b;
     while (d->n_pend) {
-        int r = utf8_next(d->pend, d->n_pend, &cp, &bad);
+        int r = util_utf8_next(d->pend, d->n_pend, &cp, &bad);
         if (r < 0) return;
         if (r > 0) {
             put_cp(d, cp);

@@ -13,8 +13,6 @@ typedef struct strbuf {
 
 void strbuf_put(strbuf *b, const char *s, size_t n);
 void strbuf_puts(strbuf *b, const char *s);
-/* Appends s as a JSON string literal: quotes, backslash and control characters escaped,
- * everything else (valid UTF-8 is assumed) copied as is. */
-void strbuf_put_json_string(strbuf *b, const char *s, size_t n);
+/* JSON string literals: util_json_put_string in util/json_escape.h. */
 
 #endif

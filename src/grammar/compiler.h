@@ -1,0 +1,73 @@
+/* compiler.h: state of one grammar_compile() run, shared by compiler.c (tools,
+ * containers, unions) and compiler_scalar.c (strings, numbers, enum/const literals).
+ *
+ * Nodes and literals live in arrays of the grammar under construction that grow by
+ * realloc, so builders refer to nodes by index and never keep a gram_node pointer across a
+ * call that may add nodes. Error messages name the tool and the JSON path of the schema
+ * being compiled ("parameters.properties.unit.enum"). */
+#ifndef NEEDLE_GRAMMAR_SCHEMA_BUILD_H
+#define NEEDLE_GRAMMAR_SCHEMA_BUILD_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grammar/schema_ir.h"
+
+typedef struct gram_builder {
+    grammar *g;
+    uint32_t cap_nodes, cap_lits, cap_bytes, cap_props, cap_picks, cap_dfas, cap_tables;
+    uint32_t n_bytes, n_props, n_picks;
+    const char *tool;   /* name of the tool being compiled, for messages */
+    char path[512];     /* JSON path of the schema being compiled */
+    size_t path_len;
+    uint32_t any;       /* node admitting any JSON value, GRAM_NONE until first needed */
+    uint32_t free_str;  /* string node without constraints */
+} gram_builder;
+
+/* Value-context flags for gram_build_schema: GRAM_CTX_UNIQUE_ITEM, the items of a
+ * uniqueItems array; GRAM_CTX_HASHED, a part of an object or array item of one (every
+ * value there needs a canonical key: numbers are tracked exactly, free-form values and
+ * nested uniqueItems are refused). */
+enum { GRAM_CTX_UNIQUE_ITEM = 1, GRAM_CTX_HASHED = 2 };
+
+/* NEEDLE_ERR_SCHEMA with "tool \"T\": PATH: message". */
+int gram_fail(gram_builder *b, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+int gram_oom(gram_builder *b); /* NEEDLE_ERR_OUT_OF_MEMORY */
+
+/* Appends ".seg" (or "[i]" when seg is NULL) to the path; returns the old length for
+ * gram_path_pop. */
+size_t gram_path_push(gram_builder *b, const char *seg, long index);
+void gram_path_pop(gram_builder *b, size_t len);
+
+/* New zeroed node of `kind`; returns its index or GRAM_NONE on OOM. */
+uint32_t gram_new_node(gram_builder *b, int kind);
+/* Reserves n entries of the literal table / property table; returns the first index. */
+int gram_push_lit(gram_builder *b, const uint8_t *bytes, size_t len, uint32_t member);
+int gram_push_props(gram_builder *b, uint32_t n, uint32_t *first);
+/* Sorts lits[first, first + n) by bytes (stable). */
+void gram_sort_lits(grammar *g, uint32_t first, uint32_t n);
+
+/* A non-negative integer keyword (minLength, maxItems, ...); *v untouched if absent. */
+int gram_get_count(gram_builder *b, const cJSON *s, const char *name, uint32_t *v);
+
+/* Compiles one schema into *node; *depth receives the frames it needs. */
+int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth);
+
+/* compiler_scalar.c */
+int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node);
+int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uint32_t *node);
+int gram_build_literal(gram_builder *b, const cJSON *s, uint32_t *node);
+int gram_build_fixed_literal(gram_builder *b, const char *const *words, uint32_t n, uint32_t *node);
+/* Appends the JSON spelling of string s (UTF-8, validated) to the literal bytes: raw
+ * non-ASCII (ascii = 0) or \uXXXX escapes (ascii = 1), as Python's json.dumps with
+ * ensure_ascii False / True. Returns the entry length, or -1 if s is not valid UTF-8. */
+long gram_spell_string(gram_builder *b, const char *s, int ascii);
+/* Distinct values a node admits, saturated at UINT32_MAX (for uniqueItems). */
+uint32_t gram_node_domain(const gram_builder *b, uint32_t node);
+
+#endif
