@@ -4,12 +4,14 @@ tool-calling models.
     import needle
 
     @needle.tool
-    def get_weather(city: str):
-        "Get the current weather for a city."
-        return {"city": city, "temp_c": 27}
+    def get_weather(location: str):
+        "Get the current weather or forecast for a location."
+        return {"location": location, "temp_c": 24}
 
-    agent = needle.Needle(weights="needle2.cact", tools=[get_weather])
-    print(agent.run("what's it like in Lagos?")["answer"])
+    agent = needle.Needle(tools=[get_weather])   # weights="model.cact"; default: the demo
+    print(agent.run("Will it rain in London tomorrow?")["answer"])
+
+The agent loop's stopping rule and its answer: python/README.md, "The agent loop".
 """
 from ._lib import NeedleError, library_path
 from ._lib import TURN_AUTO, TURN_QUERY, TURN_TOOL_RESULT

@@ -258,37 +258,64 @@ class Needle:
     def run(self, query: str, max_steps: int = 8, max_new_tokens: int = 256) -> dict:
         """Answers a query, executing the model's tool calls with the Python functions.
 
-        Up to ``max_steps`` rounds: each call of a "call" envelope is executed in order and
-        the results are sent back as a tool-result turn (``json.dumps`` of the list). The
-        returned dict is the last envelope plus "results" (every executed result, in
-        order), "calls" (the executed calls) and "answer" (the results of the last executed
-        round: the single result when it had one call, else the list; None if no call was
-        ever executed, e.g. a refusal on the first turn). The conversation continues
-        across ``run`` calls until ``reset()``.
+        The stopping rule (python/README.md, "The agent loop") in order, per round:
+        the reply is not a call or failed ("respond" / "error"); ``max_steps`` rounds were
+        executed ("max_steps"); a call repeats one already executed in this run, same name
+        and same arguments ("repeat": that round is not executed); a call names a tool
+        without a Python function ("no_implementation": the round is executed, its
+        results are not sent back); the agent has a single tool, so the engine can only
+        answer a tool result with another call ("single_tool"). Otherwise the round's
+        results go back to the model as a tool-result turn (``json.dumps`` of the list).
+
+        Returns the last envelope plus "stop" (the reason above), "results" and "calls"
+        (every executed call and its result, in order) and "answer": the last useful
+        result, see ``_answer``.
         """
         with self._lock:
             env = self.complete(query, max_new_tokens, turn=_lib.TURN_QUERY)
             results: List[Any] = []
             calls: List[dict] = []
-            answer: Any = None
-            for step in range(max(0, int(max_steps))):
+            rounds: List[List[tuple]] = []  # per executed round: (result, implemented)
+            answered = set()
+            steps = max(0, int(max_steps))
+            while True:
                 fcalls = env.get("function_calls") or []
-                if env.get("type") != "call" or not fcalls:
-                    break
-                step_results = [self._execute(c) for c in fcalls]
-                calls.extend(fcalls)
-                results.extend(step_results)
-                answer = step_results[0] if len(step_results) == 1 else step_results
-                if step + 1 >= max_steps:
-                    break  # no round left to execute what a further turn would call
-                payload = json.dumps(step_results, default=str, ensure_ascii=False)
-                env = self.complete(payload, max_new_tokens, turn=_lib.TURN_TOOL_RESULT)
                 if not env.get("success", True):
+                    stop = "error"
                     break
+                if env.get("type") != "call" or not fcalls:
+                    stop = "respond"
+                    break
+                if len(rounds) >= steps:
+                    stop = "max_steps"
+                    break
+                keys = [_call_key(c) for c in fcalls]
+                if any(k in answered for k in keys):
+                    stop = "repeat"
+                    break
+                answered.update(keys)
+                this_round = [(self._execute(c), c.get("name") in self._functions)
+                              for c in fcalls]
+                rounds.append(this_round)
+                calls.extend(fcalls)
+                results.extend(r for r, _ in this_round)
+                if not all(implemented for _, implemented in this_round):
+                    stop = "no_implementation"
+                    break
+                if len(self.tools) == 1:
+                    stop = "single_tool"
+                    break
+                if len(rounds) >= steps:
+                    stop = "max_steps"  # no round left to execute what a reply would call
+                    break
+                payload = json.dumps([r for r, _ in this_round], default=str,
+                                     ensure_ascii=False)
+                env = self.complete(payload, max_new_tokens, turn=_lib.TURN_TOOL_RESULT)
             out = dict(env)
+            out["stop"] = stop
             out["results"] = results
             out["calls"] = calls
-            out["answer"] = answer
+            out["answer"] = _answer(rounds)
             return out
 
     def extract(self, text: str, schema: Any, max_new_tokens: int = 256) -> Any:
@@ -335,6 +362,27 @@ class Needle:
     def __repr__(self) -> str:
         names = ", ".join(str(s.get("name")) for s in getattr(self, "tools", []))
         return f"Needle(weights={getattr(self, 'weights', None)!r}, tools=[{names}])"
+
+
+def _call_key(call: dict) -> str:
+    """A call's identity for the repeat rule: its name and arguments, key order ignored."""
+    return json.dumps([call.get("name"), call.get("arguments")], sort_keys=True, default=str)
+
+
+def _answer(rounds: List[List[tuple]]) -> Any:
+    """The last useful result of a run: the results of the latest round that has results
+    from implemented tools (a tool's own {"error": ...} counts: the tool ran), without
+    the results of calls that had no implementation; one result alone, several as a
+    list. When no round ran an implemented tool, the last round's errors, so the answer
+    says why nothing ran; None when no call was executed."""
+    for rnd in reversed(rounds):
+        useful = [r for r, implemented in rnd if implemented]
+        if useful:
+            return useful[0] if len(useful) == 1 else useful
+    if rounds:
+        last = [r for r, _ in rounds[-1]]
+        return last[0] if len(last) == 1 else last
+    return None
 
 
 def _extract_with(model: _Model, text: str, schema: Any, system: Optional[str],
