@@ -7,7 +7,7 @@ from typing import Optional
 import pytest
 
 import needle
-from conftest import ROOT
+from conftest import ROOT, Scripted
 
 DEMO = os.path.join(ROOT, "models", "needle-demo.cact")
 DEMO_TOOLS = os.path.join(ROOT, "models", "needle-demo.tools.json")
@@ -19,18 +19,6 @@ def call(name, **args):
 
 
 RESPOND = {"type": "respond", "success": True, "function_calls": []}
-
-
-class Scripted:
-    """Replaces an agent's complete(): the replies in order, and the turns it was sent."""
-
-    def __init__(self, agent, replies):
-        self.replies, self.sent = list(replies), []
-        agent.complete = self
-
-    def __call__(self, text, max_new_tokens=256, *, turn=0, extract=False):
-        self.sent.append((turn, text))
-        return self.replies.pop(0)
 
 
 def tools(cq4):
