@@ -1,5 +1,6 @@
-"""needle: Python bindings for libneedle, a C11 inference engine for Needle 2
-tool-calling models.
+"""needle: Python bindings for libneedle, a C11 inference engine for Needle 2 tool-calling
+models. Distributed as `libneedle` (the official client, cactus-needle, also installs a
+module `needle`: see _clash.py).
 
     import needle
 
@@ -13,16 +14,24 @@ tool-calling models.
 
 The agent loop's stopping rule and its answer: python/README.md, "The agent loop".
 """
-from ._lib import NeedleError, library_path
-from ._lib import TURN_AUTO, TURN_QUERY, TURN_TOOL_RESULT
-from .agent import BACKENDS, Needle, default_backend, devices, extract
-from .schema import Field, tool, tool_schema, type_schema
+import os as _os
+
+from ._clash import NameClashWarning, check as _check_name_clash
+
+# Before any other module of the package: another distribution's needle/agent/ folder
+# mixed into this one would be imported in place of agent.py.
+_check_name_clash(_os.path.dirname(_os.path.abspath(__file__)))
+
+from ._lib import NeedleError, library_path  # noqa: E402
+from ._lib import TURN_AUTO, TURN_QUERY, TURN_TOOL_RESULT  # noqa: E402
+from .agent import BACKENDS, Needle, default_backend, devices, extract  # noqa: E402
+from .schema import Field, tool, tool_schema, type_schema  # noqa: E402
 
 
 __all__ = [
     "Needle", "NeedleError", "Field", "tool", "tool_schema", "type_schema", "extract",
     "devices", "default_backend", "BACKENDS", "library_version", "__version__",
-    "TURN_AUTO", "TURN_QUERY", "TURN_TOOL_RESULT",
+    "TURN_AUTO", "TURN_QUERY", "TURN_TOOL_RESULT", "NameClashWarning",
 ]
 
 

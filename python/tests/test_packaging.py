@@ -73,7 +73,7 @@ def test_wheel_bundles_library(tmp_path):
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ))  # NEEDLE_LIB_PATH set: copied instead of running CMake
     assert out.returncode == 0, out.stderr
-    wheels = list((tmp_path / "dist").glob(f"needle-{header_version()}-*.whl"))
+    wheels = list((tmp_path / "dist").glob(f"libneedle-{header_version()}-*.whl"))
     assert len(wheels) == 1
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "needle/libneedle.so" in names and "needle/agent.py" in names
@@ -117,7 +117,7 @@ def test_wheel_version_from_library(tmp_path):
         ".venv", "__pycache__", "build", "*.egg-info", "tests"))
     out = _build_wheel(src, tmp_path / "dist", {})
     assert out.returncode == 0, out.stderr
-    assert len(list((tmp_path / "dist").glob(f"needle-{_lib.version()}-*.whl"))) == 1
+    assert len(list((tmp_path / "dist").glob(f"libneedle-{_lib.version()}-*.whl"))) == 1
 
 
 def test_wheel_failed_cmake_build_fails(tmp_path):
