@@ -120,7 +120,7 @@ def _tool_specs(tools: Any) -> List[Any]:
         if tools.lstrip().startswith(("[", "{")):
             return [tools]
         return [_tools_from_path(tools)]
-    if isinstance(tools, dict):
+    if isinstance(tools, (dict, bytes)):
         return [tools]
     return list(tools)
 
@@ -403,13 +403,13 @@ class Needle:
             return {"error": str(e)}
 
     def _execute_checked(self, call: dict, query: str, strict: bool) -> tuple:
-        """(result, implemented) of one call of ``run``."""
+        """(result, whether the function ran) of one call of ``run``."""
         name = call.get("name")
         if strict and name in self._functions:
             schema = next((s for s in self.tools if s.get("name") == name), {})
             bad = _ungrounded_dates(schema, call.get("arguments"), [query, self.system or ""])
             if bad:
-                return {"error": "ungrounded " + ", ".join(bad)}, True
+                return {"error": "ungrounded " + ", ".join(bad)}, False
         return self._execute(call), name in self._functions
 
     def run(self, query: str, max_steps: int = 8, max_new_tokens: int = 256, *,
@@ -439,7 +439,7 @@ class Needle:
             env = self.complete(query, max_new_tokens, turn=_lib.TURN_QUERY)
             results: List[Any] = []
             calls: List[dict] = []
-            rounds: List[List[tuple]] = []  # per executed round: (result, implemented)
+            rounds: List[List[tuple]] = []  # per executed round: (result, function ran)
             answered = set()
             steps = max(0, int(max_steps))
             while True:
@@ -462,7 +462,7 @@ class Needle:
                 rounds.append(this_round)
                 calls.extend(fcalls)
                 results.extend(r for r, _ in this_round)
-                if not all(implemented for _, implemented in this_round):
+                if any(c.get("name") not in self._functions for c in fcalls):
                     stop = "no_implementation"
                     break
                 if len(self.tools) == 1:
@@ -533,13 +533,13 @@ def _call_key(call: dict) -> str:
 
 
 def _answer(rounds: List[List[tuple]]) -> Any:
-    """The last useful result of a run: the results of the latest round that has results
-    from implemented tools (a tool's own {"error": ...} counts: the tool ran), without
-    the results of calls that had no implementation; one result alone, several as a
-    list. When no round ran an implemented tool, the last round's errors, so the answer
-    says why nothing ran; None when no call was executed."""
+    """The last useful result of a run: the results of the latest round in which a function
+    ran (its own {"error": ...} counts), without the results of calls whose function did
+    not run (no implementation, refused by strict); one result alone, several as a list.
+    When no function ever ran, the last round's errors, so the answer says why; None when
+    no call was executed."""
     for rnd in reversed(rounds):
-        useful = [r for r, implemented in rnd if implemented]
+        useful = [r for r, ran in rnd if ran]
         if useful:
             return useful[0] if len(useful) == 1 else useful
     if rounds:

@@ -24,9 +24,12 @@ def _run(code, env_update, cwd):
 
 
 def test_no_tools_refuses_first_turn(cq4):
-    with needle.Needle(weights=cq4) as agent:
+    with pytest.warns(UserWarning, match="has no tools"):
+        agent = needle.Needle(weights=cq4)
+    with agent:
         r = agent.run("hello")
         assert r["function_calls"] == [] and r["results"] == [] and r["answer"] is None
+        assert r["stop"] == "respond"
 
 
 def test_bad_lib_path(tmp_path):

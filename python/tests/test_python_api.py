@@ -144,12 +144,25 @@ def test_run_strict_refuses_ungrounded_dates(cq4):
     Scripted(agent, [reply])
     r = agent.run("book Lagos on May 1st 2024")
     assert r["results"] == [{"error": "ungrounded book.when"}] and seen == []
+    assert r["answer"] == {"error": "ungrounded book.when"}  # no function ran
     Scripted(agent, [reply])
     r = agent.run("book Lagos on May 1st 2024", strict=False)
     assert r["answer"] == {"booked": "2023-05-01"} and seen == [datetime.date(2023, 5, 1)]
     Scripted(agent, [reply])
     r = agent.run("book Lagos next Monday")  # no year written: nothing to contradict
     assert r["answer"] == {"booked": "2023-05-01"}
+    agent.close()
+
+    def cancel(city: str):
+        "Cancel a booking."
+
+    agent = needle.Needle(weights=cq4, tools=[book, cancel])  # two tools: several rounds
+    Scripted(agent, [{"type": "call", "success": True, "function_calls": [
+        {"name": "book", "arguments": {"city": "Lagos", "when": "2024-05-01"}}]}, reply,
+        {"type": "respond", "success": True, "function_calls": []}])
+    r = agent.run("book Lagos on May 1st 2024, or else 2024-05-02")
+    assert r["results"] == [{"booked": "2024-05-01"}, {"error": "ungrounded book.when"}]
+    assert r["answer"] == {"booked": "2024-05-01"} and r["stop"] == "respond"
     agent.close()
 
 
