@@ -1,26 +1,37 @@
-"""needle: Python bindings for libneedle, a C11 inference engine for Needle 2
-tool-calling models.
+"""needle: Python bindings for libneedle, a C11 inference engine for Needle 2 tool-calling
+models. Distributed as `libneedle` (the official client, cactus-needle, also installs a
+module `needle`: see _clash.py).
 
     import needle
 
     @needle.tool
-    def get_weather(city: str):
-        "Get the current weather for a city."
-        return {"city": city, "temp_c": 27}
+    def get_weather(location: str):
+        "Get the current weather or forecast for a location."
+        return {"location": location, "temp_c": 24}
 
-    agent = needle.Needle(weights="needle2.cact", tools=[get_weather])
-    print(agent.run("what's it like in Lagos?")["answer"])
+    agent = needle.Needle(tools=[get_weather])   # weights="model.cact"; default: the demo
+    print(agent.run("Will it rain in London tomorrow?")["answer"])
+
+The agent loop's stopping rule and its answer: python/README.md, "The agent loop".
 """
-from ._lib import NeedleError, library_path
-from ._lib import TURN_AUTO, TURN_QUERY, TURN_TOOL_RESULT
-from .agent import BACKENDS, Needle, default_backend, devices, extract
-from .schema import Field, tool, tool_schema, type_schema
+import os as _os
+
+from ._clash import NameClashWarning, check as _check_name_clash
+
+# Before any other module of the package: another distribution's needle/agent/ folder
+# mixed into this one would be imported in place of agent.py.
+_check_name_clash(_os.path.dirname(_os.path.abspath(__file__)))
+
+from ._lib import NeedleError, library_path  # noqa: E402
+from ._lib import TURN_AUTO, TURN_QUERY, TURN_TOOL_RESULT  # noqa: E402
+from .agent import BACKENDS, Needle, default_backend, devices, extract  # noqa: E402
+from .schema import Field, tool, tool_schema, type_schema  # noqa: E402
 
 
 __all__ = [
     "Needle", "NeedleError", "Field", "tool", "tool_schema", "type_schema", "extract",
     "devices", "default_backend", "BACKENDS", "library_version", "__version__",
-    "TURN_AUTO", "TURN_QUERY", "TURN_TOOL_RESULT",
+    "TURN_AUTO", "TURN_QUERY", "TURN_TOOL_RESULT", "NameClashWarning",
 ]
 
 

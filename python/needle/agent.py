@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import ctypes
+import datetime
 import json
 import os
+import re
 import threading
+import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _lib
 from ._lib import NeedleError, check, lib
-from .schema import is_pydantic_model, tool_schema, tool_schemas
+from .schema import convert_arguments, is_pydantic_model, tool_schema, tool_schemas
 
 __all__ = ["Needle", "extract", "devices", "default_backend", "BACKENDS"]
 
@@ -88,6 +91,87 @@ def demo_model_path() -> Optional[str]:
     return None
 
 
+def _demo_tools_path(model_path: str) -> Optional[str]:
+    """The tool list shipped next to a demo model (needle-demo.cact -> .tools.json)."""
+    if not model_path.endswith(".cact"):
+        return None
+    path = model_path[:-len(".cact")] + ".tools.json"
+    return path if os.path.isfile(path) else None
+
+
+def _tools_from_path(path) -> str:
+    """The JSON text of a tools file (a UTF-8 BOM allowed), as the CLI's --tools reads it."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise NeedleError(f"tools: {path} is a directory, not a JSON file")
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except OSError as e:
+        raise NeedleError(f"tools: cannot read {path}: {e.strerror}") from None
+
+
+def _tool_specs(tools: Any) -> List[Any]:
+    """The tool specs of ``tools=``: a list (or tuple) of specs; a path (str or PathLike)
+    of a JSON file holding one schema or an array; or a JSON string of either."""
+    if isinstance(tools, os.PathLike):
+        return [_tools_from_path(tools)]
+    if isinstance(tools, str):
+        if tools.lstrip().startswith(("[", "{")):
+            return [tools]
+        return [_tools_from_path(tools)]
+    if isinstance(tools, (dict, bytes)):
+        return [tools]
+    return list(tools)
+
+
+_DATE_FACT = re.compile(r"(?i)\bdate\s*:|\b\d{4}-\d{2}-\d{2}\b")
+
+
+def _with_date(system: Optional[str]) -> str:
+    """``auto_date``: today's local date and time put before the system facts, unless they
+    already state a date or are a JSON object (structured facts the caller owns)."""
+    system = system or ""
+    if _DATE_FACT.search(system) or system.lstrip().startswith("{"):
+        return system
+    fact = datetime.datetime.now().strftime("date: %Y-%m-%d %a %H:%M")
+    return fact + "; " + system if system.strip() else fact
+
+
+_YEAR = re.compile(r"(?<![0-9])([12][0-9]{3})(?![0-9])")
+
+
+def _ungrounded_dates(schema: dict, args: Any, sources: List[str]) -> List[str]:
+    """``run(strict=True)``: the paths of date / date-time arguments whose year is not
+    written in the sources (the query, the system facts), when the sources write any
+    year; with no year written, a relative date ("tomorrow") is the model's to resolve."""
+    years = {m for text in sources if text for m in _YEAR.findall(text)}
+    if not years:
+        return []
+    bad: List[str] = []
+
+    def walk(node: Any, value: Any, path: str) -> None:
+        if not isinstance(node, dict):
+            return
+        if node.get("format") in ("date", "date-time") and isinstance(value, str):
+            m = re.match(r"([0-9]{4})-", value)
+            if m and m.group(1) not in years:
+                bad.append(path)
+            return
+        for alt in node.get("anyOf") or []:
+            walk(alt, value, path)
+        if isinstance(value, dict):
+            props = node.get("properties") or {}
+            for k, v in value.items():
+                walk(props.get(k), v, f"{path}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(node.get("items"), v, f"{path}[{i}]")
+
+    walk(schema.get("parameters"), args, schema.get("name", ""))
+    return bad
+
+
 def _resolve_weights(weights: Optional[str]) -> str:
     if weights is None:
         weights = os.environ.get("NEEDLE_MODEL")
@@ -140,7 +224,8 @@ def _release_model(m: _Model) -> None:
 class _Session:
     """One engine conversation (not thread-safe; the owner serializes calls)."""
 
-    def __init__(self, model: _Model, system: Optional[str], tools: List[dict]):
+    def __init__(self, model: _Model, system: Optional[str], tools: List[dict],
+                 buffer_size: int = _ENVELOPE_CAP):
         L = lib()
         params = L.needle_session_default_params()
         params.n_ctx = _UNBOUNDED_CTX if model.kv_window > 0 else 0
@@ -154,31 +239,59 @@ class _Session:
         except BaseException:
             self.free()
             raise
-        self.buf = ctypes.create_string_buffer(_ENVELOPE_CAP)
+        self.cap = int(buffer_size)
+        self.buf = ctypes.create_string_buffer(self.cap)
+        self.last_called = False  # the engine's rule for TURN_AUTO: a result after a call
+
+    def is_result(self, turn: int) -> bool:
+        return turn == _lib.TURN_TOOL_RESULT or (turn == _lib.TURN_AUTO and self.last_called)
 
     def complete(self, text: str, turn: int, max_new_tokens: int, extract: bool = False) -> dict:
         if self.handle is None:
             raise NeedleError("the agent is closed")
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, not {type(text).__name__}")
+        try:
+            data = text.encode("utf-8")
+            bad = "holds a NUL character (U+0000) at offset %d" % text.index("\0") \
+                if "\0" in text else None
+        except UnicodeEncodeError as e:
+            bad = f"is not valid Unicode (lone surrogate at offset {e.start})"
+        if bad:
+            # The C API takes a NUL-terminated string: such a text would reach the engine
+            # cut short, so it is refused here, the way the engine refuses bad UTF-8.
+            return _invalid_input(f"text {bad}", self.is_result(turn))
         L = lib()
         p = L.needle_complete_default_params()
         p.max_new_tokens = int(max_new_tokens)
         p.turn = turn
         p.extract = 1 if extract else 0
         n = ctypes.c_size_t(0)
-        rc = L.needle_session_complete(self.handle, text.encode("utf-8", "replace"),
-                                       ctypes.byref(p), self.buf, _ENVELOPE_CAP, ctypes.byref(n))
+        rc = L.needle_session_complete(self.handle, data, ctypes.byref(p), self.buf, self.cap,
+                                       ctypes.byref(n))
         check(rc)
         raw = ctypes.string_at(self.buf, n.value).decode("utf-8", "replace")
-        return json.loads(raw)
+        env = json.loads(raw)
+        if env.get("success"):
+            self.last_called = env.get("type") == "call"
+        return env
 
     def reset(self) -> None:
         if self.handle is not None:
             lib().needle_session_reset(self.handle)
+            self.last_called = False
 
     def free(self) -> None:
         h, self.handle = self.handle, None
         if h is not None:
             lib().needle_session_free(h)
+
+
+def _invalid_input(message: str, is_result: bool) -> dict:
+    """An envelope shaped like the engine's for a refused text (error_code invalid_input)."""
+    return {"type": "respond" if is_result else "call", "success": False, "error": message,
+            "error_code": "invalid_input", "function_calls": [], "reasoning": "",
+            "confidence": None, "prefill_tps": 0.0, "decode_tps": 0.0, "peak_ram_mb": 0.0}
 
 
 # ---------------------------------------------------------------------------------------
@@ -187,45 +300,72 @@ class _Session:
 class Needle:
     """A tool-calling agent: its own model reference and its own engine session.
 
-    tools: functions (``@needle.tool`` decorated or plain), pydantic models, dataclasses,
-        raw dict schemas or JSON strings. Functions are executed by ``run``; schemas
-        without a Python function yield ``{"error": "no implementation for tool: NAME"}``.
+    tools: a list of functions (``@needle.tool`` decorated or plain), pydantic models,
+        dataclasses, raw dict schemas or JSON strings; or the path of a JSON file of one
+        schema or an array (as the CLI's --tools), or a JSON string. Functions are
+        executed by ``run``. None: with the default demo model, the demo's own tool list
+        (declared only, as the CLI does); otherwise no tools, with a warning.
     system: system facts given to the model (optional).
-    weights: path of a .cact model; default $NEEDLE_MODEL, else the repository's
-        models/needle-demo.cact.
+    weights: path of a .cact model; default $NEEDLE_MODEL, else the demo model.
     tool_index_path: accepted for compatibility (no retrieval index yet); stored only.
     backend: None (the engine's choice: NEEDLE_BACKEND, JAX_PLATFORM_NAME, else the first
         backend that finds a device, CPU last) or "cpu", "cuda", "metal" (NeedleError if
         that backend is not built into libneedle or finds no device). ``self.backend`` is
         the backend the model actually runs on.
+    The official client's keyword arguments, with its meaning:
+    buffer_size: bytes of the envelope buffer (default 1 MiB); a longer envelope raises
+        NeedleError (status -8).
+    auto_date: put today's local date before the system facts (see _with_date). Default
+        False, unlike the official client: the demo model was trained without it, and
+        it makes the output depend on the clock.
+    generation: the Needle generation to run; this engine runs generation 2 (None or 2),
+        other values raise NeedleError.
+    stateless: forget the conversation before every query (every ``run`` and every
+        query turn of ``complete``), as if ``reset()`` were called.
 
     One agent must be used by one thread at a time (calls are serialized by a lock);
     different agents may run concurrently.
     """
 
-    def __init__(self, tools: Optional[List[Any]] = None, system: Optional[str] = None,
+    def __init__(self, tools: Any = None, system: Optional[str] = None,
                  weights: Optional[str] = None, tool_index_path: Optional[str] = None,
-                 backend: Optional[str] = None):
+                 backend: Optional[str] = None, *, buffer_size: int = _ENVELOPE_CAP,
+                 auto_date: bool = False, generation: Optional[int] = None,
+                 stateless: bool = False):
         self._session: Optional[_Session] = None
         self._model: Optional[_Model] = None
         backend = _check_backend(backend)
-        self.system = system
+        if generation is not None and generation != 2:
+            raise NeedleError(f"generation={generation!r}: this engine runs Needle 2 models "
+                              "only (generation 2)")
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or \
+                buffer_size < 1:
+            raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
+        self.stateless = bool(stateless)
+        self.system = _with_date(system) if auto_date else system
         self.tool_index_path = tool_index_path
         self.tools: List[dict] = []
         self._functions: Dict[str, Callable] = {}
-        for t in tools or []:
+        weights_defaulted = weights is None and not os.environ.get("NEEDLE_MODEL")
+        self.weights = _resolve_weights(weights)
+        if tools is None and weights_defaulted and _demo_tools_path(self.weights):
+            tools = _demo_tools_path(self.weights)
+        for t in _tool_specs(tools if tools is not None else []):
             schemas = tool_schemas(t)
             for s in schemas:
                 self.tools.append(s)
             if callable(t) and not isinstance(t, type) and len(schemas) == 1:
                 self._functions[schemas[0].get("name")] = t
+        if not self.tools:
+            warnings.warn("needle.Needle has no tools: the model can only answer with an "
+                          "empty call list ([]); pass tools=[...] (functions or schemas) "
+                          "or tools='tools.json'", UserWarning, stacklevel=2)
         # Names, duplicates and schemas are validated by the engine (NEEDLE_ERR_SCHEMA).
-        self.weights = _resolve_weights(weights)
         self._lock = threading.RLock()
         self._model = _acquire_model(self.weights, backend)
         self.backend = self._model.backend
         try:
-            self._session = _Session(self._model, system, self.tools)
+            self._session = _Session(self._model, self.system, self.tools, buffer_size)
         except BaseException:
             _release_model(self._model)
             self._model = None
@@ -235,10 +375,16 @@ class Needle:
 
     def complete(self, text: str, max_new_tokens: int = 256, *, turn: int = _lib.TURN_AUTO,
                  extract: bool = False) -> dict:
-        """One turn (a query, or a tool result after a call); returns the envelope dict."""
+        """One turn (a query, or a tool result after a call); returns the envelope dict.
+        A text that is not a str raises TypeError; one holding NUL (or a lone surrogate)
+        gives an ``invalid_input`` envelope and is not part of the conversation."""
         with self._lock:
             if self._session is None:
                 raise NeedleError("the agent is closed")
+            if not isinstance(text, str):
+                raise TypeError(f"text must be str, not {type(text).__name__}")
+            if self.stateless and not self._session.is_result(turn):
+                self._session.reset()
             return self._session.complete(text, turn, max_new_tokens, extract)
 
     def _execute(self, call: dict) -> Any:
@@ -251,44 +397,88 @@ class Needle:
         try:
             if not isinstance(args, dict):
                 raise TypeError(f"arguments of {name} are not an object")
-            return self._functions[name](**args)
+            fn = self._functions[name]
+            return fn(**convert_arguments(fn, args))
         except Exception as e:
             return {"error": str(e)}
 
-    def run(self, query: str, max_steps: int = 8, max_new_tokens: int = 256) -> dict:
+    def _execute_checked(self, call: dict, query: str, strict: bool) -> tuple:
+        """(result, whether the function ran) of one call of ``run``."""
+        name = call.get("name")
+        if strict and name in self._functions:
+            schema = next((s for s in self.tools if s.get("name") == name), {})
+            bad = _ungrounded_dates(schema, call.get("arguments"), [query, self.system or ""])
+            if bad:
+                return {"error": "ungrounded " + ", ".join(bad)}, False
+        return self._execute(call), name in self._functions
+
+    def run(self, query: str, max_steps: int = 8, max_new_tokens: int = 256, *,
+            strict: bool = True) -> dict:
         """Answers a query, executing the model's tool calls with the Python functions.
 
-        Up to ``max_steps`` rounds: each call of a "call" envelope is executed in order and
-        the results are sent back as a tool-result turn (``json.dumps`` of the list). The
-        returned dict is the last envelope plus "results" (every executed result, in
-        order), "calls" (the executed calls) and "answer" (the results of the last executed
-        round: the single result when it had one call, else the list; None if no call was
-        ever executed, e.g. a refusal on the first turn). The conversation continues
-        across ``run`` calls until ``reset()``.
+        The stopping rule (python/README.md, "The agent loop") in order, per round:
+        the reply is not a call or failed ("respond" / "error"); ``max_steps`` rounds were
+        executed ("max_steps"); a call repeats one already executed in this run, same name
+        and same arguments ("repeat": that round is not executed); a call names a tool
+        without a Python function ("no_implementation": the round is executed, its
+        results are not sent back); the agent has a single tool, so the engine can only
+        answer a tool result with another call ("single_tool"). Otherwise the round's
+        results go back to the model as a tool-result turn (``json.dumps`` of the list).
+
+        Returns the last envelope plus "stop" (the reason above), "results" and "calls"
+        (every executed call and its result, in order) and "answer": the last useful
+        result, see ``_answer``.
+
+        strict (the official client's meaning): a call with a date or date-time argument
+        whose year is not written in the query or the system facts, when they write a
+        year, is not executed; its result is ``{"error": "ungrounded NAME.path"}``.
         """
-        with self._lock:
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, not {type(query).__name__}")
+        with self._lock:  # a stateless agent forgets the conversation in complete()
             env = self.complete(query, max_new_tokens, turn=_lib.TURN_QUERY)
             results: List[Any] = []
             calls: List[dict] = []
-            answer: Any = None
-            for step in range(max(0, int(max_steps))):
+            rounds: List[List[tuple]] = []  # per executed round: (result, function ran)
+            answered = set()
+            steps = max(0, int(max_steps))
+            while True:
                 fcalls = env.get("function_calls") or []
-                if env.get("type") != "call" or not fcalls:
-                    break
-                step_results = [self._execute(c) for c in fcalls]
-                calls.extend(fcalls)
-                results.extend(step_results)
-                answer = step_results[0] if len(step_results) == 1 else step_results
-                if step + 1 >= max_steps:
-                    break  # no round left to execute what a further turn would call
-                payload = json.dumps(step_results, default=str, ensure_ascii=False)
-                env = self.complete(payload, max_new_tokens, turn=_lib.TURN_TOOL_RESULT)
                 if not env.get("success", True):
+                    stop = "error"
                     break
+                if env.get("type") != "call" or not fcalls:
+                    stop = "respond"
+                    break
+                if len(rounds) >= steps:
+                    stop = "max_steps"
+                    break
+                keys = [_call_key(c) for c in fcalls]
+                if any(k in answered for k in keys):
+                    stop = "repeat"
+                    break
+                answered.update(keys)
+                this_round = [self._execute_checked(c, query, strict) for c in fcalls]
+                rounds.append(this_round)
+                calls.extend(fcalls)
+                results.extend(r for r, _ in this_round)
+                if any(c.get("name") not in self._functions for c in fcalls):
+                    stop = "no_implementation"
+                    break
+                if len(self.tools) == 1:
+                    stop = "single_tool"
+                    break
+                if len(rounds) >= steps:
+                    stop = "max_steps"  # no round left to execute what a reply would call
+                    break
+                payload = json.dumps([r for r, _ in this_round], default=str,
+                                     ensure_ascii=False)
+                env = self.complete(payload, max_new_tokens, turn=_lib.TURN_TOOL_RESULT)
             out = dict(env)
+            out["stop"] = stop
             out["results"] = results
             out["calls"] = calls
-            out["answer"] = answer
+            out["answer"] = _answer(rounds)
             return out
 
     def extract(self, text: str, schema: Any, max_new_tokens: int = 256) -> Any:
@@ -335,6 +525,27 @@ class Needle:
     def __repr__(self) -> str:
         names = ", ".join(str(s.get("name")) for s in getattr(self, "tools", []))
         return f"Needle(weights={getattr(self, 'weights', None)!r}, tools=[{names}])"
+
+
+def _call_key(call: dict) -> str:
+    """A call's identity for the repeat rule: its name and arguments, key order ignored."""
+    return json.dumps([call.get("name"), call.get("arguments")], sort_keys=True, default=str)
+
+
+def _answer(rounds: List[List[tuple]]) -> Any:
+    """The last useful result of a run: the results of the latest round in which a function
+    ran (its own {"error": ...} counts), without the results of calls whose function did
+    not run (no implementation, refused by strict); one result alone, several as a list.
+    When no function ever ran, the last round's errors, so the answer says why; None when
+    no call was executed."""
+    for rnd in reversed(rounds):
+        useful = [r for r, ran in rnd if ran]
+        if useful:
+            return useful[0] if len(useful) == 1 else useful
+    if rounds:
+        last = [r for r, _ in rounds[-1]]
+        return last[0] if len(last) == 1 else last
+    return None
 
 
 def _extract_with(model: _Model, text: str, schema: Any, system: Optional[str],

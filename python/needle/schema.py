@@ -11,11 +11,15 @@ Type mapping (``type_schema``):
   Union[X, Y] -> {"anyOf": [...]},
   dataclasses and TypedDicts -> nested object schemas,
   pydantic models -> model_json_schema(),
-  Annotated[X, Field(...)] -> X's schema plus the Field's description and constraints.
+  Annotated[X, Field(...)] -> X's schema plus the Field's description and constraints,
+  datetime.date -> {"type": "string", "format": "date"}, datetime.datetime -> format
+      "date-time", datetime.time -> format "time" (the engine's grammar constrains these
+      formats); ``convert_arguments`` turns such arguments back into Python objects.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import inspect
 import json
@@ -96,6 +100,8 @@ class Field:
 def _jsonable(v: Any) -> Any:
     if isinstance(v, enum.Enum):
         return v.value
+    if isinstance(v, (datetime.date, datetime.time)):
+        return v.isoformat()
     if isinstance(v, (list, tuple, set, frozenset)):
         return [_jsonable(x) for x in v]
     return v
@@ -223,6 +229,47 @@ def _param_schema(tp: Any):
     return schema, optional, has_default
 
 
+# exact types: a datetime is a date subclass, and a subclass may not parse the same way
+_TEMPORAL_FORMATS = {datetime.datetime: "date-time", datetime.date: "date",
+                     datetime.time: "time"}
+
+
+def _from_iso(tp: type, value: str):
+    if tp is datetime.datetime and value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"  # fromisoformat takes "Z" only from Python 3.11
+    try:
+        return tp.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an ISO {_TEMPORAL_FORMATS[tp]}") from None
+
+
+def _convert_value(tp: Any, value: Any) -> Any:
+    tp = _split_annotated(tp)[0]
+    tp = _split_annotated(_split_optional(tp)[0])[0]
+    if tp in _TEMPORAL_FORMATS:
+        return _from_iso(tp, value) if isinstance(value, str) else value
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (list, set, frozenset, tuple) and args and isinstance(value, list):
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis) and \
+                len(set(args)) != 1:
+            return value
+        items = [_convert_value(args[0], v) for v in value]
+        return items if origin is list else origin(items)
+    return value
+
+
+def convert_arguments(fn: Callable, args: Dict[str, Any]) -> Dict[str, Any]:
+    """The call arguments for ``fn``: values of parameters annotated ``datetime.date`` /
+    ``datetime``/``time`` (also inside Optional, Annotated, list, set, tuple) parsed back
+    from their ISO strings; everything else as the model wrote it. ValueError when such
+    a string does not parse."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return args
+    return {k: _convert_value(hints[k], v) if k in hints else v for k, v in args.items()}
+
+
 def type_schema(tp: Any) -> dict:
     """The JSON Schema of a Python type annotation (see the module docstring)."""
     if tp is inspect.Parameter.empty or tp is Any:
@@ -239,6 +286,8 @@ def type_schema(tp: Any) -> dict:
         return {"type": "number"}
     if tp is str:
         return {"type": "string"}
+    if isinstance(tp, type) and tp in _TEMPORAL_FORMATS:
+        return {"type": "string", "format": _TEMPORAL_FORMATS[tp]}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _enum_schema([m.value for m in tp])
     if is_pydantic_model(tp):

@@ -23,3 +23,15 @@ def header_version():
         text = f.read()
     return ".".join(re.search(rf"^#define NEEDLE_VERSION_{p} (\d+)$", text, re.M).group(1)
                     for p in ("MAJOR", "MINOR", "PATCH"))
+
+
+class Scripted:
+    """Replaces an agent's complete(): the replies in order, and the turns it was sent."""
+
+    def __init__(self, agent, replies):
+        self.replies, self.sent = list(replies), []
+        agent.complete = self
+
+    def __call__(self, text, max_new_tokens=256, *, turn=0, extract=False):
+        self.sent.append((turn, text))
+        return self.replies.pop(0)

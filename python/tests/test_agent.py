@@ -26,43 +26,18 @@ def make_weather():
     return get_weather, log
 
 
-def test_seed_snippet(cq4, tmp_path):
-    # The README's snippet verbatim, with the fixture's path in place of needle2.cact.
-    src = '''import needle
-
-@needle.tool
-def get_weather(city: str):
-    "Get the current weather for a city."
-    return {"city": city, "temp_c": 27, "sky": "clear"}
-
-agent = needle.Needle(weights="needle2.cact", tools=[get_weather])
-response = agent.run("what's it like in Lagos right now?")
-print(response["answer"])
-print(needle.devices(), needle.default_backend())
-'''.replace("needle2.cact", cq4)
-    script = tmp_path / "seed.py"
-    script.write_text(src)
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         env=env, timeout=120)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert "'temp_c': 27" in lines[0]
-    assert "'backend': 'cpu'" in lines[1] and lines[1].endswith(" cpu")
-
-
-def test_run_single_tool_always_calls(cq4):
+def test_run_single_tool_stops_after_one_round(cq4):
+    # With one tool the engine must answer every turn with a call of it, so a tool-result
+    # turn could never end the loop: run executes one round and stops.
     fn, log = make_weather()
     with needle.Needle(weights=cq4, tools=[fn]) as agent:
         r = agent.run("weather in Lagos?", max_steps=3)
-        assert r["type"] == "call" and r["success"] is True
-        assert len(r["calls"]) == 3 and len(r["results"]) == 3  # one call per step
-        assert [c["name"] for c in r["calls"]] == ["get_weather"] * 3
-        # every result is the executed function's return for that call, in order
-        assert log == [c["arguments"]["city"] for c in r["calls"]]
-        assert r["results"] == [{"city": c, "temp_c": 27, "sky": "clear"} for c in log]
-        assert r["answer"] == r["results"][-1]
-        assert r["function_calls"] == r["calls"][-1:]
+        assert r["type"] == "call" and r["success"] is True and r["stop"] == "single_tool"
+        assert [c["name"] for c in r["calls"]] == ["get_weather"]
+        assert log == [r["calls"][0]["arguments"]["city"]]
+        assert r["results"] == [{"city": log[0], "temp_c": 27, "sky": "clear"}]
+        assert r["answer"] == r["results"][0]
+        assert r["function_calls"] == r["calls"]
         for key in ("error", "error_code", "reasoning", "confidence", "prefill_tps",
                     "decode_tps", "peak_ram_mb"):
             assert key in r
@@ -133,7 +108,7 @@ def test_tool_that_raises(cq4):
 
     agent = needle.Needle(weights=cq4, tools=[explode])
     r = agent.run("go", max_steps=2)
-    assert len(r["results"]) == 2
+    assert len(r["results"]) == 1 and r["stop"] == "single_tool"
     for c, res in zip(r["calls"], r["results"]):
         assert res == {"error": "boom: " + c["arguments"]["city"]}
     assert r["answer"] == r["results"][-1]
@@ -145,8 +120,10 @@ def test_unknown_and_unimplemented_tools(cq4):
            "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
                           "required": ["q"]}}
     agent = needle.Needle(weights=cq4, tools=[json.dumps(raw)])
-    r = agent.run("find x", max_steps=1)
+    r = agent.run("find x", max_steps=3)
     assert r["results"] == [{"error": "no implementation for tool: lookup"}]
+    assert r["stop"] == "no_implementation"
+    assert r["answer"] == {"error": "no implementation for tool: lookup"}
     assert agent._execute({"name": "nope", "arguments": {}}) == {"error": "unknown tool: nope"}
     agent.close()
 
@@ -329,8 +306,8 @@ def test_interleaved_agents_different_models(cq4, cq2):
     assert all(c[0]["name"] == "get_weather" for c in got_a)
     assert all(c[0]["name"] == "convert" for c in got_b)
     ra, rb = a.run("x", max_steps=2), b.run("y", max_steps=2)
-    assert [c["name"] for c in ra["calls"]] == ["get_weather"] * 2
-    assert [c["name"] for c in rb["calls"]] == ["convert"] * 2
+    assert [c["name"] for c in ra["calls"]] == ["get_weather"]
+    assert [c["name"] for c in rb["calls"]] == ["convert"]
     for x in (a, b, solo_a, solo_b):
         x.close()
 
@@ -395,8 +372,11 @@ def test_long_conversation_on_windowed_model(cq4):
     fn, log = make_weather()
     with needle.Needle(weights=cq4, tools=[fn]) as agent:
         assert agent._model.kv_window > 0
-        r = agent.run("weather please", max_steps=25)
-        assert r["success"] and len(r["results"]) == 25 and len(log) == 25
+        env = agent.complete("weather please")
+        for _ in range(25):
+            assert env["success"] and env["type"] == "call"
+            env = agent.complete(json.dumps([{"temp_c": 27}]), turn=needle.TURN_TOOL_RESULT)
+        assert env["success"]
 
 
 def _annotation_tools():

@@ -24,9 +24,12 @@ def _run(code, env_update, cwd):
 
 
 def test_no_tools_refuses_first_turn(cq4):
-    with needle.Needle(weights=cq4) as agent:
+    with pytest.warns(UserWarning, match="has no tools"):
+        agent = needle.Needle(weights=cq4)
+    with agent:
         r = agent.run("hello")
         assert r["function_calls"] == [] and r["results"] == [] and r["answer"] is None
+        assert r["stop"] == "respond"
 
 
 def test_bad_lib_path(tmp_path):
@@ -73,7 +76,7 @@ def test_wheel_bundles_library(tmp_path):
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ))  # NEEDLE_LIB_PATH set: copied instead of running CMake
     assert out.returncode == 0, out.stderr
-    wheels = list((tmp_path / "dist").glob(f"needle-{header_version()}-*.whl"))
+    wheels = list((tmp_path / "dist").glob(f"libneedle-{header_version()}-*.whl"))
     assert len(wheels) == 1
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "needle/libneedle.so" in names and "needle/agent.py" in names
@@ -117,7 +120,7 @@ def test_wheel_version_from_library(tmp_path):
         ".venv", "__pycache__", "build", "*.egg-info", "tests"))
     out = _build_wheel(src, tmp_path / "dist", {})
     assert out.returncode == 0, out.stderr
-    assert len(list((tmp_path / "dist").glob(f"needle-{_lib.version()}-*.whl"))) == 1
+    assert len(list((tmp_path / "dist").glob(f"libneedle-{_lib.version()}-*.whl"))) == 1
 
 
 def test_wheel_failed_cmake_build_fails(tmp_path):
