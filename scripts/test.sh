@@ -4,7 +4,7 @@
 # kernel-dependent suites (ctest label `kernels`, see tests/CMakeLists.txt) again on the
 # portable ones, rebuilds with AddressSanitizer + UndefinedBehaviorSanitizer and runs the
 # suite again, builds the threaded suites (label `threads`) with ThreadSanitizer and runs
-# them; cross-builds for aarch64 and runs the suite under qemu-user (NEON kernels); when nvcc
+# them; replays every fuzz target's corpus (scripts/fuzz.sh replay); cross-builds for aarch64 and runs the suite under qemu-user (NEON kernels); when nvcc
 # exists, builds the CUDA backend too (build-cuda, -Werror) and runs the suite there: on
 # a machine with an NVIDIA GPU that is the suite on CUDA, without one the CUDA tests say
 # they skip. Then drives the library with the official Python client and tests the
@@ -41,6 +41,11 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -D
 cmake --build build-tsan -j "$jobs" --target tests_threads
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest -L threads --output-on-failure -j "$jobs")
+
+echo "== fuzz replay: every libFuzzer target over its seed corpus, then a short random run =="
+# clang + ASan/UBSan in build-fuzz; the long campaigns are `scripts/fuzz.sh campaign N`
+# (figures in tests/fuzz/README.md)
+bash scripts/fuzz.sh replay
 
 echo "== aarch64 (NEON) cross build, suite under qemu-user =="
 # Emulated, not real ARM hardware: this proves the NEON kernels' results, not their speed.
