@@ -17,6 +17,10 @@
 #include "harness.h"
 #include "needle.h"
 
+#ifndef NEEDLE_SOURCE_DIR
+#define NEEDLE_SOURCE_DIR "."
+#endif
+
 static char model_path[1024];
 
 static int pick_model(void) {
@@ -301,6 +305,29 @@ static void test_fixture_present(void) {
     CHECK_MSG(pick_model() == 0, "no tiny_*.cact fixture in %s", fixture_dir());
 }
 
+/* `needle run` on the demo model (the default): a turn whose envelope says
+ * "success": false exits 3, a successful one 0; with no model found the message says so
+ * and names where it looked, instead of asking for --tools. */
+static void test_run_exit_status_and_missing_model(void) {
+    char cmd[2048];
+    static char out[65536];
+    const char *demo = NEEDLE_SOURCE_DIR "/models/needle-demo.cact";
+    snprintf(cmd, sizeof cmd, "%s run --weights %s --tools %s/models/needle-demo.tools.json "
+             "-n 2 'Set a timer for 25 minutes'", cli_path(), demo, NEEDLE_SOURCE_DIR);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 3);
+    CHECK_MSG(strstr(out, "\"success\":false") && strstr(out, "\"max_tokens\""),
+              "the failed envelope is still printed: %s", out);
+    snprintf(cmd, sizeof cmd, "%s run --weights %s --tools %s/models/needle-demo.tools.json "
+             "'Set a timer for 25 minutes'", cli_path(), demo, NEEDLE_SOURCE_DIR);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "\"success\":true"), "%s", out);
+    snprintf(cmd, sizeof cmd, "NEEDLE_MODEL=/nonexistent/m.cact %s run 'hi' 2>&1", cli_path());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 2);
+    CHECK_MSG(strstr(out, "no model found") && strstr(out, "/nonexistent/m.cact") &&
+                  !strstr(out, "--tools TOOLS is required"),
+              "%s", out);
+}
+
 int main(void) {
     RUN(test_help_lists_every_command);
     RUN(test_every_command_has_help);
@@ -312,5 +339,6 @@ int main(void) {
     RUN(test_generate_deterministic);
     RUN(test_errors_and_usage);
     RUN(test_unknown_command_and_options);
+    RUN(test_run_exit_status_and_missing_model);
     return test_summary();
 }

@@ -592,10 +592,11 @@ static void test_cli_bad_input(void) {
     CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
     snprintf(cmd, sizeof cmd, "%s eval --weights %s 2>/dev/null", cli_path(), model_path);
     CHECK_EQ_INT(run_command(cmd, out, sizeof out), 2);
-    /* no --weights: the default model, here a NEEDLE_MODEL that does not exist */
+    /* no --weights: the default model, here a NEEDLE_MODEL that does not exist: "no
+     * model found", exit 2 like any missing model */
     snprintf(cmd, sizeof cmd, "NEEDLE_MODEL=/nonexistent.cact %s eval %s 2>/dev/null", cli_path(),
              path);
-    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 2);
     snprintf(cmd, sizeof cmd, "%s eval --weights %s --limit 0 %s 2>/dev/null", cli_path(), model_path, path);
     CHECK_EQ_INT(run_command(cmd, out, sizeof out), 2);
     unlink(path);

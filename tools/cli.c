@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...) {
     fprintf(stderr, "needle %s: ", cmd->name);
@@ -110,18 +111,40 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, const cli_option *o
     return CLI_GO;
 }
 
+#ifndef NEEDLE_INSTALLED_MODEL
+#define NEEDLE_INSTALLED_MODEL ""
+#endif
+#ifndef NEEDLE_SOURCE_MODEL
+#define NEEDLE_SOURCE_MODEL ""
+#endif
+
+int cli_no_weights(void) {
+    /* the same places needle_default_model_path() looks, in its order */
+    const char *env = getenv("NEEDLE_MODEL");
+    const char *demo[2] = {NEEDLE_INSTALLED_MODEL, NEEDLE_SOURCE_MODEL};
+    const char *what[2] = {"the installed demo model", "the source tree's demo model"};
+    if (env && env[0]) {
+        fprintf(stderr, "needle: no model found: $NEEDLE_MODEL names %s: %s\n"
+                        "  (when set, it is the only place looked; give a model with --weights"
+                        " FILE)\n", env, strerror(access(env, R_OK) == 0 ? 0 : errno));
+        return 2;
+    }
+    fprintf(stderr, "needle: no model found; give one with --weights FILE or $NEEDLE_MODEL."
+                    " Tried:\n  $NEEDLE_MODEL: %s\n", env ? "set but empty" : "not set");
+    for (int i = 0; i < 2; i++)
+        if (demo[i][0])
+            fprintf(stderr, "  %s, %s: %s\n", what[i], demo[i],
+                    access(demo[i], R_OK) == 0 ? "readable" : strerror(errno));
+    return 2;
+}
+
 int cli_default_weights(const char **weights) {
     if (*weights) return 0;
     *weights = needle_default_model_path();
+    if (!*weights) return 0;
+    /* NEEDLE_MODEL is taken as given; one naming no readable file counts as no model */
+    if (access(*weights, R_OK) != 0) *weights = NULL;
     return *weights != NULL;
-}
-
-int cli_no_weights(void) {
-    fprintf(stderr,
-            "needle: --weights FILE is required: no default model was found (set NEEDLE_MODEL,\n"
-            "        or install the demo model with `cmake --install`, or build from a source\n"
-            "        tree that has models/needle-demo.cact)\n");
-    return 2;
 }
 
 int cli_session_create(const needle_model *m, const cli_session_options *so,

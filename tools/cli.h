@@ -52,6 +52,10 @@ typedef struct cli_option {
 /* Returned by cli_parse when the command should go on. */
 #define CLI_GO (-1)
 
+/* Exit statuses: 0 success, 1 a library error (message on stderr), 2 a usage error or no
+ * model, 3 a turn that failed inside its envelope ("success": false, printed). */
+#define CLI_EXIT_TURN_FAILED 3
+
 /* Parses argv[2..argc) against `opts` (terminated by an entry with name NULL). -h and
  * --help print the command's usage on stdout. Arguments that are not options fill
  * positional[0..n_positional) in order; "--" ends the options; "-" alone is positional.

@@ -78,12 +78,14 @@ static int open_agent(const cli_command *self, const agent_options *o, needle_mo
                       needle_session **s) {
     *m = NULL;
     *s = NULL;
+    /* the model first: without one, a missing --tools is not the problem to report */
+    if (!o->weights) return cli_no_weights();
     const char *tools_arg = o->tools;
     /* the demo model's own tool list is the default only for the default model */
-    if (!tools_arg && o->weights_defaulted && !getenv("NEEDLE_MODEL"))
+    const char *env_model = getenv("NEEDLE_MODEL");
+    if (!tools_arg && o->weights_defaulted && !(env_model && env_model[0]))
         tools_arg = needle_default_tools_path();
     if (!tools_arg) return cli_usage_error(self, "--tools TOOLS is required");
-    if (!o->weights) return cli_no_weights();
     char *tools = load_tools(tools_arg);
     if (!tools) return 1;
     int rc = needle_model_open(o->weights, NULL, m);
@@ -124,6 +126,9 @@ static int complete_and_print(needle_session *s, const agent_options *o, const c
     if (!out) return cli_lib_error("complete", NEEDLE_ERR_OUT_OF_MEMORY);
     const int rc = needle_session_complete(s, text, &p, out, cap, &len);
     if (rc == NEEDLE_OK) printf("%s\n", out);
+    /* The envelope is ours and compact: the key appears once, unescaped, so a failed
+     * turn (context_full, max_tokens, invalid_input) is told apart without parsing. */
+    const int turn_failed = rc == NEEDLE_OK && strstr(out, "\"success\":false") != NULL;
     if (rc == NEEDLE_OK && o->stats) {
         needle_session_stats st = {.size = sizeof st};
         needle_session_get_stats(s, &st);
@@ -135,7 +140,8 @@ static int complete_and_print(needle_session *s, const agent_options *o, const c
     }
     free(out);
     fflush(stdout);
-    return rc ? cli_lib_error("complete", rc) : 0;
+    if (rc) return cli_lib_error("complete", rc);
+    return turn_failed ? CLI_EXIT_TURN_FAILED : 0;
 }
 
 static int run_run(const cli_command *self, int argc, char **argv) {
@@ -164,6 +170,10 @@ const cli_command cli_run = {
     "prints the JSON envelope: {\"success\", \"function_calls\", ...} (see the README's\n"
     "\"Tool calling\"). With neither --weights nor --tools, the demo model answers with\n"
     "its own tools, e.g.  needle run \"Set a timer for 25 minutes\"\n"
+    "\n"
+    "Exit status: 0 when the turn succeeded, 3 when the envelope says \"success\": false\n"
+    "(context_full, max_tokens, invalid_input: the envelope is still printed), 1 on a\n"
+    "library error, 2 on a usage error or when no model is found.\n"
     "\n"
     "options:\n"
     AGENT_OPTIONS_HELP,

@@ -32,7 +32,7 @@ def probe(*path):
 
 def test_no_clash_no_warning(tmp_path):
     site = tmp_path / "site"
-    fake_dist(site, "libneedle", "0.1.0", ["needle/__init__.py"])  # ours: not a clash
+    fake_dist(site, "libneedle", "0.2.0", ["needle/__init__.py"])  # ours: not a clash
     out = probe(os.path.dirname(HERE), site)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["needle.agent"]
@@ -59,7 +59,7 @@ def test_mixed_files_refuse_to_import(tmp_path):
     shutil.copytree(PKG, site / "needle", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     (site / "needle" / "agent").mkdir()
     (site / "needle" / "agent" / "__init__.py").write_text("")
-    fake_dist(site, "libneedle", "0.1.0", ["needle/__init__.py", "needle/agent.py"])
+    fake_dist(site, "libneedle", "0.2.0", ["needle/__init__.py", "needle/agent.py"])
     fake_dist(site, "cactus-needle", "2.0.15", ["needle/__init__.py", "needle/agent/__init__.py"])
     out = probe(site)
     assert out.returncode != 0
