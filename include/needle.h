@@ -215,8 +215,12 @@ NEEDLE_API const char *needle_model_backend(const needle_model *model);
  * A backend is chosen when a model is opened, first match wins:
  *   1. needle_model_params.backend, if not NULL or "";
  *   2. env NEEDLE_BACKEND = cpu | cuda | metal;
- *   3. env JAX_PLATFORM_NAME = cpu | gpu | metal ("gpu" means cuda);
- *   4. the first compiled-in backend that finds a device, CPU last.
+ *   3. env JAX_PLATFORMS, a comma-separated list: its first usable entry ("gpu" means cuda;
+ *      none usable is an error);
+ *   4. env JAX_PLATFORM_NAME = cpu | gpu | metal ("gpu" means cuda);
+ *   5. the first compiled-in backend that finds a device, CPU last.
+ * A model open also fails on a malformed NEEDLE_THREADS (NEEDLE_ERR_INVALID_ARGUMENT) or an
+ * unknown or unsupported NEEDLE_CPU kernel level (NEEDLE_ERR_BACKEND).
  * Only "cpu" is built in this version; cuda and metal are compiled only with
  * NEEDLE_CUDA / NEEDLE_METAL. `needle devices` prints the result. */
 

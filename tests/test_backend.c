@@ -30,6 +30,7 @@ static const char *auto_backend(void) {
 
 static void clear_env(void) {
     unsetenv("NEEDLE_BACKEND");
+    unsetenv("JAX_PLATFORMS");
     unsetenv("JAX_PLATFORM_NAME");
 }
 
@@ -157,6 +158,73 @@ static void test_jax_platform_env(void) {
     clear_env();
 }
 
+/* JAX_PLATFORMS (JAX's current name) is a list tried in order; it comes after
+ * NEEDLE_BACKEND and before JAX_PLATFORM_NAME. */
+static void test_jax_platforms_env(void) {
+    clear_env();
+    char name[32];
+    setenv("JAX_PLATFORMS", "cpu", 1);
+    CHECK_EQ_INT(open_with(NULL, name, sizeof name), NEEDLE_OK);
+    CHECK(!strcmp(name, "cpu"));
+    setenv("JAX_PLATFORMS", "cuda,cpu", 1); /* falls back like JAX does */
+    CHECK_EQ_INT(open_with(NULL, name, sizeof name), NEEDLE_OK);
+    CHECK(!strcmp(name, usable("cuda") ? "cuda" : "cpu"));
+    setenv("JAX_PLATFORMS", "tpu", 1);
+    expect_backend_error(NULL, "JAX_PLATFORMS=tpu");
+    CHECK(strstr(needle_last_error(), "JAX_PLATFORMS=tpu") != NULL);
+    if (!usable("cuda")) {
+        setenv("JAX_PLATFORMS", "gpu", 1);
+        expect_backend_error(NULL, "JAX_PLATFORMS=gpu");
+    }
+    setenv("JAX_PLATFORM_NAME", "tpu", 1); /* JAX_PLATFORMS wins over the old name */
+    setenv("JAX_PLATFORMS", "cpu", 1);
+    CHECK_EQ_INT(open_with(NULL, name, sizeof name), NEEDLE_OK);
+    setenv("NEEDLE_BACKEND", "cpu", 1); /* and NEEDLE_BACKEND over both */
+    setenv("JAX_PLATFORMS", "tpu", 1);
+    CHECK_EQ_INT(open_with(NULL, name, sizeof name), NEEDLE_OK);
+    clear_env();
+}
+
+/* Bad NEEDLE_CPU / NEEDLE_THREADS values fail the open with a message naming them, as a
+ * bad NEEDLE_BACKEND does, instead of being ignored. */
+static void test_cpu_env_is_checked(void) {
+    clear_env();
+    const char *cpu = getenv("NEEDLE_CPU"), *threads = getenv("NEEDLE_THREADS");
+    char *saved_cpu = cpu ? strdup(cpu) : NULL, *saved_threads = threads ? strdup(threads) : NULL;
+    char name[32];
+    const struct { const char *var, *value; int status; } cases[] = {
+        {"NEEDLE_CPU", "avx512", NEEDLE_ERR_BACKEND},
+        {"NEEDLE_CPU", "Scalar ", NEEDLE_ERR_BACKEND},
+        {"NEEDLE_THREADS", "four", NEEDLE_ERR_INVALID_ARGUMENT},
+        {"NEEDLE_THREADS", "0", NEEDLE_ERR_INVALID_ARGUMENT},
+        {"NEEDLE_THREADS", "-2", NEEDLE_ERR_INVALID_ARGUMENT},
+        {"NEEDLE_THREADS", "3x", NEEDLE_ERR_INVALID_ARGUMENT},
+    };
+    unsetenv("NEEDLE_CPU");
+    unsetenv("NEEDLE_THREADS");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv(cases[i].var, cases[i].value, 1);
+        CHECK_EQ_INT(open_with(NULL, name, sizeof name), cases[i].status);
+        CHECK_MSG(strstr(needle_last_error(), cases[i].var) != NULL, "%s=%s: '%s'",
+                  cases[i].var, cases[i].value, needle_last_error());
+        unsetenv(cases[i].var);
+    }
+    /* a level this machine lacks (NEON on x86-64, AVX2 on ARM) is refused too */
+    const char *other = cpu_kernels_named("avx2") ? "neon" : "avx2";
+    setenv("NEEDLE_CPU", other, 1);
+    CHECK_EQ_INT(open_with(NULL, name, sizeof name), NEEDLE_ERR_BACKEND);
+    setenv("NEEDLE_CPU", "scalar", 1);
+    setenv("NEEDLE_THREADS", "2", 1);
+    CHECK_EQ_INT(open_with(NULL, name, sizeof name), NEEDLE_OK);
+    setenv("NEEDLE_CPU", "", 1); /* empty = unset */
+    setenv("NEEDLE_THREADS", "", 1);
+    CHECK_EQ_INT(open_with(NULL, name, sizeof name), NEEDLE_OK);
+    if (saved_cpu) setenv("NEEDLE_CPU", saved_cpu, 1); else unsetenv("NEEDLE_CPU");
+    if (saved_threads) setenv("NEEDLE_THREADS", saved_threads, 1); else unsetenv("NEEDLE_THREADS");
+    free(saved_cpu);
+    free(saved_threads);
+}
+
 static void test_explicit_overrides_env(void) {
     clear_env();
     char name[32];
@@ -242,6 +310,8 @@ int main(void) {
     RUN(test_default_is_first_usable);
     RUN(test_needle_backend_env);
     RUN(test_jax_platform_env);
+    RUN(test_jax_platforms_env);
+    RUN(test_cpu_env_is_checked);
     RUN(test_explicit_overrides_env);
     RUN(test_devices);
     RUN(test_cli_devices);

@@ -151,10 +151,40 @@ static int force(const char *name, const char *source, const needle_backend_impl
     return NEEDLE_OK;
 }
 
+/* JAX_PLATFORMS, JAX's current variable: a comma-separated list tried in order ("cuda,cpu"
+ * falls back to the CPU, "cuda" alone does not), "gpu" meaning cuda. */
+static int jax_platforms(const char *list, const needle_backend_impl **out) {
+    char avail[64];
+    available_list(avail, sizeof avail);
+    const char *p = list;
+    while (*p) {
+        const size_t n = strcspn(p, ",");
+        char name[16];
+        if (n && n < sizeof name) {
+            memcpy(name, p, n);
+            name[n] = '\0';
+            const needle_backend_impl *b = backend_find(!strcasecmp(name, "gpu") ? "cuda" : name);
+            if (b && b->probe() && b->device_count() > 0) {
+                *out = b;
+                return NEEDLE_OK;
+            }
+        }
+        p += n;
+        if (*p == ',') p++;
+    }
+    return needle_fail(NEEDLE_ERR_BACKEND, "JAX_PLATFORMS=%.60s names no usable backend "
+                       "(known: cpu, cuda (or gpu), metal; available: %s)", list, avail);
+}
+
 int backend_select(const char *explicit_name, const needle_backend_impl **out) {
+    /* the CPU's own knobs are checked whatever the backend: a typo must not pass silently */
+    int rc = cpu_check_env();
+    if (rc) return rc;
     if (explicit_name && *explicit_name) return force(explicit_name, "", out);
     const char *env = getenv("NEEDLE_BACKEND");
     if (env && *env) return force(env, " (from NEEDLE_BACKEND)", out);
+    env = getenv("JAX_PLATFORMS");
+    if (env && *env) return jax_platforms(env, out);
     env = getenv("JAX_PLATFORM_NAME");
     if (env && *env) {
         char source[96];

@@ -4,8 +4,9 @@
  * Selection, first match wins:
  *   1. an explicit name (needle_model_params.backend), NULL or "" meaning auto;
  *   2. env NEEDLE_BACKEND = cpu | cuda | metal;
- *   3. env JAX_PLATFORM_NAME = cpu | gpu | cuda | metal (gpu means cuda);
- *   4. the first compiled-in backend whose probe finds a device; CPU is last.
+ *   3. env JAX_PLATFORMS, a list tried in order (gpu means cuda);
+ *   4. env JAX_PLATFORM_NAME = cpu | gpu | cuda | metal (gpu means cuda);
+ *   5. the first compiled-in backend whose probe finds a device; CPU is last.
  * A forced backend that is unknown, not compiled in, or without a device is an error
  * (NEEDLE_ERR_BACKEND, message naming the available ones), never a silent fallback.
  *

@@ -76,6 +76,12 @@ const cpu_kernels *cpu_kernels_best(void);
  * here. */
 const cpu_kernels *cpu_kernels_named(const char *name);
 
+/* Checks NEEDLE_CPU (scalar, avx2 or neon, and a level this CPU has) and NEEDLE_THREADS (a
+ * positive integer); unset or empty is fine. NEEDLE_OK, or a status with a message
+ * (needle_last_error) naming the variable: NEEDLE_ERR_BACKEND for a kernel level,
+ * NEEDLE_ERR_INVALID_ARGUMENT for a thread count. Called when a model is opened. */
+int cpu_check_env(void);
+
 /* Widest input for which a kernel may build a 1 KiB-per-4-columns table of activation
  * sums (one-token 2-bit products, see cq_avx2.c). */
 #define CQ_LUT_MAX_COLS 1024u

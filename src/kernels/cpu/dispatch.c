@@ -1,10 +1,13 @@
 /* Kernel-level selection for the CPU backend (see cpu.h): the plain table, the CPU probe
  * and NEEDLE_CPU. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "needle.h"
+#include "util/error.h"
 
 static void plain_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
                          size_t ld_x, uint32_t ntok, float *y, size_t ld_y,
@@ -50,6 +53,29 @@ const cpu_kernels *cpu_kernels_named(const char *name) {
     return NULL;
 }
 
+int cpu_check_env(void) {
+    const char *want = getenv("NEEDLE_CPU");
+    if (want && *want) {
+        const int named = !strcmp(want, "scalar") || !strcmp(want, "avx2") || !strcmp(want, "neon");
+        if (!named)
+            return needle_fail(NEEDLE_ERR_BACKEND, "NEEDLE_CPU=%.40s is not a kernel level "
+                               "(scalar, avx2, neon)", want);
+        if (!cpu_kernels_named(want))
+            return needle_fail(NEEDLE_ERR_BACKEND, "NEEDLE_CPU=%s: this CPU or build has no "
+                               "%s kernels (scalar always works)", want, want);
+    }
+    const char *threads = getenv("NEEDLE_THREADS");
+    if (threads && *threads) {
+        char *end;
+        errno = 0;
+        const long v = strtol(threads, &end, 10);
+        if (*end || end == threads || errno || v < 1)
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "NEEDLE_THREADS=%.40s is not a "
+                               "positive integer", threads);
+    }
+    return NEEDLE_OK;
+}
+
 static const cpu_kernels *best;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
@@ -60,7 +86,7 @@ static void pick_best(void) {
     if (!k) k = &cpu_kernels_scalar;
     const char *want = getenv("NEEDLE_CPU");
     if (want && !strcmp(want, "scalar")) k = &cpu_kernels_scalar;
-    /* "avx2", "neon", "avx512" or anything else: the best supported level */
+    /* "avx2" or "neon": the best supported level (cpu_check_env refuses other values) */
     best = k;
 }
 
