@@ -44,9 +44,9 @@ def devices() -> List[Dict[str, Any]]:
 
 
 def default_backend() -> str:
-    """The backend a model opened with default settings would use now (NEEDLE_BACKEND and
-    JAX_PLATFORMS, JAX_PLATFORM_NAME honoured); NeedleError if the environment forces one that is not
-    available."""
+    """The backend a model opened with default settings would use now (NEEDLE_BACKEND,
+    JAX_PLATFORMS and JAX_PLATFORM_NAME honoured); NeedleError if the environment forces
+    one that is not available."""
     L = lib()
     name = L.needle_default_backend()
     if name is None:
@@ -308,8 +308,8 @@ class Needle:
     system: system facts given to the model (optional).
     weights: path of a .cact model; default $NEEDLE_MODEL, else the demo model.
     tool_index_path: accepted for compatibility (no retrieval index yet); stored only.
-    backend: None (the engine's choice: NEEDLE_BACKEND, JAX_PLATFORMS, JAX_PLATFORM_NAME, else the first
-        backend that finds a device, CPU last) or "cpu", "cuda", "metal" (NeedleError if
+    backend: None (the engine's choice: NEEDLE_BACKEND, JAX_PLATFORMS, JAX_PLATFORM_NAME,
+        else the first backend that finds a device, CPU last) or "cpu", "cuda", "metal" (NeedleError if
         that backend is not built into libneedle or finds no device). ``self.backend`` is
         the backend the model actually runs on.
     The official client's keyword arguments, with its meaning:
