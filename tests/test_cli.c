@@ -328,6 +328,30 @@ static void test_run_exit_status_and_missing_model(void) {
               "%s", out);
 }
 
+/* --tools takes one tool object as well as a list, skips a UTF-8 byte order mark in a
+ * file, and says a directory is a directory (it said "malformed JSON"). */
+static void test_run_tools_forms(void) {
+    char cmd[2048], path[256];
+    static char out[65536];
+    snprintf(path, sizeof path, "/tmp/needle_test_tools_%d.json", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("\xEF\xBB\xBF {\"name\":\"set_timer\",\"description\":\"Start a timer\",\"parameters\":"
+          "{\"type\":\"object\",\"properties\":{\"minutes\":{\"type\":\"integer\"}},"
+          "\"required\":[\"minutes\"]}}\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s run --weights %s/models/needle-demo.cact --tools %s "
+             "'Set a timer for 25 minutes'", cli_path(), NEEDLE_SOURCE_DIR, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "\"set_timer\"") != NULL, "%s", out); /* one tool: extraction */
+    remove(path);
+    snprintf(cmd, sizeof cmd, "%s run --weights %s --tools %s 'hi' 2>&1", cli_path(), model_path,
+             fixture_dir());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
+    CHECK_MSG(strstr(out, "is a directory") != NULL, "%s", out);
+}
+
 int main(void) {
     RUN(test_help_lists_every_command);
     RUN(test_every_command_has_help);
@@ -340,5 +364,6 @@ int main(void) {
     RUN(test_errors_and_usage);
     RUN(test_unknown_command_and_options);
     RUN(test_run_exit_status_and_missing_model);
+    RUN(test_run_tools_forms);
     return test_summary();
 }

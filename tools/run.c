@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -30,9 +31,9 @@ typedef struct agent_options {
 
 #define AGENT_OPTIONS_HELP                                                                  \
     CLI_WEIGHTS_HELP                                                                        \
-    "  --tools TOOLS           the tools: a JSON array of tool schemas, inline or the path\n" \
-    "                          of a file holding one (default, with the default model:\n"  \
-    "                          the demo model's own tool list)\n"                           \
+    "  --tools TOOLS           the tools: a JSON array of tool schemas (or one tool\n"      \
+    "                          object), inline or a file's path (default, with the\n"    \
+    "                          default model: the demo model's own tool list)\n"         \
     "  --system TEXT           system prompt (default: none)\n"                             \
     "  -n, --max-new-tokens N  token budget of a turn (default: the library's)\n"           \
     "  --temperature T         sampling temperature (default 0: greedy)\n"                  \
@@ -41,34 +42,64 @@ typedef struct agent_options {
     CLI_SESSION_OPTIONS_HELP                                                                \
     "  -h, --help              this text\n"
 
-/* TOOLS is inline JSON when it starts with '[' (after blanks), else a file path. Returns
- * the text (malloc'd), or NULL after printing why. */
+/* TOOLS is inline JSON when it starts with '[' or '{' (after blanks), else a file path.
+ * A file may begin with a UTF-8 byte order mark (dropped). A single tool object is taken
+ * as a list of one. Returns the text (malloc'd), or NULL after printing why. */
 static char *load_tools(const char *arg) {
     const char *p = arg;
-    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
-    if (*p == '[') return strdup(arg);
-    FILE *f = fopen(arg, "rb");
-    if (!f) {
-        fprintf(stderr, "needle: cannot open tools file %s: %s\n", arg, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, len = 0, got;
-    char *text = malloc(cap);
-    while (text && (got = fread(text + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (len + 1 == cap) {
-            char *bigger = realloc(text, cap *= 2);
-            if (!bigger) {
-                free(text);
-                text = NULL;
-            } else {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    char *text = NULL;
+    if (*p == '[' || *p == '{') {
+        text = strdup(p);
+        if (!text) fprintf(stderr, "needle: out of memory\n");
+    } else {
+        struct stat st;
+        if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "needle: --tools %s is a directory; give a JSON file or inline JSON\n",
+                    arg);
+            return NULL;
+        }
+        FILE *f = fopen(arg, "rb");
+        if (!f) {
+            fprintf(stderr, "needle: cannot open tools file %s: %s\n", arg, strerror(errno));
+            return NULL;
+        }
+        size_t cap = 4096, len = 0, got;
+        text = malloc(cap);
+        while (text && (got = fread(text + len, 1, cap - len - 1, f)) > 0) {
+            len += got;
+            if (len + 1 == cap) {
+                char *bigger = realloc(text, cap *= 2);
+                if (!bigger) free(text);
                 text = bigger;
             }
         }
+        fclose(f);
+        if (!text) {
+            fprintf(stderr, "needle: out of memory reading %s\n", arg);
+            return NULL;
+        }
+        text[len] = 0;
+        if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) memmove(text, text + 3, len - 2);
     }
-    fclose(f);
-    if (text) text[len] = 0;
-    else fprintf(stderr, "needle: out of memory reading %s\n", arg);
+    if (!text) return NULL;
+    const char *q = text;
+    while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+    if (*q == '{') { /* one tool: the list of it */
+        const size_t n = strlen(text);
+        char *list = malloc(n + 3);
+        if (!list) {
+            free(text);
+            fprintf(stderr, "needle: out of memory\n");
+            return NULL;
+        }
+        list[0] = '[';
+        memcpy(list + 1, text, n);
+        list[n + 1] = ']';
+        list[n + 2] = 0;
+        free(text);
+        text = list;
+    }
     return text;
 }
 
