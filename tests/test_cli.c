@@ -352,6 +352,35 @@ static void test_run_tools_forms(void) {
     CHECK_MSG(strstr(out, "is a directory") != NULL, "%s", out);
 }
 
+/* Sampling without --seed draws a fresh seed and says which; --seed repeats a sample; an
+ * empty query and -n 0 are usage errors (an empty query used to be answered with a call,
+ * and -n 0 meant 1 token in generate and 256 in run). */
+static void test_seed_budget_and_empty_query(void) {
+    char cmd[2048];
+    static char a[65536], b[65536];
+    snprintf(cmd, sizeof cmd, "%s generate --weights %s -n 8 --temperature 0.9 Hello 2>&1 "
+             ">/dev/null", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, a, sizeof a), 0);
+    const char *said = strstr(a, "[sampling with --seed ");
+    CHECK_MSG(said != NULL, "%s", a);
+    if (said) {
+        const unsigned long long seed = strtoull(said + strlen("[sampling with --seed "), NULL, 10);
+        snprintf(cmd, sizeof cmd, "%s generate --weights %s -n 8 --temperature 0.9 --seed %llu "
+                 "Hello 2>/dev/null", cli_path(), model_path, seed);
+        CHECK_EQ_INT(run_command(cmd, a, sizeof a), 0);
+        CHECK_EQ_INT(run_command(cmd, b, sizeof b), 0);
+        CHECK(!strcmp(a, b));
+    }
+    snprintf(cmd, sizeof cmd, "%s generate --weights %s -n 4 Hello 2>&1", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, a, sizeof a), 0);
+    CHECK_MSG(!strstr(a, "sampling with"), "greedy needs no seed: %s", a);
+    const char *bad[] = {"generate -n 0 Hello", "run -n 0 hi", "run ''", "run '  '"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s %s --weights %s 2>&1", cli_path(), bad[i], model_path);
+        CHECK_MSG(run_command(cmd, a, sizeof a) == 2, "%s: %s", bad[i], a);
+    }
+}
+
 int main(void) {
     RUN(test_help_lists_every_command);
     RUN(test_every_command_has_help);
@@ -365,5 +394,6 @@ int main(void) {
     RUN(test_unknown_command_and_options);
     RUN(test_run_exit_status_and_missing_model);
     RUN(test_run_tools_forms);
+    RUN(test_seed_budget_and_empty_query);
     return test_summary();
 }

@@ -173,3 +173,14 @@ void cli_json_string(FILE *f, const char *s) {
     }
     fputc('"', f);
 }
+
+unsigned long long cli_sampling_seed(unsigned long long seed, int seed_given,
+                                     double temperature) {
+    if (seed_given || !(temperature > 0)) return seed;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    seed = ((unsigned long long)ts.tv_sec * 1000000007ULL) ^ (unsigned long long)ts.tv_nsec ^
+           ((unsigned long long)getpid() << 32);
+    fprintf(stderr, "[sampling with --seed %llu]\n", seed);
+    return seed;
+}

@@ -123,6 +123,12 @@ int cli_session_create(const needle_model *m, const cli_session_options *so,
 /* Milliseconds on the monotonic clock (for durations only). */
 double cli_now_ms(void);
 
+/* The sampling seed of a run: `seed` when --seed was given; with temperature > 0 and no
+ * --seed, a fresh one (clock and process id), printed on stderr so the sample can be
+ * repeated; with greedy decoding (temperature 0) the seed is unused and stays 0. */
+unsigned long long cli_sampling_seed(unsigned long long seed, int seed_given,
+                                     double temperature);
+
 /* Writes s as a JSON string literal (quotes, backslashes and control bytes escaped). */
 void cli_json_string(FILE *f, const char *s);
 

@@ -13,13 +13,14 @@ static int run_generate(const cli_command *self, int argc, char **argv) {
     long n_new = 32;
     double temperature = 0;
     unsigned long long seed = 0;
+    int seed_given = 0;
     cli_session_options so = CLI_SESSION_OPTIONS_INIT;
     const cli_option opts[] = {
         {"--weights", "-w", CLI_TEXT, &weights, 0, 0, NULL},
         {"--prompt", "-p", CLI_TEXT, &prompt, 0, 0, NULL},
-        {"--max-new-tokens", "-n", CLI_LONG, &n_new, 0, 1L << 24, NULL},
+        {"--max-new-tokens", "-n", CLI_LONG, &n_new, 1, 1L << 24, NULL},
         {"--temperature", NULL, CLI_REAL, &temperature, 0, 0, NULL},
-        {"--seed", NULL, CLI_U64, &seed, 0, 0, NULL},
+        {"--seed", NULL, CLI_U64, &seed, 0, 0, &seed_given},
         CLI_SESSION_OPTIONS(&so),
         {0}};
     const int st = cli_parse(self, argc, argv, opts, &text, 1);
@@ -52,7 +53,7 @@ static int run_generate(const cli_command *self, int argc, char **argv) {
     needle_generate_params gp = needle_generate_default_params();
     gp.max_new_tokens = (uint32_t)n_new;
     gp.temperature = (float)temperature;
-    gp.seed = seed;
+    gp.seed = cli_sampling_seed(seed, seed_given, temperature);
     size_t n_gen = 0;
     const double t1 = cli_now_ms();
     rc = needle_session_generate(s, ids, n + 1, &gp, gen, (size_t)n_new + 1, &n_gen);
@@ -92,9 +93,10 @@ const cli_command cli_generate = {
     "options:\n"
     CLI_WEIGHTS_HELP
     "  -p, --prompt TEXT       the prompt (or give it as the argument)\n"
-    "  -n, --max-new-tokens N  tokens to generate (default 32)\n"
+    "  -n, --max-new-tokens N  tokens to generate, at least 1 (default 32; fewer when\n"
+    "                          EOS or the end of the context comes first)\n"
     "  --temperature T         sampling temperature (default 0: greedy)\n"
-    "  --seed S                sampling seed (default 0)\n"
+    "  --seed S                sampling seed (default: a fresh one, printed on stderr)\n"
     CLI_SESSION_OPTIONS_HELP
     "  -h, --help              this text\n",
     run_generate};

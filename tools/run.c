@@ -15,6 +15,7 @@ typedef struct agent_options {
     int n_new_set;
     double temperature;
     unsigned long long seed;
+    int seed_given;
     int stats;
     cli_session_options session;
 } agent_options;
@@ -23,9 +24,9 @@ typedef struct agent_options {
     {"--weights", "-w", CLI_TEXT, &(o)->weights, 0, 0, NULL},                        \
     {"--tools", NULL, CLI_TEXT, &(o)->tools, 0, 0, NULL},                            \
     {"--system", NULL, CLI_TEXT, &(o)->system, 0, 0, NULL},                          \
-    {"--max-new-tokens", "-n", CLI_LONG, &(o)->n_new, 0, 1L << 24, &(o)->n_new_set}, \
+    {"--max-new-tokens", "-n", CLI_LONG, &(o)->n_new, 1, 1L << 24, &(o)->n_new_set}, \
     {"--temperature", NULL, CLI_REAL, &(o)->temperature, 0, 0, NULL},                \
-    {"--seed", NULL, CLI_U64, &(o)->seed, 0, 0, NULL},                               \
+    {"--seed", NULL, CLI_U64, &(o)->seed, 0, 0, &(o)->seed_given},                   \
     {"--stats", NULL, CLI_FLAG, &(o)->stats, 0, 0, NULL},                            \
     CLI_SESSION_OPTIONS(&(o)->session)
 
@@ -35,9 +36,9 @@ typedef struct agent_options {
     "                          object), inline or a file's path (default, with the\n"    \
     "                          default model: the demo model's own tool list)\n"         \
     "  --system TEXT           system prompt (default: none)\n"                             \
-    "  -n, --max-new-tokens N  token budget of a turn (default: the library's)\n"           \
+    "  -n, --max-new-tokens N  token budget of a turn, at least 1 (default 256)\n"          \
     "  --temperature T         sampling temperature (default 0: greedy)\n"                  \
-    "  --seed S                sampling seed (default 0)\n"                                 \
+    "  --seed S                sampling seed (default: a fresh one, printed on stderr)\n"  \
     "  --stats                 after each turn, forward vs grammar time on stderr\n"       \
     CLI_SESSION_OPTIONS_HELP                                                                \
     "  -h, --help              this text\n"
@@ -182,6 +183,8 @@ static int run_run(const cli_command *self, int argc, char **argv) {
     const int st = cli_parse(self, argc, argv, opts, &query, 1);
     if (st != CLI_GO) return st;
     if (!query) return cli_usage_error(self, "needs a QUERY");
+    if (!query[strspn(query, " \t\r\n")]) return cli_usage_error(self, "the QUERY is empty");
+    o.seed = cli_sampling_seed(o.seed, o.seed_given, o.temperature);
     o.weights_defaulted = cli_default_weights(&o.weights);
     needle_model *m;
     needle_session *s;
@@ -215,6 +218,7 @@ static int run_chat(const cli_command *self, int argc, char **argv) {
     const cli_option opts[] = {AGENT_OPTIONS(&o), {0}};
     const int st = cli_parse(self, argc, argv, opts, NULL, 0);
     if (st != CLI_GO) return st;
+    o.seed = cli_sampling_seed(o.seed, o.seed_given, o.temperature);
     o.weights_defaulted = cli_default_weights(&o.weights);
     needle_model *m;
     needle_session *s;
