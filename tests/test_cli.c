@@ -381,6 +381,41 @@ static void test_seed_budget_and_empty_query(void) {
     }
 }
 
+/* needle chat: /help and unknown commands stay out of the conversation, the prompt says
+ * whether a query or a tool result is expected, /query alone goes back to queries, and a
+ * line longer than 64 KiB is one turn (it used to be cut into several). */
+static void test_chat_commands_and_modes(void) {
+    char cmd[4096], path[256];
+    static char out[1 << 17], err[1 << 16];
+    snprintf(path, sizeof path, "/tmp/needle_test_chat_%d.txt", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("/help\n/bogus\nSet a timer for 25 minutes\n{\"ok\": true}\n/query\n", f);
+    for (int i = 0; i < 7000; i++) fputs("timer ten ", f); /* ~70 KB, one query */
+    fputs("\n/quit\nthis line is never read\n", f); /* (over the context: one failed turn) */
+    fclose(f);
+    const char *demo = NEEDLE_SOURCE_DIR "/models/needle-demo";
+    snprintf(cmd, sizeof cmd, "%s chat --weights %s.cact --tools %s.tools.json --ctx 4096 "
+             "< %s 2>%s.err", cli_path(), demo, demo, path, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    int envelopes = 0;
+    for (const char *p = out; (p = strstr(p, "{\"type\":")); p++) envelopes++;
+    CHECK_MSG(envelopes == 3, "3 turns expected, got %d: %.300s", envelopes, out);
+    CHECK_MSG(strstr(out, "\"context_full\"") != NULL, "the long line: %.300s", out);
+    char err_path[300];
+    snprintf(err_path, sizeof err_path, "%s.err", path);
+    size_t n = 0;
+    uint8_t *e = read_file(err_path, &n);
+    snprintf(err, sizeof err, "%s", e ? (const char *)e : "");
+    free(e);
+    CHECK_MSG(strstr(err, "/result JSON") != NULL, "no /help text: %s", err);
+    CHECK_MSG(strstr(err, "unknown command /bogus") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "result> ") != NULL, "no result prompt after a call: %s", err);
+    remove(path);
+    remove(err_path);
+}
+
 int main(void) {
     RUN(test_help_lists_every_command);
     RUN(test_every_command_has_help);
@@ -395,5 +430,6 @@ int main(void) {
     RUN(test_run_exit_status_and_missing_model);
     RUN(test_run_tools_forms);
     RUN(test_seed_budget_and_empty_query);
+    RUN(test_chat_commands_and_modes);
     return test_summary();
 }

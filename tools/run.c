@@ -147,7 +147,7 @@ static int open_agent(const cli_command *self, const agent_options *o, needle_mo
 /* Runs one turn and prints its envelope. The envelope of one turn is bounded by the
  * generated tokens (max_new_tokens) and the reasoning; 1 MiB holds any of them. */
 static int complete_and_print(needle_session *s, const agent_options *o, const char *text,
-                              int turn) {
+                              int turn, int *called) {
     needle_complete_params p = needle_complete_default_params();
     if (o->n_new_set) p.max_new_tokens = (int32_t)o->n_new;
     p.temperature = (float)o->temperature;
@@ -161,6 +161,8 @@ static int complete_and_print(needle_session *s, const agent_options *o, const c
     /* The envelope is ours and compact: the key appears once, unescaped, so a failed
      * turn (context_full, max_tokens, invalid_input) is told apart without parsing. */
     const int turn_failed = rc == NEEDLE_OK && strstr(out, "\"success\":false") != NULL;
+    /* a successful turn with calls: the engine takes the next AUTO turn as their result */
+    if (called) *called = rc == NEEDLE_OK && !turn_failed && strstr(out, "\"function_calls\":[{");
     if (rc == NEEDLE_OK && o->stats) {
         needle_session_stats st = {.size = sizeof st};
         needle_session_get_stats(s, &st);
@@ -190,7 +192,7 @@ static int run_run(const cli_command *self, int argc, char **argv) {
     needle_session *s;
     int rc = open_agent(self, &o, &m, &s);
     if (rc) return rc;
-    rc = complete_and_print(s, &o, query, NEEDLE_TURN_QUERY);
+    rc = complete_and_print(s, &o, query, NEEDLE_TURN_QUERY, NULL);
     needle_session_free(s);
     needle_model_free(m);
     return rc;
@@ -224,30 +226,61 @@ static int run_chat(const cli_command *self, int argc, char **argv) {
     needle_session *s;
     int rc = open_agent(self, &o, &m, &s);
     if (rc) return rc;
-    char line[65536];
+    /* After a turn with calls the next plain line is their result (the engine's AUTO
+     * rule); the prompt says which kind of line is expected. Lines of any length are
+     * read whole (getline). No line editing: pipe or paste, or wrap in rlwrap. */
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t got;
+    int expect_result = 0;
     fprintf(stderr, "needle chat: type a query; after a call, type the tool result. "
-                    "/reset, /query TEXT, /result JSON, /quit\n");
-    while (fputs("> ", stderr), fgets(line, sizeof line, stdin)) {
-        size_t n = strlen(line);
+                    "/help lists the commands\n");
+    while (fputs(expect_result ? "result> " : "query> ", stderr),
+           (got = getline(&line, &line_cap, stdin)) >= 0) {
+        size_t n = (size_t)got;
         while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
         if (!n) continue;
-        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
-        if (!strcmp(line, "/reset")) {
-            needle_session_reset(s);
-            fprintf(stderr, "(conversation reset to the tools prefix)\n");
-            continue;
-        }
-        int turn = NEEDLE_TURN_AUTO;
+        int turn = expect_result ? NEEDLE_TURN_TOOL_RESULT : NEEDLE_TURN_QUERY;
         const char *text = line;
-        if (!strncmp(line, "/query ", 7)) {
-            turn = NEEDLE_TURN_QUERY;
-            text = line + 7;
-        } else if (!strncmp(line, "/result ", 8)) {
-            turn = NEEDLE_TURN_TOOL_RESULT;
-            text = line + 8;
+        if (line[0] == '/' && line[1] == '/') {
+            text = line + 1; /* "//x" sends "/x" */
+        } else if (line[0] == '/') {
+            const size_t w = strcspn(line, " ");
+            const char *arg = line[w] ? line + w + 1 : NULL;
+            if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) break;
+            if (!strcmp(line, "/help")) {
+                fprintf(stderr, "  /query [TEXT]   send TEXT as a query; alone: the next line is a query\n"
+                                "  /result JSON    send JSON as the result of the last calls\n"
+                                "  /reset          forget the conversation (back to the tools prefix)\n"
+                                "  /quit, /exit    leave (so does end of input)\n"
+                                "  //TEXT          send /TEXT as it is\n");
+                continue;
+            }
+            if (!strcmp(line, "/reset")) {
+                needle_session_reset(s);
+                expect_result = 0;
+                fprintf(stderr, "(conversation reset to the tools prefix)\n");
+                continue;
+            }
+            if (!strncmp(line, "/query", w) && w == 6) {
+                expect_result = 0;
+                if (!arg || !*arg) continue;
+                turn = NEEDLE_TURN_QUERY;
+                text = arg;
+            } else if (!strncmp(line, "/result", w) && w == 7 && arg && *arg) {
+                turn = NEEDLE_TURN_TOOL_RESULT;
+                text = arg;
+            } else {
+                fprintf(stderr, "unknown command %.*s (/help lists them; //TEXT sends /TEXT)\n",
+                        (int)w, line);
+                continue;
+            }
         }
-        complete_and_print(s, &o, text, turn);
+        int called = 0;
+        complete_and_print(s, &o, text, turn, &called);
+        expect_result = called;
     }
+    free(line);
     needle_session_free(s);
     needle_model_free(m);
     return 0;
@@ -257,10 +290,11 @@ const cli_command cli_chat = {
     "chat", "an interactive tool-calling conversation",
     "usage: needle chat [--weights FILE] [--tools TOOLS] [options]\n"
     "\n"
-    "Reads lines from stdin on one session: each line is a query or, after a call, the\n"
-    "tool's result (the engine tells which), and each turn's envelope is printed as by\n"
-    "`needle run`. Commands: /reset (back to the tools prefix), /query TEXT, /result\n"
-    "JSON (force the turn kind), /quit.\n"
+    "Reads lines from stdin on one session: each line is a query or, after a turn with\n"
+    "calls, their result (the prompt says which: query> or result>), and each turn's\n"
+    "envelope is printed as by `needle run`. Commands: /help, /query [TEXT] (a query;\n"
+    "alone: back to queries), /result JSON, /reset (back to the tools prefix), /quit;\n"
+    "//TEXT sends /TEXT. Lines of any length are read whole.\n"
     "\n"
     "options:\n"
     AGENT_OPTIONS_HELP,
