@@ -293,6 +293,10 @@ static int set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint3
         first_bytes(b, alts[i], set);
         for (int c = 0; c < 256; c++) {
             if (!set[c]) continue;
+            if (g->picks[base + c] && c == '{')
+                return gram_fail(b, "alternatives must differ in JSON type: two of them are objects (a union of "
+                                    "object schemas, such as Union[ModelA, ModelB], is not supported: the "
+                                    "grammar picks an alternative by its first byte)");
             if (g->picks[base + c])
                 return gram_fail(b, "alternatives must differ in JSON type: two of them can start with '%c'", c);
             g->picks[base + c] = alts[i] + 1;
