@@ -499,9 +499,16 @@ def tool_schema(obj: Any) -> dict:
         desc, _ = parse_docstring(obj.__doc__)
         if desc:
             out["description"] = desc
-        out["parameters"] = obj.model_json_schema()
-        out["parameters"].pop("title", None)
-        out["parameters"].pop("description", None)
+        raw = obj.model_json_schema()
+        raw.pop("title", None)
+        raw.pop("description", None)
+        # the official client's key order (the prompt shows the tools as sent): type,
+        # properties, required, then the definitions the refs point at
+        params = {}
+        for key in ("type", "properties", "required", "$defs", "definitions"):
+            if key in raw:
+                params[key] = raw.pop(key)
+        out["parameters"] = params | raw
         return out
     if isinstance(obj, type) and (dataclasses.is_dataclass(obj) or _is_typeddict(obj)):
         out = {"name": obj.__name__}

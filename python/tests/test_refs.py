@@ -32,6 +32,7 @@ def test_nested_model_as_tool(cq4):
     _, _, _, Trip = _models()
     schema = tool_schema(Trip)
     assert set(schema["parameters"]["$defs"]) == {"Point", "Place"}
+    assert list(schema["parameters"]) == ["type", "properties", "required", "$defs"]  # as the official client
     assert schema["parameters"]["properties"]["start"] == {"$ref": "#/$defs/Place"}
     with needle.Needle(weights=cq4, tools=[Trip]) as agent:
         for q in ("from Oslo", "a trip", "Lagos then Accra"):
