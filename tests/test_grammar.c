@@ -550,7 +550,7 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":[]}]", "parameters"},
         {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":{\"type\":\"string\"}}]", "parameters"},
         {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":{\"enum\":[1]}}]", "parameters"},
-        {NEEDLE_ERR_SCHEMA, V1("{\"$ref\":\"#/$defs/x\"}"), "t1\": parameters.properties.v: keyword '$ref'"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"$ref\":\"#/$defs/x\"}"), "t1\": parameters.properties.v: $ref '#/$defs/x' points at nothing"},
         {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{}]}"), "allOf"},
         {NEEDLE_ERR_SCHEMA, V1("{\"not\":{}}"), "'not'"},
         {NEEDLE_ERR_SCHEMA, V1("{\"if\":{},\"then\":{}}"), "'if'"},

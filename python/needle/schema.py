@@ -409,7 +409,43 @@ def _function_schema(fn: Callable, name: Optional[str] = None,
     if desc:
         out["description"] = desc
     out["parameters"] = _object_schema(props, required)
+    defs = _hoist_defs(props)
+    for key in ("$defs", "definitions"):
+        if defs[key]:
+            out["parameters"][key] = defs[key]
     return out
+
+
+def _hoist_defs(props: Dict[str, dict]) -> Dict[str, dict]:
+    """Moves the $defs / definitions of parameter schemas (a pydantic model's
+    model_json_schema() carries its own) to the tool's parameters, where the refs inside them
+    ("#/$defs/Name") point: a ref is resolved from the parameters schema, as the official
+    client does."""
+    found: Dict[str, dict] = {"$defs": {}, "definitions": {}}
+
+    def walk(node: Any) -> None:  # node is a schema (or a list of them)
+        if isinstance(node, list):
+            for x in node:
+                walk(x)
+        if not isinstance(node, dict):
+            return
+        for key in ("$defs", "definitions"):
+            defs = node.pop(key, None) if isinstance(node.get(key), dict) else None
+            for name, schema in (defs or {}).items():
+                walk(schema)
+                if name in found[key] and found[key][name] != schema:
+                    raise NeedleError(f"two different schemas are both named {name!r} in {key}")
+                found[key][name] = schema
+        for key, v in node.items():
+            if key == "properties" and isinstance(v, dict):  # a map of names, not a schema
+                for x in v.values():
+                    walk(x)
+            elif key not in ("enum", "const", "default", "examples"):
+                walk(v)
+
+    for schema in props.values():
+        walk(schema)
+    return found
 
 
 def tool(fn: Optional[Callable] = None, *, name: Optional[str] = None,
@@ -463,9 +499,16 @@ def tool_schema(obj: Any) -> dict:
         desc, _ = parse_docstring(obj.__doc__)
         if desc:
             out["description"] = desc
-        out["parameters"] = obj.model_json_schema()
-        out["parameters"].pop("title", None)
-        out["parameters"].pop("description", None)
+        raw = obj.model_json_schema()
+        raw.pop("title", None)
+        raw.pop("description", None)
+        # the official client's key order (the prompt shows the tools as sent): type,
+        # properties, required, then the definitions the refs point at
+        params = {}
+        for key in ("type", "properties", "required", "$defs", "definitions"):
+            if key in raw:
+                params[key] = raw.pop(key)
+        out["parameters"] = params | raw
         return out
     if isinstance(obj, type) and (dataclasses.is_dataclass(obj) or _is_typeddict(obj)):
         out = {"name": obj.__name__}

@@ -46,9 +46,13 @@
  * A tool is {"name", "description"?, "parameters"?} (or "input_schema"), optionally wrapped
  * as {"type":"function","function":{...}}; parameters must be an object schema, and a
  * missing one means no arguments ({}).
+ * $ref          local refs only ("#/$defs/A", "#/definitions/A", any JSON pointer into the
+ *               tool's parameters schema, ~0/~1 escaped), followed through chains and
+ *               inlined; only annotations beside it. Recursive refs (a tree type) are
+ *               refused, as are remote refs and refs that point at nothing.
  * Annotations (title, description, default, examples, $schema, $defs, ...) and unknown
  * keywords are ignored, as JSON Schema does. Keywords that change validation in ways the
- * grammar does not implement are refused: $ref, allOf, not, if/then/else,
+ * grammar does not implement are refused: allOf, not, if/then/else,
  * patternProperties, dependencies, propertyNames, contains, prefixItems, ... */
 #include <stdarg.h>
 #include <stdio.h>
@@ -167,7 +171,7 @@ void gram_sort_lits(grammar *g, uint32_t first, uint32_t n) {
 /* ---- helpers for keywords ------------------------------------------------------------- */
 
 static const char *const UNSUPPORTED[] = {
-    "$ref", "$dynamicRef", "$recursiveRef", "allOf", "not", "if", "then", "else",
+    "$dynamicRef", "$recursiveRef", "allOf", "not", "if", "then", "else",
     "patternProperties", "dependencies", "dependentRequired", "dependentSchemas",
     "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
     "maxContains", "prefixItems", "additionalItems", "minProperties", "maxProperties"};
@@ -289,6 +293,10 @@ static int set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint3
         first_bytes(b, alts[i], set);
         for (int c = 0; c < 256; c++) {
             if (!set[c]) continue;
+            if (g->picks[base + c] && c == '{')
+                return gram_fail(b, "alternatives must differ in JSON type: two of them are objects (a union of "
+                                    "object schemas, such as Union[ModelA, ModelB], is not supported: the "
+                                    "grammar picks an alternative by its first byte)");
             if (g->picks[base + c])
                 return gram_fail(b, "alternatives must differ in JSON type: two of them can start with '%c'", c);
             g->picks[base + c] = alts[i] + 1;
@@ -551,9 +559,77 @@ static int schema_types(gram_builder *b, const cJSON *s, int *types) {
     return 0;
 }
 
+/* ---- $ref --------------------------------------------------------------------------------- */
+
+/* Follows the JSON pointer of a local ref ("#", "#/$defs/A", "#/properties/x/items") from
+ * the tool's parameters schema, undoing ~1 (/) and ~0 (~); NULL if it leads nowhere. */
+static const cJSON *follow_pointer(const cJSON *root, const char *ref) {
+    const cJSON *at = root;
+    const char *p = ref + 1;
+    char seg[256];
+    while (at && *p == '/') {
+        size_t n = 0;
+        for (p++; *p && *p != '/'; p++) {
+            if (n + 1 >= sizeof seg) return NULL;
+            if (*p == '~') {
+                if (p[1] != '0' && p[1] != '1') return NULL;
+                seg[n++] = p[1] == '0' ? '~' : '/';
+                p++;
+            } else {
+                seg[n++] = *p;
+            }
+        }
+        seg[n] = 0;
+        if (cJSON_IsObject(at)) {
+            at = cJSON_GetObjectItemCaseSensitive(at, seg);
+        } else if (cJSON_IsArray(at)) {
+            char *end;
+            long i = strtol(seg, &end, 10);
+            if (!n || *end || (seg[0] == '0' && n > 1) || i < 0 || i >= cJSON_GetArraySize(at)) return NULL;
+            at = cJSON_GetArrayItem(at, (int)i);
+        } else {
+            return NULL;
+        }
+    }
+    return *p ? NULL : at;
+}
+
+/* A schema with "$ref" is the schema it points at (inlined: the grammar has no rule
+ * references). Only annotations may sit beside it, as pydantic writes them. A ref to a
+ * schema that is being expanded (a tree type) would inline forever: it is refused. */
+static int build_ref(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth) {
+    static const char *const annotations[] = {"$ref", "title", "description", "default", "examples",
+        "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+    const cJSON *ref = kw(s, "$ref");
+    for (const cJSON *k = s->child; k; k = k->next) {
+        int ok = !strncmp(k->string, "x-", 2);
+        for (size_t i = 0; !ok && i < sizeof annotations / sizeof annotations[0]; i++)
+            ok = !strcmp(k->string, annotations[i]);
+        if (!ok) return gram_fail(b, "keyword '%s' beside $ref is not supported", k->string);
+    }
+    if (!cJSON_IsString(ref)) return gram_fail(b, "$ref must be a string");
+    const char *r = ref->valuestring;
+    if (r[0] != '#')
+        return gram_fail(b, "$ref '%.120s' is not local: only refs into the tool's own schema (\"#/$defs/...\") "
+                            "are supported", r);
+    const cJSON *target = follow_pointer(b->ref_root, r);
+    if (!target) return gram_fail(b, "$ref '%.120s' points at nothing in the tool's parameters", r);
+    for (uint32_t i = 0; i < b->n_refs; i++)
+        if (b->refs[i] == target)
+            return gram_fail(b, "$ref '%.120s' is recursive (the schema contains itself), which is not supported", r);
+    if (b->n_refs == GRAM_MAX_REF_DEPTH) return gram_fail(b, "$refs nest more than %d deep", GRAM_MAX_REF_DEPTH);
+    if (++b->ref_expansions > GRAM_MAX_REF_EXPANSIONS)
+        return gram_fail(b, "$refs expand to more than %d schemas", GRAM_MAX_REF_EXPANSIONS);
+    b->refs[b->n_refs++] = target;
+    int rc = gram_build_schema(b, target, ctx, node, depth);
+    b->n_refs--;
+    return rc;
+}
+
 int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth) {
     int rc, types;
     *depth = 1;
+    if (cJSON_IsObject(s) && kw(s, "$ref")) return build_ref(b, s, ctx, node, depth);
     if (cJSON_IsTrue(s)) {
         if (ctx & (GRAM_CTX_UNIQUE_ITEM | GRAM_CTX_HASHED)) return gram_fail(b, "uniqueItems needs items without free values");
         return any_value(b, node);
@@ -618,6 +694,9 @@ static int build_tool(gram_builder *b, const cJSON *t, uint32_t i) {
     int rc, depth = 1;
     uint32_t node = GRAM_NONE;
     size_t m = gram_path_push(b, "parameters", 0);
+    b->ref_root = params;
+    b->n_refs = 0;
+    b->ref_expansions = 0;
     if (!params) {
         static const char empty[] = "{\"type\":\"object\",\"properties\":{}}";
         cJSON *e = cJSON_Parse(empty);

@@ -14,6 +14,10 @@
 
 #include "grammar/schema_ir.h"
 
+/* $refs are inlined: a chain deeper than this, or more expansions than this in one tool
+ * (refs used many times at many levels multiply), is refused rather than exhausting memory. */
+enum { GRAM_MAX_REF_DEPTH = 32, GRAM_MAX_REF_EXPANSIONS = 4096 };
+
 typedef struct gram_builder {
     grammar *g;
     uint32_t cap_nodes, cap_lits, cap_bytes, cap_props, cap_picks, cap_dfas, cap_tables;
@@ -23,6 +27,9 @@ typedef struct gram_builder {
     size_t path_len;
     uint32_t any;       /* node admitting any JSON value, GRAM_NONE until first needed */
     uint32_t free_str;  /* string node without constraints */
+    const cJSON *ref_root;                      /* the tool's parameters: where "#" points */
+    const cJSON *refs[GRAM_MAX_REF_DEPTH];      /* $ref targets being expanded (recursion check) */
+    uint32_t n_refs, ref_expansions;
 } gram_builder;
 
 /* Value-context flags for gram_build_schema: GRAM_CTX_UNIQUE_ITEM, the items of a
