@@ -416,8 +416,23 @@ static void test_chat_commands_and_modes(void) {
     remove(err_path);
 }
 
+/* needle --version: the library version, how the tool was built, the devices found. */
+static void test_version_build_info(void) {
+    char cmd[1024];
+    static char out[8192];
+    snprintf(cmd, sizeof cmd, "%s --version", cli_path());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    char first[64];
+    snprintf(first, sizeof first, "needle %s\n", needle_version());
+    CHECK_MSG(!strncmp(out, first, strlen(first)), "%s", out);
+    CHECK_MSG(strstr(out, "\nbuild: ") != NULL, "%s", out);
+    const char *devices = strstr(out, "\ndevices: ");
+    CHECK_MSG(devices && strstr(devices, " cpu ("), "the CPU is always a device: %s", out);
+}
+
 int main(void) {
     RUN(test_help_lists_every_command);
+    RUN(test_version_build_info);
     RUN(test_every_command_has_help);
     RUN(test_fixture_present);
     if (!model_path[0]) return test_summary();

@@ -94,6 +94,28 @@ static int run_version(const cli_command *self, int argc, char **argv) {
     const int st = cli_parse(self, argc, argv, opts, NULL, 0);
     if (st != CLI_GO) return st;
     printf("needle %s\n", needle_version());
+#ifndef NEEDLE_BUILD_TYPE
+#define NEEDLE_BUILD_TYPE "unknown"
+#endif
+#ifndef NEEDLE_GIT_COMMIT
+#define NEEDLE_GIT_COMMIT ""
+#endif
+#ifdef __VERSION__
+    const char *compiler = __VERSION__;
+#else
+    const char *compiler = "unknown compiler";
+#endif
+    printf("build: %s, C compiler %s%s%s\n", NEEDLE_BUILD_TYPE, compiler,
+           NEEDLE_GIT_COMMIT[0] ? ", configured at commit " : "", NEEDLE_GIT_COMMIT);
+    /* what this library can run on here: its backends that found a device */
+    printf("devices:");
+    const int n = needle_device_count();
+    for (int i = 0; i < n; i++) {
+        needle_device_info d = {.size = sizeof d};
+        if (needle_device_get(i, &d) == NEEDLE_OK)
+            printf("%s %s (%s)", i ? "," : "", d.backend, d.capability);
+    }
+    printf("\n");
     return 0;
 }
 
@@ -101,7 +123,8 @@ static const cli_command cli_version = {
     "version", "the library version",
     "usage: needle version   (or needle --version)\n"
     "\n"
-    "Prints the version of the needle library this tool is linked with.\n",
+    "Prints the version of the needle library this tool is linked with, how it was\n"
+    "built, and the devices its backends find here.\n",
     run_version};
 
 int main(int argc, char **argv) {
