@@ -140,6 +140,11 @@ NEEDLE_API void needle_model_free(needle_model *model);
  * string is the environment's or static. */
 NEEDLE_API const char *needle_default_model_path(void);
 
+/* The demo-model paths needle_default_model_path() tries after $NEEDLE_MODEL, in its order
+ * (0: the installed copy, 1: this build's source tree), readable or not, so a caller can
+ * say where it looked; NULL past the end or where this build has no such path. Static. */
+NEEDLE_API const char *needle_default_model_candidate(int index);
+
 /* The demo model's tool list (needle-demo.tools.json beside the installed or source-tree
  * demo model), or NULL if it is missing. It describes the demo model only: pair it with
  * another model at your own risk. Static storage. */

@@ -126,6 +126,16 @@ static void test_default_paths(void) {
     m = needle_default_model_path();
     CHECK(m && ends_with(m, "/needle-demo.cact"));
     unsetenv("NEEDLE_MODEL");
+    /* the candidates are where that lookup goes, in its order: the default is one of them */
+    int found = 0;
+    const char *c;
+    for (int i = 0; (c = needle_default_model_candidate(i)) != NULL; i++) {
+        CHECK_MSG(ends_with(c, "/needle-demo.cact"), "candidate %d: %s", i, c);
+        found += !strcmp(c, m ? m : "");
+    }
+    CHECK_EQ_INT(found, 1);
+    CHECK(needle_default_model_candidate(-1) == NULL);
+    CHECK(needle_default_model_candidate(2) == NULL);
 }
 
 static double metric(const cJSON *o, const char *key) {

@@ -111,17 +111,9 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, const cli_option *o
     return CLI_GO;
 }
 
-#ifndef NEEDLE_INSTALLED_MODEL
-#define NEEDLE_INSTALLED_MODEL ""
-#endif
-#ifndef NEEDLE_SOURCE_MODEL
-#define NEEDLE_SOURCE_MODEL ""
-#endif
-
 int cli_no_weights(void) {
     /* the same places needle_default_model_path() looks, in its order */
     const char *env = getenv("NEEDLE_MODEL");
-    const char *demo[2] = {NEEDLE_INSTALLED_MODEL, NEEDLE_SOURCE_MODEL};
     const char *what[2] = {"the installed demo model", "the source tree's demo model"};
     if (env && env[0]) {
         fprintf(stderr, "needle: no model found: $NEEDLE_MODEL names %s: %s\n"
@@ -131,10 +123,10 @@ int cli_no_weights(void) {
     }
     fprintf(stderr, "needle: no model found; give one with --weights FILE or $NEEDLE_MODEL."
                     " Tried:\n  $NEEDLE_MODEL: %s\n", env ? "set but empty" : "not set");
-    for (int i = 0; i < 2; i++)
-        if (demo[i][0])
-            fprintf(stderr, "  %s, %s: %s\n", what[i], demo[i],
-                    access(demo[i], R_OK) == 0 ? "readable" : strerror(errno));
+    const char *path;
+    for (int i = 0; (path = needle_default_model_candidate(i)) != NULL; i++)
+        fprintf(stderr, "  %s, %s: %s\n", i < 2 ? what[i] : "a demo model", path,
+                access(path, R_OK) == 0 ? "readable" : strerror(errno));
     return 2;
 }
 

@@ -104,12 +104,15 @@ static char *load_tools(const char *arg) {
     return text;
 }
 
-/* Opens the model and a session bound to the tools. Returns 0, or the exit status after
- * printing the error. */
-static int open_agent(const cli_command *self, const agent_options *o, needle_model **m,
+/* Settles the options' defaults (the sampling seed, the default model), then opens the
+ * model and a session bound to the tools. Returns 0, or the exit status after printing
+ * the error. */
+static int open_agent(const cli_command *self, agent_options *o, needle_model **m,
                       needle_session **s) {
     *m = NULL;
     *s = NULL;
+    o->seed = cli_sampling_seed(o->seed, o->seed_given, o->temperature);
+    o->weights_defaulted = cli_default_weights(&o->weights);
     /* the model first: without one, a missing --tools is not the problem to report */
     if (!o->weights) return cli_no_weights();
     const char *tools_arg = o->tools;
@@ -186,8 +189,6 @@ static int run_run(const cli_command *self, int argc, char **argv) {
     if (st != CLI_GO) return st;
     if (!query) return cli_usage_error(self, "needs a QUERY");
     if (!query[strspn(query, " \t\r\n")]) return cli_usage_error(self, "the QUERY is empty");
-    o.seed = cli_sampling_seed(o.seed, o.seed_given, o.temperature);
-    o.weights_defaulted = cli_default_weights(&o.weights);
     needle_model *m;
     needle_session *s;
     int rc = open_agent(self, &o, &m, &s);
@@ -220,8 +221,6 @@ static int run_chat(const cli_command *self, int argc, char **argv) {
     const cli_option opts[] = {AGENT_OPTIONS(&o), {0}};
     const int st = cli_parse(self, argc, argv, opts, NULL, 0);
     if (st != CLI_GO) return st;
-    o.seed = cli_sampling_seed(o.seed, o.seed_given, o.temperature);
-    o.weights_defaulted = cli_default_weights(&o.weights);
     needle_model *m;
     needle_session *s;
     int rc = open_agent(self, &o, &m, &s);

@@ -29,6 +29,11 @@ const char *needle_default_model_path(void) {
     return NULL;
 }
 
+const char *needle_default_model_candidate(int index) {
+    if (index < 0 || (size_t)index >= N_DEMO || !demo_models[index][0]) return NULL;
+    return demo_models[index];
+}
+
 const char *needle_default_tools_path(void) {
     /* each candidate model path with ".cact" replaced: models/needle-demo.tools.json */
     static const char suffix[] = ".tools.json";
