@@ -526,8 +526,52 @@ static cJSON *gen_array(int depth) {
     return s;
 }
 
+/* Set by the union walks: gen_schema then also writes unions of object schemas. */
+static int gen_unions, unions_made;
+
+/* anyOf/oneOf of 2-3 random objects, told apart by a const property (pydantic's
+ * discriminated union), by a required property of each alternative's own, or left as they
+ * come (often refused as ambiguous, which gen_tools counts); sometimes with null too. */
+static cJSON *gen_object_union(int depth) {
+    cJSON *s = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(s, rnd(2) ? "anyOf" : "oneOf");
+    uint32_t n = 2 + rnd(2), plan = rnd(3);
+    for (uint32_t i = 0; i < n; i++) {
+        cJSON *alt = gen_object(depth), *props = cJSON_GetObjectItem(alt, "properties");
+        cJSON *req = cJSON_GetObjectItem(alt, "required");
+        char key[16];
+        int required = rnd(3) != 0;
+        if (plan == 0) {
+            cJSON *d = cJSON_CreateObject();
+            snprintf(key, sizeof key, "k%u", i);
+            if (rnd(3) == 0) cJSON_AddNumberToObject(d, "const", i);
+            else if (rnd(2)) cJSON_AddStringToObject(d, "const", key);
+            else {
+                cJSON *e = cJSON_AddArrayToObject(d, "enum");
+                cJSON_AddItemToArray(e, cJSON_CreateString(key));
+                key[0] = 'q';
+                cJSON_AddItemToArray(e, cJSON_CreateString(key));
+            }
+            cJSON_AddItemToObject(props, "kind", d);
+            snprintf(key, sizeof key, "kind");
+        } else if (plan == 1) {
+            snprintf(key, sizeof key, "own%u", i);
+            cJSON_AddItemToObject(props, key, gen_schema(depth - 1, 0));
+            required = 1;
+        }
+        if (plan < 2 && required) {
+            if (!req) req = cJSON_AddArrayToObject(alt, "required");
+            cJSON_AddItemToArray(req, cJSON_CreateString(key));
+        }
+        cJSON_AddItemToArray(list, alt);
+    }
+    if (rnd(4) == 0) cJSON_AddItemToArray(list, obj_with_type("null"));
+    unions_made++;
+    return s;
+}
+
 static cJSON *gen_schema(int depth, int unique) {
     if (unique) return gen_unique_item();
+    if (gen_unions && depth > 0 && rnd(3) == 0) return gen_object_union(depth);
     uint32_t r = rnd(depth > 0 ? 16 : 11);
     cJSON *s, *list;
     switch (r) {
@@ -674,12 +718,12 @@ static size_t byte_walk(const grammar *g, char *out, size_t soft, const cJSON *t
     return len;
 }
 
-static void test_random_byte_walks(void) {
+static void byte_walks(uint64_t seed, int n_schemas) {
     static char out[WALK_CAP];
     int rejected = 0, walks = 0;
     size_t total = 0;
-    rng = WALK_SEED;
-    for (int i = 0; i < WALK_SCHEMAS; i++) {
+    rng = seed;
+    for (int i = 0; i < n_schemas; i++) {
         grammar *g = NULL;
         cJSON *tools = gen_tools(&g, &rejected);
         if (!tools) continue;
@@ -703,7 +747,20 @@ static void test_random_byte_walks(void) {
     }
     printf("     %d byte walks, %zu bytes, %d completions; %d random tool sets refused as impossible\n", walks,
            total, completions, rejected);
-    CHECK(rejected < WALK_SCHEMAS);
+    CHECK(rejected < n_schemas);
+}
+
+static void test_random_byte_walks(void) { byte_walks(WALK_SEED, WALK_SCHEMAS); }
+
+/* Unions of objects: outputs must be valid against one alternative (exactly one for
+ * oneOf), from walks and from completions of their prefixes. */
+static void test_union_byte_walks(void) {
+    gen_unions = 1;
+    unions_made = 0;
+    byte_walks(WALK_SEED + 2, WALK_SCHEMAS / 2);
+    printf("     %d object unions generated\n", unions_made);
+    CHECK(unions_made > WALK_SCHEMAS / 4);
+    gen_unions = 0;
 }
 
 /* A synthetic vocabulary: every single byte (so a token walk can always follow the byte
@@ -738,8 +795,8 @@ static char **synthetic_vocab(uint32_t *n_out, size_t **lens_out) {
     return v;
 }
 
-static void test_random_token_walks(void) {
-    rng = WALK_SEED + 1;
+static void token_walks(uint64_t seed, int n_schemas) {
+    rng = seed;
     uint32_t n_tok;
     size_t *lens;
     char **vocab = synthetic_vocab(&n_tok, &lens);
@@ -750,7 +807,7 @@ static void test_random_token_walks(void) {
     uint8_t *allowed = malloc(n_tok);
     static char out[WALK_CAP];
     int rejected = 0, walks = 0, masks = 0, mismatches = 0;
-    for (int i = 0; i < TOKEN_SCHEMAS; i++) {
+    for (int i = 0; i < n_schemas; i++) {
         grammar *g = NULL;
         cJSON *tools = gen_tools(&g, &rejected);
         if (!tools) continue;
@@ -815,8 +872,18 @@ static void test_random_token_walks(void) {
     free(lens);
 }
 
+static void test_random_token_walks(void) { token_walks(WALK_SEED + 1, TOKEN_SCHEMAS); }
+
+static void test_union_token_walks(void) {
+    gen_unions = 1;
+    token_walks(WALK_SEED + 3, TOKEN_SCHEMAS / 2);
+    gen_unions = 0;
+}
+
 int main(void) {
     RUN(test_random_byte_walks);
     RUN(test_random_token_walks);
+    RUN(test_union_byte_walks);
+    RUN(test_union_token_walks);
     return test_summary();
 }

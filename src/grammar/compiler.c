@@ -11,8 +11,10 @@
  *                   {"type": "string", "enum": [1, 2]}; other keywords beside them are
  *                   ignored.
  *   anyOf, oneOf    alternatives that start with different bytes (different JSON types,
- *                   or enums starting differently); with that restriction the two agree.
- *                   Only annotations may sit beside them.
+ *                   or enums starting differently), except objects: several object
+ *                   alternatives are allowed when a const property or their required keys
+ *                   tell them apart (compiler_union.c); with that restriction the two agree.
+ *                   Only annotations (and "discriminator") may sit beside them.
  *   object          properties (at most 64) in any order, each at most once; no unknown
  *                   keys; required ones before "}". additionalProperties may be false (or
  *                   true without properties). Without "properties" the object is free-form
@@ -272,7 +274,8 @@ static void first_bytes(const gram_builder *b, uint32_t node, uint8_t *set) {
         for (uint32_t i = 0; i < n->u.lit.count; i++)
             set[g->lit_bytes[g->lits[n->u.lit.first + i].off]] = 1;
         break;
-    case GRAM_NODE_OBJECT: set['{'] = 1; break;
+    case GRAM_NODE_OBJECT:
+    case GRAM_NODE_OBJ_UNION: set['{'] = 1; break;
     case GRAM_NODE_ARRAY: set['['] = 1; break;
     case GRAM_NODE_UNION:
         for (int c = 0; c < 256; c++) set[c] = g->picks[n->u.uni.pick + c] != 0;
@@ -293,10 +296,6 @@ static int set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint3
         first_bytes(b, alts[i], set);
         for (int c = 0; c < 256; c++) {
             if (!set[c]) continue;
-            if (g->picks[base + c] && c == '{')
-                return gram_fail(b, "alternatives must differ in JSON type: two of them are objects (a union of "
-                                    "object schemas, such as Union[ModelA, ModelB], is not supported: the "
-                                    "grammar picks an alternative by its first byte)");
             if (g->picks[base + c])
                 return gram_fail(b, "alternatives must differ in JSON type: two of them can start with '%c'", c);
             g->picks[base + c] = alts[i] + 1;
@@ -306,13 +305,15 @@ static int set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint3
     return 0;
 }
 
-/* Union of built alternatives (nested unions are flattened). */
+/* Union of built alternatives (nested unions are flattened). Two or more objects among
+ * them become one object union (compiler_union.c), which takes the "{" of the pick table. */
 static int make_union(gram_builder *b, const uint32_t *alts, uint32_t n, uint32_t *out) {
-    uint32_t flat[64], m = 0;
+    uint32_t flat[64], origin[64], m = 0;
     for (uint32_t i = 0; i < n; i++) {
         const gram_node *a = &b->g->nodes[alts[i]];
         if (a->kind != GRAM_NODE_UNION) {
             if (m == 64) return gram_fail(b, "too many alternatives");
+            origin[m] = i;
             flat[m++] = alts[i];
             continue;
         }
@@ -321,10 +322,36 @@ static int make_union(gram_builder *b, const uint32_t *alts, uint32_t n, uint32_
             for (uint32_t k = 0; x && k < m; k++) seen |= flat[k] == x - 1;
             if (x && !seen) {
                 if (m == 64) return gram_fail(b, "too many alternatives");
+                origin[m] = i;
                 flat[m++] = x - 1;
             }
         }
     }
+    uint32_t objs[GRAM_MAX_OBJ_ALTS], obj_origin[GRAM_MAX_OBJ_ALTS], n_objs = 0, rest = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        const gram_node *a = &b->g->nodes[flat[i]];
+        uint32_t k = a->kind == GRAM_NODE_OBJECT ? 1 : a->kind == GRAM_NODE_OBJ_UNION ? a->u.ou.n_alts : 0;
+        if (!k) {
+            origin[rest] = origin[i];
+            flat[rest++] = flat[i];
+            continue;
+        }
+        if (n_objs + k > GRAM_MAX_OBJ_ALTS)
+            return gram_fail(b, "a union of more than %d object schemas", GRAM_MAX_OBJ_ALTS);
+        for (uint32_t j = 0; j < k; j++) { /* a nested object union contributes its alternatives */
+            objs[n_objs] = k == 1 ? flat[i] : b->g->prop_nodes[a->u.ou.table + j];
+            obj_origin[n_objs++] = origin[i];
+        }
+    }
+    if (n_objs == 1) {
+        origin[rest] = obj_origin[0];
+        flat[rest++] = objs[0];
+    } else if (n_objs > 1) {
+        int rc = gram_build_object_union(b, objs, obj_origin, n_objs, &flat[rest]);
+        if (rc) return rc;
+        origin[rest++] = obj_origin[0];
+    }
+    m = rest;
     if (m == 1) {
         *out = flat[0];
         return 0;
@@ -336,10 +363,21 @@ static int make_union(gram_builder *b, const uint32_t *alts, uint32_t n, uint32_
     return rc;
 }
 
+/* Whether values of node may be an object union (refused where values are hashed). */
+static int has_object_union(const gram_builder *b, uint32_t node) {
+    const gram_node *n = &b->g->nodes[node];
+    if (n->kind == GRAM_NODE_UNION && b->g->picks[n->u.uni.pick + '{'])
+        n = &b->g->nodes[b->g->picks[n->u.uni.pick + '{'] - 1];
+    return n->kind == GRAM_NODE_OBJ_UNION;
+}
+
 static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const char *name, int ctx,
                        uint32_t *node, int *depth) {
+    /* "discriminator" (OpenAPI, pydantic) names the property the const values tell apart:
+     * the compiler finds that property by itself (compiler_union.c) */
     static const char *const annotations[] = {"title", "description", "default", "examples",
-        "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+        "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
+        "discriminator"};
     for (const cJSON *k = s->child; k; k = k->next) {
         int ok = !strcmp(k->string, name) || !strncmp(k->string, "x-", 2);
         for (size_t i = 0; !ok && i < sizeof annotations / sizeof annotations[0]; i++)
@@ -361,6 +399,8 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
         gram_path_pop(b, m2);
     }
     if (!rc) rc = make_union(b, alts, (uint32_t)n, node);
+    if (!rc && (ctx & GRAM_CTX_HASHED) && has_object_union(b, *node))
+        rc = gram_fail(b, "a union of objects inside the items of a uniqueItems array is not supported");
     gram_path_pop(b, mark);
     return rc;
 }

@@ -65,6 +65,12 @@ int gram_get_count(gram_builder *b, const cJSON *s, const char *name, uint32_t *
 /* Compiles one schema into *node; *depth receives the frames it needs. */
 int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth);
 
+/* compiler_union.c: one GRAM_NODE_OBJ_UNION of n >= 2 object nodes; origin[a] is the
+ * index of objs[a] in its anyOf/oneOf, for messages. Refuses alternatives that cannot be
+ * told apart (see the file). */
+int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_t *origin, uint32_t n,
+                            uint32_t *out);
+
 /* compiler_scalar.c */
 int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node);
 int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uint32_t *node);

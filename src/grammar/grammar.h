@@ -68,6 +68,7 @@ typedef struct grammar_frame {
         struct { uint64_t ip, fp; uint8_t neg, idig, fdig; } num;
         struct { uint32_t lo, hi, off, item; uint64_t seen, hash; } lit;
         struct { uint32_t count; uint64_t hash; } arr;
+        struct { uint32_t lo, hi, off, key; uint64_t seen, live; } ou; /* object union, keys merged */
     } u;
 } grammar_frame;
 

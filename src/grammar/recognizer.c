@@ -24,8 +24,6 @@
 #include "util/error.h"
 #include "util/json_escape.h"
 
-enum { ST_REJECT = 0, ST_OK = 1, ST_DONE = 2 };
-
 static const char CALL_PREFIX_TEXT[] = GRAMMAR_CALL_PREFIX;
 static const char CALL_MID_TEXT[] = GRAMMAR_CALL_MID;
 
@@ -343,6 +341,7 @@ int gram_pop(const grammar *g, grammar_state *st) {
             if ((p->u.lit.seen & all) == all && repeats_used(g, st, p)) return 0;
         }
         break;
+    case GRAM_FR_OBJ_UNION: gram_union_value_done(g, p, key); break;
     case GRAM_FR_ARRAY:
         if (p->flags & (GRAM_FF_UNIQUE | GRAM_FF_HASH)) p->u.arr.hash = gram_mix(p->u.arr.hash, part);
         p->u.arr.count++;
@@ -354,8 +353,7 @@ int gram_pop(const grammar *g, grammar_state *st) {
     return 1;
 }
 
-/* Pushes a frame for a value of `node` whose first byte is b. */
-static int push_value(const grammar *g, grammar_state *st, uint32_t node, uint8_t flags, uint8_t b) {
+int gram_push_value(const grammar *g, grammar_state *st, uint32_t node, uint8_t flags, uint8_t b) {
     const gram_node *n = &g->nodes[node];
     if (n->kind == GRAM_NODE_UNION) {
         uint32_t alt = g->picks[n->u.uni.pick + b];
@@ -373,6 +371,7 @@ static int push_value(const grammar *g, grammar_state *st, uint32_t node, uint8_
     case GRAM_NODE_NUMBER: f->kind = GRAM_FR_NUMBER; break;
     case GRAM_NODE_OBJECT: f->kind = GRAM_FR_OBJECT; break;
     case GRAM_NODE_ARRAY: f->kind = GRAM_FR_ARRAY; break;
+    case GRAM_NODE_OBJ_UNION: f->kind = GRAM_FR_OBJ_UNION; break;
     default:
         f->kind = GRAM_FR_LITERAL;
         f->u.lit.lo = n->u.lit.first;
@@ -392,6 +391,11 @@ static int literal_step(const grammar *g, const grammar_state *st, grammar_frame
     uint32_t lo = f->u.lit.lo, hi = f->u.lit.hi, off = f->u.lit.off;
     if (!gram_lit_narrow(g, &lo, &hi, off, b)) return ST_REJECT;
     if ((f->flags & GRAM_FF_UNIQUE) && !lit_range_has_unused(g, st, lo, hi)) return ST_REJECT;
+    if (f->flags & GRAM_FF_DISC) {
+        uint32_t i = lo;
+        while (i < hi && !gram_union_disc_live(st, g->lits[i].member)) i++;
+        if (i == hi) return ST_REJECT;
+    }
     f->u.lit.lo = lo;
     f->u.lit.hi = hi;
     f->u.lit.off = ++off;
@@ -400,7 +404,8 @@ static int literal_step(const grammar *g, const grammar_state *st, grammar_frame
 
 static int literal_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f) {
     const gram_lit *e = &g->lits[f->u.lit.lo];
-    return e->len == f->u.lit.off && !((f->flags & GRAM_FF_UNIQUE) && in_used(st, e->member));
+    return e->len == f->u.lit.off && !((f->flags & GRAM_FF_UNIQUE) && in_used(st, e->member)) &&
+           !((f->flags & GRAM_FF_DISC) && !gram_union_disc_live(st, e->member));
 }
 
 static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8_t b) {
@@ -420,7 +425,7 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
         if (is_free) {
             uint8_t phase = f->phase;
             f->phase = OBJ_KEY;
-            if (push_value(g, st, n->u.obj.free_key, GRAM_FF_KEY, b)) return ST_OK;
+            if (gram_push_value(g, st, n->u.obj.free_key, GRAM_FF_KEY, b)) return ST_OK;
             f->phase = phase;
             return ST_REJECT;
         } else {
@@ -455,7 +460,7 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
     case OBJ_VALUE: {
         uint32_t child = is_free ? n->u.obj.free_value : g->prop_nodes[n->u.obj.props + f->u.lit.item];
         uint8_t flags = f->flags & (GRAM_FF_UNIQUE | GRAM_FF_HASH) ? GRAM_FF_HASH : 0;
-        return push_value(g, st, child, flags, b) ? ST_OK : ST_REJECT;
+        return gram_push_value(g, st, child, flags, b) ? ST_OK : ST_REJECT;
     }
     case OBJ_AFTER:
         if (b == ',') {
@@ -485,7 +490,7 @@ static int array_step(const grammar *g, grammar_state *st, grammar_frame *f, uin
         if (f->phase == ARR_FIRST && b == ']') return n->u.arr.min == 0 && !repeats_used(g, st, f) ? ST_DONE : ST_REJECT;
         if (f->u.arr.count >= n->u.arr.max) return ST_REJECT; /* maxItems 0 */
         f->phase = ARR_ITEM;
-        if (push_value(g, st, n->u.arr.items, flags, b)) return ST_OK;
+        if (gram_push_value(g, st, n->u.arr.items, flags, b)) return ST_OK;
         f->phase = f->u.arr.count ? ARR_NEXT : ARR_FIRST;
         return ST_REJECT;
     case ARR_AFTER:
@@ -529,7 +534,7 @@ static int call_step(const grammar *g, grammar_state *st, grammar_frame *f, uint
         if (++f->u.lit.off == sizeof CALL_MID_TEXT - 1) f->phase = CALL_ARGS;
         return ST_OK;
     case CALL_ARGS:
-        return push_value(g, st, g->tool_args[f->u.lit.item], 0, b) ? ST_OK : ST_REJECT;
+        return gram_push_value(g, st, g->tool_args[f->u.lit.item], 0, b) ? ST_OK : ST_REJECT;
     case CALL_CLOSE:
         return b == '}' ? ST_DONE : ST_REJECT;
     default: return ST_REJECT;
@@ -579,6 +584,7 @@ static int frame_step(const grammar *g, grammar_state *st, grammar_frame *f, uin
     case GRAM_FR_LITERAL: return literal_step(g, st, f, b);
     case GRAM_FR_OBJECT: return object_step(g, st, f, b);
     case GRAM_FR_ARRAY: return array_step(g, st, f, b);
+    case GRAM_FR_OBJ_UNION: return gram_union_step(g, st, f, b);
     case GRAM_FR_CALL: return call_step(g, st, f, b);
     case GRAM_FR_ROOT: return root_step(g, st, f, b);
     default: return ST_REJECT;

@@ -12,11 +12,16 @@
 
 /* ---- recognizer frames (recognizer.c) ---------------------------------------------------- */
 
-enum gram_frame_kind { GRAM_FR_ROOT = 1, GRAM_FR_CALL, GRAM_FR_STRING, GRAM_FR_NUMBER, GRAM_FR_LITERAL, GRAM_FR_OBJECT, GRAM_FR_ARRAY };
+enum gram_frame_kind { GRAM_FR_ROOT = 1, GRAM_FR_CALL, GRAM_FR_STRING, GRAM_FR_NUMBER, GRAM_FR_LITERAL, GRAM_FR_OBJECT, GRAM_FR_ARRAY,
+                      GRAM_FR_OBJ_UNION };
 /* GRAM_FF_UNIQUE: an item of a unique array; GRAM_FF_KEY: a key of a free object;
  * GRAM_FF_HASH: a part of an object or array item of a unique array, whose canonical key
- * the enclosing frames fold into the item's key. */
-enum gram_frame_flags { GRAM_FF_UNIQUE = 1, GRAM_FF_KEY = 2, GRAM_FF_HASH = 4 };
+ * the enclosing frames fold into the item's key; GRAM_FF_DISC: the discriminator value of
+ * an object union (the frame below), whose members are alternatives, only live ones
+ * admitted. */
+enum gram_frame_flags { GRAM_FF_UNIQUE = 1, GRAM_FF_KEY = 2, GRAM_FF_HASH = 4, GRAM_FF_DISC = 8 };
+/* Results of a frame step: rejected; accepted; accepted and the frame's value is complete. */
+enum { ST_REJECT = 0, ST_OK = 1, ST_DONE = 2 };
 /* phases of each frame kind */
 enum { ROOT_START, ROOT_OPEN, ROOT_CALL, ROOT_AFTER, ROOT_NEXT };
 enum { CALL_PREFIX, CALL_NAME, CALL_MID, CALL_ARGS, CALL_CLOSE };
@@ -30,6 +35,25 @@ int gram_frame_can_end(const grammar *g, const grammar_state *st, const grammar_
  * parent refuses the value (it completes an object item of a unique array that repeats an
  * earlier item); st is then garbage, as after a refused gram_step. */
 int gram_pop(const grammar *g, grammar_state *st);
+
+/* Pushes a frame for a value of `node` whose first byte is b and steps it by b (1 accepted). */
+int gram_push_value(const grammar *g, grammar_state *st, uint32_t node, uint8_t flags, uint8_t b);
+
+/* ---- object unions (recognizer_union.c) -------------------------------------------------- */
+
+/* Steps an object-union frame (st's top frame) by b: ST_REJECT, ST_OK or ST_DONE. Once a
+ * key or the discriminator leaves one alternative, the frame becomes that alternative's
+ * GRAM_FR_OBJECT frame. */
+int gram_union_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8_t b);
+/* The value of the union frame f is complete; key is the value's frame key (for the
+ * discriminator: the member, which is the alternative). */
+void gram_union_value_done(const grammar *g, grammar_frame *f, uint64_t key);
+/* For a GRAM_FF_DISC literal frame (st's top): 1 if member (an alternative) is still live. */
+int gram_union_disc_live(const grammar_state *st, uint32_t member);
+/* The next byte grammar_complete writes for a union frame: one that moves it toward a
+ * commit or a close; -1 if none. accepts(b) says whether st accepts byte b. */
+int gram_union_complete_byte(const grammar *g, const grammar_state *st,
+                             int (*accepts)(const grammar *, const grammar_state *, uint8_t));
 
 /* ---- shared helpers (recognizer.c) ------------------------------------------------------ */
 

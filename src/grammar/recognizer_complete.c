@@ -12,7 +12,8 @@
  *     that stays live; the digit caps bound them;
  *   literals, keys and names finish one entry still allowed;
  *   objects add missing required properties, arrays items up to minItems, each with the
- *     first byte the grammar accepts among  " 0-9 - { [  (then any byte);
+ *     first byte the grammar accepts among  " 0-9 - { [  (then any byte); a union of
+ *     objects writes a key that commits an alternative (recognizer_union.c);
  *   everything else closes.
  * Every chosen byte is checked with the recognizer, so the result is always accepted. */
 #include <stdlib.h>
@@ -206,6 +207,9 @@ static int choose(const grammar *g, const grammar_state *st, dist_cache *dc, uin
         }
         break;
     }
+    case GRAM_FR_OBJ_UNION:
+        b = f->phase == OBJ_VALUE ? first_accepted(g, st, VALUE_START) : gram_union_complete_byte(g, st, accepts);
+        break;
     case GRAM_FR_ARRAY:
         switch (f->phase) {
         case ARR_OPEN: b = '['; break;

@@ -8,7 +8,9 @@
  *   - every node admits at least one value (impossible schemas are refused), so a value
  *     slot can always be filled;
  *   - the alternatives of a union start with disjoint bytes, so the first byte of a value
- *     picks one alternative and no parallel simulation is needed;
+ *     picks one alternative and no parallel simulation is needed; the one exception is a
+ *     union of objects (GRAM_NODE_OBJ_UNION, compiler_union.c), read as one object over
+ *     the keys of all its alternatives until a key or a discriminator value commits one;
  *   - literal sets are sorted by bytes (memcmp order, shorter first), so the entries that
  *     share a prefix form one contiguous range;
  *   - declared nesting fits in GRAMMAR_MAX_DEPTH frames. */
@@ -23,8 +25,10 @@
 
 #define GRAM_MAX_PROPS 64 /* properties per object: the seen set is one uint64 */
 #define GRAM_NONE UINT32_MAX
+#define GRAM_MAX_OBJ_ALTS 32 /* object alternatives of a union: the live set is one uint32 */
 
-enum gram_node_kind { GRAM_NODE_STRING = 1, GRAM_NODE_NUMBER, GRAM_NODE_LITERAL, GRAM_NODE_OBJECT, GRAM_NODE_ARRAY, GRAM_NODE_UNION };
+enum gram_node_kind { GRAM_NODE_STRING = 1, GRAM_NODE_NUMBER, GRAM_NODE_LITERAL, GRAM_NODE_OBJECT, GRAM_NODE_ARRAY, GRAM_NODE_UNION,
+                     GRAM_NODE_OBJ_UNION };
 
 enum gram_num_mode {
     GRAM_NUM_FREE = 0, /* any JSON number (lowercase exponent); nothing tracked */
@@ -68,6 +72,16 @@ typedef struct gram_node {
         struct {
             uint32_t pick; /* g->picks[pick + byte] = alternative node + 1, or 0 */
         } uni;
+        struct {
+            uint32_t first, count; /* merged key entries in g->lits; member = merged key */
+            uint32_t n_alts, n_keys;
+            /* g->prop_nodes[table ...]: alts[n_alts] (object nodes), has[n_keys] (bit a: alt a
+             * declares key k), shared[n_keys] (value node all declarers agree on, else
+             * GRAM_NONE), map[n_alts * n_keys] (property index of key k in alt a, or GRAM_NONE) */
+            uint32_t table;
+            uint32_t disc_key;  /* merged key whose value picks the alternative, or GRAM_NONE */
+            uint32_t disc_node; /* literal node of all alternatives' values; member = alt */
+        } ou;
     } u;
 } gram_node;
 

@@ -1,0 +1,290 @@
+/* compiler_union.c: anyOf/oneOf with two or more object alternatives (pydantic's
+ * Union[ModelA, ModelB]), compiled into one GRAM_NODE_OBJ_UNION node (schema_ir.h).
+ *
+ * The first byte of every alternative is "{", so the pick table of an ordinary union cannot
+ * choose. Instead the recognizer reads one object over the keys of all alternatives and
+ * keeps the set of alternatives still possible ("live"); each key narrows it to the
+ * alternatives that declare the key, and a discriminator value narrows it to one. When one
+ * alternative is left the frame becomes an ordinary object frame of that alternative
+ * (the "commit"). Before the commit a key is admitted only if its value can be read
+ * without knowing the alternative:
+ *   - one live alternative declares it (reading it commits that one);
+ *   - it is the discriminator (its value is a literal of all alternatives' values, whose
+ *     member is the alternative);
+ *   - every alternative that declares it gives it the same compiled schema.
+ *
+ * A union is accepted when the alternatives can be told apart, in one of two ways:
+ *   const  a property every alternative declares whose schema is a literal (const, enum,
+ *          Literal[...]) and whose values differ between any two alternatives;
+ *   keys   for any two alternatives, one requires a property the other does not declare,
+ *          and every alternative either requires a property no other declares, or needs
+ *          only properties that are its own or shared with the same schema.
+ * Both keep the recognizer free of dead ends: before the commit, the discriminator (const)
+ * or an alternative's own required key (keys) is always still admissible, and an
+ * alternative that needs only shared keys can be finished and closed without a commit.
+ * Anything else is refused with a message naming the two alternatives or the key. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/compiler.h"
+
+static int lit_equal(const grammar *g, uint32_t i, uint32_t j) {
+    const gram_lit *x = &g->lits[i], *y = &g->lits[j];
+    return x->len == y->len && !memcmp(g->lit_bytes + x->off, g->lit_bytes + y->off, x->len);
+}
+
+static int dfa_equal(const gram_dfa *x, const gram_dfa *y) {
+    size_t nt = (size_t)x->n_states * x->n_classes;
+    return x->n_states == y->n_states && x->n_classes == y->n_classes &&
+           !memcmp(x->bounds, y->bounds, (x->n_classes + 1) * sizeof *x->bounds) &&
+           !memcmp(x->trans, y->trans, nt * sizeof *x->trans) &&
+           !memcmp(x->accept, y->accept, x->n_states * sizeof *x->accept) &&
+           !memcmp(x->ascii_class, y->ascii_class, sizeof x->ascii_class);
+}
+
+/* Whether two compiled nodes admit the same values in the same way (structurally equal).
+ * Conservative: 0 may be said of equivalent nodes, never 1 of different ones. */
+static int nodes_equal(const grammar *g, uint32_t x, uint32_t y, int depth) {
+    if (x == y) return 1;
+    if (x == GRAM_NONE || y == GRAM_NONE || depth > GRAMMAR_MAX_DEPTH) return 0;
+    const gram_node *a = &g->nodes[x], *c = &g->nodes[y];
+    if (a->kind != c->kind) return 0;
+    switch (a->kind) {
+    case GRAM_NODE_STRING:
+        if (a->u.str.min_len != c->u.str.min_len || a->u.str.max_len != c->u.str.max_len ||
+            (a->u.str.dfa < 0) != (c->u.str.dfa < 0) || (a->u.str.table < 0) != (c->u.str.table < 0))
+            return 0;
+        return a->u.str.dfa < 0 || dfa_equal(&g->dfas[a->u.str.dfa], &g->dfas[c->u.str.dfa]);
+    case GRAM_NODE_NUMBER: return !memcmp(&a->u.num, &c->u.num, sizeof a->u.num); /* nodes start zeroed */
+    case GRAM_NODE_LITERAL:
+        if (a->u.lit.count != c->u.lit.count || a->u.lit.n_members != c->u.lit.n_members) return 0;
+        for (uint32_t i = 0; i < a->u.lit.count; i++)
+            if (!lit_equal(g, a->u.lit.first + i, c->u.lit.first + i) ||
+                g->lits[a->u.lit.first + i].member != g->lits[c->u.lit.first + i].member)
+                return 0;
+        return 1;
+    case GRAM_NODE_OBJECT:
+        if (a->u.obj.n_props != c->u.obj.n_props || a->u.obj.count != c->u.obj.count ||
+            a->u.obj.required != c->u.obj.required ||
+            !nodes_equal(g, a->u.obj.free_value, c->u.obj.free_value, depth + 1) ||
+            (a->u.obj.free_value != GRAM_NONE && !nodes_equal(g, a->u.obj.free_key, c->u.obj.free_key, depth + 1)))
+            return 0;
+        for (uint32_t i = 0; i < a->u.obj.count; i++)
+            if (!lit_equal(g, a->u.obj.first + i, c->u.obj.first + i) ||
+                g->lits[a->u.obj.first + i].member != g->lits[c->u.obj.first + i].member)
+                return 0;
+        for (uint32_t p = 0; p < a->u.obj.n_props; p++)
+            if (!nodes_equal(g, g->prop_nodes[a->u.obj.props + p], g->prop_nodes[c->u.obj.props + p], depth + 1))
+                return 0;
+        return 1;
+    case GRAM_NODE_ARRAY:
+        return a->u.arr.min == c->u.arr.min && a->u.arr.max == c->u.arr.max && a->u.arr.unique == c->u.arr.unique &&
+               nodes_equal(g, a->u.arr.items, c->u.arr.items, depth + 1);
+    case GRAM_NODE_UNION:
+        for (int b = 0; b < 256; b++) {
+            uint32_t p = g->picks[a->u.uni.pick + b], q = g->picks[c->u.uni.pick + b];
+            if ((p == 0) != (q == 0) || (p && !nodes_equal(g, p - 1, q - 1, depth + 1))) return 0;
+        }
+        return 1;
+    default: return 0;
+    }
+}
+
+/* Appends a copy of literal entry i with a new member (the bytes are copied first: the
+ * table they live in may move while growing). */
+static int copy_lit(gram_builder *b, uint32_t i, uint32_t member) {
+    const gram_lit e = b->g->lits[i];
+    uint8_t *tmp = malloc(e.len + 1u);
+    if (!tmp) return -1;
+    memcpy(tmp, b->g->lit_bytes + e.off, e.len);
+    int rc = gram_push_lit(b, tmp, e.len, member);
+    free(tmp);
+    return rc;
+}
+
+static int lits_disjoint(const grammar *g, const gram_node *x, const gram_node *y) {
+    for (uint32_t i = 0; i < x->u.lit.count; i++)
+        for (uint32_t j = 0; j < y->u.lit.count; j++)
+            if (lit_equal(g, x->u.lit.first + i, y->u.lit.first + j)) return 0;
+    return 1;
+}
+
+typedef struct ou_plan {
+    uint32_t n, n_keys;
+    uint32_t alts[GRAM_MAX_OBJ_ALTS];
+    uint32_t has[GRAM_MAX_PROPS];
+    uint32_t map[GRAM_MAX_OBJ_ALTS][GRAM_MAX_PROPS]; /* property index, or GRAM_NONE */
+    uint32_t shared[GRAM_MAX_PROPS];
+    uint32_t key_lit[GRAM_MAX_PROPS]; /* an entry spelling the key, for messages */
+} ou_plan;
+
+static uint32_t prop_node(const grammar *g, const ou_plan *pl, uint32_t a, uint32_t k) {
+    return g->prop_nodes[g->nodes[pl->alts[a]].u.obj.props + pl->map[a][k]];
+}
+
+static int requires(const grammar *g, const ou_plan *pl, uint32_t a, uint32_t k) {
+    return pl->map[a][k] != GRAM_NONE && (g->nodes[pl->alts[a]].u.obj.required >> pl->map[a][k] & 1);
+}
+
+/* Merges the key sets: every spelling of every key once, member = merged key index. */
+static int merge_keys(gram_builder *b, ou_plan *pl, uint32_t *first, uint32_t *count) {
+    grammar *g = b->g;
+    uint32_t merged[2 * GRAM_MAX_PROPS], n_merged = 0;
+    uint32_t mkey[2 * GRAM_MAX_PROPS];
+    for (uint32_t a = 0; a < pl->n; a++) {
+        const gram_node *o = &g->nodes[pl->alts[a]];
+        uint32_t key_of[GRAM_MAX_PROPS]; /* property -> merged key, for its other spelling */
+        for (uint32_t p = 0; p < GRAM_MAX_PROPS; p++) key_of[p] = GRAM_NONE;
+        for (uint32_t i = 0; i < o->u.obj.count; i++) {
+            uint32_t e = o->u.obj.first + i, p = g->lits[e].member, k = GRAM_NONE;
+            for (uint32_t j = 0; j < n_merged && k == GRAM_NONE; j++)
+                if (lit_equal(g, merged[j], e)) k = mkey[j];
+            if (k == GRAM_NONE) k = key_of[p];
+            if (k == GRAM_NONE) {
+                if (pl->n_keys == GRAM_MAX_PROPS)
+                    return gram_fail(b, "the object alternatives have more than %d distinct properties", GRAM_MAX_PROPS);
+                k = pl->n_keys++;
+                pl->has[k] = 0;
+                pl->key_lit[k] = e;
+            }
+            key_of[p] = k;
+            pl->map[a][k] = p;
+            pl->has[k] |= 1u << a;
+            int known = 0;
+            for (uint32_t j = 0; j < n_merged; j++) known |= lit_equal(g, merged[j], e);
+            if (!known) merged[n_merged] = e, mkey[n_merged++] = k;
+        }
+    }
+    *first = g->n_lits;
+    for (uint32_t j = 0; j < n_merged; j++)
+        if (copy_lit(b, merged[j], mkey[j])) return gram_oom(b);
+    *count = n_merged;
+    gram_sort_lits(g, *first, n_merged);
+    return 0;
+}
+
+/* The const plan: the first key every alternative declares as a literal, with values
+ * that differ between any two alternatives. GRAM_NONE if there is none. */
+static uint32_t find_discriminator(const grammar *g, const ou_plan *pl) {
+    const uint32_t all = pl->n == 32 ? UINT32_MAX : (1u << pl->n) - 1;
+    for (uint32_t k = 0; k < pl->n_keys; k++) {
+        if (pl->has[k] != all) continue;
+        int ok = 1;
+        for (uint32_t a = 0; a < pl->n && ok; a++) {
+            const gram_node *x = &g->nodes[prop_node(g, pl, a, k)];
+            ok = x->kind == GRAM_NODE_LITERAL;
+            for (uint32_t c = 0; c < a && ok; c++) ok = lits_disjoint(g, x, &g->nodes[prop_node(g, pl, c, k)]);
+        }
+        if (ok) return k;
+    }
+    return GRAM_NONE;
+}
+
+static int key_fail(gram_builder *b, const ou_plan *pl, uint32_t k, const char *fmt, uint32_t alt) {
+    const gram_lit *e = &b->g->lits[pl->key_lit[k]];
+    return gram_fail(b, fmt, alt, (int)e->len, (const char *)b->g->lit_bytes + e->off);
+}
+
+/* The keys plan's conditions (see the top of the file). */
+static int check_keys_plan(gram_builder *b, const ou_plan *pl, const uint32_t *origin) {
+    const grammar *g = b->g;
+    for (uint32_t a = 0; a < pl->n; a++)
+        for (uint32_t c = a + 1; c < pl->n; c++) {
+            int apart = 0;
+            for (uint32_t k = 0; k < pl->n_keys && !apart; k++)
+                apart = (requires(g, pl, a, k) && !(pl->has[k] >> c & 1)) ||
+                        (requires(g, pl, c, k) && !(pl->has[k] >> a & 1));
+            if (!apart)
+                return gram_fail(b, "alternatives [%u] and [%u] are objects that cannot be told apart: neither "
+                                    "requires a property the other lacks, and no property has a distinct const "
+                                    "value in each (a discriminator, such as a Literal field in pydantic)",
+                                 origin[a], origin[c]);
+        }
+    for (uint32_t a = 0; a < pl->n; a++) {
+        uint32_t own = 0, conflict = GRAM_NONE;
+        for (uint32_t k = 0; k < pl->n_keys; k++) {
+            if (!requires(g, pl, a, k)) continue;
+            if (pl->has[k] == 1u << a) own = 1;
+            else if (pl->shared[k] == GRAM_NONE && conflict == GRAM_NONE) conflict = k;
+        }
+        if (!own && conflict != GRAM_NONE)
+            return key_fail(b, pl, conflict,
+                            "alternative [%u] has no required property of its own and shares %.*s with another "
+                            "alternative under a different schema, so it can never be chosen: give it a "
+                            "discriminator (a const property) or a required property of its own",
+                            origin[a]);
+    }
+    return 0;
+}
+
+int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_t *origin, uint32_t n,
+                            uint32_t *out) {
+    grammar *g = b->g;
+    if (n > GRAM_MAX_OBJ_ALTS) return gram_fail(b, "a union of more than %d object schemas", GRAM_MAX_OBJ_ALTS);
+    ou_plan *pl = calloc(1, sizeof *pl);
+    if (!pl) return gram_oom(b);
+    int rc = 0;
+    pl->n = n;
+    for (uint32_t a = 0; a < n && !rc; a++) {
+        pl->alts[a] = objs[a];
+        for (uint32_t k = 0; k < GRAM_MAX_PROPS; k++) pl->map[a][k] = GRAM_NONE;
+        if (g->nodes[objs[a]].u.obj.free_value != GRAM_NONE)
+            rc = gram_fail(b, "alternative [%u] is a free-form object (no properties): a union of objects needs "
+                              "declared properties in each alternative to tell them apart", origin[a]);
+    }
+    uint32_t first = 0, count = 0, disc = GRAM_NONE, disc_node = GRAM_NONE, table = 0;
+    if (!rc) rc = merge_keys(b, pl, &first, &count);
+    for (uint32_t k = 0; k < pl->n_keys && !rc; k++) { /* the value node all declarers agree on */
+        pl->shared[k] = GRAM_NONE;
+        for (uint32_t a = 0; a < n; a++) {
+            if (!(pl->has[k] >> a & 1)) continue;
+            uint32_t v = prop_node(g, pl, a, k);
+            if (pl->shared[k] == GRAM_NONE) pl->shared[k] = v;
+            else if (!nodes_equal(g, pl->shared[k], v, 0)) {
+                pl->shared[k] = GRAM_NONE;
+                break;
+            }
+        }
+    }
+    if (!rc && (disc = find_discriminator(g, pl)) != GRAM_NONE) {
+        uint32_t lit_first = g->n_lits;
+        for (uint32_t a = 0; a < n && !rc; a++) {
+            const gram_node x = g->nodes[prop_node(g, pl, a, disc)];
+            for (uint32_t i = 0; i < x.u.lit.count && !rc; i++)
+                if (copy_lit(b, x.u.lit.first + i, a)) rc = gram_oom(b);
+        }
+        if (!rc && (disc_node = gram_new_node(b, GRAM_NODE_LITERAL)) == GRAM_NONE) rc = gram_oom(b);
+        if (!rc) {
+            gram_sort_lits(g, lit_first, g->n_lits - lit_first);
+            g->nodes[disc_node].u.lit.first = lit_first;
+            g->nodes[disc_node].u.lit.count = g->n_lits - lit_first;
+            g->nodes[disc_node].u.lit.n_members = n;
+        }
+    } else if (!rc) {
+        rc = check_keys_plan(b, pl, origin);
+    }
+    const uint32_t nk = pl->n_keys;
+    if (!rc && gram_push_props(b, n + 2 * nk + n * nk, &table)) rc = gram_oom(b);
+    if (!rc) {
+        uint32_t *t = g->prop_nodes + table;
+        memcpy(t, pl->alts, n * sizeof *t);
+        memcpy(t + n, pl->has, nk * sizeof *t);
+        memcpy(t + n + nk, pl->shared, nk * sizeof *t);
+        for (uint32_t a = 0; a < n; a++) memcpy(t + n + 2 * nk + a * nk, pl->map[a], nk * sizeof *t);
+        uint32_t u = gram_new_node(b, GRAM_NODE_OBJ_UNION);
+        if (u == GRAM_NONE) rc = gram_oom(b);
+        else {
+            gram_node *on = &g->nodes[u];
+            on->u.ou.first = first;
+            on->u.ou.count = count;
+            on->u.ou.n_alts = n;
+            on->u.ou.n_keys = nk;
+            on->u.ou.table = table;
+            on->u.ou.disc_key = disc;
+            on->u.ou.disc_node = disc_node;
+            *out = u;
+        }
+    }
+    free(pl);
+    return rc;
+}
