@@ -1,6 +1,7 @@
 /* grammar_mask on the real Needle 2 vocabulary (tests/data/bpe8192_token_bytes.hex, 8192
- * tokens): at states collected from random walks over realistic tools, the trie walk must
- * allow exactly the tokens the brute-force per-token check allows. Also prints the mask
+ * tokens): at states collected from random walks over realistic tools (unions of objects
+ * among them), the trie walk must allow exactly the tokens the brute-force per-token
+ * check allows. Also prints the mask
  * time (mean and worst over the collected states); this file asserts no timing, because
  * sanitizer builds are an order of magnitude slower. */
 #include <stdlib.h>
@@ -72,7 +73,17 @@ static const char *const TOOLS =
     "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true},\"meta\":{\"type\":\"object\"},"
     "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3,5}$\"}},\"required\":[\"lat\",\"lon\"]}},"
     "{\"name\":\"send_message\",\"parameters\":{\"type\":\"object\",\"properties\":{\"to\":{\"type\":\"string\"},"
-    "\"body\":{\"type\":\"string\"},\"amount\":{\"type\":\"number\",\"multipleOf\":0.01}},\"required\":[\"to\",\"body\"]}}]";
+    "\"body\":{\"type\":\"string\"},\"amount\":{\"type\":\"number\",\"multipleOf\":0.01}},\"required\":[\"to\",\"body\"]}},"
+    /* unions of objects: a const discriminator, and required keys (test_grammar_union.c) */
+    "{\"name\":\"adopt\",\"parameters\":{\"type\":\"object\",\"properties\":{\"pet\":{\"oneOf\":["
+    "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"cat\"},\"name\":{\"type\":\"string\"},"
+    "\"lives\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":9}},\"required\":[\"kind\",\"lives\"]},"
+    "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"dog\"},\"name\":{\"type\":\"string\"},"
+    "\"breed\":{\"type\":\"string\"}},\"required\":[\"kind\"]}]},\"home\":{\"anyOf\":["
+    "{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"},\"city\":{\"type\":\"string\"}},"
+    "\"required\":[\"street\"]},{\"type\":\"object\",\"properties\":{\"lat\":{\"type\":\"number\"},"
+    "\"lon\":{\"type\":\"number\"},\"city\":{\"type\":\"string\"}},\"required\":[\"lat\",\"lon\"]},"
+    "{\"type\":\"null\"}]}},\"required\":[\"pet\"]}}]";
 
 #define MAX_STATES 1500
 

@@ -11,18 +11,16 @@
  *   - one live alternative declares it (reading it commits that one);
  *   - it is the discriminator (its value is a literal of all alternatives' values, whose
  *     member is the alternative);
- *   - every alternative that declares it gives it the same compiled schema.
+ *   - the live alternatives that declare it give it equal compiled schemas.
  *
- * A union is accepted when the alternatives can be told apart, in one of two ways:
+ * A union is accepted when its alternatives can be told apart and produced:
  *   const  a property every alternative declares whose schema is a literal (const, enum,
- *          Literal[...]) and whose values differ between any two alternatives;
- *   keys   for any two alternatives, one requires a property the other does not declare,
- *          and every alternative either requires a property no other declares, or needs
- *          only properties that are its own or shared with the same schema.
- * Both keep the recognizer free of dead ends: before the commit, the discriminator (const)
- * or an alternative's own required key (keys) is always still admissible, and an
- * alternative that needs only shared keys can be finished and closed without a commit.
- * Anything else is refused with a message naming the two alternatives or the key. */
+ *          Literal[...]) and whose values differ between any two alternatives; or
+ *   keys   for any two alternatives, one requires a property the other does not declare;
+ * and, checked over every set of alternatives that can be live before a commit
+ * (check_reachable), the object can always go on and every alternative can be written.
+ * That keeps the recognizer free of dead ends. Anything else is refused with a message
+ * naming the alternatives (by their index in the anyOf/oneOf) or the key. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,36 +108,38 @@ static int lits_disjoint(const grammar *g, const gram_node *x, const gram_node *
 }
 
 typedef struct ou_plan {
-    uint32_t n, n_keys;
+    uint32_t n, n_keys, disc;
     uint32_t alts[GRAM_MAX_OBJ_ALTS];
     uint32_t has[GRAM_MAX_PROPS];
-    uint32_t map[GRAM_MAX_OBJ_ALTS][GRAM_MAX_PROPS]; /* property index, or GRAM_NONE */
-    uint32_t shared[GRAM_MAX_PROPS];
+    uint32_t map[GRAM_MAX_OBJ_ALTS * GRAM_MAX_PROPS]; /* [a * n_keys + k], as in the node's table */
+    uint32_t cls[GRAM_MAX_OBJ_ALTS * GRAM_MAX_PROPS];
     uint32_t key_lit[GRAM_MAX_PROPS]; /* an entry spelling the key, for messages */
 } ou_plan;
 
 static uint32_t prop_node(const grammar *g, const ou_plan *pl, uint32_t a, uint32_t k) {
-    return g->prop_nodes[g->nodes[pl->alts[a]].u.obj.props + pl->map[a][k]];
+    return g->prop_nodes[g->nodes[pl->alts[a]].u.obj.props + pl->map[a * pl->n_keys + k]];
 }
 
 static int requires(const grammar *g, const ou_plan *pl, uint32_t a, uint32_t k) {
-    return pl->map[a][k] != GRAM_NONE && (g->nodes[pl->alts[a]].u.obj.required >> pl->map[a][k] & 1);
+    uint32_t p = pl->map[a * pl->n_keys + k];
+    return p != GRAM_NONE && (g->nodes[pl->alts[a]].u.obj.required >> p & 1);
 }
 
-/* Merges the key sets: every spelling of every key once, member = merged key index. */
+/* Merges the key sets: every spelling of every key once, member = merged key index; fills
+ * has, map (GRAM_NONE where an alternative lacks the key) and key_lit. */
 static int merge_keys(gram_builder *b, ou_plan *pl, uint32_t *first, uint32_t *count) {
     grammar *g = b->g;
     uint32_t merged[2 * GRAM_MAX_PROPS], n_merged = 0;
     uint32_t mkey[2 * GRAM_MAX_PROPS];
+    uint32_t key_of[GRAM_MAX_OBJ_ALTS][GRAM_MAX_PROPS]; /* property -> merged key */
     for (uint32_t a = 0; a < pl->n; a++) {
         const gram_node *o = &g->nodes[pl->alts[a]];
-        uint32_t key_of[GRAM_MAX_PROPS]; /* property -> merged key, for its other spelling */
-        for (uint32_t p = 0; p < GRAM_MAX_PROPS; p++) key_of[p] = GRAM_NONE;
+        for (uint32_t p = 0; p < GRAM_MAX_PROPS; p++) key_of[a][p] = GRAM_NONE;
         for (uint32_t i = 0; i < o->u.obj.count; i++) {
             uint32_t e = o->u.obj.first + i, p = g->lits[e].member, k = GRAM_NONE;
             for (uint32_t j = 0; j < n_merged && k == GRAM_NONE; j++)
                 if (lit_equal(g, merged[j], e)) k = mkey[j];
-            if (k == GRAM_NONE) k = key_of[p];
+            if (k == GRAM_NONE) k = key_of[a][p]; /* the other spelling of a key seen */
             if (k == GRAM_NONE) {
                 if (pl->n_keys == GRAM_MAX_PROPS)
                     return gram_fail(b, "the object alternatives have more than %d distinct properties", GRAM_MAX_PROPS);
@@ -147,20 +147,38 @@ static int merge_keys(gram_builder *b, ou_plan *pl, uint32_t *first, uint32_t *c
                 pl->has[k] = 0;
                 pl->key_lit[k] = e;
             }
-            key_of[p] = k;
-            pl->map[a][k] = p;
+            key_of[a][p] = k;
             pl->has[k] |= 1u << a;
             int known = 0;
             for (uint32_t j = 0; j < n_merged; j++) known |= lit_equal(g, merged[j], e);
             if (!known) merged[n_merged] = e, mkey[n_merged++] = k;
         }
     }
+    for (uint32_t i = 0; i < pl->n * pl->n_keys; i++) pl->map[i] = GRAM_NONE;
+    for (uint32_t a = 0; a < pl->n; a++)
+        for (uint32_t p = 0; p < GRAM_MAX_PROPS; p++)
+            if (key_of[a][p] != GRAM_NONE) pl->map[a * pl->n_keys + key_of[a][p]] = p;
     *first = g->n_lits;
     for (uint32_t j = 0; j < n_merged; j++)
         if (copy_lit(b, merged[j], mkey[j])) return gram_oom(b);
     *count = n_merged;
     gram_sort_lits(g, *first, n_merged);
     return 0;
+}
+
+/* cls: for key k and alternative a, the least alternative whose value schema for k is
+ * equal to a's. */
+static void value_classes(const grammar *g, ou_plan *pl) {
+    const uint32_t nk = pl->n_keys;
+    for (uint32_t k = 0; k < nk; k++)
+        for (uint32_t a = 0; a < pl->n; a++) {
+            uint32_t *c = &pl->cls[a * nk + k];
+            *c = GRAM_NONE;
+            if (!(pl->has[k] >> a & 1)) continue;
+            for (uint32_t x = 0; x <= a && *c == GRAM_NONE; x++)
+                if ((pl->has[k] >> x & 1) && (x == a || nodes_equal(g, prop_node(g, pl, x, k), prop_node(g, pl, a, k), 0)))
+                    *c = x;
+        }
 }
 
 /* The const plan: the first key every alternative declares as a literal, with values
@@ -180,13 +198,9 @@ static uint32_t find_discriminator(const grammar *g, const ou_plan *pl) {
     return GRAM_NONE;
 }
 
-static int key_fail(gram_builder *b, const ou_plan *pl, uint32_t k, const char *fmt, uint32_t alt) {
-    const gram_lit *e = &b->g->lits[pl->key_lit[k]];
-    return gram_fail(b, fmt, alt, (int)e->len, (const char *)b->g->lit_bytes + e->off);
-}
-
-/* The keys plan's conditions (see the top of the file). */
-static int check_keys_plan(gram_builder *b, const ou_plan *pl, const uint32_t *origin) {
+/* Without a discriminator: for any two alternatives, one requires a key the other does not
+ * declare (so no object is valid against both, and oneOf means what it says). */
+static int check_apart(gram_builder *b, const ou_plan *pl, const uint32_t *origin) {
     const grammar *g = b->g;
     for (uint32_t a = 0; a < pl->n; a++)
         for (uint32_t c = a + 1; c < pl->n; c++) {
@@ -200,21 +214,76 @@ static int check_keys_plan(gram_builder *b, const ou_plan *pl, const uint32_t *o
                                     "value in each (a discriminator, such as a Literal field in pydantic)",
                                  origin[a], origin[c]);
         }
-    for (uint32_t a = 0; a < pl->n; a++) {
-        uint32_t own = 0, conflict = GRAM_NONE;
-        for (uint32_t k = 0; k < pl->n_keys; k++) {
-            if (!requires(g, pl, a, k)) continue;
-            if (pl->has[k] == 1u << a) own = 1;
-            else if (pl->shared[k] == GRAM_NONE && conflict == GRAM_NONE) conflict = k;
-        }
-        if (!own && conflict != GRAM_NONE)
-            return key_fail(b, pl, conflict,
-                            "alternative [%u] has no required property of its own and shares %.*s with another "
-                            "alternative under a different schema, so it can never be chosen: give it a "
-                            "discriminator (a const property) or a required property of its own",
-                            origin[a]);
-    }
     return 0;
+}
+
+enum { OU_MAX_SETS = 1024 };
+
+/* Walks every set of alternatives the recognizer can be left with before a commit (the
+ * live sets) and checks, for each, that the object can always go on: some key moves to a
+ * smaller set (or commits), or some live alternative needs only keys readable there and
+ * declared by all of the set (it can be finished and closed without a commit). Keys seen
+ * in a live set are declared by all of it, so this covers every seen set too. Also checks
+ * that every alternative can be produced: committed, or closed in some live set. */
+static int check_reachable(gram_builder *b, const ou_plan *pl, const uint32_t *origin) {
+    const grammar *g = b->g;
+    const uint32_t nk = pl->n_keys;
+    uint32_t *sets = malloc(OU_MAX_SETS * sizeof *sets), n_sets = 1, produced = 0;
+    if (!sets) return gram_oom(b);
+    sets[0] = pl->n == 32 ? UINT32_MAX : (1u << pl->n) - 1;
+    int rc = 0;
+    for (uint32_t i = 0; i < n_sets && !rc; i++) {
+        const uint32_t live = sets[i];
+        uint64_t common = 0; /* readable keys every live alternative declares */
+        int moves = 0;
+        for (uint32_t k = 0; k < nk && !rc; k++) {
+            if (!gram_ou_readable(pl->has, pl->cls, nk, k, pl->disc, live)) continue;
+            uint32_t next = pl->has[k] & live;
+            if (k == pl->disc) { /* the value commits any live alternative */
+                produced |= live;
+                moves = 1;
+            } else if (next == live) {
+                common |= 1ull << k;
+            } else if (!(next & (next - 1))) {
+                produced |= next;
+                moves = 1;
+            } else {
+                moves = 1;
+                uint32_t j = 0;
+                while (j < n_sets && sets[j] != next) j++;
+                if (j == n_sets && n_sets == OU_MAX_SETS)
+                    rc = gram_fail(b, "the object alternatives share keys in too many ways to check (more than "
+                                      "%d sets of alternatives); give them a discriminator", OU_MAX_SETS);
+                else if (j == n_sets) sets[n_sets++] = next;
+            }
+        }
+        int closes = 0;
+        for (uint32_t a = 0; a < pl->n && !rc; a++) {
+            if (!(live >> a & 1)) continue;
+            int ok = 1;
+            for (uint32_t k = 0; k < nk && ok; k++) ok = !requires(g, pl, a, k) || (common >> k & 1);
+            if (ok) produced |= 1u << a, closes = 1;
+        }
+        if (!rc && !moves && !closes) {
+            uint32_t a = 0;
+            while (!(live >> a & 1)) a++;
+            rc = gram_fail(b, "alternative [%u] and the others it shares its keys with cannot be finished: "
+                              "after the properties they share, none of their required properties has the same "
+                              "schema in all of them; give them a discriminator (a const property)", origin[a]);
+        }
+    }
+    for (uint32_t a = 0; a < pl->n && !rc; a++) {
+        if (produced >> a & 1) continue;
+        uint32_t k = 0;
+        while (k < nk && !(requires(g, pl, a, k) && pl->has[k] != 1u << a)) k++;
+        const gram_lit *e = &g->lits[pl->key_lit[k < nk ? k : 0]];
+        rc = gram_fail(b, "alternative [%u] can never be chosen: the properties that would tell it apart "
+                          "(such as %.*s) are shared with other alternatives under different schemas; give it a "
+                          "discriminator (a const property) or a required property of its own",
+                       origin[a], (int)e->len, (const char *)g->lit_bytes + e->off);
+    }
+    free(sets);
+    return rc;
 }
 
 int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_t *origin, uint32_t n,
@@ -225,31 +294,20 @@ int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_
     if (!pl) return gram_oom(b);
     int rc = 0;
     pl->n = n;
+    pl->disc = GRAM_NONE;
     for (uint32_t a = 0; a < n && !rc; a++) {
         pl->alts[a] = objs[a];
-        for (uint32_t k = 0; k < GRAM_MAX_PROPS; k++) pl->map[a][k] = GRAM_NONE;
         if (g->nodes[objs[a]].u.obj.free_value != GRAM_NONE)
             rc = gram_fail(b, "alternative [%u] is a free-form object (no properties): a union of objects needs "
                               "declared properties in each alternative to tell them apart", origin[a]);
     }
-    uint32_t first = 0, count = 0, disc = GRAM_NONE, disc_node = GRAM_NONE, table = 0;
+    uint32_t first = 0, count = 0, disc_node = GRAM_NONE, table = 0;
     if (!rc) rc = merge_keys(b, pl, &first, &count);
-    for (uint32_t k = 0; k < pl->n_keys && !rc; k++) { /* the value node all declarers agree on */
-        pl->shared[k] = GRAM_NONE;
-        for (uint32_t a = 0; a < n; a++) {
-            if (!(pl->has[k] >> a & 1)) continue;
-            uint32_t v = prop_node(g, pl, a, k);
-            if (pl->shared[k] == GRAM_NONE) pl->shared[k] = v;
-            else if (!nodes_equal(g, pl->shared[k], v, 0)) {
-                pl->shared[k] = GRAM_NONE;
-                break;
-            }
-        }
-    }
-    if (!rc && (disc = find_discriminator(g, pl)) != GRAM_NONE) {
+    if (!rc) value_classes(g, pl);
+    if (!rc && (pl->disc = find_discriminator(g, pl)) != GRAM_NONE) {
         uint32_t lit_first = g->n_lits;
         for (uint32_t a = 0; a < n && !rc; a++) {
-            const gram_node x = g->nodes[prop_node(g, pl, a, disc)];
+            const gram_node x = g->nodes[prop_node(g, pl, a, pl->disc)];
             for (uint32_t i = 0; i < x.u.lit.count && !rc; i++)
                 if (copy_lit(b, x.u.lit.first + i, a)) rc = gram_oom(b);
         }
@@ -261,16 +319,17 @@ int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_
             g->nodes[disc_node].u.lit.n_members = n;
         }
     } else if (!rc) {
-        rc = check_keys_plan(b, pl, origin);
+        rc = check_apart(b, pl, origin);
     }
+    if (!rc) rc = check_reachable(b, pl, origin);
     const uint32_t nk = pl->n_keys;
-    if (!rc && gram_push_props(b, n + 2 * nk + n * nk, &table)) rc = gram_oom(b);
+    if (!rc && gram_push_props(b, n + nk + 2 * n * nk, &table)) rc = gram_oom(b);
     if (!rc) {
         uint32_t *t = g->prop_nodes + table;
         memcpy(t, pl->alts, n * sizeof *t);
         memcpy(t + n, pl->has, nk * sizeof *t);
-        memcpy(t + n + nk, pl->shared, nk * sizeof *t);
-        for (uint32_t a = 0; a < n; a++) memcpy(t + n + 2 * nk + a * nk, pl->map[a], nk * sizeof *t);
+        memcpy(t + n + nk, pl->map, n * nk * sizeof *t);
+        memcpy(t + n + nk + n * nk, pl->cls, n * nk * sizeof *t);
         uint32_t u = gram_new_node(b, GRAM_NODE_OBJ_UNION);
         if (u == GRAM_NONE) rc = gram_oom(b);
         else {
@@ -280,7 +339,7 @@ int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_
             on->u.ou.n_alts = n;
             on->u.ou.n_keys = nk;
             on->u.ou.table = table;
-            on->u.ou.disc_key = disc;
+            on->u.ou.disc_key = pl->disc;
             on->u.ou.disc_node = disc_node;
             *out = u;
         }

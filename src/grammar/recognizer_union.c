@@ -8,7 +8,7 @@
  * translated to its property indices, and reads on as any object.
  *
  * Before the commit only keys whose value does not depend on the alternative are admitted
- * (see compiler_union.c), "}" only when some live alternative has all its required keys,
+ * (see compiler_union.c, gram_ou_readable), "}" only when some live alternative has all its required keys,
  * and "," only when some key is still admissible. The compiler's conditions make one of
  * them always possible, so the frame, like every other, has no dead ends. */
 #include "grammar/grammar.h"
@@ -18,7 +18,7 @@
 /* The node's table in g->prop_nodes (schema_ir.h). */
 typedef struct ou_view {
     const gram_node *n;
-    const uint32_t *alts, *has, *shared, *map;
+    const uint32_t *alts, *has, *map, *cls;
 } ou_view;
 
 static ou_view view(const grammar *g, const grammar_frame *f) {
@@ -27,17 +27,23 @@ static ou_view view(const grammar *g, const grammar_frame *f) {
     uint32_t na = v.n->u.ou.n_alts, nk = v.n->u.ou.n_keys;
     v.alts = g->prop_nodes + v.n->u.ou.table;
     v.has = v.alts + na;
-    v.shared = v.has + nk;
-    v.map = v.shared + nk;
+    v.map = v.has + nk;
+    v.cls = v.map + na * nk;
     return v;
 }
 
 static int one_bit(uint64_t x) { return x && !(x & (x - 1)); }
 
 static int admissible(const ou_view *v, const grammar_frame *f, uint32_t k) {
-    uint64_t declarers = v->has[k] & f->u.ou.live;
-    return !(f->u.ou.seen >> k & 1) && declarers &&
-           (one_bit(declarers) || k == v->n->u.ou.disc_key || v->shared[k] != GRAM_NONE);
+    return !(f->u.ou.seen >> k & 1) &&
+           gram_ou_readable(v->has, v->cls, v->n->u.ou.n_keys, k, v->n->u.ou.disc_key, f->u.ou.live);
+}
+
+/* The value node of key k (readable): that of its first live declarer. */
+static uint32_t value_node(const grammar *g, const ou_view *v, const grammar_frame *f, uint32_t k) {
+    uint32_t a = 0, nk = v->n->u.ou.n_keys;
+    while (!((v->has[k] & f->u.ou.live) >> a & 1)) a++;
+    return g->prop_nodes[g->nodes[v->alts[a]].u.obj.props + v->map[a * nk + k]];
 }
 
 static int range_admissible(const grammar *g, const ou_view *v, const grammar_frame *f, uint32_t lo, uint32_t hi) {
@@ -130,7 +136,7 @@ int gram_union_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8
     case OBJ_VALUE: {
         uint32_t k = f->u.ou.key;
         int ok = k == n->u.ou.disc_key ? gram_push_value(g, st, n->u.ou.disc_node, GRAM_FF_DISC, b)
-                                       : gram_push_value(g, st, v.shared[k], 0, b);
+                                       : gram_push_value(g, st, value_node(g, &v, f, k), 0, b);
         return ok ? ST_OK : ST_REJECT;
     }
     case OBJ_AFTER:

@@ -76,8 +76,9 @@ typedef struct gram_node {
             uint32_t first, count; /* merged key entries in g->lits; member = merged key */
             uint32_t n_alts, n_keys;
             /* g->prop_nodes[table ...]: alts[n_alts] (object nodes), has[n_keys] (bit a: alt a
-             * declares key k), shared[n_keys] (value node all declarers agree on, else
-             * GRAM_NONE), map[n_alts * n_keys] (property index of key k in alt a, or GRAM_NONE) */
+             * declares key k), map[n_alts * n_keys] (property index of key k in alt a, or
+             * GRAM_NONE), cls[n_alts * n_keys] (for key k, the least alt whose value schema
+             * for k equals alt a's: equal classes mean the same values) */
             uint32_t table;
             uint32_t disc_key;  /* merged key whose value picks the alternative, or GRAM_NONE */
             uint32_t disc_node; /* literal node of all alternatives' values; member = alt */
@@ -114,6 +115,24 @@ struct grammar {
     uint32_t names_first, names_count; /* literal set of quoted names; member = tool */
     uint32_t *tool_args;               /* node of each tool's arguments object */
 };
+
+/* Object unions: whether the value of key k can be read while the alternatives in `live`
+ * remain, before one is committed: its declarers among them agree on its schema, or it
+ * commits one (a single declarer, or the discriminator). has/cls: the node's tables.
+ * Shared by the compiler's check that a union has no dead end and by the recognizer. */
+static inline int gram_ou_readable(const uint32_t *has, const uint32_t *cls, uint32_t n_keys, uint32_t k,
+                                   uint32_t disc, uint64_t live) {
+    uint64_t d = has[k] & live;
+    if (!d) return 0;
+    if (!(d & (d - 1)) || k == disc) return 1;
+    uint32_t c = GRAM_NONE;
+    for (uint32_t a = 0; d; a++, d >>= 1) {
+        if (!(d & 1)) continue;
+        if (c == GRAM_NONE) c = cls[a * n_keys + k];
+        else if (cls[a * n_keys + k] != c) return 0;
+    }
+    return 1;
+}
 
 /* The fixed text of a call object around the tool name and its arguments. */
 #define GRAMMAR_CALL_PREFIX "{\"name\":"
