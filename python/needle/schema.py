@@ -8,7 +8,8 @@ Type mapping (``type_schema``):
       literals (string, integer, number, boolean); literals of mixed types give only "enum",
   Enum subclasses -> enum of the member values (typed the same way as Literal),
   Optional[X] / Union[X, None] / X | None -> X (and the parameter is not required),
-  Union[X, Y] -> {"anyOf": [...]},
+  Union[X, Y] -> {"anyOf": [...]} (models too: the engine tells them apart by a Literal
+  field or their required fields),
   dataclasses and TypedDicts -> nested object schemas,
   pydantic models -> model_json_schema(),
   Annotated[X, Field(...)] -> X's schema plus the Field's description and constraints,
