@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the Python package's tests against a built libneedle.
 # Usage: python/run_tests.sh BUILD_DIR   (BUILD_DIR holds libneedle.so; default: build)
-# Creates python/.venv the first time (pytest, and pydantic when PyPI has it).
+# Creates python/.venv the first time (pytest, build, and pydantic when PyPI has it), then
+# runs test_wheel.sh: the sdist, a wheel built from it in a fresh venv, an editable install
+# (about a minute: one CMake build).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -11,12 +13,15 @@ build="$(cd "$build_arg" && pwd)"
 venv="$here/.venv"
 if [ ! -x "$venv/bin/pytest" ]; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q pytest setuptools wheel
+  "$venv/bin/pip" install -q pytest setuptools wheel build
   "$venv/bin/pip" install -q "pydantic>=2" || echo "pydantic not available; its tests are skipped"
 fi
+# venvs made before test_wheel.sh existed lack `build`
+"$venv/bin/python" -c "import build" 2>/dev/null || "$venv/bin/pip" install -q build
 export NEEDLE_LIB_PATH="$build/libneedle.so"
 export NEEDLE_TEST_FIXTURES="$root/tests/fixtures"
 unset NEEDLE_MODEL
 cd "$here"
 export PYTHONDONTWRITEBYTECODE=1
 PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests
+"$here/test_wheel.sh" "$venv/bin/python"

@@ -124,7 +124,8 @@ def test_wheel_version_from_library(tmp_path):
 
 
 def test_wheel_failed_cmake_build_fails(tmp_path):
-    # A checkout whose CMake build fails must not give a wheel (it used to be a warning).
+    # A checkout whose C build fails must not give a wheel (it used to be a warning), and
+    # the compiler's error must be in what pip prints.
     pytest.importorskip("setuptools")
     pytest.importorskip("wheel")
     if shutil.which("cmake") is None:
@@ -133,10 +134,14 @@ def test_wheel_failed_cmake_build_fails(tmp_path):
     shutil.copytree(PKG_ROOT, repo / "python", ignore=shutil.ignore_patterns(
         ".venv", "__pycache__", "build", "*.egg-info", "tests"))
     shutil.copytree(os.path.join(os.path.dirname(PKG_ROOT), "include"), repo / "include")
+    (repo / "broken.c").write_text("int needle_broken(void) { return undeclared_name; }\n")
     (repo / "CMakeLists.txt").write_text(
         'cmake_minimum_required(VERSION 3.18)\nproject(broken C)\n'
-        'message(FATAL_ERROR "this checkout does not build")\n')
+        'add_library(needle_shared SHARED broken.c)\n')
     out = _build_wheel(repo / "python", tmp_path / "dist", {}, drop=("NEEDLE_LIB_PATH",))
     assert out.returncode != 0
-    assert "building libneedle with CMake failed" in out.stderr + out.stdout
+    log = out.stderr + out.stdout
+    assert "building libneedle with CMake failed" in log
+    assert "undeclared_name" in log and "broken.c" in log  # the compiler's own message
+    assert "-DNEEDLE_CUDA=OFF" in log  # the default wheel is CPU-only
     assert not list((tmp_path / "dist").glob("*.whl"))
