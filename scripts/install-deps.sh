@@ -3,7 +3,9 @@
 # what is missing; needs root (or sudo) when something is.
 #
 #   scripts/install-deps.sh          building and running: a C compiler, make, CMake,
-#                                    pkg-config and cJSON (the library's one dependency)
+#                                    pkg-config and cJSON (the library's one dependency);
+#                                    libedit (line editing in `needle chat`, optional:
+#                                    without it chat reads plain lines)
 #   scripts/install-deps.sh --test   also what the tests need (scripts/test.sh passes it):
 #                                    Python 3 with venv (the Python suites), the aarch64
 #                                    cross compiler, qemu-user and arm64 cJSON (the NEON
@@ -15,7 +17,7 @@ with_tests=0
 for arg in "$@"; do
   case "$arg" in
     --test) with_tests=1 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -26,6 +28,7 @@ command -v make >/dev/null 2>&1 || command -v ninja >/dev/null 2>&1 || need+=(ma
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
+[ -f /usr/include/histedit.h ] || need+=(libedit-dev)
 
 # Tests only. cross: installed without recommends (qemu-user's would register binfmt
 # handlers system-wide, which the tests do not need: ctest calls qemu-aarch64 itself).

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "chat_input.h"
 #include "cli.h"
 
 static const cli_command cli_help, cli_version;
@@ -107,6 +108,7 @@ static int run_version(const cli_command *self, int argc, char **argv) {
 #endif
     printf("build: %s, C compiler %s%s%s\n", NEEDLE_BUILD_TYPE, compiler,
            NEEDLE_GIT_COMMIT[0] ? ", configured at commit " : "", NEEDLE_GIT_COMMIT);
+    printf("chat input: %s\n", chat_input_kind());
     /* what this library can run on here: its backends that found a device */
     printf("devices:");
     const int n = needle_device_count();
@@ -124,7 +126,8 @@ static const cli_command cli_version = {
     "usage: needle version   (or needle --version)\n"
     "\n"
     "Prints the version of the needle library this tool is linked with, how it was\n"
-    "built, and the devices its backends find here.\n",
+    "built (and whether `needle chat` edits lines), and the devices its backends find\n"
+    "here.\n",
     run_version};
 
 int main(int argc, char **argv) {

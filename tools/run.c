@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "chat_input.h"
 #include "cli.h"
 
 /* What run and chat take. */
@@ -226,19 +227,22 @@ static int run_chat(const cli_command *self, int argc, char **argv) {
     int rc = open_agent(self, &o, &m, &s);
     if (rc) return rc;
     /* After a turn with calls the next plain line is their result (the engine's AUTO
-     * rule); the prompt says which kind of line is expected. Lines of any length are
-     * read whole (getline). No line editing: pipe or paste, or wrap in rlwrap. */
-    char *line = NULL;
-    size_t line_cap = 0;
-    ssize_t got;
+     * rule); the prompt says which kind of line is expected. Lines are edited on a
+     * terminal (libedit) and read whole, of any length (chat_input.h). */
+    chat_input *in = chat_input_open(stdin);
+    if (!in) {
+        needle_session_free(s);
+        needle_model_free(m);
+        return cli_lib_error("chat", NEEDLE_ERR_OUT_OF_MEMORY);
+    }
+    const char *line;
+    size_t n;
     int expect_result = 0;
     fprintf(stderr, "needle chat: type a query; after a call, type the tool result. "
                     "/help lists the commands\n");
-    while (fputs(expect_result ? "result> " : "query> ", stderr),
-           (got = getline(&line, &line_cap, stdin)) >= 0) {
-        size_t n = (size_t)got;
-        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    while ((line = chat_input_read(in, expect_result ? "result> " : "query> ", &n))) {
         if (!n) continue;
+        chat_input_remember(in, line);
         int turn = expect_result ? NEEDLE_TURN_TOOL_RESULT : NEEDLE_TURN_QUERY;
         const char *text = line;
         if (line[0] == '/' && line[1] == '/') {
@@ -279,7 +283,7 @@ static int run_chat(const cli_command *self, int argc, char **argv) {
         complete_and_print(s, &o, text, turn, &called);
         expect_result = called;
     }
-    free(line);
+    chat_input_close(in);
     needle_session_free(s);
     needle_model_free(m);
     return 0;
@@ -293,7 +297,9 @@ const cli_command cli_chat = {
     "calls, their result (the prompt says which: query> or result>), and each turn's\n"
     "envelope is printed as by `needle run`. Commands: /help, /query [TEXT] (a query;\n"
     "alone: back to queries), /result JSON, /reset (back to the tools prefix), /quit;\n"
-    "//TEXT sends /TEXT. Lines of any length are read whole.\n"
+    "//TEXT sends /TEXT. Lines of any length are read whole. On a terminal, lines can be\n"
+    "edited and earlier ones recalled (up arrow, Ctrl-P) when built with libedit (see\n"
+    "needle --version).\n"
     "\n"
     "options:\n"
     AGENT_OPTIONS_HELP,
