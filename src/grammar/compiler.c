@@ -200,7 +200,6 @@ int gram_get_count(gram_builder *b, const cJSON *s, const char *name, uint32_t *
 
 /* ---- any value -------------------------------------------------------------------------- */
 
-static int set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint32_t n);
 
 uint32_t gram_node_domain(const gram_builder *b, uint32_t node) {
     const gram_node *n = &b->g->nodes[node];
@@ -254,7 +253,7 @@ static int any_value(gram_builder *b, uint32_t *out) {
     gram_node *a = &b->g->nodes[alts[4]];
     a->u.arr.items = u;
     a->u.arr.max = UINT32_MAX;
-    if ((rc = set_picks(b, u, alts, 5))) return rc;
+    if ((rc = gram_set_picks(b, u, alts, 5))) return rc;
     *out = u;
     return 0;
 }
@@ -284,8 +283,7 @@ static void first_bytes(const gram_builder *b, uint32_t node, uint8_t *set) {
     }
 }
 
-/* Fills the pick table of union `node` from alternatives that must start differently. */
-static int set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint32_t n) {
+int gram_set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint32_t n) {
     grammar *g = b->g;
     if (grow(&g->picks, &b->cap_picks, (uint64_t)b->n_picks + 256, sizeof *g->picks)) return gram_oom(b);
     uint32_t base = b->n_picks;
@@ -303,72 +301,6 @@ static int set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint3
     }
     g->nodes[node].u.uni.pick = base;
     return 0;
-}
-
-/* Union of built alternatives (nested unions are flattened). Two or more objects among
- * them become one object union (compiler_union.c), which takes the "{" of the pick table. */
-static int make_union(gram_builder *b, const uint32_t *alts, uint32_t n, uint32_t *out) {
-    uint32_t flat[64], origin[64], m = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const gram_node *a = &b->g->nodes[alts[i]];
-        if (a->kind != GRAM_NODE_UNION) {
-            if (m == 64) return gram_fail(b, "too many alternatives");
-            origin[m] = i;
-            flat[m++] = alts[i];
-            continue;
-        }
-        for (int c = 0; c < 256; c++) { /* the distinct alternatives of the inner union */
-            uint32_t x = b->g->picks[a->u.uni.pick + c], seen = 0;
-            for (uint32_t k = 0; x && k < m; k++) seen |= flat[k] == x - 1;
-            if (x && !seen) {
-                if (m == 64) return gram_fail(b, "too many alternatives");
-                origin[m] = i;
-                flat[m++] = x - 1;
-            }
-        }
-    }
-    uint32_t objs[GRAM_MAX_OBJ_ALTS], obj_origin[GRAM_MAX_OBJ_ALTS], n_objs = 0, rest = 0;
-    for (uint32_t i = 0; i < m; i++) {
-        const gram_node *a = &b->g->nodes[flat[i]];
-        uint32_t k = a->kind == GRAM_NODE_OBJECT ? 1 : a->kind == GRAM_NODE_OBJ_UNION ? a->u.ou.n_alts : 0;
-        if (!k) {
-            origin[rest] = origin[i];
-            flat[rest++] = flat[i];
-            continue;
-        }
-        if (n_objs + k > GRAM_MAX_OBJ_ALTS)
-            return gram_fail(b, "a union of more than %d object schemas", GRAM_MAX_OBJ_ALTS);
-        for (uint32_t j = 0; j < k; j++) { /* a nested object union contributes its alternatives */
-            objs[n_objs] = k == 1 ? flat[i] : b->g->prop_nodes[a->u.ou.table + j];
-            obj_origin[n_objs++] = origin[i];
-        }
-    }
-    if (n_objs == 1) {
-        origin[rest] = obj_origin[0];
-        flat[rest++] = objs[0];
-    } else if (n_objs > 1) {
-        int rc = gram_build_object_union(b, objs, obj_origin, n_objs, &flat[rest]);
-        if (rc) return rc;
-        origin[rest++] = obj_origin[0];
-    }
-    m = rest;
-    if (m == 1) {
-        *out = flat[0];
-        return 0;
-    }
-    uint32_t u = gram_new_node(b, GRAM_NODE_UNION);
-    if (u == GRAM_NONE) return gram_oom(b);
-    int rc = set_picks(b, u, flat, m);
-    if (!rc) *out = u;
-    return rc;
-}
-
-/* Whether values of node may be an object union (refused where values are hashed). */
-static int has_object_union(const gram_builder *b, uint32_t node) {
-    const gram_node *n = &b->g->nodes[node];
-    if (n->kind == GRAM_NODE_UNION && b->g->picks[n->u.uni.pick + '{'])
-        n = &b->g->nodes[b->g->picks[n->u.uni.pick + '{'] - 1];
-    return n->kind == GRAM_NODE_OBJ_UNION;
 }
 
 static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const char *name, int ctx,
@@ -398,8 +330,8 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
         if (d > *depth) *depth = d;
         gram_path_pop(b, m2);
     }
-    if (!rc) rc = make_union(b, alts, (uint32_t)n, node);
-    if (!rc && (ctx & GRAM_CTX_HASHED) && has_object_union(b, *node))
+    if (!rc) rc = gram_make_union(b, alts, (uint32_t)n, node);
+    if (!rc && (ctx & GRAM_CTX_HASHED) && gram_has_object_union(b, *node))
         rc = gram_fail(b, "a union of objects inside the items of a uniqueItems array is not supported");
     gram_path_pop(b, mark);
     return rc;
@@ -705,7 +637,7 @@ int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, 
         if (d > *depth) *depth = d;
         n++;
     }
-    return make_union(b, alts, n, node);
+    return gram_make_union(b, alts, n, node);
 }
 
 /* ---- tools ------------------------------------------------------------------------------- */

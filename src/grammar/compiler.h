@@ -65,6 +65,14 @@ int gram_get_count(gram_builder *b, const cJSON *s, const char *name, uint32_t *
 /* Compiles one schema into *node; *depth receives the frames it needs. */
 int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth);
 
+/* Fills the pick table of union `node` from alternatives that must start differently
+ * (compiler.c). */
+int gram_set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint32_t n);
+
+/* compiler_union.c: the union of built alternatives (nested unions flattened, two or more
+ * objects made one object union); and whether values of node may be an object union. */
+int gram_make_union(gram_builder *b, const uint32_t *alts, uint32_t n, uint32_t *out);
+int gram_has_object_union(const gram_builder *b, uint32_t node);
 /* compiler_union.c: one GRAM_NODE_OBJ_UNION of n >= 2 object nodes; origin[a] is the
  * index of objs[a] in its anyOf/oneOf, for messages. Refuses alternatives that cannot be
  * told apart (see the file). */

@@ -1,5 +1,6 @@
-/* compiler_union.c: anyOf/oneOf with two or more object alternatives (pydantic's
- * Union[ModelA, ModelB]), compiled into one GRAM_NODE_OBJ_UNION node (schema_ir.h).
+/* compiler_union.c: the unions of anyOf/oneOf and type lists (gram_make_union), and those
+ * with two or more object alternatives (pydantic's Union[ModelA, ModelB]), compiled into
+ * one GRAM_NODE_OBJ_UNION node (schema_ir.h).
  *
  * The first byte of every alternative is "{", so the pick table of an ordinary union cannot
  * choose. Instead the recognizer reads one object over the keys of all alternatives and
@@ -346,4 +347,72 @@ int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_
     }
     free(pl);
     return rc;
+}
+
+/* ---- unions of any alternatives ------------------------------------------------------------ */
+
+/* Union of built alternatives (nested unions are flattened). Two or more objects among
+ * them become one object union (above), which takes the "{" of the pick table. */
+int gram_make_union(gram_builder *b, const uint32_t *alts, uint32_t n, uint32_t *out) {
+    uint32_t flat[64], origin[64], m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const gram_node *a = &b->g->nodes[alts[i]];
+        if (a->kind != GRAM_NODE_UNION) {
+            if (m == 64) return gram_fail(b, "too many alternatives");
+            origin[m] = i;
+            flat[m++] = alts[i];
+            continue;
+        }
+        for (int c = 0; c < 256; c++) { /* the distinct alternatives of the inner union */
+            uint32_t x = b->g->picks[a->u.uni.pick + c], seen = 0;
+            for (uint32_t k = 0; x && k < m; k++) seen |= flat[k] == x - 1;
+            if (x && !seen) {
+                if (m == 64) return gram_fail(b, "too many alternatives");
+                origin[m] = i;
+                flat[m++] = x - 1;
+            }
+        }
+    }
+    uint32_t objs[GRAM_MAX_OBJ_ALTS], obj_origin[GRAM_MAX_OBJ_ALTS], n_objs = 0, rest = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        const gram_node *a = &b->g->nodes[flat[i]];
+        uint32_t k = a->kind == GRAM_NODE_OBJECT ? 1 : a->kind == GRAM_NODE_OBJ_UNION ? a->u.ou.n_alts : 0;
+        if (!k) {
+            origin[rest] = origin[i];
+            flat[rest++] = flat[i];
+            continue;
+        }
+        if (n_objs + k > GRAM_MAX_OBJ_ALTS)
+            return gram_fail(b, "a union of more than %d object schemas", GRAM_MAX_OBJ_ALTS);
+        for (uint32_t j = 0; j < k; j++) { /* a nested object union contributes its alternatives */
+            objs[n_objs] = k == 1 ? flat[i] : b->g->prop_nodes[a->u.ou.table + j];
+            obj_origin[n_objs++] = origin[i];
+        }
+    }
+    if (n_objs == 1) {
+        origin[rest] = obj_origin[0];
+        flat[rest++] = objs[0];
+    } else if (n_objs > 1) {
+        int rc = gram_build_object_union(b, objs, obj_origin, n_objs, &flat[rest]);
+        if (rc) return rc;
+        origin[rest++] = obj_origin[0];
+    }
+    m = rest;
+    if (m == 1) {
+        *out = flat[0];
+        return 0;
+    }
+    uint32_t u = gram_new_node(b, GRAM_NODE_UNION);
+    if (u == GRAM_NONE) return gram_oom(b);
+    int rc = gram_set_picks(b, u, flat, m);
+    if (!rc) *out = u;
+    return rc;
+}
+
+/* Whether values of node may be an object union (refused where values are hashed). */
+int gram_has_object_union(const gram_builder *b, uint32_t node) {
+    const gram_node *n = &b->g->nodes[node];
+    if (n->kind == GRAM_NODE_UNION && b->g->picks[n->u.uni.pick + '{'])
+        n = &b->g->nodes[b->g->picks[n->u.uni.pick + '{'] - 1];
+    return n->kind == GRAM_NODE_OBJ_UNION;
 }
