@@ -2,6 +2,7 @@
  * that reaches chat is the edited one. Keys the terminal driver alone does not edit with
  * are used, so a build reading plain lines would fail: "elp", Ctrl-A (start of line),
  * "/h", Enter must run /help; Ctrl-P (the previous line), Enter must run it again; and
+ * "/caf\u00e9" must arrive as UTF-8 (libedit decodes in the locale's character set); and
  * "/quix", Backspace, "t", Enter must quit. Skipped when `needle --version` says the tool
  * was built without libedit, and under an emulator (the demo model is slow there). The
  * plain-line path (a pipe) is tested in test_cli.c. */
@@ -88,6 +89,7 @@ static void test_line_editing(void) {
         close(master);
         setenv("TERM", "vt100", 1);
         setenv("HOME", "/nonexistent", 1); /* no ~/.editrc of the user running the tests */
+        setenv("LC_ALL", "C", 1); /* not UTF-8: chat must still read UTF-8 (C.UTF-8) */
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
@@ -108,6 +110,12 @@ static void test_line_editing(void) {
     }
     if (at) {
         at = read_until(master, "query> ", at, 30);
+        type_keys(master, "/caf\303\251\r"); /* UTF-8 arrives whole */
+        at = read_until(master, "unknown command /caf\303\251", at, 30);
+        CHECK_MSG(at > 0, "the UTF-8 line: %s", out);
+    }
+    if (at) {
+        at = read_until(master, "query> ", at, 30);
         type_keys(master, "/quix\177t\r"); /* Backspace */
     }
     int status = -1;
@@ -121,7 +129,7 @@ static void test_line_editing(void) {
         CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "chat exited with status %d", status);
     }
     CHECK_EQ_INT(count("forget the conversation"), 2);
-    CHECK_MSG(!strstr(out, "unknown command"), "an unedited line reached chat: %s", out);
+    CHECK_MSG(!strstr(out, "unknown command /quix"), "an unedited line reached chat: %s", out);
     close(master);
 }
 

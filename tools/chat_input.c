@@ -3,6 +3,8 @@
  * with the reader. */
 #include "chat_input.h"
 
+#include <langinfo.h>
+#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,8 +31,18 @@ static char *show_prompt(EditLine *el) {
     return (char *)(ci && ci->prompt ? ci->prompt : "");
 }
 
+/* libedit decodes what is typed in the locale's character set; queries are UTF-8, so a
+ * locale that is not (the "C" of a bare container) gives way to C.UTF-8 where it exists.
+ * Only LC_CTYPE changes: nothing in the tool or the library depends on it. */
+static void utf8_ctype(void) {
+    const char *loc = setlocale(LC_CTYPE, "");
+    const char *cs = loc ? nl_langinfo(CODESET) : "";
+    if (strcmp(cs, "UTF-8") && strcmp(cs, "utf8")) setlocale(LC_CTYPE, "C.UTF-8");
+}
+
 static int open_editor(chat_input *ci) {
     HistEvent ev;
+    utf8_ctype();
     if (!(ci->hist = history_init())) return 0;
     history(ci->hist, &ev, H_SETSIZE, 1000);
     history(ci->hist, &ev, H_SETUNIQUE, 1);
