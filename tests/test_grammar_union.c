@@ -99,7 +99,13 @@ static void test_required_keys(void) {
         "{\"shape\":{\"r\":2.5}}",
         "{\"shape\":{\"r\":2.5,\"x\":\"c\"}}", /* x after the Circle commit is a string */
         "{\"shape\":null}",
-        "{\"shape\":{\"`x\":1}}", /* x is an integer in P2/P3, a string in Circle: not before a commit */
+        /* x is an integer in P2/P3, a string in Circle: its first byte tells them apart */
+        "{\"shape\":{\"x\":1,\"y\":2}}",
+        "{\"shape\":{\"x\":1,\"y\":2,\"z\":3}}",
+        "{\"shape\":{\"x\":\"c\",\"r\":1}}",
+        "{\"shape\":{\"x\":\"c\",\"`y\":1}}",
+        "{\"shape\":{\"x\":1,\"`r\":1}}",
+        "{\"shape\":{\"x\":`true}}",
         "{\"shape\":{\"y\":1,\"x\":`\"a\"}}", /* y leaves P2 and P3, where x is an integer */
         "{\"shape\":{\"y\":1,\"z\":2`}}",
         "{\"shape\":{\"y\":1,\"`r\":2}}",
@@ -133,6 +139,25 @@ static void test_shapes_of_unions(void) {
     grammar_free(g);
 }
 
+/* An optional discriminator left out: "}" only where one alternative alone is complete
+ * (here never: both are empty without it), so that oneOf holds. */
+static void test_optional_discriminator(void) {
+    grammar *g = compile_params(
+        "{\"type\":\"object\",\"properties\":{\"u\":{\"oneOf\":["
+        "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"a\"},\"n\":{\"type\":\"integer\"}}},"
+        "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"c\"},\"n\":{\"type\":\"integer\"}}}]}},"
+        "\"required\":[\"u\"]}");
+    if (!g) return;
+    static const char *const cases[] = {
+        "{\"u\":{\"kind\":\"a\"}}",
+        "{\"u\":{\"n\":1,\"kind\":\"c\"}}",
+        "{\"u\":{`}}",
+        "{\"u\":{\"n\":1`}}",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect(g, cases[i]);
+    grammar_free(g);
+}
+
 static void test_errors(void) {
     static const struct { const char *params, *msg; } cases[] = {
         {"{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":"
@@ -144,7 +169,7 @@ static void test_errors(void) {
          "cannot be told apart"},
         {"{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"x\":"
          "{\"type\":\"integer\"}},\"required\":[\"x\"]},{\"type\":\"object\",\"properties\":{\"x\":{\"type\":"
-         "\"string\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"x\",\"y\"]}]}}}",
+         "\"number\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"x\",\"y\"]}]}}}",
          "alternative [0] can never be chosen: the properties that would tell it apart (such as \"x\")"},
         {"{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\","
          "\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}]}}}",
@@ -239,6 +264,7 @@ int main(void) {
     RUN(test_discriminated);
     RUN(test_required_keys);
     RUN(test_shapes_of_unions);
+    RUN(test_optional_discriminator);
     RUN(test_errors);
     RUN(test_decode);
     return test_summary();

@@ -260,7 +260,7 @@ static int any_value(gram_builder *b, uint32_t *out) {
 
 /* ---- unions ------------------------------------------------------------------------------ */
 
-static void first_bytes(const gram_builder *b, uint32_t node, uint8_t *set) {
+void gram_first_bytes(const gram_builder *b, uint32_t node, uint8_t *set) {
     const grammar *g = b->g;
     const gram_node *n = &g->nodes[node];
     switch (n->kind) {
@@ -291,7 +291,7 @@ int gram_set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint32_
     memset(g->picks + base, 0, 256 * sizeof *g->picks);
     for (uint32_t i = 0; i < n; i++) {
         uint8_t set[256] = {0};
-        first_bytes(b, alts[i], set);
+        gram_first_bytes(b, alts[i], set);
         for (int c = 0; c < 256; c++) {
             if (!set[c]) continue;
             if (g->picks[base + c])

@@ -65,6 +65,8 @@ int gram_get_count(gram_builder *b, const cJSON *s, const char *name, uint32_t *
 /* Compiles one schema into *node; *depth receives the frames it needs. */
 int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth);
 
+/* Sets set[c] = 1 for every byte c a value of node can start with (compiler.c). */
+void gram_first_bytes(const gram_builder *b, uint32_t node, uint8_t *set);
 /* Fills the pick table of union `node` from alternatives that must start differently
  * (compiler.c). */
 int gram_set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint32_t n);

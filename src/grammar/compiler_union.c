@@ -12,7 +12,9 @@
  *   - one live alternative declares it (reading it commits that one);
  *   - it is the discriminator (its value is a literal of all alternatives' values, whose
  *     member is the alternative);
- *   - the live alternatives that declare it give it equal compiled schemas.
+ *   - the live alternatives that declare it give it equal compiled schemas;
+ *   - their schemas for it differ but start with different bytes (split): the value's
+ *     first byte then keeps the alternatives whose schema it starts.
  *
  * A union is accepted when its alternatives can be told apart and produced:
  *   const  a property every alternative declares whose schema is a literal (const, enum,
@@ -20,6 +22,9 @@
  *   keys   for any two alternatives, one requires a property the other does not declare;
  * and, checked over every set of alternatives that can be live before a commit
  * (check_reachable), the object can always go on and every alternative can be written.
+ * (The recognizer closes an object before a commit only when exactly one alternative is
+ * complete: with the keys plan two never are, with the const plan the discriminator can
+ * always be written instead.)
  * That keeps the recognizer free of dead ends. Anything else is refused with a message
  * naming the alternatives (by their index in the anyOf/oneOf) or the key. */
 #include <stdlib.h>
@@ -108,12 +113,15 @@ static int lits_disjoint(const grammar *g, const gram_node *x, const gram_node *
     return 1;
 }
 
+enum { OU_MAX_SETS = 1024 }; /* live sets check_reachable visits at most */
+
 typedef struct ou_plan {
     uint32_t n, n_keys, disc;
     uint32_t alts[GRAM_MAX_OBJ_ALTS];
     uint32_t has[GRAM_MAX_PROPS];
     uint32_t map[GRAM_MAX_OBJ_ALTS * GRAM_MAX_PROPS]; /* [a * n_keys + k], as in the node's table */
     uint32_t cls[GRAM_MAX_OBJ_ALTS * GRAM_MAX_PROPS];
+    uint32_t split[GRAM_MAX_PROPS]; /* union node over key k's differing schemas, or GRAM_NONE */
     uint32_t key_lit[GRAM_MAX_PROPS]; /* an entry spelling the key, for messages */
 } ou_plan;
 
@@ -182,6 +190,48 @@ static void value_classes(const grammar *g, ou_plan *pl) {
         }
 }
 
+/* split: for each key whose declarers' value schemas differ but start with different
+ * bytes (a string and an integer, a string and an array, ...), a union node over one
+ * schema of each class, so that the value's first byte tells the classes apart. */
+static int split_keys(gram_builder *b, ou_plan *pl) {
+    const uint32_t nk = pl->n_keys;
+    for (uint32_t k = 0; k < nk; k++) {
+        uint32_t reps[GRAM_MAX_OBJ_ALTS], n_reps = 0;
+        uint8_t taken[256] = {0};
+        int disjoint = 1;
+        pl->split[k] = GRAM_NONE;
+        for (uint32_t a = 0; a < pl->n && disjoint; a++) {
+            if (!(pl->has[k] >> a & 1) || pl->cls[a * nk + k] != a) continue; /* one per class */
+            uint8_t set[256] = {0};
+            reps[n_reps++] = prop_node(b->g, pl, a, k);
+            gram_first_bytes(b, reps[n_reps - 1], set);
+            for (int c = 0; c < 256 && disjoint; c++) {
+                disjoint = !(set[c] && taken[c]);
+                taken[c] |= set[c];
+            }
+        }
+        if (n_reps < 2 || !disjoint) continue;
+        uint32_t u = gram_new_node(b, GRAM_NODE_UNION);
+        if (u == GRAM_NONE) return gram_oom(b);
+        int rc = gram_set_picks(b, u, reps, n_reps);
+        if (rc) return rc;
+        pl->split[k] = u;
+    }
+    return 0;
+}
+
+/* Adds the live set `next` (two or more alternatives) to the sets to visit. */
+static int add_set(gram_builder *b, uint32_t *sets, uint32_t *n_sets, uint32_t next) {
+    uint32_t j = 0;
+    while (j < *n_sets && sets[j] != next) j++;
+    if (j < *n_sets) return 0;
+    if (*n_sets == OU_MAX_SETS)
+        return gram_fail(b, "the object alternatives share keys in too many ways to check (more than %d sets "
+                            "of alternatives); give them a discriminator", OU_MAX_SETS);
+    sets[(*n_sets)++] = next;
+    return 0;
+}
+
 /* The const plan: the first key every alternative declares as a literal, with values
  * that differ between any two alternatives. GRAM_NONE if there is none. */
 static uint32_t find_discriminator(const grammar *g, const ou_plan *pl) {
@@ -218,8 +268,6 @@ static int check_apart(gram_builder *b, const ou_plan *pl, const uint32_t *origi
     return 0;
 }
 
-enum { OU_MAX_SETS = 1024 };
-
 /* Walks every set of alternatives the recognizer can be left with before a commit (the
  * live sets) and checks, for each, that the object can always go on: some key moves to a
  * smaller set (or commits), or some live alternative needs only keys readable there and
@@ -238,11 +286,29 @@ static int check_reachable(gram_builder *b, const ou_plan *pl, const uint32_t *o
         uint64_t common = 0; /* readable keys every live alternative declares */
         int moves = 0;
         for (uint32_t k = 0; k < nk && !rc; k++) {
-            if (!gram_ou_readable(pl->has, pl->cls, nk, k, pl->disc, live)) continue;
-            uint32_t next = pl->has[k] & live;
+            if (!gram_ou_readable(pl->has, pl->split, pl->cls, nk, k, pl->disc, live)) continue;
+            const uint32_t next = pl->has[k] & live;
+            uint32_t agree = 1, first = GRAM_NONE; /* do the declarers agree on the schema? */
+            for (uint32_t a = 0; a < pl->n; a++)
+                if (next >> a & 1) {
+                    if (first == GRAM_NONE) first = pl->cls[a * nk + k];
+                    agree &= pl->cls[a * nk + k] == first;
+                }
             if (k == pl->disc) { /* the value commits any live alternative */
                 produced |= live;
                 moves = 1;
+            } else if (!agree) { /* split: the value's first byte keeps the declarers of one class */
+                moves = 1;
+                uint32_t done = 0;
+                for (uint32_t a = 0; a < pl->n && !rc; a++) {
+                    if (!(next >> a & 1) || (done >> a & 1)) continue;
+                    uint32_t sub = 0;
+                    for (uint32_t c = 0; c < pl->n; c++)
+                        if ((next >> c & 1) && pl->cls[c * nk + k] == pl->cls[a * nk + k]) sub |= 1u << c;
+                    done |= sub;
+                    if (!(sub & (sub - 1))) produced |= sub;
+                    else rc = add_set(b, sets, &n_sets, sub);
+                }
             } else if (next == live) {
                 common |= 1ull << k;
             } else if (!(next & (next - 1))) {
@@ -250,12 +316,7 @@ static int check_reachable(gram_builder *b, const ou_plan *pl, const uint32_t *o
                 moves = 1;
             } else {
                 moves = 1;
-                uint32_t j = 0;
-                while (j < n_sets && sets[j] != next) j++;
-                if (j == n_sets && n_sets == OU_MAX_SETS)
-                    rc = gram_fail(b, "the object alternatives share keys in too many ways to check (more than "
-                                      "%d sets of alternatives); give them a discriminator", OU_MAX_SETS);
-                else if (j == n_sets) sets[n_sets++] = next;
+                rc = add_set(b, sets, &n_sets, next);
             }
         }
         int closes = 0;
@@ -305,6 +366,7 @@ int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_
     uint32_t first = 0, count = 0, disc_node = GRAM_NONE, table = 0;
     if (!rc) rc = merge_keys(b, pl, &first, &count);
     if (!rc) value_classes(g, pl);
+    if (!rc) rc = split_keys(b, pl);
     if (!rc && (pl->disc = find_discriminator(g, pl)) != GRAM_NONE) {
         uint32_t lit_first = g->n_lits;
         for (uint32_t a = 0; a < n && !rc; a++) {
@@ -324,13 +386,14 @@ int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_
     }
     if (!rc) rc = check_reachable(b, pl, origin);
     const uint32_t nk = pl->n_keys;
-    if (!rc && gram_push_props(b, n + nk + 2 * n * nk, &table)) rc = gram_oom(b);
+    if (!rc && gram_push_props(b, n + 2 * nk + 2 * n * nk, &table)) rc = gram_oom(b);
     if (!rc) {
         uint32_t *t = g->prop_nodes + table;
         memcpy(t, pl->alts, n * sizeof *t);
         memcpy(t + n, pl->has, nk * sizeof *t);
-        memcpy(t + n + nk, pl->map, n * nk * sizeof *t);
-        memcpy(t + n + nk + n * nk, pl->cls, n * nk * sizeof *t);
+        memcpy(t + n + nk, pl->split, nk * sizeof *t);
+        memcpy(t + n + 2 * nk, pl->map, n * nk * sizeof *t);
+        memcpy(t + n + 2 * nk + n * nk, pl->cls, n * nk * sizeof *t);
         uint32_t u = gram_new_node(b, GRAM_NODE_OBJ_UNION);
         if (u == GRAM_NONE) rc = gram_oom(b);
         else {

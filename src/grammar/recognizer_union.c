@@ -8,7 +8,8 @@
  * translated to its property indices, and reads on as any object.
  *
  * Before the commit only keys whose value does not depend on the alternative are admitted
- * (see compiler_union.c, gram_ou_readable), "}" only when some live alternative has all its required keys,
+ * (see compiler_union.c, gram_ou_readable), "}" only when exactly one live alternative has
+ * all its required keys,
  * and "," only when some key is still admissible. The compiler's conditions make one of
  * them always possible, so the frame, like every other, has no dead ends. */
 #include "grammar/grammar.h"
@@ -18,7 +19,7 @@
 /* The node's table in g->prop_nodes (schema_ir.h). */
 typedef struct ou_view {
     const gram_node *n;
-    const uint32_t *alts, *has, *map, *cls;
+    const uint32_t *alts, *has, *split, *map, *cls;
 } ou_view;
 
 static ou_view view(const grammar *g, const grammar_frame *f) {
@@ -27,7 +28,8 @@ static ou_view view(const grammar *g, const grammar_frame *f) {
     uint32_t na = v.n->u.ou.n_alts, nk = v.n->u.ou.n_keys;
     v.alts = g->prop_nodes + v.n->u.ou.table;
     v.has = v.alts + na;
-    v.map = v.has + nk;
+    v.split = v.has + nk;
+    v.map = v.split + nk;
     v.cls = v.map + na * nk;
     return v;
 }
@@ -36,14 +38,47 @@ static int one_bit(uint64_t x) { return x && !(x & (x - 1)); }
 
 static int admissible(const ou_view *v, const grammar_frame *f, uint32_t k) {
     return !(f->u.ou.seen >> k & 1) &&
-           gram_ou_readable(v->has, v->cls, v->n->u.ou.n_keys, k, v->n->u.ou.disc_key, f->u.ou.live);
+           gram_ou_readable(v->has, v->split, v->cls, v->n->u.ou.n_keys, k, v->n->u.ou.disc_key, f->u.ou.live);
 }
 
-/* The value node of key k (readable): that of its first live declarer. */
-static uint32_t value_node(const grammar *g, const ou_view *v, const grammar_frame *f, uint32_t k) {
-    uint32_t a = 0, nk = v->n->u.ou.n_keys;
-    while (!((v->has[k] & f->u.ou.live) >> a & 1)) a++;
-    return g->prop_nodes[g->nodes[v->alts[a]].u.obj.props + v->map[a * nk + k]];
+static void commit(const ou_view *v, grammar_frame *f);
+
+static uint32_t prop_node(const grammar *g, const ou_view *v, uint32_t a, uint32_t k) {
+    return g->prop_nodes[g->nodes[v->alts[a]].u.obj.props + v->map[a * v->n->u.ou.n_keys + k]];
+}
+
+/* Reads the first byte b of key k's value (live holds only k's declarers). When they
+ * disagree on its schema (a split key), b picks one schema, and live keeps the
+ * alternatives with that one; one left commits it. The frame is untouched on rejection. */
+static int start_value(const grammar *g, grammar_state *st, grammar_frame *f, const ou_view *v, uint32_t k,
+                       uint8_t b) {
+    const uint32_t nk = v->n->u.ou.n_keys;
+    uint64_t live = f->u.ou.live;
+    uint32_t a = 0, cls = GRAM_NONE, agree = 1;
+    for (uint32_t c = 0; c < v->n->u.ou.n_alts; c++)
+        if (live >> c & 1) {
+            if (cls == GRAM_NONE) a = c, cls = v->cls[c * nk + k];
+            agree &= v->cls[c * nk + k] == cls;
+        }
+    if (!agree) {
+        const gram_node *u = &g->nodes[v->split[k]];
+        uint32_t pick = g->picks[u->u.uni.pick + b];
+        if (!pick) return 0;
+        for (cls = 0; cls < v->n->u.ou.n_alts; cls++) /* the class whose schema b starts */
+            if ((v->has[k] >> cls & 1) && v->cls[cls * nk + k] == cls && prop_node(g, v, cls, k) == pick - 1) break;
+        uint64_t keep = 0;
+        for (uint32_t c = 0; c < v->n->u.ou.n_alts; c++)
+            if ((live >> c & 1) && v->cls[c * nk + k] == cls) keep |= 1ull << c;
+        if (!keep) return 0;
+        live = keep;
+        while (!(live >> a & 1)) a++;
+    }
+    if (!gram_push_value(g, st, prop_node(g, v, a, k), 0, b)) return 0;
+    if (f->kind == GRAM_FR_OBJ_UNION && live != f->u.ou.live) {
+        f->u.ou.live = live;
+        if (one_bit(live)) commit(v, f);
+    }
+    return 1;
 }
 
 static int range_admissible(const grammar *g, const ou_view *v, const grammar_frame *f, uint32_t lo, uint32_t hi) {
@@ -58,10 +93,13 @@ static int any_admissible(const ou_view *v, const grammar_frame *f) {
     return 0;
 }
 
-/* Some live alternative has all its required keys among the seen ones. */
+/* Exactly one live alternative has all its required keys among the seen ones: "}" then
+ * ends an object valid against that one only (live alternatives declare every seen key).
+ * Two (an optional discriminator not written) would make a oneOf invalid; the
+ * discriminator can always be written instead. */
 static int can_close(const grammar *g, const ou_view *v, const grammar_frame *f) {
-    uint32_t nk = v->n->u.ou.n_keys;
-    for (uint32_t a = 0; a < v->n->u.ou.n_alts; a++) {
+    uint32_t nk = v->n->u.ou.n_keys, satisfied = 0;
+    for (uint32_t a = 0; a < v->n->u.ou.n_alts && satisfied < 2; a++) {
         if (!(f->u.ou.live >> a & 1)) continue;
         uint64_t req = g->nodes[v->alts[a]].u.obj.required;
         int ok = 1;
@@ -69,9 +107,9 @@ static int can_close(const grammar *g, const ou_view *v, const grammar_frame *f)
             uint32_t p = v->map[a * nk + k];
             ok = p == GRAM_NONE || !(req >> p & 1) || (f->u.ou.seen >> k & 1);
         }
-        if (ok) return 1;
+        satisfied += (uint32_t)ok;
     }
-    return 0;
+    return satisfied == 1;
 }
 
 /* Turns f into the object frame of the one live alternative. Keys already seen are in
@@ -136,7 +174,7 @@ int gram_union_step(const grammar *g, grammar_state *st, grammar_frame *f, uint8
     case OBJ_VALUE: {
         uint32_t k = f->u.ou.key;
         int ok = k == n->u.ou.disc_key ? gram_push_value(g, st, n->u.ou.disc_node, GRAM_FF_DISC, b)
-                                       : gram_push_value(g, st, value_node(g, &v, f, k), 0, b);
+                                       : start_value(g, st, f, &v, k, b);
         return ok ? ST_OK : ST_REJECT;
     }
     case OBJ_AFTER:

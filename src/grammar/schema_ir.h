@@ -76,9 +76,11 @@ typedef struct gram_node {
             uint32_t first, count; /* merged key entries in g->lits; member = merged key */
             uint32_t n_alts, n_keys;
             /* g->prop_nodes[table ...]: alts[n_alts] (object nodes), has[n_keys] (bit a: alt a
-             * declares key k), map[n_alts * n_keys] (property index of key k in alt a, or
-             * GRAM_NONE), cls[n_alts * n_keys] (for key k, the least alt whose value schema
-             * for k equals alt a's: equal classes mean the same values) */
+             * declares key k), split[n_keys] (a union node over key k's value schemas when
+             * those that differ start with different bytes, so that the first byte of the
+             * value tells them apart; else GRAM_NONE), map[n_alts * n_keys] (property index
+             * of key k in alt a, or GRAM_NONE), cls[n_alts * n_keys] (for key k, the least
+             * alt whose value schema for k equals alt a's: equal classes, same values) */
             uint32_t table;
             uint32_t disc_key;  /* merged key whose value picks the alternative, or GRAM_NONE */
             uint32_t disc_node; /* literal node of all alternatives' values; member = alt */
@@ -117,14 +119,15 @@ struct grammar {
 };
 
 /* Object unions: whether the value of key k can be read while the alternatives in `live`
- * remain, before one is committed: its declarers among them agree on its schema, or it
- * commits one (a single declarer, or the discriminator). has/cls: the node's tables.
- * Shared by the compiler's check that a union has no dead end and by the recognizer. */
-static inline int gram_ou_readable(const uint32_t *has, const uint32_t *cls, uint32_t n_keys, uint32_t k,
-                                   uint32_t disc, uint64_t live) {
+ * remain, before one is committed: its declarers among them agree on its schema, or their
+ * schemas start with different bytes (split), or it commits one (a single declarer, or the
+ * discriminator). has/split/cls: the node's tables. Shared by the compiler's check that a
+ * union has no dead end and by the recognizer. */
+static inline int gram_ou_readable(const uint32_t *has, const uint32_t *split, const uint32_t *cls,
+                                   uint32_t n_keys, uint32_t k, uint32_t disc, uint64_t live) {
     uint64_t d = has[k] & live;
     if (!d) return 0;
-    if (!(d & (d - 1)) || k == disc) return 1;
+    if (!(d & (d - 1)) || k == disc || split[k] != GRAM_NONE) return 1;
     uint32_t c = GRAM_NONE;
     for (uint32_t a = 0; d; a++, d >>= 1) {
         if (!(d & 1)) continue;
