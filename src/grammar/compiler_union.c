@@ -22,10 +22,9 @@
  *   keys   for any two alternatives, one requires a property the other does not declare;
  * and, checked over every set of alternatives that can be live before a commit
  * (check_reachable), the object can always go on and every alternative can be written.
- * (The recognizer closes an object before a commit only when exactly one alternative is
- * complete: with the keys plan two never are, with the const plan the discriminator can
- * always be written instead.)
- * That keeps the recognizer free of dead ends. Anything else is refused with a message
+ * That keeps the recognizer free of dead ends. (It closes an object before a commit only
+ * when exactly one alternative is complete, so that oneOf holds: with the keys plan two
+ * never are, with the const plan the discriminator can always be written instead.) Anything else is refused with a message
  * naming the alternatives (by their index in the anyOf/oneOf) or the key. */
 #include <stdlib.h>
 #include <string.h>

@@ -7,11 +7,11 @@
  * the frame "commits": it becomes that alternative's GRAM_FR_OBJECT frame, seen keys
  * translated to its property indices, and reads on as any object.
  *
- * Before the commit only keys whose value does not depend on the alternative are admitted
- * (see compiler_union.c, gram_ou_readable), "}" only when exactly one live alternative has
- * all its required keys,
- * and "," only when some key is still admissible. The compiler's conditions make one of
- * them always possible, so the frame, like every other, has no dead ends. */
+ * Before the commit only keys whose value can be read are admitted (gram_ou_readable; a
+ * split key's first value byte narrows live to the alternatives of one schema), "}" only
+ * when exactly one live alternative has all its required keys, and "," only when some key
+ * is still admissible. The compiler's conditions make one of them always possible, so the
+ * frame, like every other, has no dead ends. */
 #include "grammar/grammar.h"
 
 #include "grammar/recognizer.h"
