@@ -145,3 +145,29 @@ def test_wheel_failed_cmake_build_fails(tmp_path):
     assert "undeclared_name" in log and "broken.c" in log  # the compiler's own message
     assert "-DNEEDLE_CUDA=OFF" in log  # the default wheel is CPU-only
     assert not list((tmp_path / "dist").glob("*.whl"))
+
+
+def test_wheel_build_shows_progress_on_a_terminal(tmp_path):
+    # pip hides a build's output unless run with -v; the CMake output still reaches the
+    # terminal the user started pip from (here a pseudo-terminal made by script(1)).
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    if shutil.which("cmake") is None or shutil.which("script") is None:
+        pytest.skip("needs cmake and script(1)")
+    repo = tmp_path / "repo"
+    shutil.copytree(PKG_ROOT, repo / "python", ignore=shutil.ignore_patterns(
+        ".venv", "__pycache__", "build", "*.egg-info", "tests"))
+    shutil.copytree(os.path.join(os.path.dirname(PKG_ROOT), "include"), repo / "include")
+    (repo / "stand_in.c").write_text(  # a library that reports the package's version
+        f'const char *needle_version(void) {{ return "{header_version()}"; }}\n')
+    (repo / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.18)\nproject(stand_in C)\n'
+        'add_library(needle_shared SHARED stand_in.c)\n'
+        'set_target_properties(needle_shared PROPERTIES OUTPUT_NAME needle)\n')
+    pip = f"{shutil.which('env')} -u NEEDLE_LIB_PATH {sys.executable} -m pip wheel -q --no-deps " \
+          f"--no-build-isolation -w {tmp_path / 'dist'} {repo / 'python'}"
+    out = subprocess.run(["script", "-qec", pip, "/dev/null"], capture_output=True, text=True,
+                         timeout=300, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Built target needle_shared" in out.stdout  # CMake's own progress lines
+    assert len(list((tmp_path / "dist").glob("*.whl"))) == 1
