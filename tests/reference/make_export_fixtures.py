@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Fixtures for `needle export` byte identity, made with the official cactus-needle 2.0.15.
+
+For the two small parity geometries (tiny, tinyb) this regenerates the float parameters
+that tests/reference/make_fixtures.py exported (same official parameter tree, same seeded
+fill, the seed recorded in the parity fixture's JSON) and writes them as a checkpoint the
+C tool reads:
+
+  export/<geom>.safetensors   every flax leaf, float32, named by its path joined with "/"
+                              (e.g. stack/layers/block/self_attn/q_proj/kernel)
+  export/<geom>.config.json   the TransformerConfig fields the model was built with
+
+It first checks that the official exporter, run on these parameters, reproduces the
+committed parity fixture bytes (so the checkpoint is the one behind those files), then
+writes the official exporter's output for more bits maps:
+
+  export/<geom>_<name>.cact   E.write_export(params, cfg, bits_map=MAP,
+                                tokenizer=tiny_bpe512.model,
+                                kv_window=effective_kv_window(cfg))
+  export/manifest.json        {file: {"checkpoint", "config", "bits", "kv_window"}}
+
+Usage: make_export_fixtures.sh  (= this script in the pinned reference venv)
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import make_fixtures as MF  # noqa: E402
+from needle.model import architecture as A  # noqa: E402
+from needle.model import export as E  # noqa: E402
+from needle.model import tokenizer as T  # noqa: E402
+
+FIX = os.path.join(os.path.dirname(HERE), "fixtures")
+OUT = os.path.join(FIX, "export")
+
+# (parity fixture whose params we rebuild, geometry, probe heads)
+SOURCES = {"tiny": ("tiny_mixed", MF.TINY_A, True), "tinyb": ("tinyb_mixed", MF.TINY_B, True)}
+
+# Extra bits maps: prefixes in every accepted spelling (canonical, layerNN., flax path,
+# engrams_N), overlapping prefixes (longest wins), ternary next to CQ widths.
+EXTRA = {
+    "tiny": {
+        "map1": "default=3,attn.q_proj=4,engram=1.58,mhc_phi_res=2,embedding=2",
+        "map2": "default=1.58,layer07.v_proj=4,stack/layers/block/self_attn/k_proj/kernel=2,"
+                "attn=3,attn.out=4,mhc_phi=2,mhc_phi_post=3",
+    },
+    "tinyb": {
+        "map1": "default=4,engrams_1/embedding=1.58,engram0=2,attn.gate_proj=3,embedding=3",
+        "map2": "default=2,attn.q=1.58,attn.k=1.58,engram1.key_proj=3,mhc_phi_pre=1.58",
+    },
+}
+
+
+def flatten(tree, prefix=""):
+    for k in sorted(tree):
+        v = tree[k]
+        name = f"{prefix}/{k}" if prefix else k
+        if isinstance(v, dict) or hasattr(v, "items"):
+            yield from flatten(dict(v), name)
+        else:
+            yield name, np.asarray(v, np.float32)
+
+
+def write_safetensors(path, params):
+    header, blobs, off = {}, [], 0
+    for name, arr in flatten(params):
+        b = np.ascontiguousarray(arr).astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((-len(h)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    tok_path = os.path.join(FIX, "tiny_bpe512.model")
+    tok = T.SANTokenizer(tok_path)
+    manifest = {}
+    for geom_name, (fixture, geom, heads) in SOURCES.items():
+        meta = json.load(open(os.path.join(FIX, fixture + ".json")))
+        cfg = MF.make_config(geom)
+        params = MF.random_params(cfg, meta["config"]["weights_seed"],
+                                  meta["config"]["embedding_std"], heads=heads)
+        kvw = A.effective_kv_window(cfg)
+        ref = open(os.path.join(FIX, fixture + ".cact"), "rb").read()
+        got = E.build_export(params, cfg, tokenizer=tok, bits_map=meta["bits"], kv_window=kvw)
+        if got != ref:
+            raise SystemExit(f"{geom_name}: regenerated parameters do not reproduce {fixture}.cact")
+        ckpt = f"{geom_name}.safetensors"
+        write_safetensors(os.path.join(OUT, ckpt), params)
+        conf = f"{geom_name}.config.json"
+        with open(os.path.join(OUT, conf), "w") as f:
+            json.dump({k: (list(v) if isinstance(v, tuple) else v) for k, v in geom.items()},
+                      f, indent=1, sort_keys=True)
+            f.write("\n")
+        for name, spec in EXTRA[geom_name].items():
+            out = f"{geom_name}_{name}.cact"
+            E.write_export(params, cfg, os.path.join(OUT, out), tokenizer=tok, bits_map=spec,
+                           kv_window=kvw)
+            manifest[out] = {"checkpoint": ckpt, "config": conf, "bits": spec, "kv_window": kvw}
+        print(f"{geom_name}: seed {meta['config']['weights_seed']}, reproduces {fixture}.cact; "
+              f"wrote {ckpt}, {conf} and {len(EXTRA[geom_name])} maps", flush=True)
+    with open(os.path.join(OUT, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
