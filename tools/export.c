@@ -15,10 +15,10 @@
 #include "cli.h"
 #include "export/cact_write.h"
 #include "export/export_model.h"
+#include "export/requantize.h"
 #include "export/spm_model.h"
 #include "format/cact.h"
 #include "quant/bits_map.h"
-#include "quant/cq_quantize.h"
 
 static uint8_t *slurp(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
@@ -280,56 +280,6 @@ const cli_command cli_export = {
 
 /* ---- needle quantize ----------------------------------------------------------------- */
 
-static int requantize(const cact_file *in, const bits_map *map, run_state *rs, cact_writer *w) {
-    cq_codebooks cb, file_cb;
-    int st = cq_codebooks_init(&cb, in->group ? in->group : 128);
-    if (st) return st;
-    file_cb = cb;
-    for (uint32_t b = 2; b <= CQ_TERNARY; b++)
-        for (uint32_t k = 0; k < 16; k++) file_cb.levels[b][k] = in->codebooks[b][k];
-    w->h = in->h;
-    for (uint32_t b = 2, k = 0; b <= 4; b++)
-        for (uint32_t i = 0; i < (1u << b); i++) w->codebook[k++] = cb.levels[b][i];
-    for (uint32_t i = 0; i < in->num_tensors; i++) {
-        const cact_tensor *t = &in->tensors[i];
-        uint8_t *blob;
-        uint64_t nbytes = t->nbytes;
-        uint32_t bits = t->bits;
-        double rel = -1.0;
-        if (t->dtype == CACT_CQ) {
-            const uint32_t rows = t->shape[0], cols = t->shape[1];
-            bits = bits_map_lookup(map, t->name);
-            nbytes = cq_blob_bytes(rows, cols, bits, cb.group);
-            float *m = malloc((size_t)rows * cols * sizeof *m);
-            blob = malloc((size_t)nbytes);
-            if (!m || !blob) {
-                free(m);
-                free(blob);
-                fprintf(stderr, "needle: out of memory for %s\n", t->name);
-                return NEEDLE_ERR_OUT_OF_MEMORY;
-            }
-            cq_dequantize_matrix(&file_cb, t->data, rows, cols, t->bits, m);
-            double err = 0, ref = 0;
-            st = cq_quantize_matrix(&cb, m, rows, cols, bits, blob, &err, &ref);
-            free(m);
-            if (st) {
-                free(blob);
-                return st;
-            }
-            rel = ref > 0 ? sqrt(err / ref) : 0.0;
-        } else {
-            blob = malloc(nbytes ? (size_t)nbytes : 1);
-            if (!blob) return NEEDLE_ERR_OUT_OF_MEMORY;
-            if (nbytes) memcpy(blob, t->data, (size_t)nbytes);
-        }
-        if ((st = cw_add(w, t->name, t->dtype, t->ndim, t->shape, t->dtype == CACT_CQ ? cb.group : t->group,
-                         bits, blob, nbytes)))
-            return st;
-        on_tensor(rs, i, in->num_tensors, &w->tensors[w->n - 1], rel);
-    }
-    return 0;
-}
-
 static int run_quantize(const cli_command *self, int argc, char **argv) {
     const char *in_path = NULL, *bits = NULL, *out_path = NULL;
     int json = 0, quiet = 0;
@@ -357,7 +307,7 @@ static int run_quantize(const cli_command *self, int argc, char **argv) {
     run_state rs = {.tty = !quiet && isatty(2), .json = json};
     cact_writer w;
     cw_init(&w);
-    st = requantize(&in, &map, &rs, &w);
+    st = cact_requantize(&in, &map, on_tensor, &rs, &w);
     if (rs.tty) fputs("\r\033[K", stderr);
     const int rc = st ? cli_lib_error(in_path, st) : finish(&w, &rs, out_path, bits, json, 1);
     cw_release(&w);

@@ -12,24 +12,38 @@
 
 #define CQ_MAX_GROUP 1024u
 
+
 static float hadamard_scale(uint32_t group) { return (float)(1.0 / sqrt((double)group)); }
 
-static int hsign(uint32_t k, uint32_t j) { return __builtin_popcount(k & j) & 1; }
+/* hm[k*G + j] = H[k][j] = +-h (Sylvester sign: parity of popcount(k & j)) */
+static float *hadamard_matrix(uint32_t group) {
+    float *hm = malloc((size_t)group * group * sizeof *hm);
+    if (!hm) return NULL;
+    const float h = hadamard_scale(group);
+    for (uint32_t k = 0; k < group; k++)
+        for (uint32_t j = 0; j < group; j++) hm[k * group + j] = (__builtin_popcount(k & j) & 1) ? -h : h;
+    return hm;
+}
 
-/* out[j] = sum_k in[k] * H[k][j] in the order of the BLAS kernel the exporter reaches. */
-static void rotate_group(const float *in, float *out, uint32_t group, float h, int single) {
-    for (uint32_t j = 0; j < group; j++) {
-        float y = 0.0f;
-        if (single) {
-            for (uint32_t k0 = 0; k0 < group; k0 += 8) {
-                float t = 0.0f;
-                for (uint32_t k = k0; k < k0 + 8; k++) t = fmaf(in[k], hsign(k, j) ? -h : h, t);
-                y = y + t;
-            }
-        } else {
-            for (uint32_t k = 0; k < group; k++) y = fmaf(in[k], hsign(k, j) ? -h : h, y);
+/* out[j] = sum_k in[k] * H[k][j] in the order of the BLAS kernel the exporter reaches.
+ * The loops run over j innermost so they vectorize; fmaf keeps each step fused, which
+ * is what makes the result exact (an FMA-capable clone is picked at run time on x86). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static void rotate_group(const float *in, float *out, uint32_t group, const float *hm, int single) {
+    for (uint32_t j = 0; j < group; j++) out[j] = 0.0f;
+    if (single) {
+        float t[CQ_MAX_GROUP];
+        for (uint32_t k0 = 0; k0 < group; k0 += 8) {
+            for (uint32_t j = 0; j < group; j++) t[j] = 0.0f;
+            for (uint32_t k = k0; k < k0 + 8; k++)
+                for (uint32_t j = 0; j < group; j++) t[j] = fmaf(in[k], hm[k * group + j], t[j]);
+            for (uint32_t j = 0; j < group; j++) out[j] = out[j] + t[j];
         }
-        out[j] = y;
+    } else {
+        for (uint32_t k = 0; k < group; k++)
+            for (uint32_t j = 0; j < group; j++) out[j] = fmaf(in[k], hm[k * group + j], out[j]);
     }
 }
 
@@ -99,7 +113,9 @@ int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, ui
     const uint64_t pad = ((uint64_t)cols + G - 1) / G * G, ngroups = pad / G;
     const uint64_t rb = row_bytes(pad, bits);
     const uint32_t width = bits == CQ_TERNARY ? 2 : bits;
-    const float h = hadamard_scale(G), *levels = cb->levels[bits];
+    const float *levels = cb->levels[bits];
+    float *hm = hadamard_matrix(G);
+    if (!hm) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     float g[CQ_MAX_GROUP], rot[CQ_MAX_GROUP], sq[CQ_MAX_GROUP], deq[CQ_MAX_GROUP];
     uint32_t idx[CQ_MAX_GROUP];
     double err = 0.0, ref = 0.0;
@@ -111,18 +127,22 @@ int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, ui
             for (uint32_t k = 0; k < G; k++) {
                 const uint64_t c = gi * G + k;
                 g[k] = c < cols ? w[(uint64_t)r * cols + c] : 0.0f;
-                if (!isfinite(g[k]))
+                if (!isfinite(g[k])) {
+                    free(hm);
                     return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
                                        "value %g at row %u column %llu is not finite", (double)g[k], r,
                                        (unsigned long long)c);
+                }
             }
-            rotate_group(g, rot, G, h, ngroups == 1);
+            rotate_group(g, rot, G, hm, ngroups == 1);
             for (uint32_t k = 0; k < G; k++) sq[k] = rot[k] * rot[k];
             const float norm = sqrtf(pairwise_sum_f32(sq, G));
-            if (!isfinite(norm) || norm > 65504.0f)
+            if (!isfinite(norm) || norm > 65504.0f) {
+                free(hm);
                 return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
                                    "row %u group %llu has norm %g, beyond f16 (the weights are too large)",
                                    r, (unsigned long long)gi, (double)norm);
+            }
             const float denom = norm > 1e-12f ? norm : 1e-12f;
             for (uint32_t k = 0; k < G; k++) {
                 idx[k] = nearest(levels, n, rot[k] / denom);
@@ -137,7 +157,7 @@ int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, ui
                 const float nf = fp16_to_f32(nh);
                 float scaled[CQ_MAX_GROUP];
                 for (uint32_t k = 0; k < G; k++) scaled[k] = levels[idx[k]] * nf;
-                rotate_group(scaled, deq, G, h, ngroups == 1);
+                rotate_group(scaled, deq, G, hm, ngroups == 1);
                 for (uint32_t k = 0; k < G && gi * G + k < cols; k++) {
                     const double d = (double)deq[k] - g[k];
                     err += d * d;
@@ -146,18 +166,21 @@ int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, ui
             }
         }
     }
+    free(hm);
     if (sq_err) *sq_err = err;
     if (sq_ref) *sq_ref = ref;
     return 0;
 }
 
-void cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t rows,
-                          uint32_t cols, uint32_t bits, float *w) {
+int cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t rows,
+                         uint32_t cols, uint32_t bits, float *w) {
     const uint32_t G = cb->group;
     const uint64_t pad = ((uint64_t)cols + G - 1) / G * G, ngroups = pad / G;
     const uint64_t rb = row_bytes(pad, bits);
     const uint32_t width = bits == CQ_TERNARY ? 2 : bits;
-    const float h = hadamard_scale(G), *levels = cb->levels[bits];
+    const float *levels = cb->levels[bits];
+    float *hm = hadamard_matrix(G);
+    if (!hm) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     const uint8_t *norms = blob + (uint64_t)rows * rb;
     float scaled[CQ_MAX_GROUP], deq[CQ_MAX_GROUP];
     for (uint32_t r = 0; r < rows; r++) {
@@ -170,9 +193,11 @@ void cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t 
                 if (bits == CQ_TERNARY) code = code == 3 ? 0 : code + 1;
                 scaled[k] = levels[code < cq_levels(bits) ? code : 0] * nf;
             }
-            rotate_group(scaled, deq, G, h, ngroups == 1);
+            rotate_group(scaled, deq, G, hm, ngroups == 1);
             for (uint32_t k = 0; k < G && gi * G + k < cols; k++)
                 w[(uint64_t)r * cols + gi * G + k] = deq[k];
         }
     }
+    free(hm);
+    return 0;
 }

@@ -31,8 +31,9 @@ int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, ui
                        uint32_t bits, uint8_t *blob, double *sq_err, double *sq_ref);
 
 /* Dequantizes a CQ blob back to w[rows][cols] the way the official reader does
- * (export._cq_unpack: (codebook[idx] * norm) @ H with the same BLAS rounding). */
-void cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t rows,
-                          uint32_t cols, uint32_t bits, float *w);
+ * (export._cq_unpack: (codebook[idx] * norm) @ H with the same BLAS rounding). The blob
+ * must be valid for the shape (cact_parse checked). Returns 0 or NEEDLE_ERR_OUT_OF_MEMORY. */
+int cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t rows,
+                         uint32_t cols, uint32_t bits, float *w);
 
 #endif
