@@ -1,9 +1,9 @@
 /* export.c: `needle export` (a Needle 2 checkpoint -> .cact, byte-identical to the official
  * exporter) and `needle quantize` (a .cact re-quantized to another bits map).
  *
- * Unlike the other commands these use the engine's internals (src/quant, src/export and
- * the .cact parser) through the needle_export library: writing a model is a tool, not
- * part of the inference API in needle.h. Both commands check that the file they are about
+ * Unlike the other commands these use the exporter library needle_export (src/quant,
+ * src/export), which is not part of libneedle: writing a model is a tool, not part of the
+ * inference API in needle.h. Both commands check that the file they are about
  * to write parses with the engine's own loader before writing it, and write it through a
  * temporary file renamed into place, so a failed run never leaves a partial OUT. */
 #include <errno.h>
@@ -17,7 +17,6 @@
 #include "export/export_model.h"
 #include "export/requantize.h"
 #include "export/spm_model.h"
-#include "format/cact.h"
 #include "quant/bits_map.h"
 
 static uint8_t *slurp(const char *path, size_t *size) {
@@ -162,13 +161,11 @@ static int finish(cact_writer *w, run_state *s, const char *out_path, const char
     size_t size;
     int st = cw_serialize(w, &image, &size);
     if (st) return cli_lib_error("writing the file", st);
-    cact_file check;
-    st = cact_parse(image, size, &check);
+    st = cact_check_image(image, size);
     if (st) {
         free(image);
         return cli_lib_error("the file to write does not load (nothing written)", st);
     }
-    cact_release(&check);
     const int rc = write_atomically(out_path, image, size);
     free(image);
     if (!rc) print_summary(stdout, w, s, out_path, size, bits, json, table);
@@ -299,19 +296,13 @@ static int run_quantize(const cli_command *self, int argc, char **argv) {
     size_t size;
     uint8_t *image = slurp(in_path, &size);
     if (!image) return 1;
-    cact_file in;
-    if ((st = cact_parse(image, size, &in))) {
-        free(image);
-        return cli_lib_error(in_path, st);
-    }
     run_state rs = {.tty = !quiet && isatty(2), .json = json};
     cact_writer w;
     cw_init(&w);
-    st = cact_requantize(&in, &map, on_tensor, &rs, &w);
+    st = cact_requantize_image(image, size, &map, on_tensor, &rs, &w);
     if (rs.tty) fputs("\r\033[K", stderr);
     const int rc = st ? cli_lib_error(in_path, st) : finish(&w, &rs, out_path, bits, json, 1);
     cw_release(&w);
-    cact_release(&in);
     free(image);
     free(rs.rel);
     return rc;

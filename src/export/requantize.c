@@ -59,3 +59,20 @@ int cact_requantize(const cact_file *in, const bits_map *map, export_progress_fn
     }
     return 0;
 }
+
+int cact_requantize_image(const uint8_t *image, size_t size, const bits_map *map, export_progress_fn progress,
+                          void *user, cact_writer *w) {
+    cact_file in;
+    int st = cact_parse(image, size, &in);
+    if (st) return st;
+    st = cact_requantize(&in, map, progress, user, w);
+    cact_release(&in);
+    return st;
+}
+
+int cact_check_image(const uint8_t *image, size_t size) {
+    cact_file f;
+    const int st = cact_parse(image, size, &f);
+    if (!st) cact_release(&f);
+    return st;
+}

@@ -9,6 +9,9 @@
 #ifndef NEEDLE_EXPORT_REQUANTIZE_H
 #define NEEDLE_EXPORT_REQUANTIZE_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "export/cact_write.h"
 #include "export/export_model.h"
 #include "format/cact.h"
@@ -18,5 +21,13 @@
  * for CQ records (W_in: the input's decoded weights). Returns 0 or a negative status. */
 int cact_requantize(const cact_file *in, const bits_map *map, export_progress_fn progress, void *user,
                     cact_writer *w);
+
+/* The same from a .cact image: parses it (cact_parse) first. */
+int cact_requantize_image(const uint8_t *image, size_t size, const bits_map *map, export_progress_fn progress,
+                          void *user, cact_writer *w);
+
+/* 0 if `image` parses with the engine's own loader (cact_parse), else its status and
+ * message: the tools check a file before writing it. */
+int cact_check_image(const uint8_t *image, size_t size);
 
 #endif
