@@ -12,6 +12,7 @@
 
 #include "export/cact_write.h"
 #include "export/export_model.h"
+#include "export/export_model_v3.h"
 #include "export/requantize.h"
 #include "export/safetensors.h"
 #include "export/spm_model.h"
@@ -213,6 +214,64 @@ static void test_requantize_identity(void) {
     CHECK(n >= 3);
     cJSON_Delete(manifest);
     free(manifest_text);
+}
+
+/* Needle 3: the official 3.2.8 exporter's CQ4 output for two geometries (checkpoints
+ * stored as F16 and as BF16) */
+static void test_export_v3_identity(void) {
+    const char *geoms[2] = {"a", "b"};
+    size_t msize;
+    uint8_t *model = read_file(fixture_path("tiny_bpe512.model"), &msize), *tok = NULL;
+    size_t tok_size = 0;
+    uint32_t pieces = 0;
+    CHECK(model && spm_tokenizer_blob_v3(model, msize, &tok, &tok_size, &pieces) == 0);
+    free(model);
+    for (int g = 0; g < 2; g++) {
+        char name[64];
+        size_t ck_size, size = 0;
+        snprintf(name, sizeof name, "v3_%s.safetensors", geoms[g]);
+        uint8_t *ck = read_file(export_path(name), &ck_size);
+        snprintf(name, sizeof name, "v3_%s.config.json", geoms[g]);
+        char *config = read_text(export_path(name));
+        CHECK(ck && config);
+        if (!ck || !config) {
+            free(ck);
+            free(config);
+            continue;
+        }
+        st_file f;
+        export3_config cfg;
+        bits_map map;
+        CHECK(st_parse(ck, ck_size, &f) == 0);
+        CHECK(export3_config_parse(config, strlen(config), &cfg) == 0);
+        CHECK(bits_map_parse("4", &map) == 0);
+        cact_writer w;
+        cw_init(&w);
+        const export_options opt = {.bits = &map, .kv_window = export3_effective_kv_window(&cfg), .tokenizer = tok,
+                                    .tokenizer_size = tok_size, .tokenizer_pieces = pieces};
+        uint8_t *image = NULL;
+        CHECK_MSG(export3_build(&f, &cfg, &g_cb, &opt, &w) == 0, "v3_%s: %s", geoms[g], needle_last_error());
+        CHECK(cw_serialize(&w, &image, &size) == 0);
+        snprintf(name, sizeof name, "v3_%s.cact", geoms[g]);
+        compare_files(name, image, size, export_path(name));
+        free(image);
+        cw_release(&w);
+        /* a config the checkpoint does not match */
+        export3_config bad = cfg;
+        bad.qk_head_dim += 8;
+        cw_init(&w);
+        CHECK(export3_build(&f, &bad, &g_cb, &opt, &w) < 0 && strstr(needle_last_error(), "shape"));
+        cw_release(&w);
+        bad = cfg;
+        bad.num_layers = 65;
+        cw_init(&w);
+        CHECK(export3_build(&f, &bad, &g_cb, &opt, &w) < 0 && strstr(needle_last_error(), "64 layers"));
+        cw_release(&w);
+        st_release(&f);
+        free(ck);
+        free(config);
+    }
+    free(tok);
 }
 
 /* the full-size geometry, when its (uncommitted) checkpoint was generated */
@@ -469,6 +528,7 @@ int main(void) {
     RUN(test_bits_map);
     RUN(test_export_identity);
     RUN(test_requantize_identity);
+    RUN(test_export_v3_identity);
     RUN(test_export_full);
     RUN(test_hostile_checkpoints);
     RUN(test_hostile_tokenizer);

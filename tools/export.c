@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "export/cact_write.h"
 #include "export/export_model.h"
+#include "export/export_model_v3.h"
 #include "export/requantize.h"
 #include "export/spm_model.h"
 #include "quant/bits_map.h"
@@ -123,7 +124,7 @@ static void print_summary(FILE *out, const cact_writer *w, const run_state *s, c
         cli_json_string(out, path);
         fprintf(out, ", \"bytes\": %llu, \"tensors\": %u, \"bits\": ", (unsigned long long)bytes, w->n);
         cli_json_string(out, bits);
-        fprintf(out, ", \"kv_window\": %u, \"mean_weight_bits\": %.4f, \"cq\": [", w->h.kv_window,
+        fprintf(out, ", \"kv_window\": %u, \"mean_weight_bits\": %.4f, \"cq\": [", w->v3 ? w->v3_header[3] : w->h.kv_window,
                 mean_bits);
         int first = 1;
         for (uint32_t i = 0; i < w->n; i++) {
@@ -151,7 +152,7 @@ static void print_summary(FILE *out, const cact_writer *w, const run_state *s, c
     }
     fprintf(out, "wrote %s: %llu bytes, %u tensors, bits %s (%.3f bits per weight), kv_window %u; "
                  "largest relative error %.4f (%s)\n",
-            path, (unsigned long long)bytes, w->n, bits, mean_bits, w->h.kv_window, worst, worst_name);
+            path, (unsigned long long)bytes, w->n, bits, mean_bits, w->v3 ? w->v3_header[3] : w->h.kv_window, worst, worst_name);
 }
 
 /* serializes, checks the image loads, writes it; returns the exit status */
@@ -161,7 +162,7 @@ static int finish(cact_writer *w, run_state *s, const char *out_path, const char
     size_t size;
     int st = cw_serialize(w, &image, &size);
     if (st) return cli_lib_error("writing the file", st);
-    st = cact_check_image(image, size);
+    st = w->v3 ? 0 : cact_check_image(image, size); /* the loader reads v2 only */
     if (st) {
         free(image);
         return cli_lib_error("the file to write does not load (nothing written)", st);
@@ -177,9 +178,10 @@ static int finish(cact_writer *w, run_state *s, const char *out_path, const char
 static int run_export(const cli_command *self, int argc, char **argv) {
     const char *ckpt_path = NULL, *config_path = NULL, *bits = NULL, *tok_path = NULL, *out_path = NULL;
     long kv_window = -1;
-    int json = 0, quiet = 0;
+    int json = 0, quiet = 0, v3 = 0;
     const cli_option opts[] = {
         {"--config", "-c", CLI_TEXT, &config_path, 0, 0, NULL},
+        {"--v3", NULL, CLI_FLAG, &v3, 0, 0, NULL},
         {"--bits", "-b", CLI_TEXT, &bits, 0, 0, NULL},
         {"--tokenizer", "-t", CLI_TEXT, &tok_path, 0, 0, NULL},
         {"--kv-window", NULL, CLI_LONG, &kv_window, 0, 0xffffffffL, NULL},
@@ -197,10 +199,12 @@ static int run_export(const cli_command *self, int argc, char **argv) {
     uint8_t *cfg_text = slurp(config_path, &cfg_size);
     if (!cfg_text) return 1;
     export_config cfg;
-    st = export_config_parse((const char *)cfg_text, cfg_size, &cfg);
+    export3_config cfg3;
+    st = v3 ? export3_config_parse((const char *)cfg_text, cfg_size, &cfg3)
+            : export_config_parse((const char *)cfg_text, cfg_size, &cfg);
     free(cfg_text);
     if (st) return cli_lib_error(config_path, st);
-    if (!bits) bits = cfg.weight_bits[0] ? cfg.weight_bits : "4";
+    if (!bits) bits = !v3 && cfg.weight_bits[0] ? cfg.weight_bits : "4";
     bits_map map;
     if (bits_map_parse(bits, &map)) return cli_usage_error(self, "--bits: %s", needle_last_error());
 
@@ -209,7 +213,8 @@ static int run_export(const cli_command *self, int argc, char **argv) {
     if (tok_path) {
         if (!(tok_model = slurp(tok_path, &tok_size))) return 1;
         size_t blob_size;
-        st = spm_tokenizer_blob(tok_model, tok_size, &tok_blob, &blob_size, &pieces);
+        st = v3 ? spm_tokenizer_blob_v3(tok_model, tok_size, &tok_blob, &blob_size, &pieces)
+                : spm_tokenizer_blob(tok_model, tok_size, &tok_blob, &blob_size, &pieces);
         free(tok_model);
         if (st) return cli_lib_error(tok_path, st);
         tok_size = blob_size;
@@ -233,12 +238,13 @@ static int run_export(const cli_command *self, int argc, char **argv) {
     if ((st = cq_codebooks_init(&cb, 128))) {
         rc = cli_lib_error("codebooks", st);
     } else {
-        const export_options opt = {.bits = &map,
-                                    .kv_window = kv_window >= 0 ? (uint32_t)kv_window
-                                                                : export_effective_kv_window(&cfg),
-                                    .tokenizer = tok_blob, .tokenizer_size = tok_size,
-                                    .tokenizer_pieces = pieces, .progress = on_tensor, .user = &rs};
-        st = export_build(&ck, &cfg, &cb, &opt, &w);
+        const uint32_t window = kv_window >= 0 ? (uint32_t)kv_window
+                                : v3       ? export3_effective_kv_window(&cfg3)
+                                           : export_effective_kv_window(&cfg);
+        const export_options opt = {.bits = &map, .kv_window = window, .tokenizer = tok_blob,
+                                    .tokenizer_size = tok_size, .tokenizer_pieces = pieces,
+                                    .progress = on_tensor, .user = &rs};
+        st = v3 ? export3_build(&ck, &cfg3, &cb, &opt, &w) : export_build(&ck, &cfg, &cb, &opt, &w);
         if (rs.tty) fputs("\r\033[K", stderr);
         rc = st ? cli_lib_error(ckpt_path, st) : finish(&w, &rs, out_path, bits, json, 0);
     }
@@ -263,6 +269,8 @@ const cli_command cli_export = {
     "pickle. CONFIG is the TransformerConfig as JSON (missing fields: the defaults).\n"
     "\n"
     "  -c, --config FILE       the model configuration (JSON), required\n"
+    "  --v3                    a Needle 3 checkpoint and config: writes a v3 .cact as\n"
+    "                          cactus-needle 3.2.8 does (identical at the default CQ4)\n"
     "  -b, --bits MAP          weight widths: a bits map like default=2,embedding=4,mhc_phi=4\n"
     "                          (longest prefix wins; widths 2, 3, 4, 1.58) or one width;\n"
     "                          default: the config's weight_bits, else 4\n"

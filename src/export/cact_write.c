@@ -44,8 +44,12 @@ int cw_add(cact_writer *w, const char *name, uint8_t dtype, uint8_t ndim, const 
     return 0;
 }
 
+static uint64_t header_bytes(const cact_writer *w) {
+    return w->v3 ? 4ull * CACT_V3_HEADER_WORDS : CACT_HEADER_BYTES;
+}
+
 static uint64_t first_blob(const cact_writer *w) {
-    return CACT_HEADER_BYTES + 4ull * CACT_CODEBOOK_LEN + (uint64_t)CACT_RECORD_BYTES * w->n;
+    return header_bytes(w) + 4ull * CACT_CODEBOOK_LEN + (uint64_t)CACT_RECORD_BYTES * w->n;
 }
 
 uint64_t cw_file_size(const cact_writer *w) {
@@ -92,8 +96,15 @@ int cw_serialize(const cact_writer *w, uint8_t **out, size_t *size) {
                              h->engram_orders[1], h->engram_orders[2], h->engram_orders[3],
                              h->num_engram_sites, h->engram_sites[0], h->engram_sites[1],
                              h->engram_sites[2], h->engram_sites[3]};
-    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) p = put32(p, head[i]);
-    p = putf(p, h->rope_theta);
+    if (w->v3) {
+        p = put32(p, CACT_TAG_V3);
+        p = put32(p, w->n);
+        p = put32(p, CACT_CODEBOOK_LEN);
+        for (uint32_t i = 3; i < CACT_V3_HEADER_WORDS; i++) p = put32(p, w->v3_header[i]);
+    } else {
+        for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) p = put32(p, head[i]);
+        p = putf(p, h->rope_theta);
+    }
     for (uint32_t i = 0; i < CACT_CODEBOOK_LEN; i++) p = putf(p, w->codebook[i]);
     uint64_t pos = first_blob(w);
     for (uint32_t i = 0; i < w->n; i++) {

@@ -22,8 +22,15 @@ typedef struct cw_tensor {
     uint64_t nbytes;
 } cw_tensor;
 
+#define CACT_TAG_V3 0x05E12A84u
+#define CACT_V3_HEADER_WORDS 49u /* 48 u32 + the f32 rope_theta: 196 bytes */
+
 typedef struct cact_writer {
-    cact_header h; /* every field but tag, num_tensors and codebook_len (set on write) */
+    cact_header h; /* v2: every field but tag, num_tensors and codebook_len (set on write) */
+    /* v3 (Needle 3, cactus-needle 3.2.8) when set: the 49 header words, of which tag,
+     * num_tensors and codebook_len (words 0-2) are filled on write */
+    int v3;
+    uint32_t v3_header[CACT_V3_HEADER_WORDS];
     float codebook[CACT_CODEBOOK_LEN];
     cw_tensor *tensors;
     uint32_t n, cap;

@@ -3,13 +3,14 @@
  * up by the exporter's label (layerNN.x, engramS.x, mhc_phi_x, embedding). */
 #include "export/export_model.h"
 
+#include "export/export_common.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/cq_quantize.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -97,146 +98,7 @@ uint32_t export_effective_kv_window(const export_config *c) {
 
 /* ---- building ----------------------------------------------------------------------- */
 
-typedef struct ctx {
-    const st_file *ck;
-    const export_config *cfg;
-    const cq_codebooks *cb;
-    const export_options *opt;
-    cact_writer *w;
-    uint32_t count;
-} ctx;
-
-static const st_tensor *need(const ctx *x, const char *name, uint32_t ndim, const uint64_t *shape) {
-    const st_tensor *t = st_find(x->ck, name);
-    if (!t) {
-        needle_fail(NEEDLE_ERR_FORMAT, "checkpoint has no tensor '%s'", name);
-        return NULL;
-    }
-    int ok = t->ndim == ndim;
-    for (uint32_t i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
-    if (!ok) {
-        char got[128] = "", want[128] = "";
-        for (uint32_t i = 0; i < t->ndim; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "",
-                     (unsigned long long)t->shape[i]);
-        for (uint32_t i = 0; i < ndim; i++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%llu", i ? ", " : "",
-                     (unsigned long long)shape[i]);
-        needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' has shape [%s], the config needs [%s]",
-                    name, got, want);
-        return NULL;
-    }
-    return t;
-}
-
-static void report(ctx *x, double rel) {
-    if (x->opt->progress)
-        x->opt->progress(x->opt->user, x->w->n - 1, x->count, &x->w->tensors[x->w->n - 1], rel);
-}
-
-/* quantizes mat[rows][cols] (freed here) into a CQ record */
-static int add_cq(ctx *x, const char *label, float *mat, uint64_t rows, uint64_t cols) {
-    const uint32_t bits = bits_map_lookup(x->opt->bits, label);
-    const uint64_t nbytes = cq_blob_bytes(rows, cols, bits, x->cb->group);
-    uint8_t *blob = nbytes ? malloc((size_t)nbytes) : NULL;
-    if (!blob) {
-        free(mat);
-        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: out of memory for a %llu x %llu CQ blob", label,
-                           (unsigned long long)rows, (unsigned long long)cols);
-    }
-    double err = 0, ref = 0;
-    int st = cq_quantize_matrix(x->cb, mat, (uint32_t)rows, (uint32_t)cols, bits, blob, &err, &ref);
-    free(mat);
-    if (st) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", needle_last_error());
-        free(blob);
-        return needle_fail(st, "%s: %s", label, msg);
-    }
-    const uint32_t shape[2] = {(uint32_t)rows, (uint32_t)cols};
-    st = cw_add(x->w, label, CACT_CQ, 2, shape, x->cb->group, bits, blob, nbytes);
-    if (st) return st;
-    report(x, ref > 0 ? sqrt(err / ref) : 0.0);
-    return 0;
-}
-
-/* values[0 .. prod(shape)) as an FP16 record */
-static int add_fp16_values(ctx *x, const char *label, const float *values, uint8_t ndim,
-                           const uint32_t *shape) {
-    uint64_t n = 1;
-    for (uint8_t i = 0; i < ndim; i++) n *= shape[i];
-    uint8_t *blob = malloc(n ? (size_t)(2 * n) : 1);
-    if (!blob) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: out of memory", label);
-    for (uint64_t i = 0; i < n; i++) {
-        const float v = values ? values[i] : 0.0f;
-        const uint16_t h = f32_to_fp16(v);
-        if (!isfinite(v) || (h & 0x7c00u) == 0x7c00u) {
-            free(blob);
-            return needle_fail(NEEDLE_ERR_FORMAT, "%s: value %g at %llu is not finite in f16", label,
-                               (double)v, (unsigned long long)i);
-        }
-        blob[2 * i] = (uint8_t)(h & 0xff);
-        blob[2 * i + 1] = (uint8_t)(h >> 8);
-    }
-    const int st = cw_add(x->w, label, CACT_FP16, ndim, shape, 0, 0, blob, 2 * n);
-    if (st) return st;
-    report(x, -1.0);
-    return 0;
-}
-
-/* the values of t from element `first` on (t NULL: zeros) as an FP16 record */
-static int add_fp16(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint8_t ndim,
-                    const uint32_t *shape) {
-    uint64_t n = 1;
-    for (uint8_t i = 0; i < ndim; i++) n *= shape[i];
-    if (!t) return add_fp16_values(x, label, NULL, ndim, shape);
-    float *v = malloc(n ? (size_t)n * sizeof *v : 1);
-    if (!v) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: out of memory", label);
-    for (uint64_t i = 0; i < n; i++) v[i] = st_get(t, first + i);
-    const int st = add_fp16_values(x, label, v, ndim, shape);
-    free(v);
-    return st;
-}
-
-static float *alloc_mat(const char *label, uint64_t rows, uint64_t cols) {
-    if (cols && rows > SIZE_MAX / sizeof(float) / cols) {
-        needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: %llu x %llu is too large", label,
-                    (unsigned long long)rows, (unsigned long long)cols);
-        return NULL;
-    }
-    const size_t count = (size_t)(rows * cols);
-    float *m = malloc(count ? count * sizeof *m : 1);
-    if (!m) needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: out of memory", label);
-    return m;
-}
-
-/* rows of t[first .. first + rows*cols) as is */
-static int add_cq_direct(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t rows,
-                         uint64_t cols) {
-    float *m = alloc_mat(label, rows, cols);
-    if (!m) return NEEDLE_ERR_OUT_OF_MEMORY;
-    for (uint64_t i = 0; i < rows * cols; i++) m[i] = st_get(t, first + i);
-    return add_cq(x, label, m, rows, cols);
-}
-
-/* a flax kernel slice [in][out] at `first`, stored transposed as [out][in] */
-static int add_cq_kernel(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t in,
-                         uint64_t out) {
-    float *m = alloc_mat(label, out, in);
-    if (!m) return NEEDLE_ERR_OUT_OF_MEMORY;
-    for (uint64_t c = 0; c < in; c++)
-        for (uint64_t o = 0; o < out; o++) m[o * in + c] = st_get(t, first + c * out + o);
-    return add_cq(x, label, m, out, in);
-}
-
 static const char *const HEAD_KEYS[2] = {"contrastive_head", "confidence_head"};
-
-static int has_prefix_tensor(const st_file *f, const char *key) {
-    const size_t n = strlen(key);
-    for (uint32_t i = 0; i < f->n; i++)
-        if (!strncmp(f->tensors[i].name, key, n) && f->tensors[i].name[n] == '/') return 1;
-    return 0;
-}
 
 static int check_geometry(const export_config *c) {
     if (!c->vocab_size || !c->d_model || !c->num_heads || !c->num_kv_heads || !c->num_layers ||
@@ -289,7 +151,7 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
     for (uint32_t b = 2, k = 0; b <= 4; b++)
         for (uint32_t i = 0; i < (1u << b); i++) w->codebook[k++] = cb->levels[b][i];
 
-    ctx x = {ck, c, cb, opt, w, 0};
+    ctx x = {ck, cb, opt, w, 0};
     uint32_t n_heads = 0;
     for (int i = 0; i < 2; i++) n_heads += (uint32_t)has_prefix_tensor(ck, HEAD_KEYS[i]);
     x.count = (uint32_t)(1 + 14 * L + 9 + 4 * c->num_sites + 1 + (n_heads ? 1 + 3 * n_heads : 0) +

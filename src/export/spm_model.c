@@ -15,7 +15,11 @@ enum { TK_NORMAL = 0, TK_UNKNOWN = 1, TK_CONTROL = 2, TK_USER_DEFINED = 3, TK_BY
 static const char *const chat_markers[] = {
     "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tools>",
     "</tools>", "<tool_call>", "</tool_call>", "<tool_result>", "</tool_result>",
+    /* Needle 3 only */
+    "<context>", "</context>", "<extract>", "</extract>", "<schema>", "</schema>",
 };
+#define V2_MARKERS 10u
+#define V3_MARKERS 16u
 
 typedef struct reader {
     const uint8_t *p, *end;
@@ -92,11 +96,11 @@ static int parse_piece(reader m, piece *pc) {
     return 0;
 }
 
-static uint8_t blob_type(const piece *pc) {
+static uint8_t blob_type(const piece *pc, uint32_t n_markers) {
     if (pc->type == SP_CONTROL) return TK_CONTROL;
     if (pc->type == SP_UNKNOWN) return TK_UNKNOWN;
     if (pc->type == SP_BYTE) return TK_BYTE;
-    for (size_t i = 0; i < sizeof chat_markers / sizeof chat_markers[0]; i++)
+    for (size_t i = 0; i < n_markers; i++)
         if (pc->len == strlen(chat_markers[i]) && !memcmp(pc->text, chat_markers[i], pc->len))
             return TK_USER_DEFINED;
     return TK_NORMAL;
@@ -106,14 +110,28 @@ static void put_u32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-int spm_tokenizer_blob(const uint8_t *model, size_t size, uint8_t **blob, size_t *blob_size,
-                       uint32_t *n_pieces) {
+/* NormalizerSpec (ModelProto field 3) field 3: add_dummy_prefix, default true */
+static int dummy_prefix(reader spec) {
+    int dummy = 1;
+    while (spec.p < spec.end) {
+        uint32_t num, wire;
+        uint64_t value;
+        reader pl;
+        if (field(&spec, &num, &wire, &value, &pl)) return -1;
+        if (num == 3 && wire == 0) dummy = value != 0;
+    }
+    return dummy;
+}
+
+static int build_blob(const uint8_t *model, size_t size, uint8_t **blob, size_t *blob_size,
+                      uint32_t *n_pieces, uint32_t n_markers) {
     *blob = NULL;
     *blob_size = 0;
     *n_pieces = 0;
     /* pass 1: count pieces and bytes, validating the structure */
     reader r = {model, model + size};
     uint64_t n = 0, bytes = 24;
+    int dummy = 1;
     while (r.p < r.end) {
         uint32_t num, wire;
         uint64_t value;
@@ -121,6 +139,8 @@ int spm_tokenizer_blob(const uint8_t *model, size_t size, uint8_t **blob, size_t
         if (field(&r, &num, &wire, &value, &pl))
             return needle_fail(NEEDLE_ERR_FORMAT, "tokenizer model: not a SentencePiece model (bad protobuf at byte %zu)",
                                (size_t)(r.p - model));
+        if (num == 3 && wire == 2 && (dummy = dummy_prefix(pl)) < 0)
+            return needle_fail(NEEDLE_ERR_FORMAT, "tokenizer model: malformed normalizer_spec");
         if (num != 1) continue;
         piece pc;
         if (wire != 2 || parse_piece(pl, &pc))
@@ -139,7 +159,8 @@ int spm_tokenizer_blob(const uint8_t *model, size_t size, uint8_t **blob, size_t
     put_u32(out + 8, 1);
     put_u32(out + 12, 2);
     put_u32(out + 16, 3);
-    out[20] = 1;
+    /* v2's exporter always writes 1; v3's follows the model */
+    out[20] = n_markers == V2_MARKERS ? 1 : (uint8_t)dummy;
     out[21] = 1;
     out[22] = out[23] = 0;
     uint8_t *w = out + 24;
@@ -155,7 +176,7 @@ int spm_tokenizer_blob(const uint8_t *model, size_t size, uint8_t **blob, size_t
         uint32_t sbits;
         memcpy(&sbits, &pc.score, sizeof sbits);
         put_u32(w, sbits);
-        w[4] = blob_type(&pc);
+        w[4] = blob_type(&pc, n_markers);
         w[5] = (uint8_t)(pc.len & 0xff);
         w[6] = (uint8_t)(pc.len >> 8);
         memcpy(w + 7, pc.text, pc.len);
@@ -165,4 +186,14 @@ int spm_tokenizer_blob(const uint8_t *model, size_t size, uint8_t **blob, size_t
     *blob_size = (size_t)bytes;
     *n_pieces = (uint32_t)n;
     return 0;
+}
+
+int spm_tokenizer_blob(const uint8_t *model, size_t size, uint8_t **blob, size_t *blob_size,
+                       uint32_t *n_pieces) {
+    return build_blob(model, size, blob, blob_size, n_pieces, V2_MARKERS);
+}
+
+int spm_tokenizer_blob_v3(const uint8_t *model, size_t size, uint8_t **blob, size_t *blob_size,
+                          uint32_t *n_pieces) {
+    return build_blob(model, size, blob, blob_size, n_pieces, V3_MARKERS);
 }

@@ -18,4 +18,11 @@
 int spm_tokenizer_blob(const uint8_t *model, size_t size, uint8_t **blob, size_t *blob_size,
                        uint32_t *n_pieces);
 
+/* The Needle 3 blob (cactus-needle 3.2.8): 16 chat markers (v2's 10 + <context>,
+ * </context>, <extract>, </extract>, <schema>, </schema>) and add_dummy_prefix taken from
+ * the model's normalizer_spec (the official exporter probes it by encoding "a"; the two
+ * agree for a model whose normalizer adds the prefix or does not). */
+int spm_tokenizer_blob_v3(const uint8_t *model, size_t size, uint8_t **blob, size_t *blob_size,
+                          uint32_t *n_pieces);
+
 #endif
