@@ -57,10 +57,14 @@ static void test_bits_map(void) {
     bits_map m;
     char c[BITS_MAP_MAX_KEY];
     const char *canon[][2] = {
-        {"layer07.q_proj", "attn.q_proj"}, {"engrams_1/embedding", "engram1.tables"},
-        {"engram0", "engram0."}, {"stack/layers/block/self_attn/k_proj/kernel", "attn.k_proj"},
-        {"embedding/embedding", "embedding"}, {"stack/mhc_phi_res", "mhc_phi_res"},
-        {"layerX.q", "layerX.q"}, {"engram", "engram"},
+        {"layer07.q_proj", "attn.q_proj"},
+        {"engrams_1/embedding", "engram1.tables"},
+        {"engram0", "engram0."},
+        {"stack/layers/block/self_attn/k_proj/kernel", "attn.k_proj"},
+        {"embedding/embedding", "embedding"},
+        {"stack/mhc_phi_res", "mhc_phi_res"},
+        {"layerX.q", "layerX.q"},
+        {"engram", "engram"},
     };
     for (size_t i = 0; i < sizeof canon / sizeof canon[0]; i++) {
         CHECK(bits_map_canonical(canon[i][0], c, sizeof c) == 0);
@@ -75,15 +79,15 @@ static void test_bits_map(void) {
     CHECK_EQ_INT(bits_map_lookup(&m, "layer00.v_proj"), 2);
     CHECK(bits_map_parse("3", &m) == 0 && m.default_bits == 3 && m.n == 0);
     CHECK(bits_map_parse("1.58", &m) == 0 && m.default_bits == CQ_TERNARY);
-    const char *bad[] = {"embedding=4", "default=5", "default=2.5", "default=2,attn", "default=x", "",
-                         "default=1", "default=-2"};
+    const char *bad[] = {"embedding=4", "default=5", "default=2.5", "default=2,attn",
+                         "default=x",   "",          "default=1",   "default=-2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK_MSG(bits_map_parse(bad[i], &m) != 0, "'%s' accepted", bad[i]);
 }
 
 /* exports a checkpoint through the library; returns the image (malloc'd) or NULL */
-static uint8_t *export_image(const uint8_t *ck_image, size_t ck_size, const char *config_json, const char *bits,
-                             int with_tokenizer, size_t *size, int *status) {
+static uint8_t *export_image(const uint8_t *ck_image, size_t ck_size, const char *config_json,
+                             const char *bits, int with_tokenizer, size_t *size, int *status) {
     *size = 0;
     *status = 0;
     st_file ck;
@@ -108,8 +112,11 @@ static uint8_t *export_image(const uint8_t *ck_image, size_t ck_size, const char
     if (!st) {
         cact_writer w;
         cw_init(&w);
-        const export_options opt = {.bits = &map, .kv_window = export_effective_kv_window(&cfg),
-                                    .tokenizer = tok, .tokenizer_size = tok_size, .tokenizer_pieces = pieces};
+        const export_options opt = {.bits = &map,
+                                    .kv_window = export_effective_kv_window(&cfg),
+                                    .tokenizer = tok,
+                                    .tokenizer_size = tok_size,
+                                    .tokenizer_pieces = pieces};
         st = export_build(&ck, &cfg, &g_cb, &opt, &w);
         if (!st) st = cw_serialize(&w, &image, size);
         cw_release(&w);
@@ -130,8 +137,8 @@ static void compare_files(const char *what, const uint8_t *got, size_t got_size,
     }
     size_t first = 0;
     while (first < got_size && first < ref_size && got[first] == ref[first]) first++;
-    CHECK_MSG(got_size == ref_size && first == ref_size, "%s: %zu bytes vs official %zu, first difference at %zu",
-              what, got_size, ref_size, first);
+    CHECK_MSG(got_size == ref_size && first == ref_size,
+              "%s: %zu bytes vs official %zu, first difference at %zu", what, got_size, ref_size, first);
     free(ref);
 }
 
@@ -148,19 +155,21 @@ static void test_export_identity(void) {
         free(manifest_text);
         return;
     }
-    typedef struct export_case { const char *ckpt, *config, *bits, *ref; } export_case;
+    typedef struct export_case {
+        const char *ckpt, *config, *bits, *ref;
+    } export_case;
     export_case cases[32];
     int n = 0;
     /* the parity fixtures the checkpoints were made for */
     cases[n++] = (export_case){"tiny.safetensors", "tiny.config.json", "default=2,embedding=4,mhc_phi=4",
-                                    fixture_path("tiny_mixed.cact")};
+                               fixture_path("tiny_mixed.cact")};
     cases[n++] = (export_case){"tinyb.safetensors", "tinyb.config.json", "default=2,embedding=4,mhc_phi=4",
-                                    fixture_path("tinyb_mixed.cact")};
+                               fixture_path("tinyb_mixed.cact")};
     for (cJSON *e = manifest->child; e && n < 32; e = e->next) {
         const cJSON *ck = cJSON_GetObjectItem(e, "checkpoint");
         if (!ck) continue;
         cases[n++] = (export_case){ck->valuestring, cJSON_GetObjectItem(e, "config")->valuestring,
-                                        cJSON_GetObjectItem(e, "bits")->valuestring, NULL};
+                                   cJSON_GetObjectItem(e, "bits")->valuestring, NULL};
         cases[n - 1].ref = e->string;
     }
     CHECK(n >= 10);
@@ -170,7 +179,8 @@ static void test_export_identity(void) {
         char *config = read_text(export_path(cases[i].config));
         CHECK(ck && config);
         int st = -1;
-        uint8_t *image = ck && config ? export_image(ck, ck_size, config, cases[i].bits, 1, &size, &st) : NULL;
+        uint8_t *image =
+            ck && config ? export_image(ck, ck_size, config, cases[i].bits, 1, &size, &st) : NULL;
         CHECK_MSG(st == 0, "%s [%s]: %s", cases[i].ckpt, cases[i].bits, needle_last_error());
         const char *ref = strchr(cases[i].ref, '/') ? cases[i].ref : export_path(cases[i].ref);
         char what[256];
@@ -247,8 +257,11 @@ static void test_export_v3_identity(void) {
         CHECK(bits_map_parse("4", &map) == 0);
         cact_writer w;
         cw_init(&w);
-        const export_options opt = {.bits = &map, .kv_window = export3_effective_kv_window(&cfg), .tokenizer = tok,
-                                    .tokenizer_size = tok_size, .tokenizer_pieces = pieces};
+        const export_options opt = {.bits = &map,
+                                    .kv_window = export3_effective_kv_window(&cfg),
+                                    .tokenizer = tok,
+                                    .tokenizer_size = tok_size,
+                                    .tokenizer_pieces = pieces};
         uint8_t *image = NULL;
         CHECK_MSG(export3_build(&f, &cfg, &g_cb, &opt, &w) == 0, "v3_%s: %s", geoms[g], needle_last_error());
         CHECK(cw_serialize(&w, &image, &size) == 0);
@@ -304,8 +317,11 @@ static void test_export_full(void) {
     if (model) CHECK(spm_tokenizer_blob(model, msize, &tok, &tok_size, &pieces) == 0);
     cact_writer w;
     cw_init(&w);
-    const export_options opt = {.bits = &map, .kv_window = export_effective_kv_window(&cfg), .tokenizer = tok,
-                                .tokenizer_size = tok_size, .tokenizer_pieces = pieces};
+    const export_options opt = {.bits = &map,
+                                .kv_window = export_effective_kv_window(&cfg),
+                                .tokenizer = tok,
+                                .tokenizer_size = tok_size,
+                                .tokenizer_pieces = pieces};
     uint8_t *image = NULL;
     CHECK_MSG(export_build(&f, &cfg, &g_cb, &opt, &w) == 0, "%s", needle_last_error());
     CHECK(cw_serialize(&w, &image, &size) == 0);
@@ -389,15 +405,20 @@ static void test_hostile_checkpoints(void) {
     /* wrong shapes: the config disagrees with the tensors */
     const char *configs[][2] = {
         {"{\"vocab_size\": 512, \"d_model\": 100, \"num_heads\": 4, \"num_kv_heads\": 2, \"num_layers\": 4, "
-         "\"max_seq_len\": 128, \"mhc_lanes\": 2, \"engram_slots\": 64, \"engram_layers\": [1]}", "shape"},
-        {"{\"vocab_size\": 4000000000, \"d_model\": 96, \"num_heads\": 4, \"num_kv_heads\": 2, \"num_layers\": 4, "
-         "\"max_seq_len\": 128, \"mhc_lanes\": 2, \"engram_slots\": 64, \"engram_layers\": [1]}", "shape"},
+         "\"max_seq_len\": 128, \"mhc_lanes\": 2, \"engram_slots\": 64, \"engram_layers\": [1]}",
+         "shape"},
+        {"{\"vocab_size\": 4000000000, \"d_model\": 96, \"num_heads\": 4, \"num_kv_heads\": 2, "
+         "\"num_layers\": 4, "
+         "\"max_seq_len\": 128, \"mhc_lanes\": 2, \"engram_slots\": 64, \"engram_layers\": [1]}",
+         "shape"},
         {"{\"vocab_size\": 512, \"d_model\": 96, \"num_heads\": 4, \"num_kv_heads\": 2, \"num_layers\": 5, "
-         "\"max_seq_len\": 128, \"mhc_lanes\": 2, \"engram_slots\": 64, \"engram_layers\": [1]}", "shape"},
+         "\"max_seq_len\": 128, \"mhc_lanes\": 2, \"engram_slots\": 64, \"engram_layers\": [1]}",
+         "shape"},
         {"{\"vocab_size\": 512, \"d_model\": 96, \"num_heads\": 5, \"num_kv_heads\": 2, \"num_layers\": 4}",
          "multiple"},
         {"{\"vocab_size\": 512, \"d_model\": 96, \"num_heads\": 4, \"num_kv_heads\": 2, \"num_layers\": 4, "
-         "\"max_seq_len\": 128, \"mhc_lanes\": 2, \"engram_slots\": 64, \"engram_layers\": [1,2,3,4,5]}", "engram"},
+         "\"max_seq_len\": 128, \"mhc_lanes\": 2, \"engram_slots\": 64, \"engram_layers\": [1,2,3,4,5]}",
+         "engram"},
         {"{\"vocab_size\": -3}", "integer"},
         {"[1, 2]", "JSON object"},
         {"{\"d_model\": 96.5}", "integer"},
@@ -480,8 +501,8 @@ static void test_cli(void) {
     CHECK(mkdtemp(tmp) != NULL);
     snprintf(cmd, sizeof cmd,
              "%s export %s --config %s --bits default=4 -t %s -o %s/a.cact --json 2>/dev/null", cli_path(),
-             export_path("tiny.safetensors"), export_path("tiny.config.json"), fixture_path("tiny_bpe512.model"),
-             tmp);
+             export_path("tiny.safetensors"), export_path("tiny.config.json"),
+             fixture_path("tiny_bpe512.model"), tmp);
     CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     cJSON *j = cJSON_Parse(out);
     CHECK_MSG(j != NULL, "not JSON: %.200s", out);
@@ -496,8 +517,9 @@ static void test_cli(void) {
     compare_files("needle export default=4", got, size, export_path("tiny_cq4.cact"));
     free(got);
     /* quantize: the released-model map from a CQ4 file, with a table */
-    snprintf(cmd, sizeof cmd, "%s quantize %s --bits default=2,embedding=4,mhc_phi=4 -o %s/b.cact 2>/dev/null",
-             cli_path(), fixture_path("tinyb_cq4.cact"), tmp);
+    snprintf(cmd, sizeof cmd,
+             "%s quantize %s --bits default=2,embedding=4,mhc_phi=4 -o %s/b.cact 2>/dev/null", cli_path(),
+             fixture_path("tinyb_cq4.cact"), tmp);
     CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     CHECK(strstr(out, "layer2.q_proj") && strstr(out, "wrote"));
     snprintf(cmd, sizeof cmd, "%s/b.cact", tmp);
@@ -505,7 +527,8 @@ static void test_cli(void) {
     compare_files("needle quantize", got, size, export_path("requant_tinyb_cq4.cact"));
     free(got);
     /* usage errors exit 2, bad data exits 1 and writes nothing */
-    const char *usage[] = {"export", "export x.safetensors", "quantize x.cact -o y", "quantize x --bits 5 -o y"};
+    const char *usage[] = {"export", "export x.safetensors", "quantize x.cact -o y",
+                           "quantize x --bits 5 -o y"};
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null", cli_path(), usage[i]);
         CHECK_MSG(run_command(cmd, NULL, 0) == 2, "%s", usage[i]);

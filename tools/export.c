@@ -76,9 +76,8 @@ static int write_atomically(const char *path, const uint8_t *data, size_t size) 
 /* ---- progress and reports ------------------------------------------------------------ */
 
 typedef struct run_state {
-    int tty;        /* draw a progress bar on stderr */
-    int json;       /* collect per-tensor errors for the JSON summary */
-    double *rel;    /* rel_error per record (-1 for non-CQ) */
+    int tty;     /* draw a progress bar on stderr */
+    double *rel; /* rel_error per record (-1 for non-CQ) */
     uint32_t n_rel, cap_rel;
 } run_state;
 
@@ -95,8 +94,8 @@ static void on_tensor(void *user, uint32_t index, uint32_t count, const cw_tenso
     if (index + 1 > s->n_rel) s->n_rel = index + 1;
     if (s->tty) {
         const int width = 30, done = count ? (int)((uint64_t)(index + 1) * width / count) : width;
-        fprintf(stderr, "\r[%.*s%*s] %u/%u %-24.24s", done, "==============================",
-                width - done, "", index + 1, count, t->name);
+        fprintf(stderr, "\r[%.*s%*s] %u/%u %-24.24s", done, "==============================", width - done,
+                "", index + 1, count, t->name);
         if (index + 1 == count) fputs("\r\033[K", stderr);
         fflush(stderr);
     }
@@ -124,14 +123,15 @@ static void print_summary(FILE *out, const cact_writer *w, const run_state *s, c
         cli_json_string(out, path);
         fprintf(out, ", \"bytes\": %llu, \"tensors\": %u, \"bits\": ", (unsigned long long)bytes, w->n);
         cli_json_string(out, bits);
-        fprintf(out, ", \"kv_window\": %u, \"mean_weight_bits\": %.4f, \"cq\": [", w->v3 ? w->v3_header[3] : w->h.kv_window,
-                mean_bits);
+        fprintf(out, ", \"kv_window\": %u, \"mean_weight_bits\": %.4f, \"cq\": [",
+                w->v3 ? w->v3_header[3] : w->h.kv_window, mean_bits);
         int first = 1;
         for (uint32_t i = 0; i < w->n; i++) {
             const cw_tensor *t = &w->tensors[i];
             if (t->dtype != CACT_CQ) continue;
-            fprintf(out, "%s\n  {\"index\": %u, \"name\": \"%s\", \"shape\": [%u, %u], \"bits\": %s, "
-                         "\"rel_error\": %.6g}",
+            fprintf(out,
+                    "%s\n  {\"index\": %u, \"name\": \"%s\", \"shape\": [%u, %u], \"bits\": %s, "
+                    "\"rel_error\": %.6g}",
                     first ? "" : ",", i, t->name, t->shape[0], t->shape[1], bits_map_width_name(t->bits),
                     i < s->n_rel ? s->rel[i] : -1.0);
             first = 0;
@@ -150,14 +150,15 @@ static void print_summary(FILE *out, const cact_writer *w, const run_state *s, c
                     i < s->n_rel ? s->rel[i] : -1.0);
         }
     }
-    fprintf(out, "wrote %s: %llu bytes, %u tensors, bits %s (%.3f bits per weight), kv_window %u; "
-                 "largest relative error %.4f (%s)\n",
-            path, (unsigned long long)bytes, w->n, bits, mean_bits, w->v3 ? w->v3_header[3] : w->h.kv_window, worst, worst_name);
+    fprintf(out,
+            "wrote %s: %llu bytes, %u tensors, bits %s (%.3f bits per weight), kv_window %u; "
+            "largest relative error %.4f (%s)\n",
+            path, (unsigned long long)bytes, w->n, bits, mean_bits, w->v3 ? w->v3_header[3] : w->h.kv_window,
+            worst, worst_name);
 }
 
 /* serializes, checks the image loads, writes it; returns the exit status */
-static int finish(cact_writer *w, run_state *s, const char *out_path, const char *bits, int json,
-                  int table) {
+static int finish(cact_writer *w, run_state *s, const char *out_path, const char *bits, int json, int table) {
     uint8_t *image;
     size_t size;
     int st = cw_serialize(w, &image, &size);
@@ -179,20 +180,20 @@ static int run_export(const cli_command *self, int argc, char **argv) {
     const char *ckpt_path = NULL, *config_path = NULL, *bits = NULL, *tok_path = NULL, *out_path = NULL;
     long kv_window = -1;
     int json = 0, quiet = 0, v3 = 0;
-    const cli_option opts[] = {
-        {"--config", "-c", CLI_TEXT, &config_path, 0, 0, NULL},
-        {"--v3", NULL, CLI_FLAG, &v3, 0, 0, NULL},
-        {"--bits", "-b", CLI_TEXT, &bits, 0, 0, NULL},
-        {"--tokenizer", "-t", CLI_TEXT, &tok_path, 0, 0, NULL},
-        {"--kv-window", NULL, CLI_LONG, &kv_window, 0, 0xffffffffL, NULL},
-        {"--output", "-o", CLI_TEXT, &out_path, 0, 0, NULL},
-        {"--json", NULL, CLI_FLAG, &json, 0, 0, NULL},
-        {"--quiet", "-q", CLI_FLAG, &quiet, 0, 0, NULL},
-        {0}};
+    const cli_option opts[] = {{"--config", "-c", CLI_TEXT, &config_path, 0, 0, NULL},
+                               {"--v3", NULL, CLI_FLAG, &v3, 0, 0, NULL},
+                               {"--bits", "-b", CLI_TEXT, &bits, 0, 0, NULL},
+                               {"--tokenizer", "-t", CLI_TEXT, &tok_path, 0, 0, NULL},
+                               {"--kv-window", NULL, CLI_LONG, &kv_window, 0, 0xffffffffL, NULL},
+                               {"--output", "-o", CLI_TEXT, &out_path, 0, 0, NULL},
+                               {"--json", NULL, CLI_FLAG, &json, 0, 0, NULL},
+                               {"--quiet", "-q", CLI_FLAG, &quiet, 0, 0, NULL},
+                               {0}};
     int st = cli_parse(self, argc, argv, opts, &ckpt_path, 1);
     if (st != CLI_GO) return st;
     if (!ckpt_path) return cli_usage_error(self, "which checkpoint? (a .safetensors file)");
-    if (!config_path) return cli_usage_error(self, "--config FILE is required (the TransformerConfig as JSON)");
+    if (!config_path)
+        return cli_usage_error(self, "--config FILE is required (the TransformerConfig as JSON)");
     if (!out_path) return cli_usage_error(self, "-o OUT.cact is required");
 
     size_t cfg_size, ck_size, tok_size = 0;
@@ -231,7 +232,7 @@ static int run_export(const cli_command *self, int argc, char **argv) {
         return cli_lib_error(ckpt_path, st);
     }
     cq_codebooks cb;
-    run_state rs = {.tty = !quiet && isatty(2), .json = json};
+    run_state rs = {.tty = !quiet && isatty(2)};
     cact_writer w;
     cw_init(&w);
     int rc = 1;
@@ -239,11 +240,15 @@ static int run_export(const cli_command *self, int argc, char **argv) {
         rc = cli_lib_error("codebooks", st);
     } else {
         const uint32_t window = kv_window >= 0 ? (uint32_t)kv_window
-                                : v3       ? export3_effective_kv_window(&cfg3)
-                                           : export_effective_kv_window(&cfg);
-        const export_options opt = {.bits = &map, .kv_window = window, .tokenizer = tok_blob,
-                                    .tokenizer_size = tok_size, .tokenizer_pieces = pieces,
-                                    .progress = on_tensor, .user = &rs};
+                                : v3           ? export3_effective_kv_window(&cfg3)
+                                               : export_effective_kv_window(&cfg);
+        const export_options opt = {.bits = &map,
+                                    .kv_window = window,
+                                    .tokenizer = tok_blob,
+                                    .tokenizer_size = tok_size,
+                                    .tokenizer_pieces = pieces,
+                                    .progress = on_tensor,
+                                    .user = &rs};
         st = v3 ? export3_build(&ck, &cfg3, &cb, &opt, &w) : export_build(&ck, &cfg, &cb, &opt, &w);
         if (rs.tty) fputs("\r\033[K", stderr);
         rc = st ? cli_lib_error(ckpt_path, st) : finish(&w, &rs, out_path, bits, json, 0);
@@ -288,12 +293,11 @@ const cli_command cli_export = {
 static int run_quantize(const cli_command *self, int argc, char **argv) {
     const char *in_path = NULL, *bits = NULL, *out_path = NULL;
     int json = 0, quiet = 0;
-    const cli_option opts[] = {
-        {"--bits", "-b", CLI_TEXT, &bits, 0, 0, NULL},
-        {"--output", "-o", CLI_TEXT, &out_path, 0, 0, NULL},
-        {"--json", NULL, CLI_FLAG, &json, 0, 0, NULL},
-        {"--quiet", "-q", CLI_FLAG, &quiet, 0, 0, NULL},
-        {0}};
+    const cli_option opts[] = {{"--bits", "-b", CLI_TEXT, &bits, 0, 0, NULL},
+                               {"--output", "-o", CLI_TEXT, &out_path, 0, 0, NULL},
+                               {"--json", NULL, CLI_FLAG, &json, 0, 0, NULL},
+                               {"--quiet", "-q", CLI_FLAG, &quiet, 0, 0, NULL},
+                               {0}};
     int st = cli_parse(self, argc, argv, opts, &in_path, 1);
     if (st != CLI_GO) return st;
     if (!in_path) return cli_usage_error(self, "which .cact file?");
@@ -304,7 +308,7 @@ static int run_quantize(const cli_command *self, int argc, char **argv) {
     size_t size;
     uint8_t *image = slurp(in_path, &size);
     if (!image) return 1;
-    run_state rs = {.tty = !quiet && isatty(2), .json = json};
+    run_state rs = {.tty = !quiet && isatty(2)};
     cact_writer w;
     cw_init(&w);
     st = cact_requantize_image(image, size, &map, on_tensor, &rs, &w);

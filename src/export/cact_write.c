@@ -82,20 +82,43 @@ int cw_serialize(const cact_writer *w, uint8_t **out, size_t *size) {
     *out = NULL;
     *size = 0;
     const uint64_t total = cw_file_size(w);
-    if (!total || total > SIZE_MAX) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "the file would be too large");
+    if (!total || total > SIZE_MAX)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "the file would be too large");
     uint8_t *buf = calloc(1, (size_t)total);
-    if (!buf) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory for a %llu-byte file",
-                                 (unsigned long long)total);
+    if (!buf)
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory for a %llu-byte file",
+                           (unsigned long long)total);
     const cact_header *h = &w->h;
     uint8_t *p = buf;
-    const uint32_t head[] = {CACT_TAG, w->n, CACT_CODEBOOK_LEN, h->kv_window, h->kv_bits, h->vocab,
-                             h->d_model, h->num_heads, h->num_kv_heads, h->num_layers, h->head_dim,
-                             h->max_seq_len, h->hada_n, h->mhc_lanes, h->engram_slots,
-                             h->engram_sub_dim, h->num_engram_tables, h->engram_conv_taps,
-                             h->engram_conv_dilation, h->num_engram_orders, h->engram_orders[0],
-                             h->engram_orders[1], h->engram_orders[2], h->engram_orders[3],
-                             h->num_engram_sites, h->engram_sites[0], h->engram_sites[1],
-                             h->engram_sites[2], h->engram_sites[3]};
+    const uint32_t head[] = {CACT_TAG,
+                             w->n,
+                             CACT_CODEBOOK_LEN,
+                             h->kv_window,
+                             h->kv_bits,
+                             h->vocab,
+                             h->d_model,
+                             h->num_heads,
+                             h->num_kv_heads,
+                             h->num_layers,
+                             h->head_dim,
+                             h->max_seq_len,
+                             h->hada_n,
+                             h->mhc_lanes,
+                             h->engram_slots,
+                             h->engram_sub_dim,
+                             h->num_engram_tables,
+                             h->engram_conv_taps,
+                             h->engram_conv_dilation,
+                             h->num_engram_orders,
+                             h->engram_orders[0],
+                             h->engram_orders[1],
+                             h->engram_orders[2],
+                             h->engram_orders[3],
+                             h->num_engram_sites,
+                             h->engram_sites[0],
+                             h->engram_sites[1],
+                             h->engram_sites[2],
+                             h->engram_sites[3]};
     if (w->v3) {
         p = put32(p, CACT_TAG_V3);
         p = put32(p, w->n);

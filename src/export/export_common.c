@@ -26,8 +26,8 @@ const st_tensor *need(const ctx *x, const char *name, uint32_t ndim, const uint6
         for (uint32_t i = 0; i < ndim; i++)
             snprintf(want + strlen(want), sizeof want - strlen(want), "%s%llu", i ? ", " : "",
                      (unsigned long long)shape[i]);
-        needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' has shape [%s], the config needs [%s]",
-                    name, got, want);
+        needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' has shape [%s], the config needs [%s]", name,
+                    got, want);
         return NULL;
     }
     return t;
@@ -69,8 +69,7 @@ int add_cq_bits(ctx *x, const char *label, float *mat, uint64_t rows, uint64_t c
 }
 
 /* values[0 .. prod(shape)) as an FP16 record */
-int add_fp16_values(ctx *x, const char *label, const float *values, uint8_t ndim,
-                           const uint32_t *shape) {
+int add_fp16_values(ctx *x, const char *label, const float *values, uint8_t ndim, const uint32_t *shape) {
     uint64_t n = 1;
     for (uint8_t i = 0; i < ndim; i++) n *= shape[i];
     uint8_t *blob = malloc(n ? (size_t)(2 * n) : 1);
@@ -94,7 +93,7 @@ int add_fp16_values(ctx *x, const char *label, const float *values, uint8_t ndim
 
 /* the values of t from element `first` on (t NULL: zeros) as an FP16 record */
 int add_fp16(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint8_t ndim,
-                    const uint32_t *shape) {
+             const uint32_t *shape) {
     uint64_t n = 1;
     for (uint8_t i = 0; i < ndim; i++) n *= shape[i];
     if (!t) return add_fp16_values(x, label, NULL, ndim, shape);
@@ -108,8 +107,8 @@ int add_fp16(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint
 
 float *alloc_mat(const char *label, uint64_t rows, uint64_t cols) {
     if (cols && rows > SIZE_MAX / sizeof(float) / cols) {
-        needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: %llu x %llu is too large", label,
-                    (unsigned long long)rows, (unsigned long long)cols);
+        needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: %llu x %llu is too large", label, (unsigned long long)rows,
+                    (unsigned long long)cols);
         return NULL;
     }
     const size_t count = (size_t)(rows * cols);
@@ -133,8 +132,7 @@ int add_cq_direct_bits(ctx *x, const char *label, const st_tensor *t, uint64_t f
 }
 
 /* a flax kernel slice [in][out] at `first`, stored transposed as [out][in] */
-int add_cq_kernel(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t in,
-                         uint64_t out) {
+int add_cq_kernel(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t in, uint64_t out) {
     float *m = alloc_mat(label, out, in);
     if (!m) return NEEDLE_ERR_OUT_OF_MEMORY;
     for (uint64_t c = 0; c < in; c++)
@@ -148,4 +146,3 @@ int has_prefix_tensor(const st_file *f, const char *key) {
         if (!strncmp(f->tensors[i].name, key, n) && f->tensors[i].name[n] == '/') return 1;
     return 0;
 }
-

@@ -40,9 +40,10 @@ float *alloc_mat(const char *label, uint64_t rows, uint64_t cols);
 
 /* t[first .. first + rows*cols) as a CQ record; a flax kernel slice [in][out] stored
  * transposed [out][in]. */
-int add_cq_direct(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t rows, uint64_t cols);
-int add_cq_direct_bits(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t rows, uint64_t cols,
-                       uint32_t bits);
+int add_cq_direct(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t rows,
+                  uint64_t cols);
+int add_cq_direct_bits(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t rows,
+                       uint64_t cols, uint32_t bits);
 int add_cq_kernel(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t in, uint64_t out);
 
 /* 1 if some tensor is named "<key>/..." */

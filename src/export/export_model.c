@@ -33,7 +33,9 @@ static int json_u32(const cJSON *j, const char *key, uint32_t *v) {
 static int json_list(const cJSON *j, const char *key, uint32_t *v, uint32_t *n) {
     if (!cJSON_IsArray(j)) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: %s must be a list", key);
     const int len = cJSON_GetArraySize(j);
-    if (len > 8) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: %s has %d entries (at most 4 fit a .cact)", key, len);
+    if (len > 8)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: %s has %d entries (at most 4 fit a .cact)",
+                           key, len);
     for (int i = 0; i < len; i++) {
         const int st = json_u32(cJSON_GetArrayItem(j, i), key, &v[i]);
         if (st) return st;
@@ -43,21 +45,35 @@ static int json_list(const cJSON *j, const char *key, uint32_t *v, uint32_t *n) 
 }
 
 int export_config_parse(const char *json, size_t len, export_config *c) {
-    *c = (export_config){.vocab_size = 8192, .d_model = 512, .num_heads = 8, .num_kv_heads = 4,
-                         .num_layers = 12, .max_seq_len = 2048, .rope_theta = 100000.0,
-                         .engram_orders = {2, 3}, .num_orders = 2, .engram_slots = 8192,
-                         .engram_layers = {2, 15}, .num_sites = 2, .mhc_lanes = 4, .kv_bits = 8};
+    *c = (export_config){.vocab_size = 8192,
+                         .d_model = 512,
+                         .num_heads = 8,
+                         .num_kv_heads = 4,
+                         .num_layers = 12,
+                         .max_seq_len = 2048,
+                         .rope_theta = 100000.0,
+                         .engram_orders = {2, 3},
+                         .num_orders = 2,
+                         .engram_slots = 8192,
+                         .engram_layers = {2, 15},
+                         .num_sites = 2,
+                         .mhc_lanes = 4,
+                         .kv_bits = 8};
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return needle_fail(NEEDLE_ERR_JSON, "config: not a JSON object");
     }
-    const struct { const char *key; uint32_t *v; } ints[] = {
-        {"vocab_size", &c->vocab_size}, {"d_model", &c->d_model}, {"attn_dim", &c->attn_dim},
-        {"num_heads", &c->num_heads}, {"num_kv_heads", &c->num_kv_heads},
-        {"num_layers", &c->num_layers}, {"max_seq_len", &c->max_seq_len},
-        {"engram_heads", &c->engram_heads}, {"engram_slots", &c->engram_slots},
-        {"mhc_lanes", &c->mhc_lanes}, {"kv_window", &c->kv_window}, {"kv_bits", &c->kv_bits},
+    const struct {
+        const char *key;
+        uint32_t *v;
+    } ints[] = {
+        {"vocab_size", &c->vocab_size},     {"d_model", &c->d_model},
+        {"attn_dim", &c->attn_dim},         {"num_heads", &c->num_heads},
+        {"num_kv_heads", &c->num_kv_heads}, {"num_layers", &c->num_layers},
+        {"max_seq_len", &c->max_seq_len},   {"engram_heads", &c->engram_heads},
+        {"engram_slots", &c->engram_slots}, {"mhc_lanes", &c->mhc_lanes},
+        {"kv_window", &c->kv_window},       {"kv_bits", &c->kv_bits},
     };
     int st = 0;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !st; i++) {
@@ -72,12 +88,14 @@ int export_config_parse(const char *json, size_t len, export_config *c) {
     if (!st && (j = cJSON_GetObjectItemCaseSensitive(root, "rope_theta"))) {
         if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || fabs(j->valuedouble) > 3.4e38)
             st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: rope_theta must be a float32 number");
-        else c->rope_theta = j->valuedouble;
+        else
+            c->rope_theta = j->valuedouble;
     }
     if (!st && (j = cJSON_GetObjectItemCaseSensitive(root, "weight_bits")) && !cJSON_IsNull(j)) {
         if (!cJSON_IsString(j) || strlen(j->valuestring) >= sizeof c->weight_bits)
             st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: weight_bits must be a bits map string");
-        else strcpy(c->weight_bits, j->valuestring);
+        else
+            strcpy(c->weight_bits, j->valuestring);
     }
     cJSON_Delete(root);
     if (!st && !c->attn_dim) c->attn_dim = c->d_model;
@@ -87,8 +105,8 @@ int export_config_parse(const char *json, size_t len, export_config *c) {
 uint32_t export_effective_kv_window(const export_config *c) {
     const uint64_t head_dim = c->num_heads ? c->attn_dim / c->num_heads : 0;
     const uint64_t kv = c->num_kv_heads * head_dim, d = c->d_model;
-    const uint64_t per_pos = c->num_layers * (2 * kv + 2 * (kv / KV_GROUP) * 4) +
-                             c->num_sites * (d + (d / KV_GROUP) * 4);
+    const uint64_t per_pos =
+        c->num_layers * (2 * kv + 2 * (kv / KV_GROUP) * 4) + c->num_sites * (d + (d / KV_GROUP) * 4);
     uint64_t window = per_pos ? KV_BUDGET_BYTES / per_pos / KV_GROUP * KV_GROUP : c->max_seq_len;
     if (window > c->max_seq_len) window = c->max_seq_len;
     if (window < KV_WINDOW_MIN) window = KV_WINDOW_MIN;
@@ -107,8 +125,9 @@ static int check_geometry(const export_config *c) {
                            "config: vocab_size, d_model, num_heads, num_kv_heads, num_layers, "
                            "mhc_lanes, engram_slots and max_seq_len must be positive");
     if (c->attn_dim % c->num_heads)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: attn_dim %u is not a multiple of num_heads %u",
-                           c->attn_dim, c->num_heads);
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
+                           "config: attn_dim %u is not a multiple of num_heads %u", c->attn_dim,
+                           c->num_heads);
     if (!c->num_orders || c->num_orders > 4 || c->num_sites > 4)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
                            "config: a .cact holds 1 to 4 engram_orders and at most 4 engram_layers");
@@ -117,8 +136,8 @@ static int check_geometry(const export_config *c) {
     return 0;
 }
 
-int export_build(const st_file *ck, const export_config *c, const cq_codebooks *cb,
-                 const export_options *opt, cact_writer *w) {
+int export_build(const st_file *ck, const export_config *c, const cq_codebooks *cb, const export_options *opt,
+                 cact_writer *w) {
     int st = check_geometry(c);
     if (st) return st;
     const uint64_t d = c->d_model, L = c->num_layers, n = c->mhc_lanes, A = c->attn_dim;
@@ -137,14 +156,24 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
         if (c->engram_orders[i] > max_order) max_order = c->engram_orders[i];
 
     cact_header *h = &w->h;
-    *h = (cact_header){.kv_window = opt->kv_window, .kv_bits = c->kv_bits ? c->kv_bits : 8,
-                       .vocab = c->vocab_size, .d_model = c->d_model, .num_heads = c->num_heads,
-                       .num_kv_heads = c->num_kv_heads, .num_layers = c->num_layers,
-                       .head_dim = (uint32_t)hd, .max_seq_len = c->max_seq_len, .hada_n = hada,
-                       .mhc_lanes = c->mhc_lanes, .engram_slots = c->engram_slots,
-                       .engram_sub_dim = (uint32_t)sub, .num_engram_tables = (uint32_t)T,
-                       .engram_conv_taps = ENGRAM_CONV_TAPS, .engram_conv_dilation = max_order,
-                       .num_engram_orders = c->num_orders, .num_engram_sites = c->num_sites,
+    *h = (cact_header){.kv_window = opt->kv_window,
+                       .kv_bits = c->kv_bits ? c->kv_bits : 8,
+                       .vocab = c->vocab_size,
+                       .d_model = c->d_model,
+                       .num_heads = c->num_heads,
+                       .num_kv_heads = c->num_kv_heads,
+                       .num_layers = c->num_layers,
+                       .head_dim = (uint32_t)hd,
+                       .max_seq_len = c->max_seq_len,
+                       .hada_n = hada,
+                       .mhc_lanes = c->mhc_lanes,
+                       .engram_slots = c->engram_slots,
+                       .engram_sub_dim = (uint32_t)sub,
+                       .num_engram_tables = (uint32_t)T,
+                       .engram_conv_taps = ENGRAM_CONV_TAPS,
+                       .engram_conv_dilation = max_order,
+                       .num_engram_orders = c->num_orders,
+                       .num_engram_sites = c->num_sites,
                        .rope_theta = (float)c->rope_theta};
     for (uint32_t i = 0; i < c->num_orders; i++) h->engram_orders[i] = c->engram_orders[i];
     for (uint32_t i = 0; i < c->num_sites; i++) h->engram_sites[i] = c->engram_layers[i];
@@ -157,19 +186,19 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
     x.count = (uint32_t)(1 + 14 * L + 9 + 4 * c->num_sites + 1 + (n_heads ? 1 + 3 * n_heads : 0) +
                          (opt->tokenizer ? 1 : 0));
     if (opt->tokenizer && opt->tokenizer_pieces != c->vocab_size)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tokenizer vocab %u != config %u", opt->tokenizer_pieces,
-                           c->vocab_size);
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tokenizer vocab %u != config %u",
+                           opt->tokenizer_pieces, c->vocab_size);
 
     const st_tensor *t;
     char label[40];
-#define NEED(var, name, nd, ...)                                 \
-    do {                                                         \
-        const uint64_t shp_[] = {__VA_ARGS__};                   \
-        if (!((var) = need(&x, (name), (nd), shp_))) return NEEDLE_ERR_FORMAT; \
+#define NEED(var, name, nd, ...)                                                                             \
+    do {                                                                                                     \
+        const uint64_t shp_[] = {__VA_ARGS__};                                                               \
+        if (!((var) = need(&x, (name), (nd), shp_))) return NEEDLE_ERR_FORMAT;                               \
     } while (0)
-#define TRY(e)                  \
-    do {                        \
-        if ((st = (e))) return st; \
+#define TRY(e)                                                                                               \
+    do {                                                                                                     \
+        if ((st = (e))) return st;                                                                           \
     } while (0)
 
     NEED(t, "embedding/embedding", 2, c->vocab_size, d);
@@ -194,8 +223,8 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
     NEED(post, nm, 2, L, d);
     snprintf(nm, sizeof nm, "%sattn_gate", B);
     if (!(gate = st_find(ck, nm)) || gate->numel != L || gate->ndim < 1 || gate->shape[0] != L)
-        return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' must hold one value per layer (%llu)", nm,
-                           (unsigned long long)L);
+        return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' must hold one value per layer (%llu)",
+                           nm, (unsigned long long)L);
     snprintf(nm, sizeof nm, "%spre_hada_norm/scale", B);
     NEED(pre, nm, 2, L, d);
     for (int k = 0; k < 3; k++) {
@@ -222,13 +251,17 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
 #undef LABEL
     }
 
-    static const char *mhc_small[6] = {"mhc_a_pre", "mhc_a_post", "mhc_a_res", "mhc_b_pre", "mhc_b_post", "mhc_b_res"};
+    static const char *mhc_small[6] = {"mhc_a_pre", "mhc_a_post", "mhc_a_res",
+                                       "mhc_b_pre", "mhc_b_post", "mhc_b_res"};
     for (int k = 0; k < 6; k++) {
         snprintf(nm, sizeof nm, "stack/%s", mhc_small[k]);
         const uint32_t s3[3] = {(uint32_t)L, (uint32_t)n, (uint32_t)n};
-        if (k < 3) NEED(t, nm, 1, L);
-        else if (k < 5) NEED(t, nm, 2, L, n);
-        else NEED(t, nm, 3, L, n, n);
+        if (k < 3)
+            NEED(t, nm, 1, L);
+        else if (k < 5)
+            NEED(t, nm, 2, L, n);
+        else
+            NEED(t, nm, 3, L, n, n);
         TRY(add_fp16(&x, mhc_small[k], t, 0, (uint8_t)(k < 3 ? 1 : k < 5 ? 2 : 3), s3));
     }
     static const char *phi[3] = {"mhc_phi_pre", "mhc_phi_post", "mhc_phi_res"};
@@ -289,8 +322,8 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
             const st_tensor *probes = st_find(ck, nm);
             if (!probes || probes->ndim != 2 || probes->shape[1] != d || !probes->shape[0] ||
                 probes->shape[0] * d > UINT32_MAX)
-                return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' must be [P, %llu], P > 0",
-                                   nm, (unsigned long long)d);
+                return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' must be [P, %llu], P > 0", nm,
+                                   (unsigned long long)d);
             const uint64_t P = probes->shape[0];
             snprintf(nm, sizeof nm, "%s/proj/kernel", HEAD_KEYS[i]);
             const st_tensor *kernel = st_find(ck, nm);

@@ -44,8 +44,8 @@ typedef void (*export_progress_fn)(void *user, uint32_t index, uint32_t count, c
 
 typedef struct export_options {
     const bits_map *bits;
-    uint32_t kv_window;          /* header value */
-    const uint8_t *tokenizer;    /* RAW blob (spm_tokenizer_blob), or NULL for none */
+    uint32_t kv_window;       /* header value */
+    const uint8_t *tokenizer; /* RAW blob (spm_tokenizer_blob), or NULL for none */
     size_t tokenizer_size;
     uint32_t tokenizer_pieces;   /* must equal vocab_size */
     export_progress_fn progress; /* may be NULL */

@@ -32,7 +32,8 @@ static int list_of(const cJSON *j, const char *key, uint32_t *v, uint32_t *n, ui
     if (!cJSON_IsArray(j)) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: %s must be a list", key);
     const int len = cJSON_GetArraySize(j);
     if (len < 0 || (uint32_t)len > cap)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: %s has %d entries (at most %u)", key, len, cap);
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: %s has %d entries (at most %u)", key, len,
+                           cap);
     for (int i = 0; i < len; i++) {
         const int st = u32_of(cJSON_GetArrayItem(j, i), key, &v[i]);
         if (st) return st;
@@ -42,26 +43,54 @@ static int list_of(const cJSON *j, const char *key, uint32_t *v, uint32_t *n, ui
 }
 
 int export3_config_parse(const char *json, size_t len, export3_config *c) {
-    *c = (export3_config){.vocab_size = 16384, .d_model = 768, .num_heads = 12, .num_kv_heads = 2,
-                          .num_layers = 20, .qk_head_dim = 48, .v_head_dim = 64, .max_seq_len = 4096,
-                          .rope_theta = 100000.0, .engram_orders = {2, 3}, .num_orders = 2,
-                          .engram_slots = 18432, .engram_layers = {3, 7, 11, 15, 19}, .num_sites = 5,
-                          .global_layers = {4, 9, 14, 19}, .num_global = 4, .sliding_window = 1024,
-                          .mhc_lanes = 4, .qkv_conv_taps = 3, .kv_bits = 8};
+    *c = (export3_config){.vocab_size = 16384,
+                          .d_model = 768,
+                          .num_heads = 12,
+                          .num_kv_heads = 2,
+                          .num_layers = 20,
+                          .qk_head_dim = 48,
+                          .v_head_dim = 64,
+                          .max_seq_len = 4096,
+                          .rope_theta = 100000.0,
+                          .engram_orders = {2, 3},
+                          .num_orders = 2,
+                          .engram_slots = 18432,
+                          .engram_layers = {3, 7, 11, 15, 19},
+                          .num_sites = 5,
+                          .global_layers = {4, 9, 14, 19},
+                          .num_global = 4,
+                          .sliding_window = 1024,
+                          .mhc_lanes = 4,
+                          .qkv_conv_taps = 3,
+                          .kv_bits = 8};
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return needle_fail(NEEDLE_ERR_JSON, "config: not a JSON object");
     }
     uint32_t attn_dim = 0, n_ladder = 0, ladder[64];
-    const struct { const char *key; uint32_t *v; } ints[] = {
-        {"vocab_size", &c->vocab_size}, {"out_vocab", &c->out_vocab}, {"d_model", &c->d_model},
-        {"num_heads", &c->num_heads}, {"num_kv_heads", &c->num_kv_heads}, {"num_layers", &c->num_layers},
-        {"qk_head_dim", &c->qk_head_dim}, {"v_head_dim", &c->v_head_dim}, {"max_seq_len", &c->max_seq_len},
-        {"engram_heads", &c->engram_heads}, {"engram_slots", &c->engram_slots},
-        {"engram_seed_heads", &c->engram_seed_heads}, {"sliding_window", &c->sliding_window},
-        {"mhc_lanes", &c->mhc_lanes}, {"qkv_conv_taps", &c->qkv_conv_taps}, {"kv_window", &c->kv_window},
-        {"kv_bits", &c->kv_bits}, {"attn_dim", &attn_dim},
+    const struct {
+        const char *key;
+        uint32_t *v;
+    } ints[] = {
+        {"vocab_size", &c->vocab_size},
+        {"out_vocab", &c->out_vocab},
+        {"d_model", &c->d_model},
+        {"num_heads", &c->num_heads},
+        {"num_kv_heads", &c->num_kv_heads},
+        {"num_layers", &c->num_layers},
+        {"qk_head_dim", &c->qk_head_dim},
+        {"v_head_dim", &c->v_head_dim},
+        {"max_seq_len", &c->max_seq_len},
+        {"engram_heads", &c->engram_heads},
+        {"engram_slots", &c->engram_slots},
+        {"engram_seed_heads", &c->engram_seed_heads},
+        {"sliding_window", &c->sliding_window},
+        {"mhc_lanes", &c->mhc_lanes},
+        {"qkv_conv_taps", &c->qkv_conv_taps},
+        {"kv_window", &c->kv_window},
+        {"kv_bits", &c->kv_bits},
+        {"attn_dim", &attn_dim},
     };
     int st = 0;
     for (size_t i = 0; i < sizeof ints / sizeof ints[0] && !st; i++) {
@@ -80,15 +109,19 @@ int export3_config_parse(const char *json, size_t len, export3_config *c) {
     if (!st && (j = cJSON_GetObjectItemCaseSensitive(root, "rope_theta"))) {
         if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || fabs(j->valuedouble) > 3.4e38)
             st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: rope_theta must be a float32 number");
-        else c->rope_theta = j->valuedouble;
+        else
+            c->rope_theta = j->valuedouble;
     }
     c->ladder_split = n_ladder > 0;
     if (!st && attn_dim) {
         /* TransformerConfig.__init__: a legacy attn_dim sets what was not given */
-        if (!c->num_heads) st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: num_heads must be positive");
+        if (!c->num_heads)
+            st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: num_heads must be positive");
         else {
-            if (!cJSON_GetObjectItemCaseSensitive(root, "qk_head_dim")) c->qk_head_dim = attn_dim / c->num_heads;
-            if (!cJSON_GetObjectItemCaseSensitive(root, "v_head_dim")) c->v_head_dim = attn_dim / c->num_heads;
+            if (!cJSON_GetObjectItemCaseSensitive(root, "qk_head_dim"))
+                c->qk_head_dim = attn_dim / c->num_heads;
+            if (!cJSON_GetObjectItemCaseSensitive(root, "v_head_dim"))
+                c->v_head_dim = attn_dim / c->num_heads;
             if (!cJSON_GetObjectItemCaseSensitive(root, "sliding_window")) c->sliding_window = 0;
             if (!cJSON_GetObjectItemCaseSensitive(root, "global_layers")) c->num_global = 0;
         }
@@ -103,7 +136,8 @@ int export3_config_parse(const char *json, size_t len, export3_config *c) {
 }
 
 uint32_t export3_effective_kv_window(const export3_config *c) {
-    const long long kd = (long long)c->num_kv_heads * c->qk_head_dim, vd = (long long)c->num_kv_heads * c->v_head_dim;
+    const long long kd = (long long)c->num_kv_heads * c->qk_head_dim,
+                    vd = (long long)c->num_kv_heads * c->v_head_dim;
     const long long d = c->d_model, L = c->num_layers, sites = c->num_sites;
     const long long per_layer = kd + vd + (kd / KV_GROUP + vd / KV_GROUP) * 4;
     const long long per_site = d + (d / KV_GROUP) * 4;
@@ -113,7 +147,8 @@ uint32_t export3_effective_kv_window(const export3_config *c) {
         const long long local = c->sliding_window < c->max_seq_len ? c->sliding_window : c->max_seq_len;
         const long long fixed = ((L - n_global) * per_layer + sites * per_site) * local;
         if (n_global == 0) {
-            window = fixed <= KV_BUDGET_BYTES ? c->max_seq_len : (local > KV_WINDOW_MIN ? local : KV_WINDOW_MIN);
+            window =
+                fixed <= KV_BUDGET_BYTES ? c->max_seq_len : (local > KV_WINDOW_MIN ? local : KV_WINDOW_MIN);
         } else {
             /* Python floor division (the budget left may be negative) */
             long long num = KV_BUDGET_BYTES - fixed, den = n_global * per_layer;
@@ -225,14 +260,17 @@ static int add_layer_fp16(ctx *x, const char *label, const st_tensor *t, uint64_
     return add_fp16(x, label, t, i * per, (uint8_t)(t->ndim - 1), shape);
 }
 
-static const struct { const char *key; uint32_t code; } HEADS3[3] = {
-    {"embedding_head", 1}, {"confidence_head", 2}, {"router_head", 3}};
+static const struct {
+    const char *key;
+    uint32_t code;
+} HEADS3[3] = {{"embedding_head", 1}, {"confidence_head", 2}, {"router_head", 3}};
 
 static int add_head(ctx *x, const char *key, uint32_t code, uint64_t d) {
     char nm[128], label[40];
     const st_tensor *probes, *gain, *query, *row_bias, *kernel, *bias, *cal;
 #define GET(var, part) (snprintf(nm, sizeof nm, "%s/%s", key, part), (var) = st_find(x->ck, nm))
-    if (!GET(probes, "probes") || probes->ndim != 3 || probes->shape[2] != d || !probes->shape[0] || !probes->shape[1])
+    if (!GET(probes, "probes") || probes->ndim != 3 || probes->shape[2] != d || !probes->shape[0] ||
+        !probes->shape[1])
         return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s/probes' must be [L+1, k, %llu]", key,
                            (unsigned long long)d);
     const uint64_t l1 = probes->shape[0], k = probes->shape[1];
@@ -243,16 +281,17 @@ static int add_head(ctx *x, const char *key, uint32_t code, uint64_t d) {
         return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s/query' must be [q, %llu]", key,
                            (unsigned long long)d);
     const uint64_t q = query->shape[0];
-    if (!GET(row_bias, "row_bias") || row_bias->ndim != 3 || row_bias->shape[0] != q || row_bias->shape[1] != l1 ||
-        row_bias->shape[2] != k)
-        return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s/row_bias' must be [%llu, %llu, %llu]", key,
-                           (unsigned long long)q, (unsigned long long)l1, (unsigned long long)k);
+    if (!GET(row_bias, "row_bias") || row_bias->ndim != 3 || row_bias->shape[0] != q ||
+        row_bias->shape[1] != l1 || row_bias->shape[2] != k)
+        return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s/row_bias' must be [%llu, %llu, %llu]",
+                           key, (unsigned long long)q, (unsigned long long)l1, (unsigned long long)k);
     if (!GET(kernel, "proj/kernel") || kernel->ndim != 2 || !kernel->shape[0] || !kernel->shape[1] ||
         kernel->shape[0] > UINT32_MAX || kernel->shape[1] > UINT32_MAX)
         return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s/proj/kernel' must be [in, out]", key);
     const uint64_t out = kernel->shape[1];
     if (GET(bias, "proj/bias") && (bias->ndim != 1 || bias->shape[0] != out))
-        return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' must be [%llu]", nm, (unsigned long long)out);
+        return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' must be [%llu]", nm,
+                           (unsigned long long)out);
     GET(cal, "calibration");
 #undef GET
     int st;
@@ -280,7 +319,8 @@ static int add_head(ctx *x, const char *key, uint32_t code, uint64_t d) {
         snprintf(label, sizeof label, "%s.calibration", key);
         const uint32_t sc[1] = {3};
         if (cal) {
-            if (cal->numel != 3) return needle_fail(NEEDLE_ERR_FORMAT, "'%s/calibration' must hold 3 values", key);
+            if (cal->numel != 3)
+                return needle_fail(NEEDLE_ERR_FORMAT, "'%s/calibration' must hold 3 values", key);
             return add_fp16(x, label, cal, 0, 1, sc);
         }
         const float init[3] = {0.90f, 0.00f, 0.60f};
@@ -291,19 +331,23 @@ static int add_head(ctx *x, const char *key, uint32_t code, uint64_t d) {
 
 int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks *cb,
                   const export_options *opt, cact_writer *w) {
-    if (!c->vocab_size || !c->d_model || !c->num_heads || !c->num_kv_heads || !c->num_layers || !c->mhc_lanes ||
-        !c->engram_slots || !c->max_seq_len || !c->qk_head_dim || !c->v_head_dim)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
-                           "config: vocab_size, d_model, heads, layers, head dims, mhc_lanes, engram_slots and "
-                           "max_seq_len must be positive");
-    if (c->num_layers > 64) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: a v3 .cact holds at most 64 layers");
-    if (c->num_sites > 16) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: a v3 .cact holds at most 16 engram sites");
+    if (!c->vocab_size || !c->d_model || !c->num_heads || !c->num_kv_heads || !c->num_layers ||
+        !c->mhc_lanes || !c->engram_slots || !c->max_seq_len || !c->qk_head_dim || !c->v_head_dim)
+        return needle_fail(
+            NEEDLE_ERR_INVALID_ARGUMENT,
+            "config: vocab_size, d_model, heads, layers, head dims, mhc_lanes, engram_slots and "
+            "max_seq_len must be positive");
+    if (c->num_layers > 64)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: a v3 .cact holds at most 64 layers");
+    if (c->num_sites > 16)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: a v3 .cact holds at most 16 engram sites");
     if (!c->num_orders || c->num_orders > 4)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: a .cact holds 1 to 4 engram_orders");
     if (c->out_vocab > c->vocab_size)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: out_vocab %u exceeds vocab_size %u", c->out_vocab,
-                           c->vocab_size);
-    if (c->d_model > (1u << 24)) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: d_model is too large");
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: out_vocab %u exceeds vocab_size %u",
+                           c->out_vocab, c->vocab_size);
+    if (c->d_model > (1u << 24))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "config: d_model is too large");
     uint64_t gmask = 0;
     for (uint32_t i = 0; i < c->num_global; i++) {
         if (c->global_layers[i] >= 64)
@@ -312,9 +356,10 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
         gmask |= 1ull << c->global_layers[i];
     }
     if (opt->tokenizer && opt->tokenizer_pieces > c->vocab_size)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tokenizer vocab %u > exported vocab %u", opt->tokenizer_pieces,
-                           c->vocab_size);
-    const uint64_t d = c->d_model, L = c->num_layers, n = c->mhc_lanes, H = c->num_heads, KV = c->num_kv_heads;
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "tokenizer vocab %u > exported vocab %u",
+                           opt->tokenizer_pieces, c->vocab_size);
+    const uint64_t d = c->d_model, L = c->num_layers, n = c->mhc_lanes, H = c->num_heads,
+                   KV = c->num_kv_heads;
     const uint64_t qk = c->qk_head_dim, vh = c->v_head_dim, taps = c->qkv_conv_taps;
     uint32_t eheads = c->engram_heads;
     if (!eheads) {
@@ -334,12 +379,33 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
     w->v3 = 1;
     uint32_t *hw = w->v3_header;
     memset(hw, 0, sizeof w->v3_header);
-    const uint32_t fields[] = {0, 0, 0, opt->kv_window, c->kv_bits ? c->kv_bits : 8, c->vocab_size, c->out_vocab,
-                               c->d_model, c->num_heads, c->num_kv_heads, c->num_layers, c->qk_head_dim,
-                               c->v_head_dim, c->max_seq_len, N, c->mhc_lanes, c->sliding_window,
-                               (uint32_t)(gmask & 0xffffffffu), (uint32_t)(gmask >> 32), c->qkv_conv_taps,
-                               c->engram_slots, (uint32_t)sub, (uint32_t)T, ENGRAM_CONV_TAPS, max_order,
-                               c->engram_seed_heads, c->num_orders};
+    const uint32_t fields[] = {0,
+                               0,
+                               0,
+                               opt->kv_window,
+                               c->kv_bits ? c->kv_bits : 8,
+                               c->vocab_size,
+                               c->out_vocab,
+                               c->d_model,
+                               c->num_heads,
+                               c->num_kv_heads,
+                               c->num_layers,
+                               c->qk_head_dim,
+                               c->v_head_dim,
+                               c->max_seq_len,
+                               N,
+                               c->mhc_lanes,
+                               c->sliding_window,
+                               (uint32_t)(gmask & 0xffffffffu),
+                               (uint32_t)(gmask >> 32),
+                               c->qkv_conv_taps,
+                               c->engram_slots,
+                               (uint32_t)sub,
+                               (uint32_t)T,
+                               ENGRAM_CONV_TAPS,
+                               max_order,
+                               c->engram_seed_heads,
+                               c->num_orders};
     memcpy(hw, fields, sizeof fields);
     for (uint32_t i = 0; i < c->num_orders; i++) hw[27 + i] = c->engram_orders[i];
     hw[31] = c->num_sites;
@@ -362,22 +428,50 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
     const st_tensor *t;
     char label[40], nm[128];
     int st;
-#define NEED(var, name, nd, ...)                                               \
-    do {                                                                       \
-        const uint64_t shp_[] = {__VA_ARGS__};                                 \
-        if (!((var) = need(&x, (name), (nd), shp_))) return NEEDLE_ERR_FORMAT; \
+#define NEED(var, name, nd, ...)                                                                             \
+    do {                                                                                                     \
+        const uint64_t shp_[] = {__VA_ARGS__};                                                               \
+        if (!((var) = need(&x, (name), (nd), shp_))) return NEEDLE_ERR_FORMAT;                               \
     } while (0)
-#define TRY(e)                     \
-    do {                           \
-        if ((st = (e))) return st; \
+#define TRY(e)                                                                                               \
+    do {                                                                                                     \
+        if ((st = (e))) return st;                                                                           \
     } while (0)
 #define BLOCK(part) (snprintf(nm, sizeof nm, "stack/layers/block/%s", (part)), nm)
 
     NEED(t, "embedding/embedding", 2, c->vocab_size, d);
     TRY(add_cq_direct(&x, "embedding", t, 0, c->vocab_size, d));
 
-    enum { NORM_IN, QP, KP, VP, QT, KT, VT, QN, KN, GP, OP, POST, GATE, PRE, D1, D2, B2, D3, D4, W1A, W1B, W2A, W2B,
-           W3A, W3B, CV, CU, N_PARTS };
+    enum {
+        NORM_IN,
+        QP,
+        KP,
+        VP,
+        QT,
+        KT,
+        VT,
+        QN,
+        KN,
+        GP,
+        OP,
+        POST,
+        GATE,
+        PRE,
+        D1,
+        D2,
+        B2,
+        D3,
+        D4,
+        W1A,
+        W1B,
+        W2A,
+        W2B,
+        W3A,
+        W3B,
+        CV,
+        CU,
+        N_PARTS
+    };
     const st_tensor *p[N_PARTS] = {0};
     NEED(p[NORM_IN], BLOCK("ZCRMSNorm_0/scale"), 2, L, d);
     NEED(p[QP], BLOCK("self_attn/q_proj/kernel"), 3, L, d, H * qk);
@@ -411,16 +505,18 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
         NEED(p[W1A + k], BLOCK(part), 3, L, side, side);
     }
     const st_tensor *cv = st_find(ck, BLOCK("hadamard_mlp/cond_v"));
-    if (!cv || cv->ndim != 3 || cv->shape[0] != L || cv->shape[1] != d || !cv->shape[2] || cv->shape[2] > 4096)
+    if (!cv || cv->ndim != 3 || cv->shape[0] != L || cv->shape[1] != d || !cv->shape[2] ||
+        cv->shape[2] > 4096)
         return needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' must be [%llu, %llu, rank]", nm,
                            (unsigned long long)L, (unsigned long long)d);
     p[CV] = cv;
     NEED(p[CU], BLOCK("hadamard_mlp/cond_u"), 3, L, cv->shape[2], N);
 
-    static const char *names[N_PARTS] = {"norm_in", "q_proj", "k_proj", "v_proj", "q_taps", "k_taps", "v_taps",
-                                         "q_norm", "k_norm", "gate_proj", "out_proj", "post_norm", "attn_gate",
-                                         "pre_hada", "d1", "d2", "b2", "d3", "d4", "w1a", "w1b", "w2a", "w2b",
-                                         "w3a", "w3b", "cond_v", "cond_u"};
+    static const char *names[N_PARTS] = {
+        "norm_in", "q_proj", "k_proj",    "v_proj",   "q_taps",    "k_taps",    "v_taps",
+        "q_norm",  "k_norm", "gate_proj", "out_proj", "post_norm", "attn_gate", "pre_hada",
+        "d1",      "d2",     "b2",        "d3",       "d4",        "w1a",       "w1b",
+        "w2a",     "w2b",    "w3a",       "w3b",      "cond_v",    "cond_u"};
     const uint64_t in_of[N_PARTS] = {[QP] = d, [KP] = d, [VP] = d, [GP] = d, [OP] = H * vh};
     const uint64_t out_of[N_PARTS] = {[QP] = H * qk, [KP] = KV * qk, [VP] = KV * vh, [GP] = H * vh, [OP] = d};
     const uint32_t one[1] = {1};
@@ -437,13 +533,17 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
         }
     }
 
-    static const char *mhc_small[6] = {"mhc_a_pre", "mhc_a_post", "mhc_a_res", "mhc_b_pre", "mhc_b_post", "mhc_b_res"};
+    static const char *mhc_small[6] = {"mhc_a_pre", "mhc_a_post", "mhc_a_res",
+                                       "mhc_b_pre", "mhc_b_post", "mhc_b_res"};
     for (int k = 0; k < 6; k++) {
         snprintf(nm, sizeof nm, "stack/%s", mhc_small[k]);
         const uint32_t s3[3] = {(uint32_t)L, (uint32_t)n, (uint32_t)n};
-        if (k < 3) NEED(t, nm, 1, L);
-        else if (k < 5) NEED(t, nm, 2, L, n);
-        else NEED(t, nm, 3, L, n, n);
+        if (k < 3)
+            NEED(t, nm, 1, L);
+        else if (k < 5)
+            NEED(t, nm, 2, L, n);
+        else
+            NEED(t, nm, 3, L, n, n);
         TRY(add_fp16(&x, mhc_small[k], t, 0, (uint8_t)(k < 3 ? 1 : k < 5 ? 2 : 3), s3));
     }
     static const char *phi[3] = {"mhc_phi_pre", "mhc_phi_post", "mhc_phi_res"};
@@ -455,7 +555,8 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
         if (!m) return NEEDLE_ERR_OUT_OF_MEMORY;
         for (uint64_t i = 0; i < L; i++)
             for (uint64_t col = 0; col < nd; col++)
-                for (uint64_t l = 0; l < lanes; l++) m[(i * lanes + l) * nd + col] = st_get(t, (i * nd + col) * lanes + l);
+                for (uint64_t l = 0; l < lanes; l++)
+                    m[(i * lanes + l) * nd + col] = st_get(t, (i * nd + col) * lanes + l);
         TRY(add_cq(&x, phi[k], m, L * lanes, nd));
     }
     /* architecture._hada_perms: seeds 11 and 13 */

@@ -20,8 +20,8 @@
 #include "quant/cq_codebook.h"
 
 typedef struct export3_config {
-    uint32_t vocab_size, out_vocab, d_model, num_heads, num_kv_heads, num_layers, qk_head_dim,
-        v_head_dim, max_seq_len;
+    uint32_t vocab_size, out_vocab, d_model, num_heads, num_kv_heads, num_layers, qk_head_dim, v_head_dim,
+        max_seq_len;
     double rope_theta;
     uint32_t engram_orders[8], num_orders, engram_heads, engram_slots, engram_seed_heads;
     uint32_t engram_layers[32], num_sites;

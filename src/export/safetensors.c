@@ -75,10 +75,14 @@ int st_parse(const uint8_t *image, size_t size, st_file *out) {
         if (!cJSON_IsString(dt) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs))
             return fail_entry(out, root, e->string, "needs dtype, shape and data_offsets");
         uint64_t esize;
-        if (!strcmp(dt->valuestring, "F32")) t->dtype = ST_F32, esize = 4;
-        else if (!strcmp(dt->valuestring, "F16")) t->dtype = ST_F16, esize = 2;
-        else if (!strcmp(dt->valuestring, "BF16")) t->dtype = ST_BF16, esize = 2;
-        else return fail_entry(out, root, e->string, "dtype is not F32, F16 or BF16");
+        if (!strcmp(dt->valuestring, "F32"))
+            t->dtype = ST_F32, esize = 4;
+        else if (!strcmp(dt->valuestring, "F16"))
+            t->dtype = ST_F16, esize = 2;
+        else if (!strcmp(dt->valuestring, "BF16"))
+            t->dtype = ST_BF16, esize = 2;
+        else
+            return fail_entry(out, root, e->string, "dtype is not F32, F16 or BF16");
         const int nd = cJSON_GetArraySize(shape);
         if (nd > ST_MAX_DIMS) return fail_entry(out, root, e->string, "more than 8 dimensions");
         t->ndim = (uint32_t)nd;
@@ -95,8 +99,10 @@ int st_parse(const uint8_t *image, size_t size, st_file *out) {
         if (cJSON_GetArraySize(offs) != 2 || as_u64(cJSON_GetArrayItem(offs, 0), &b) ||
             as_u64(cJSON_GetArrayItem(offs, 1), &en) || en < b)
             return fail_entry(out, root, e->string, "bad data_offsets");
-        if (en > data_size) return fail_entry(out, root, e->string, "data_offsets run past the end of the file");
-        if (en - b != numel * esize) return fail_entry(out, root, e->string, "byte size does not match the shape");
+        if (en > data_size)
+            return fail_entry(out, root, e->string, "data_offsets run past the end of the file");
+        if (en - b != numel * esize)
+            return fail_entry(out, root, e->string, "byte size does not match the shape");
         t->data = data + b;
     }
     cJSON_Delete(root);

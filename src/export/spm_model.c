@@ -13,10 +13,23 @@ enum { SP_NORMAL = 1, SP_UNKNOWN = 2, SP_CONTROL = 3, SP_USER_DEFINED = 4, SP_UN
 enum { TK_NORMAL = 0, TK_UNKNOWN = 1, TK_CONTROL = 2, TK_USER_DEFINED = 3, TK_BYTE = 4 };
 
 static const char *const chat_markers[] = {
-    "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tools>",
-    "</tools>", "<tool_call>", "</tool_call>", "<tool_result>", "</tool_result>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<tools>",
+    "</tools>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_result>",
+    "</tool_result>",
     /* Needle 3 only */
-    "<context>", "</context>", "<extract>", "</extract>", "<schema>", "</schema>",
+    "<context>",
+    "</context>",
+    "<extract>",
+    "</extract>",
+    "<schema>",
+    "</schema>",
 };
 #define V2_MARKERS 10u
 #define V3_MARKERS 16u
@@ -137,14 +150,16 @@ static int build_blob(const uint8_t *model, size_t size, uint8_t **blob, size_t 
         uint64_t value;
         reader pl;
         if (field(&r, &num, &wire, &value, &pl))
-            return needle_fail(NEEDLE_ERR_FORMAT, "tokenizer model: not a SentencePiece model (bad protobuf at byte %zu)",
+            return needle_fail(NEEDLE_ERR_FORMAT,
+                               "tokenizer model: not a SentencePiece model (bad protobuf at byte %zu)",
                                (size_t)(r.p - model));
         if (num == 3 && wire == 2 && (dummy = dummy_prefix(pl)) < 0)
             return needle_fail(NEEDLE_ERR_FORMAT, "tokenizer model: malformed normalizer_spec");
         if (num != 1) continue;
         piece pc;
         if (wire != 2 || parse_piece(pl, &pc))
-            return needle_fail(NEEDLE_ERR_FORMAT, "tokenizer model: piece %llu is malformed", (unsigned long long)n);
+            return needle_fail(NEEDLE_ERR_FORMAT, "tokenizer model: piece %llu is malformed",
+                               (unsigned long long)n);
         if (pc.len > 0xffff)
             return needle_fail(NEEDLE_ERR_FORMAT, "tokenizer model: piece %llu is longer than 65535 bytes",
                                (unsigned long long)n);

@@ -112,8 +112,8 @@ int bits_map_parse(const char *spec, bits_map *out) {
     if (!strchr(spec, '=') && !strchr(spec, ',')) {
         uint32_t b;
         const int st = parse_width(spec, &b);
-        if (st) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
-                                   "bits '%s': widths are 2, 3, 4 or 1.58", spec);
+        if (st)
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "bits '%s': widths are 2, 3, 4 or 1.58", spec);
         out->default_bits = b;
         return 0;
     }
@@ -139,7 +139,8 @@ int bits_map_parse(const char *spec, bits_map *out) {
         uint32_t b;
         const int st = parse_width(val, &b);
         if (st == -1)
-            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "bits map entry '%s': '%s' is not a width", stripped, val);
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "bits map entry '%s': '%s' is not a width",
+                               stripped, val);
         if (st == -2)
             return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
                                "bits map entry '%s': unsupported width (2, 3, 4 or 1.58)", stripped);

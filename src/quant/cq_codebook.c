@@ -23,8 +23,7 @@ typedef struct mt19937 {
 
 static void mt_seed(mt19937 *m, uint32_t seed) {
     m->s[0] = seed;
-    for (int i = 1; i < 624; i++)
-        m->s[i] = 1812433253u * (m->s[i - 1] ^ (m->s[i - 1] >> 30)) + (uint32_t)i;
+    for (int i = 1; i < 624; i++) m->s[i] = 1812433253u * (m->s[i - 1] ^ (m->s[i - 1] >> 30)) + (uint32_t)i;
     m->i = 624;
 }
 
@@ -82,8 +81,10 @@ static size_t upper_bound(const double *x, size_t n, double v) {
     size_t lo = 0, hi = n;
     while (lo < hi) {
         const size_t mid = lo + (hi - lo) / 2;
-        if (x[mid] > v) hi = mid;
-        else lo = mid + 1;
+        if (x[mid] > v)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     return lo;
 }
@@ -112,8 +113,7 @@ int cq_lloyd_max_gaussian(uint32_t bits, double *c) {
     }
     free(m);
     qsort(x, LM_SAMPLES, sizeof *x, cmp_double);
-    for (uint32_t k = 0; k < levels; k++)
-        c[k] = x[(size_t)(((double)k + 0.5) / levels * LM_SAMPLES)];
+    for (uint32_t k = 0; k < levels; k++) c[k] = x[(size_t)(((double)k + 0.5) / levels * LM_SAMPLES)];
     for (int it = 0; it < LM_ITERS; it++) {
         double bnd[15];
         for (uint32_t k = 0; k + 1 < levels; k++) bnd[k] = (c[k] + c[k + 1]) / 2.0;

@@ -12,7 +12,6 @@
 
 #define CQ_MAX_GROUP 1024u
 
-
 static float hadamard_scale(uint32_t group) { return (float)(1.0 / sqrt((double)group)); }
 
 /* hm[k*G + j] = H[k][j] = +-h (Sylvester sign: parity of popcount(k & j)) */
@@ -31,7 +30,8 @@ static float *hadamard_matrix(uint32_t group) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
-static void rotate_group(const float *in, float *out, uint32_t group, const float *hm, int single) {
+static void
+rotate_group(const float *in, float *out, uint32_t group, const float *hm, int single) {
     for (uint32_t j = 0; j < group; j++) out[j] = 0.0f;
     if (single) {
         float t[CQ_MAX_GROUP];
@@ -105,8 +105,8 @@ static uint32_t get_code(const uint8_t *row, uint64_t k, uint32_t width) {
     return v & ((1u << width) - 1);
 }
 
-int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, uint32_t cols,
-                       uint32_t bits, uint8_t *blob, double *sq_err, double *sq_ref) {
+int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, uint32_t cols, uint32_t bits,
+                       uint8_t *blob, double *sq_err, double *sq_ref) {
     const uint32_t G = cb->group, n = cq_levels(bits);
     if (!n || !G || G > CQ_MAX_GROUP || (G & (G - 1)) || G % 8)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "CQ width %u / group %u not supported", bits, G);
@@ -140,8 +140,8 @@ int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, ui
             if (!isfinite(norm) || norm > 65504.0f) {
                 free(hm);
                 return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
-                                   "row %u group %llu has norm %g, beyond f16 (the weights are too large)",
-                                   r, (unsigned long long)gi, (double)norm);
+                                   "row %u group %llu has norm %g, beyond f16 (the weights are too large)", r,
+                                   (unsigned long long)gi, (double)norm);
             }
             const float denom = norm > 1e-12f ? norm : 1e-12f;
             for (uint32_t k = 0; k < G; k++) {
@@ -172,8 +172,8 @@ int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, ui
     return 0;
 }
 
-int cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t rows,
-                         uint32_t cols, uint32_t bits, float *w) {
+int cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t rows, uint32_t cols,
+                         uint32_t bits, float *w) {
     const uint32_t G = cb->group;
     const uint64_t pad = ((uint64_t)cols + G - 1) / G * G, ngroups = pad / G;
     const uint64_t rb = row_bytes(pad, bits);
@@ -194,8 +194,7 @@ int cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t r
                 scaled[k] = levels[code < cq_levels(bits) ? code : 0] * nf;
             }
             rotate_group(scaled, deq, G, hm, ngroups == 1);
-            for (uint32_t k = 0; k < G && gi * G + k < cols; k++)
-                w[(uint64_t)r * cols + gi * G + k] = deq[k];
+            for (uint32_t k = 0; k < G && gi * G + k < cols; k++) w[(uint64_t)r * cols + gi * G + k] = deq[k];
         }
     }
     free(hm);

@@ -27,13 +27,13 @@ uint64_t cq_blob_bytes(uint64_t rows, uint64_t cols, uint32_t bits, uint32_t gro
  * a value is not finite or a group norm does not fit in f16. If `sq_err` is not NULL it
  * receives the sum of squared differences between w and the blob's dequantized values,
  * and `sq_ref` the sum of squares of w (both in double). */
-int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, uint32_t cols,
-                       uint32_t bits, uint8_t *blob, double *sq_err, double *sq_ref);
+int cq_quantize_matrix(const cq_codebooks *cb, const float *w, uint32_t rows, uint32_t cols, uint32_t bits,
+                       uint8_t *blob, double *sq_err, double *sq_ref);
 
 /* Dequantizes a CQ blob back to w[rows][cols] the way the official reader does
  * (export._cq_unpack: (codebook[idx] * norm) @ H with the same BLAS rounding). The blob
  * must be valid for the shape (cact_parse checked). Returns 0 or NEEDLE_ERR_OUT_OF_MEMORY. */
-int cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t rows,
-                         uint32_t cols, uint32_t bits, float *w);
+int cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t rows, uint32_t cols,
+                         uint32_t bits, float *w);
 
 #endif
