@@ -226,6 +226,85 @@ static void test_requantize_identity(void) {
     free(manifest_text);
 }
 
+/* export -> load -> logits: the exported tiny / tinyb models run every recorded case of
+ * the parity fixtures within 1e-3 of the official forward's largest logit */
+static void test_round_trip(void) {
+    const char *geoms[2][2] = {{"tiny", "tiny_mixed"}, {"tinyb", "tinyb_mixed"}};
+    for (int g = 0; g < 2; g++) {
+        char name[64];
+        size_t ck_size, size = 0;
+        snprintf(name, sizeof name, "%s.safetensors", geoms[g][0]);
+        uint8_t *ck = read_file(export_path(name), &ck_size);
+        snprintf(name, sizeof name, "%s.config.json", geoms[g][0]);
+        char *config = read_text(export_path(name));
+        int st = -1;
+        uint8_t *image = ck && config ? export_image(ck, ck_size, config, "default=2,embedding=4,mhc_phi=4", 1,
+                                                     &size, &st)
+                                      : NULL;
+        CHECK(st == 0 && image);
+        needle_model *m = NULL;
+        CHECK(image && needle_model_open_blob(image, size, NULL, &m) == NEEDLE_OK);
+        snprintf(name, sizeof name, "%s.json", geoms[g][1]);
+        char *cases_text = read_text(fixture_path(name));
+        cJSON *doc = cases_text ? cJSON_Parse(cases_text) : NULL;
+        CHECK(doc != NULL);
+        const cJSON *cases = doc ? cJSON_GetObjectItem(doc, "cases") : NULL;
+        int n_cases = 0;
+        for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next) {
+            if (!m) break;
+            const cJSON *toks = cJSON_GetObjectItem(c, "tokens"), *t;
+            const size_t n = (size_t)cJSON_GetArraySize(toks);
+            int32_t *ids = malloc(n * sizeof *ids);
+            size_t k = 0;
+            cJSON_ArrayForEach(t, toks) ids[k++] = (int32_t)t->valuedouble;
+            /* the .q16 rows: f32 scale then vocab int16 per position */
+            size_t qsize;
+            char qpath[1100];
+            snprintf(qpath, sizeof qpath, "%s", fixture_path(cJSON_GetObjectItem(c, "logits")->valuestring));
+            uint8_t *q = read_file(qpath, &qsize);
+            const uint32_t vocab = q ? (uint32_t)(q[8] | q[9] << 8) : 0;
+            CHECK(q && qsize == 12 + (size_t)n * (4 + 2 * vocab));
+            needle_session_params sp = needle_session_default_params();
+            sp.n_ctx = (uint32_t)n + 1;
+            sp.kv_window = (int32_t)cJSON_GetObjectItem(c, "window")->valuedouble;
+            sp.n_sinks = (uint32_t)cJSON_GetObjectItem(c, "sinks")->valuedouble;
+            needle_session *s = NULL;
+            float *logits = malloc(n * vocab * sizeof *logits + 1);
+            if (q && qsize == 12 + (size_t)n * (4 + 2 * vocab) && needle_session_create(m, &sp, &s) == NEEDLE_OK &&
+                needle_session_eval(s, ids, n, logits, n * vocab) == NEEDLE_OK) {
+                double worst = 0;
+                for (size_t p = 0; p < n; p++) {
+                    const uint8_t *row = q + 12 + p * (4 + 2 * (size_t)vocab);
+                    float scale;
+                    memcpy(&scale, row, 4);
+                    double top = 0, err = 0;
+                    for (uint32_t v = 0; v < vocab; v++) {
+                        const double ref = (int16_t)(row[4 + 2 * v] | row[5 + 2 * v] << 8) * (double)scale;
+                        top = fmax(top, fabs(ref));
+                        err = fmax(err, fabs(logits[p * vocab + v] - ref));
+                    }
+                    worst = fmax(worst, err / fmax(top, 1e-30));
+                }
+                CHECK_MSG(worst <= 1e-3, "%s case %d: worst relative logit error %.3g", geoms[g][1], n_cases, worst);
+            } else {
+                CHECK_MSG(0, "%s case %d did not run: %s", geoms[g][1], n_cases, needle_last_error());
+            }
+            needle_session_free(s);
+            free(logits);
+            free(q);
+            free(ids);
+            n_cases++;
+        }
+        CHECK(n_cases >= 5);
+        cJSON_Delete(doc);
+        free(cases_text);
+        needle_model_free(m);
+        free(image);
+        free(ck);
+        free(config);
+    }
+}
+
 /* Needle 3: the official 3.2.8 exporter's CQ4 output for two geometries (checkpoints
  * stored as F16 and as BF16) */
 static void test_export_v3_identity(void) {
@@ -551,6 +630,7 @@ int main(void) {
     RUN(test_bits_map);
     RUN(test_export_identity);
     RUN(test_requantize_identity);
+    RUN(test_round_trip);
     RUN(test_export_v3_identity);
     RUN(test_export_full);
     RUN(test_hostile_checkpoints);
