@@ -201,11 +201,11 @@ static uint32_t mt_next(mt *m) {
 
 /* out[0..n) = offset + permutation of 0..n-1: arange, then the legacy Fisher-Yates shuffle
  * drawing each index by masked rejection (random_interval) */
-static void legacy_permutation(uint32_t seed, uint32_t n, uint32_t offset, float *out) {
+static int legacy_permutation(uint32_t seed, uint32_t n, uint32_t offset, float *out) {
     mt m;
     mt_seed(&m, seed);
-    uint32_t *p = malloc((size_t)n * sizeof *p);
-    if (!p) return;
+    uint32_t *p = malloc((size_t)n * sizeof *p + 1);
+    if (!p) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     for (uint32_t i = 0; i < n; i++) p[i] = i;
     for (uint32_t i = n - 1; i >= 1 && n > 1; i--) {
         uint32_t mask = i;
@@ -223,6 +223,7 @@ static void legacy_permutation(uint32_t seed, uint32_t n, uint32_t offset, float
     }
     for (uint32_t i = 0; i < n; i++) out[i] = (float)(p[i] + offset);
     free(p);
+    return 0;
 }
 
 static int add_permutation(ctx *x, const char *label, uint32_t seed, uint32_t n, int split) {
@@ -233,16 +234,17 @@ static int add_permutation(ctx *x, const char *label, uint32_t seed, uint32_t n,
         free(blob);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    if (split) {
-        legacy_permutation(seed, n / 2, 0, v);
-        legacy_permutation(seed + 977, n / 2, n / 2, v + n / 2);
-    } else {
-        legacy_permutation(seed, n, 0, v);
+    int st = split ? legacy_permutation(seed, n / 2, 0, v) : legacy_permutation(seed, n, 0, v);
+    if (!st && split) st = legacy_permutation(seed + 977, n / 2, n / 2, v + n / 2);
+    if (st) {
+        free(v);
+        free(blob);
+        return st;
     }
     for (uint32_t i = 0; i < n; i++) memcpy(blob + 4 * i, &v[i], 4);
     free(v);
     const uint32_t shape[1] = {n};
-    const int st = cw_add(x->w, label, CACT_FP32, 1, shape, 0, 0, blob, 4ull * n);
+    st = cw_add(x->w, label, CACT_FP32, 1, shape, 0, 0, blob, 4ull * n);
     if (!st) report(x, -1.0);
     return st;
 }
