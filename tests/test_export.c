@@ -142,61 +142,130 @@ static void compare_files(const char *what, const uint8_t *got, size_t got_size,
     free(ref);
 }
 
+/* ---- SHA-256 (FIPS 180-4): the official outputs are committed as digests ------------- */
+
+static uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+static void sha256_hex(const uint8_t *data, size_t len, char hex[65]) {
+    static const uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+        0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+        0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+        0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+        0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+        0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+        0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    const size_t total = (len + 9 + 63) / 64 * 64;
+    for (size_t off = 0; off < total; off += 64) {
+        uint8_t block[64];
+        for (size_t i = 0; i < 64; i++) {
+            const size_t at = off + i;
+            block[i] = at < len ? data[at] : at == len ? 0x80 : 0;
+        }
+        if (off + 64 == total)
+            for (int i = 0; i < 8; i++) block[56 + i] = (uint8_t)((uint64_t)len * 8 >> (56 - 8 * i));
+        uint32_t w[64];
+        for (int i = 0; i < 16; i++)
+            w[i] = (uint32_t)block[4 * i] << 24 | (uint32_t)block[4 * i + 1] << 16 | (uint32_t)block[4 * i + 2] << 8 |
+                   block[4 * i + 3];
+        for (int i = 16; i < 64; i++) {
+            const uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
+            const uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+        }
+        uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+        for (int i = 0; i < 64; i++) {
+            const uint32_t t1 = hh + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
+            const uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+            hh = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+        }
+        h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
+    }
+    for (int i = 0; i < 8; i++) snprintf(hex + 8 * i, 9, "%08x", h[i]);
+}
+
+/* our image against the official output recorded in a manifest entry (size + SHA-256);
+ * on a mismatch, the official file from tests/reference/work/export-official/ (when the
+ * generator ran here) locates the first differing byte */
+static void compare_digest(const char *what, const uint8_t *got, size_t got_size, const cJSON *entry,
+                           const char *name) {
+    const cJSON *digest = cJSON_GetObjectItem(entry, "sha256"), *bytes = cJSON_GetObjectItem(entry, "bytes");
+    CHECK_MSG(cJSON_IsString(digest) && cJSON_IsNumber(bytes), "%s: manifest entry lacks sha256/bytes", what);
+    if (!got || !cJSON_IsString(digest) || !cJSON_IsNumber(bytes)) return;
+    char hex[65];
+    sha256_hex(got, got_size, hex);
+    const int same = got_size == (size_t)bytes->valuedouble && !strcmp(hex, digest->valuestring);
+    CHECK_MSG(same, "%s: %zu bytes, sha256 %s; official %.0f bytes, %s", what, got_size, hex, bytes->valuedouble,
+              digest->valuestring);
+    if (!same) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/tests/reference/work/export-official/%s", NEEDLE_SOURCE_DIR, name);
+        if (access(path, R_OK) == 0) compare_files(what, got, got_size, path);
+    }
+}
+
+/* the manifest (manifest.json or manifest_v3.json), parsed */
+static cJSON *load_manifest(const char *name) {
+    char *text = (char *)read_file(export_path(name), &(size_t){0});
+    cJSON *m = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return m;
+}
+
 static char *read_text(const char *path) {
     size_t n;
     return (char *)read_file(path, &n);
 }
 
+/* one export through the library, checked against a file or a manifest digest */
+static void export_and_compare(const char *ckpt, const char *config_name, const char *bits, const char *ref_file,
+                               const cJSON *entry, const char *entry_name) {
+    size_t ck_size, size = 0;
+    uint8_t *ck = read_file(export_path(ckpt), &ck_size);
+    char *config = read_text(export_path(config_name));
+    CHECK(ck && config);
+    int st = -1;
+    uint8_t *image = ck && config ? export_image(ck, ck_size, config, bits, 1, &size, &st) : NULL;
+    CHECK_MSG(st == 0, "%s [%s]: %s", ckpt, bits, needle_last_error());
+    char what[256];
+    snprintf(what, sizeof what, "%s with %s", ckpt, bits);
+    if (ref_file) compare_files(what, image, size, ref_file);
+    else compare_digest(what, image, size, entry, entry_name);
+    free(image);
+    free(ck);
+    free(config);
+}
+
 static void test_export_identity(void) {
-    char *manifest_text = read_text(export_path("manifest.json"));
-    cJSON *manifest = manifest_text ? cJSON_Parse(manifest_text) : NULL;
+    char hex[65];
+    sha256_hex((const uint8_t *)"abc", 3, hex); /* FIPS 180-4 example */
+    CHECK(!strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+    sha256_hex((const uint8_t *)"", 0, hex);
+    CHECK(!strcmp(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+    /* the parity fixtures the checkpoints were made for, byte by byte */
+    export_and_compare("tiny.safetensors", "tiny.config.json", "default=2,embedding=4,mhc_phi=4",
+                       fixture_path("tiny_mixed.cact"), NULL, NULL);
+    export_and_compare("tinyb.safetensors", "tinyb.config.json", "default=2,embedding=4,mhc_phi=4",
+                       fixture_path("tinyb_mixed.cact"), NULL, NULL);
+    /* every width and the other maps, by digest */
+    cJSON *manifest = load_manifest("manifest.json");
     CHECK(manifest != NULL);
-    if (!manifest) {
-        free(manifest_text);
-        return;
-    }
-    typedef struct export_case {
-        const char *ckpt, *config, *bits, *ref;
-    } export_case;
-    export_case cases[32];
     int n = 0;
-    /* the parity fixtures the checkpoints were made for */
-    cases[n++] = (export_case){"tiny.safetensors", "tiny.config.json", "default=2,embedding=4,mhc_phi=4",
-                               fixture_path("tiny_mixed.cact")};
-    cases[n++] = (export_case){"tinyb.safetensors", "tinyb.config.json", "default=2,embedding=4,mhc_phi=4",
-                               fixture_path("tinyb_mixed.cact")};
-    for (cJSON *e = manifest->child; e && n < 32; e = e->next) {
+    for (const cJSON *e = manifest ? manifest->child : NULL; e; e = e->next) {
         const cJSON *ck = cJSON_GetObjectItem(e, "checkpoint");
         if (!ck) continue;
-        cases[n++] = (export_case){ck->valuestring, cJSON_GetObjectItem(e, "config")->valuestring,
-                                   cJSON_GetObjectItem(e, "bits")->valuestring, NULL};
-        cases[n - 1].ref = e->string;
+        export_and_compare(ck->valuestring, cJSON_GetObjectItem(e, "config")->valuestring,
+                           cJSON_GetObjectItem(e, "bits")->valuestring, NULL, e, e->string);
+        n++;
     }
-    CHECK(n >= 10);
-    for (int i = 0; i < n; i++) {
-        size_t ck_size, size;
-        uint8_t *ck = read_file(export_path(cases[i].ckpt), &ck_size);
-        char *config = read_text(export_path(cases[i].config));
-        CHECK(ck && config);
-        int st = -1;
-        uint8_t *image =
-            ck && config ? export_image(ck, ck_size, config, cases[i].bits, 1, &size, &st) : NULL;
-        CHECK_MSG(st == 0, "%s [%s]: %s", cases[i].ckpt, cases[i].bits, needle_last_error());
-        const char *ref = strchr(cases[i].ref, '/') ? cases[i].ref : export_path(cases[i].ref);
-        char what[256];
-        snprintf(what, sizeof what, "%s with %s", cases[i].ckpt, cases[i].bits);
-        compare_files(what, image, size, ref);
-        free(image);
-        free(ck);
-        free(config);
-    }
+    CHECK(n >= 8);
     cJSON_Delete(manifest);
-    free(manifest_text);
 }
 
 static void test_requantize_identity(void) {
-    char *manifest_text = read_text(export_path("manifest.json"));
-    cJSON *manifest = manifest_text ? cJSON_Parse(manifest_text) : NULL;
+    cJSON *manifest = load_manifest("manifest.json");
     CHECK(manifest != NULL);
     int n = 0;
     for (cJSON *e = manifest ? manifest->child : NULL; e; e = e->next) {
@@ -215,7 +284,7 @@ static void test_requantize_identity(void) {
         size_t out_size = 0;
         CHECK_MSG(cact_requantize(&in, &map, NULL, NULL, &w) == 0, "%s", needle_last_error());
         CHECK(cw_serialize(&w, &out, &out_size) == 0);
-        compare_files(e->string, out, out_size, export_path(e->string));
+        compare_digest(e->string, out, out_size, e, e->string);
         free(out);
         cw_release(&w);
         cact_release(&in);
@@ -223,7 +292,6 @@ static void test_requantize_identity(void) {
     }
     CHECK(n >= 3);
     cJSON_Delete(manifest);
-    free(manifest_text);
 }
 
 /* export -> load -> logits: the exported tiny / tinyb models run every recorded case of
@@ -309,6 +377,8 @@ static void test_round_trip(void) {
  * stored as F16 and as BF16) */
 static void test_export_v3_identity(void) {
     const char *geoms[2] = {"a", "b"};
+    cJSON *manifest = load_manifest("manifest_v3.json");
+    CHECK(manifest != NULL);
     size_t msize;
     uint8_t *model = read_file(fixture_path("tiny_bpe512.model"), &msize), *tok = NULL;
     size_t tok_size = 0;
@@ -345,7 +415,7 @@ static void test_export_v3_identity(void) {
         CHECK_MSG(export3_build(&f, &cfg, &g_cb, &opt, &w) == 0, "v3_%s: %s", geoms[g], needle_last_error());
         CHECK(cw_serialize(&w, &image, &size) == 0);
         snprintf(name, sizeof name, "v3_%s.cact", geoms[g]);
-        compare_files(name, image, size, export_path(name));
+        compare_digest(name, image, size, cJSON_GetObjectItem(manifest, name), name);
         free(image);
         cw_release(&w);
         /* a config the checkpoint does not match */
@@ -364,6 +434,7 @@ static void test_export_v3_identity(void) {
         free(config);
     }
     free(tok);
+    cJSON_Delete(manifest);
 }
 
 /* the full-size geometry, when its (uncommitted) checkpoint was generated */
@@ -593,7 +664,10 @@ static void test_cli(void) {
     snprintf(cmd, sizeof cmd, "%s/a.cact", tmp);
     size_t size;
     uint8_t *got = read_file(cmd, &size);
-    compare_files("needle export default=4", got, size, export_path("tiny_cq4.cact"));
+    cJSON *manifest = load_manifest("manifest.json");
+    CHECK(manifest != NULL);
+    compare_digest("needle export default=4", got, size, cJSON_GetObjectItem(manifest, "tiny_cq4.cact"),
+                   "tiny_cq4.cact");
     free(got);
     /* quantize: the released-model map from a CQ4 file, with a table */
     snprintf(cmd, sizeof cmd,
@@ -603,7 +677,9 @@ static void test_cli(void) {
     CHECK(strstr(out, "layer2.q_proj") && strstr(out, "wrote"));
     snprintf(cmd, sizeof cmd, "%s/b.cact", tmp);
     got = read_file(cmd, &size);
-    compare_files("needle quantize", got, size, export_path("requant_tinyb_cq4.cact"));
+    compare_digest("needle quantize", got, size, cJSON_GetObjectItem(manifest, "requant_tinyb_cq4.cact"),
+                   "requant_tinyb_cq4.cact");
+    cJSON_Delete(manifest);
     free(got);
     /* usage errors exit 2, bad data exits 1 and writes nothing */
     const char *usage[] = {"export", "export x.safetensors", "quantize x.cact -o y",

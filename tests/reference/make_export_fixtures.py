@@ -14,10 +14,12 @@ It first checks that the official exporter, run on these parameters, reproduces 
 committed parity fixture bytes (so the checkpoint is the one behind those files), then
 writes the official exporter's output for more bits maps:
 
-  export/<geom>_<name>.cact   E.write_export(params, cfg, bits_map=MAP,
+  <geom>_<name>.cact          E.build_export(params, cfg, bits_map=MAP,
                                 tokenizer=tiny_bpe512.model,
                                 kv_window=effective_kv_window(cfg))
-  export/manifest.json        {file: {"checkpoint", "config", "bits", "kv_window"}}
+  export/manifest.json        {file: {"checkpoint", "config", "bits", "kv_window", "bytes",
+                                      "sha256"}}: only the digest of each official output is
+                              committed; the files go to tests/reference/work/export-official/
 
 With --full it instead writes the full-size geometry's checkpoint (175 MB, not committed)
 and the official exporter's output for it (full_mixed.cact, the parity fixture's map) to
@@ -42,6 +44,7 @@ from needle.model import tokenizer as T  # noqa: E402
 
 FIX = os.path.join(os.path.dirname(HERE), "fixtures")
 OUT = os.path.join(FIX, "export")
+OFFICIAL = os.path.join(HERE, "work", "export-official")
 
 # (parity fixture whose params we rebuild, geometry, probe heads)
 SOURCES = {"tiny": ("tiny_mixed", MF.TINY_A, True), "tinyb": ("tinyb_mixed", MF.TINY_B, True)}
@@ -74,7 +77,7 @@ REQUANT = {
 }
 
 
-def requant_reference(src, spec, out, tok):
+def requant_reference(src, spec, tok):
     h, ts = E.read_export(src)
     params = MF.params_from_cact(h, ts)
     L, S = h["num_layers"], len(h["engram_layers"])
@@ -87,7 +90,17 @@ def requant_reference(src, spec, out, tok):
             key = {1: "contrastive_head", 2: "confidence_head"}[code]
             params[key] = {"probes": probes, "proj": {"kernel": proj.T, "bias": bias}}
     cfg = MF.config_from_header(h)
-    E.write_export(params, cfg, out, bits_map=spec, tokenizer=tok, kv_window=h["kv_window"])
+    return E.build_export(params, cfg, bits_map=spec, tokenizer=tok, kv_window=h["kv_window"])
+
+
+def record(manifest, name, data, **fields):
+    """The official output's digest goes into the manifest (the test hashes its own output);
+    the bytes go to tests/reference/work/export-official/ (not committed) for diagnosis."""
+    import hashlib
+    os.makedirs(OFFICIAL, exist_ok=True)
+    with open(os.path.join(OFFICIAL, name), "wb") as f:
+        f.write(data)
+    manifest[name] = dict(fields, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
 def flatten(tree, prefix=""):
@@ -155,18 +168,16 @@ def main():
                       f, indent=1, sort_keys=True)
             f.write("\n")
         for name, spec in EXTRA[geom_name].items():
-            out = f"{geom_name}_{name}.cact"
-            E.write_export(params, cfg, os.path.join(OUT, out), tokenizer=tok, bits_map=spec,
-                           kv_window=kvw)
-            manifest[out] = {"checkpoint": ckpt, "config": conf, "bits": spec, "kv_window": kvw}
+            data = E.build_export(params, cfg, tokenizer=tok, bits_map=spec, kv_window=kvw)
+            record(manifest, f"{geom_name}_{name}.cact", data, checkpoint=ckpt, config=conf, bits=spec,
+                   kv_window=kvw)
         print(f"{geom_name}: seed {meta['config']['weights_seed']}, reproduces {fixture}.cact; "
               f"wrote {ckpt}, {conf} and {len(EXTRA[geom_name])} maps", flush=True)
     if "--full" not in sys.argv[1:]:
         tok = T.SANTokenizer(os.path.join(FIX, "tiny_bpe512.model"))
         for src, spec in REQUANT.items():
-            out = f"requant_{src}.cact"
-            requant_reference(os.path.join(FIX, src + ".cact"), spec, os.path.join(OUT, out), tok)
-            manifest[out] = {"source": src + ".cact", "bits": spec}
+            data = requant_reference(os.path.join(FIX, src + ".cact"), spec, tok)
+            record(manifest, f"requant_{src}.cact", data, source=src + ".cact", bits=spec)
         print(f"wrote {len(REQUANT)} re-quantization references", flush=True)
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)

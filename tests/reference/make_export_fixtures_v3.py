@@ -7,7 +7,9 @@ seeded normal values (rounded to F16 / BF16, the checkpoint's storage type), wri
 exporter's output for it (`export.write_export`: CQ4 everywhere, the only width its packer
 writes; tokenizer tiny_bpe512.model; kv_window = effective_kv_window):
 
-  export/v3_<geom>.safetensors, export/v3_<geom>.config.json, export/v3_<geom>.cact
+  export/v3_<geom>.safetensors, export/v3_<geom>.config.json, and in export/manifest_v3.json
+  the official output's size and SHA-256 (the file itself goes to
+  tests/reference/work/export-official/, not committed)
 
 Usage: make_export_fixtures_v3.sh  (this script in a venv with cactus-needle[train]==3.2.8)
 """
@@ -101,6 +103,7 @@ def write_safetensors(path, params, dtype):
 
 def main():
     tok = T.SANTokenizer(os.path.join(FIX, "tiny_bpe512.model"))
+    manifest = {}
     for name, geom in GEOMS.items():
         cfg = A.TransformerConfig(dtype="float32", **geom)
         dtype = "F16" if name == "a" else "BF16"
@@ -111,8 +114,18 @@ def main():
             json.dump({k: (list(v) if isinstance(v, tuple) else v) for k, v in geom.items()}, f,
                       indent=1, sort_keys=True)
             f.write("\n")
-        info = E.write_export(params, cfg, os.path.join(OUT, f"v3_{name}.cact"), tokenizer=tok, kv_window=kvw)
-        print(f"v3_{name}: {info['bytes']} bytes, {info['tensors']} tensors, kv_window {kvw}", flush=True)
+        official = os.path.join(HERE, "work", "export-official")
+        os.makedirs(official, exist_ok=True)
+        E.write_export(params, cfg, os.path.join(official, f"v3_{name}.cact"), tokenizer=tok, kv_window=kvw)
+        with open(os.path.join(official, f"v3_{name}.cact"), "rb") as f:
+            data = f.read()
+        manifest[f"v3_{name}.cact"] = {"checkpoint": f"v3_{name}.safetensors", "config": f"v3_{name}.config.json",
+                                       "bits": "4", "kv_window": kvw, "bytes": len(data),
+                                       "sha256": hashlib.sha256(data).hexdigest()}
+        print(f"v3_{name}: {len(data)} bytes, kv_window {kvw}", flush=True)
+    with open(os.path.join(OUT, "manifest_v3.json"), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.write("\n")
 
 
 if __name__ == "__main__":
