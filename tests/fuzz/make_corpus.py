@@ -106,6 +106,9 @@ def main():
     config = open(os.path.join(fixtures, "tiny.config.json"), "rb").read()
     for entry in manifest.values():
         write("export", b"\2\0" + config + b"\0" + entry["bits"].encode())
+    write("export", b"\1\1" + open(os.path.join(ROOT, "tests", "fixtures", "tiny_bpe512.model"), "rb").read())
+    for name in ("v3_a.config.json", "v3_b.config.json"):
+        write("export", b"\4\0" + open(os.path.join(fixtures, name), "rb").read())
     return 0
 
 
