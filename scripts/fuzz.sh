@@ -23,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(cact schema regex json_canon chat)
+TARGETS=(cact schema regex json_canon chat export)
 BUILD=${FUZZ_BUILD:-build-fuzz}
 ARTIFACTS=$BUILD/artifacts
 
@@ -60,6 +60,7 @@ options() {
     cact) echo "-max_len=400000 -rss_limit_mb=4096" ;;
     regex) echo "-max_len=256" ;;
     chat) echo "-max_len=2048" ;;
+    export) echo "-max_len=16384" ;;
     *) echo "-max_len=4096" ;;
   esac
 }

@@ -86,6 +86,29 @@ def main():
     for ex in heldout:
         write("chat", json.dumps(ex["tools"]).encode() + b"\0" + ex["query"].encode("utf-8"))
         write("chat", ex["query"].encode("utf-8"))
+    # export: selector byte (0 safetensors, 1 SentencePiece model, 2 config + NUL + bits map),
+    # a width byte, then the input
+    import struct
+    def safetensors(tensors):
+        header, data = {}, b""
+        for name, dtype, shape, blob in tensors:
+            header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(blob)]}
+            data += blob
+        h = compact(header)
+        return struct.pack("<Q", len(h)) + h + data
+    write("export", b"\0\0" + safetensors([("stack/final_norm/scale", "F32", [4], struct.pack("<4f", 1, -2, 0.5, 3)),
+                                             ("embedding/embedding", "F16", [2, 2], b"\0\x3c" * 4),
+                                             ("stack/mhc_a_pre", "BF16", [3], b"\x80\x3f" * 3)]))
+    write("export", b"\0\3" + safetensors([("__metadata__", "F32", [], b"")])[:8] + b'{"__metadata__":{"a":"b"}}')
+    write("export", b"\1\0" + open(os.path.join(ROOT, "tests", "fixtures", "tiny_bpe512.model"), "rb").read())
+    fixtures = os.path.join(ROOT, "tests", "fixtures", "export")
+    manifest = json.load(open(os.path.join(fixtures, "manifest.json")))
+    config = open(os.path.join(fixtures, "tiny.config.json"), "rb").read()
+    for entry in manifest.values():
+        write("export", b"\2\0" + config + b"\0" + entry["bits"].encode())
+    write("export", b"\1\1" + open(os.path.join(ROOT, "tests", "fixtures", "tiny_bpe512.model"), "rb").read())
+    for name in ("v3_a.config.json", "v3_b.config.json"):
+        write("export", b"\4\0" + open(os.path.join(fixtures, name), "rb").read())
     return 0
 
 

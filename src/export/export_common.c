@@ -1,0 +1,148 @@
+/* Helpers shared by the Needle 2 and Needle 3 checkpoint exporters (see export_common.h). */
+#include "export/export_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/cq_quantize.h"
+#include "util/error.h"
+#include "util/fp16.h"
+
+const st_tensor *need(const ctx *x, const char *name, uint32_t ndim, const uint64_t *shape) {
+    const st_tensor *t = st_find(x->ck, name);
+    if (!t) {
+        needle_fail(NEEDLE_ERR_FORMAT, "checkpoint has no tensor '%s'", name);
+        return NULL;
+    }
+    int ok = t->ndim == ndim;
+    for (uint32_t i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
+    if (!ok) {
+        char got[128] = "", want[128] = "";
+        for (uint32_t i = 0; i < t->ndim; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "",
+                     (unsigned long long)t->shape[i]);
+        for (uint32_t i = 0; i < ndim; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%llu", i ? ", " : "",
+                     (unsigned long long)shape[i]);
+        needle_fail(NEEDLE_ERR_FORMAT, "checkpoint tensor '%s' has shape [%s], the config needs [%s]", name,
+                    got, want);
+        return NULL;
+    }
+    return t;
+}
+
+void report(ctx *x, double rel) {
+    if (x->opt->progress)
+        x->opt->progress(x->opt->user, x->w->n - 1, x->count, &x->w->tensors[x->w->n - 1], rel);
+}
+
+/* quantizes mat[rows][cols] (freed here) into a CQ record */
+int add_cq(ctx *x, const char *label, float *mat, uint64_t rows, uint64_t cols) {
+    return add_cq_bits(x, label, mat, rows, cols, 0);
+}
+
+int add_cq_bits(ctx *x, const char *label, float *mat, uint64_t rows, uint64_t cols, uint32_t bits) {
+    if (!bits) bits = bits_map_lookup(x->opt->bits, label);
+    const uint64_t nbytes = cq_blob_bytes(rows, cols, bits, x->cb->group);
+    uint8_t *blob = nbytes ? malloc((size_t)nbytes) : NULL;
+    if (!blob) {
+        free(mat);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: out of memory for a %llu x %llu CQ blob", label,
+                           (unsigned long long)rows, (unsigned long long)cols);
+    }
+    double err = 0, ref = 0;
+    int st = cq_quantize_matrix(x->cb, mat, (uint32_t)rows, (uint32_t)cols, bits, blob, &err, &ref);
+    free(mat);
+    if (st) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", needle_last_error());
+        free(blob);
+        return needle_fail(st, "%s: %s", label, msg);
+    }
+    const uint32_t shape[2] = {(uint32_t)rows, (uint32_t)cols};
+    st = cw_add(x->w, label, CACT_CQ, 2, shape, x->cb->group, bits, blob, nbytes);
+    if (st) return st;
+    report(x, ref > 0 ? sqrt(err / ref) : 0.0);
+    return 0;
+}
+
+/* values[0 .. prod(shape)) as an FP16 record */
+int add_fp16_values(ctx *x, const char *label, const float *values, uint8_t ndim, const uint32_t *shape) {
+    uint64_t n = 1;
+    for (uint8_t i = 0; i < ndim; i++) n *= shape[i];
+    uint8_t *blob = malloc(n ? (size_t)(2 * n) : 1);
+    if (!blob) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: out of memory", label);
+    for (uint64_t i = 0; i < n; i++) {
+        const float v = values ? values[i] : 0.0f;
+        const uint16_t h = f32_to_fp16(v);
+        if (!isfinite(v) || (h & 0x7c00u) == 0x7c00u) {
+            free(blob);
+            return needle_fail(NEEDLE_ERR_FORMAT, "%s: value %g at %llu is not finite in f16", label,
+                               (double)v, (unsigned long long)i);
+        }
+        blob[2 * i] = (uint8_t)(h & 0xff);
+        blob[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+    const int st = cw_add(x->w, label, CACT_FP16, ndim, shape, 0, 0, blob, 2 * n);
+    if (st) return st;
+    report(x, -1.0);
+    return 0;
+}
+
+/* the values of t from element `first` on (t NULL: zeros) as an FP16 record */
+int add_fp16(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint8_t ndim,
+             const uint32_t *shape) {
+    uint64_t n = 1;
+    for (uint8_t i = 0; i < ndim; i++) n *= shape[i];
+    if (!t) return add_fp16_values(x, label, NULL, ndim, shape);
+    float *v = malloc(n ? (size_t)n * sizeof *v : 1);
+    if (!v) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: out of memory", label);
+    for (uint64_t i = 0; i < n; i++) v[i] = st_get(t, first + i);
+    const int st = add_fp16_values(x, label, v, ndim, shape);
+    free(v);
+    return st;
+}
+
+float *alloc_mat(const char *label, uint64_t rows, uint64_t cols) {
+    if (cols && rows > SIZE_MAX / sizeof(float) / cols) {
+        needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: %llu x %llu is too large", label, (unsigned long long)rows,
+                    (unsigned long long)cols);
+        return NULL;
+    }
+    const size_t count = (size_t)(rows * cols);
+    float *m = malloc(count ? count * sizeof *m : 1);
+    if (!m) needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "%s: out of memory", label);
+    return m;
+}
+
+/* rows of t[first .. first + rows*cols) as is */
+int add_cq_direct(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t rows,
+                  uint64_t cols) {
+    return add_cq_direct_bits(x, label, t, first, rows, cols, 0);
+}
+
+int add_cq_direct_bits(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t rows,
+                       uint64_t cols, uint32_t bits) {
+    float *m = alloc_mat(label, rows, cols);
+    if (!m) return NEEDLE_ERR_OUT_OF_MEMORY;
+    for (uint64_t i = 0; i < rows * cols; i++) m[i] = st_get(t, first + i);
+    return add_cq_bits(x, label, m, rows, cols, bits);
+}
+
+/* a flax kernel slice [in][out] at `first`, stored transposed as [out][in] */
+int add_cq_kernel(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t in, uint64_t out) {
+    float *m = alloc_mat(label, out, in);
+    if (!m) return NEEDLE_ERR_OUT_OF_MEMORY;
+    for (uint64_t c = 0; c < in; c++)
+        for (uint64_t o = 0; o < out; o++) m[o * in + c] = st_get(t, first + c * out + o);
+    return add_cq(x, label, m, out, in);
+}
+
+int has_prefix_tensor(const st_file *f, const char *key) {
+    const size_t n = strlen(key);
+    for (uint32_t i = 0; i < f->n; i++)
+        if (!strncmp(f->tensors[i].name, key, n) && f->tensors[i].name[n] == '/') return 1;
+    return 0;
+}

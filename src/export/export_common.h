@@ -1,0 +1,52 @@
+/* What the Needle 2 and Needle 3 exporters share: fetching checkpoint tensors with exact
+ * shapes, and appending FP16 / CQ records (quantized with the official rounding) to a
+ * writer while reporting progress. Internal to src/export. */
+#ifndef NEEDLE_EXPORT_EXPORT_COMMON_H
+#define NEEDLE_EXPORT_EXPORT_COMMON_H
+
+#include <stdint.h>
+
+#include "export/cact_write.h"
+#include "export/export_model.h"
+#include "export/safetensors.h"
+#include "quant/cq_codebook.h"
+
+typedef struct ctx {
+    const st_file *ck;
+    const cq_codebooks *cb;
+    const export_options *opt;
+    cact_writer *w;
+    uint32_t count; /* records the file will have, for progress */
+} ctx;
+
+/* The checkpoint tensor `name` with exactly this shape, or NULL with a message. */
+const st_tensor *need(const ctx *x, const char *name, uint32_t ndim, const uint64_t *shape);
+
+/* Calls the progress callback for the record just added. */
+void report(ctx *x, double rel);
+
+/* Quantizes mat[rows][cols] (malloc'd, freed here) into a CQ record; the width is the bits
+ * map's for `label`, or `bits` when it is not 0. */
+int add_cq(ctx *x, const char *label, float *mat, uint64_t rows, uint64_t cols);
+int add_cq_bits(ctx *x, const char *label, float *mat, uint64_t rows, uint64_t cols, uint32_t bits);
+
+/* FP16 records: from values (NULL: zeros), or from t's elements starting at `first`. */
+int add_fp16_values(ctx *x, const char *label, const float *values, uint8_t ndim, const uint32_t *shape);
+int add_fp16(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint8_t ndim,
+             const uint32_t *shape);
+
+/* A float matrix of rows x cols (malloc'd), or NULL with a message. */
+float *alloc_mat(const char *label, uint64_t rows, uint64_t cols);
+
+/* t[first .. first + rows*cols) as a CQ record; a flax kernel slice [in][out] stored
+ * transposed [out][in]. */
+int add_cq_direct(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t rows,
+                  uint64_t cols);
+int add_cq_direct_bits(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t rows,
+                       uint64_t cols, uint32_t bits);
+int add_cq_kernel(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t in, uint64_t out);
+
+/* 1 if some tensor is named "<key>/..." */
+int has_prefix_tensor(const st_file *f, const char *key);
+
+#endif
