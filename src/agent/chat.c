@@ -25,6 +25,7 @@
 #include <cjson/cJSON.h>
 
 #include "agent/chat.h"
+#include "agent/confidence.h"
 #include "agent/envelope.h"
 #include "grammar/grammar.h"
 #include "grammar/json_canon.h"
@@ -57,6 +58,7 @@ struct chat {
     char *plan_buf;       /* [max_new_tokens] a verified ending from the current state */
     grammar_state probe;  /* scratch state for the budget check */
     size_t close_cap;
+    confidence_state conf; /* the envelope's confidence (agent/confidence.h) */
 };
 
 /* The conversation attached to s by set_tools, or NULL. */
@@ -68,6 +70,7 @@ static struct chat *chat_of(const needle_session *s) {
 static void chat_on_reset(void *ext) {
     struct chat *c = ext;
     c->last_turn_called = 0;
+    confidence_on_reset(&c->conf);
 }
 
 static void chat_free_ext(void *ext) { chat_free(ext); }
@@ -82,6 +85,7 @@ void chat_free(struct chat *c) {
     free(c->close_buf);
     free(c->plan_buf);
     session_checkpoint_free(&c->turn_start);
+    confidence_free(&c->conf);
     free(c);
 }
 
@@ -173,7 +177,7 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
     int32_t *ids = NULL;
     size_t tools_len = 0, n_ids = 0;
     strbuf prompt = {0};
-    int rc;
+    int rc, replaced = 0;
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
     if ((rc = canonical_tools(tools_json, &tools, &tools_len))) goto fail;
     if ((rc = grammar_compile(tools, tools_len, NULL, &c->g))) goto fail;
@@ -252,14 +256,18 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
 
     /* The previous tools' conversation ends here. (Rewinding it instead would restore
      * its prefix position, so the new prefix would be appended after the old one.) */
+    confidence_detach(s);
     session_set_extension(s, NULL, NULL, NULL);
+    replaced = 1;
     /* With a sliding window the prefix is pinned as attention sinks, so the tools stay
      * visible however long the conversation grows. configure_sinks starts at position 0;
      * the end of the prefix becomes the base needle_session_reset returns to. */
     const uint32_t window = session_window(s);
     if ((rc = session_configure_sinks(s, window ? (uint32_t)n_ids : 0))) goto fail;
+    if ((rc = confidence_attach(&c->conf, s))) goto fail;
     if ((rc = session_run(s, ids, (uint32_t)n_ids, NULL, 0))) goto fail;
     if ((rc = session_set_base(s))) goto fail;
+    confidence_pin_base(&c->conf);
     session_stats(s)->prefix_evaluations++;
     c->prefix_len = (uint32_t)n_ids;
 
@@ -272,6 +280,7 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
     return NEEDLE_OK;
 
 fail:
+    if (replaced) confidence_detach(s);
     chat_free(c);
     free(tools);
     free(ids);
@@ -476,6 +485,7 @@ static void roll_back(needle_session *s, struct chat *c, int last_turn_called, i
     snprintf(msg, sizeof msg, "%s", needle_last_error());
     if (session_checkpoint_restore(s, &c->turn_start) == NEEDLE_OK) {
         c->last_turn_called = last_turn_called;
+        confidence_turn_abort(&c->conf);
         return;
     }
     needle_session_reset(s);
@@ -496,9 +506,12 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     if (p.max_think_tokens == 0) p.max_think_tokens = 64;
     if (!(p.temperature >= 0.0f) || !isfinite(p.temperature))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: temperature must be >= 0");
+    if (!(p.min_confidence >= 0.0f) || !isfinite(p.min_confidence))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: min_confidence must be >= 0");
     const int is_result = p.turn == NEEDLE_TURN_TOOL_RESULT ||
                           (p.turn == NEEDLE_TURN_AUTO && c->last_turn_called);
-    envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0};
+    envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0, 0, 0, NULL, NULL};
+    int suppressed = 0; /* a low-confidence answer: reported, then rolled back */
     const int last_turn_called = c->last_turn_called;
     int saved = 0; /* turn_start holds this turn's starting point */
     /* Every exit goes through `done`, which rolls a failed turn back. */
@@ -531,6 +544,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         goto done;
     }
     saved = 1;
+    confidence_turn_begin(&c->conf);
     double t0 = util_clock_ms();
     rc = session_run(s, ids, (uint32_t)n_ids, NULL, 1);
     free(ids);
@@ -605,6 +619,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                                         t.plan_len - t.plan_pos);
                 }
             }
+            if (!t.closing) confidence_add_choice(&c->conf, needle_session_logits(s), c->vocab, tok);
         }
         if (t.phase == PH_JSON) /* the budget walks */
             session_stats(s)->grammar_ms += util_clock_ms() - t_pick;
@@ -665,6 +680,15 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         int has_calls = t.calls.len > 2;
         c->last_turn_called = has_calls;
         e.type = is_result && !has_calls ? "respond" : "call";
+        e.has_confidence = 1;
+        e.confidence = confidence_value(&c->conf, s);
+        if (has_calls && e.confidence < p.min_confidence) {
+            /* not to be executed: the calls are shown apart and the turn leaves no trace */
+            e.type = "low_confidence";
+            e.suppressed_calls = e.calls_json;
+            e.calls_json = "[]";
+            suppressed = 1;
+        }
     }
     if (rc) goto done;
 write:
@@ -673,7 +697,8 @@ write:
 done:
     /* a turn that failed in any way, reported in the envelope or by the status, is not
      * part of the conversation */
-    if (saved && (rc != NEEDLE_OK || !e.success)) roll_back(s, c, last_turn_called, rc);
+    if (saved && (rc != NEEDLE_OK || !e.success || suppressed))
+        roll_back(s, c, last_turn_called, rc);
     free(reasoning);
     free(t.reasoning_ids.data);
     free(t.calls.data);
