@@ -26,6 +26,7 @@
 
 #include "agent/chat.h"
 #include "agent/confidence.h"
+#include "agent/retrieval.h"
 #include "agent/envelope.h"
 #include "grammar/grammar.h"
 #include "grammar/json_canon.h"
@@ -35,6 +36,8 @@
 #include "util/strbuf.h"
 #include "util/struct_size.h"
 
+
+#define CHAT_MAX_RENDERED 64u /* top_k limit */
 
 static const char *const MARKER_TEXT[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
                                           "<|im_end|>", "<|im_start|>"};
@@ -59,6 +62,14 @@ struct chat {
     grammar_state probe;  /* scratch state for the budget check */
     size_t close_cap;
     confidence_state conf; /* the envelope's confidence (agent/confidence.h) */
+    char *system;          /* the system facts, for re-rendering the prefix */
+    /* retrieval (agent/retrieval.h): every tool's embedding, and which are rendered */
+    int retrieval;
+    uint32_t top_k;
+    tool_index index;
+    int rendered_valid;
+    uint32_t rendered[CHAT_MAX_RENDERED], n_rendered;
+    char *rendered_names;  /* JSON array of the rendered tools' names */
 };
 
 /* The conversation attached to s by set_tools, or NULL. */
@@ -86,6 +97,9 @@ void chat_free(struct chat *c) {
     free(c->plan_buf);
     session_checkpoint_free(&c->turn_start);
     confidence_free(&c->conf);
+    free(c->system);
+    tool_index_free(&c->index);
+    free(c->rendered_names);
     free(c);
 }
 
@@ -165,9 +179,138 @@ static int build_trie(struct chat *c, const tokenizer *tok, uint32_t vocab) {
     return rc;
 }
 
+/* The grammar of a tools array, with the official engine's documented rule: with one
+ * declared tool it admits exactly one call of that name (extraction), so no refusal. */
+static int compile_tools(const char *tools, size_t len, grammar **out) {
+    int rc = grammar_compile(tools, len, NULL, out);
+    if (rc || grammar_tool_count(*out) != 1) return rc;
+    grammar_options one = grammar_default_options();
+    one.allow_empty = 0;
+    one.single_call = 1;
+    grammar_free(*out);
+    *out = NULL;
+    return grammar_compile(tools, len, &one, out);
+}
+
+/* [BOS] + the static prefix of system facts and tools, as token ids (malloc'd). */
+static int prefix_ids(const struct needle_model *m, const char *system, const char *tools,
+                      size_t tools_len, int32_t **ids, size_t *n_ids) {
+    strbuf prompt = {0};
+    if (*system) {
+        strbuf_puts(&prompt, "<|im_start|>system\n");
+        strbuf_puts(&prompt, system);
+        strbuf_puts(&prompt, "<|im_end|>\n");
+    }
+    strbuf_puts(&prompt, "<|im_start|>user\n<tools>");
+    strbuf_put(&prompt, tools, tools_len);
+    strbuf_puts(&prompt, "</tools>");
+    if (prompt.oom) {
+        free(prompt.data);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
+    }
+    int32_t *body;
+    size_t n_body;
+    int rc = encode_alloc(m->tok, prompt.data, prompt.len, 1, &body, &n_body);
+    free(prompt.data);
+    if (rc) return rc;
+    *ids = malloc((n_body + 1) * sizeof **ids);
+    if (!*ids) {
+        free(body);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
+    }
+    (*ids)[0] = NEEDLE_TOKEN_BOS;
+    memcpy(*ids + 1, body, n_body * sizeof **ids);
+    free(body);
+    *n_ids = n_body + 1;
+    return NEEDLE_OK;
+}
+
+/* Starts the conversation over on the prefix ids[0:n]: with a sliding window the prefix is
+ * pinned as attention sinks, so the tools stay visible however long the conversation
+ * grows. configure_sinks starts at position 0; the end of the prefix becomes the base
+ * needle_session_reset returns to. */
+static int prefill_prefix(needle_session *s, struct chat *c, const int32_t *ids, size_t n) {
+    const uint32_t window = session_window(s);
+    int rc = session_configure_sinks(s, window ? (uint32_t)n : 0);
+    if (rc) return rc;
+    confidence_restart(&c->conf);
+    if ((rc = session_run(s, ids, (uint32_t)n, NULL, 0))) return rc;
+    if ((rc = session_set_base(s))) return rc;
+    confidence_pin_base(&c->conf);
+    session_stats(s)->prefix_evaluations++;
+    c->prefix_len = (uint32_t)n;
+    c->last_turn_called = 0;
+    return NEEDLE_OK;
+}
+
+/* Retrieval: renders tools chosen[0:k] instead of the current ones (the grammar follows),
+ * unless they are what is rendered already. The conversation restarts on the new prefix.
+ * On failure the chat has no prefix until the next query installs one. */
+static int render_tools(needle_session *s, struct chat *c, const uint32_t *chosen, uint32_t k) {
+    if (c->rendered_valid && k == c->n_rendered && !memcmp(chosen, c->rendered, k * sizeof *chosen))
+        return NEEDLE_OK;
+    char *tools = NULL, *names = NULL;
+    size_t tools_len = 0, n_ids = 0;
+    int32_t *ids = NULL;
+    grammar *g = NULL;
+    int rc = tool_index_subset(&c->index, chosen, k, &tools, &tools_len, &names);
+    if (!rc) rc = compile_tools(tools, tools_len, &g);
+    if (!rc) rc = prefix_ids(session_model(s), c->system, tools, tools_len, &ids, &n_ids);
+    if (!rc && n_ids >= session_context_length(s))
+        rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix is "
+                         "%zu tokens, the context holds %u", n_ids, session_context_length(s));
+    if (!rc) {
+        c->rendered_valid = 0;
+        rc = prefill_prefix(s, c, ids, n_ids);
+    }
+    if (!rc) {
+        grammar_free(c->g);
+        grammar_free(c->g_extract);
+        c->g_extract = NULL;
+        c->g = g;
+        g = NULL;
+        free(c->tools);
+        c->tools = tools;
+        c->tools_len = tools_len;
+        tools = NULL;
+        free(c->rendered_names);
+        c->rendered_names = names;
+        names = NULL;
+        memcpy(c->rendered, chosen, k * sizeof *chosen);
+        c->n_rendered = k;
+        c->rendered_valid = 1;
+    }
+    grammar_free(g);
+    free(tools);
+    free(names);
+    free(ids);
+    return rc;
+}
+
+needle_tools_params needle_tools_default_params(void) {
+    needle_tools_params p;
+    memset(&p, 0, sizeof p);
+    p.size = sizeof p;
+    p.retrieval_threshold = 5;
+    p.top_k = 5;
+    return p;
+}
+
 int needle_session_set_tools(needle_session *s, const char *system, const char *tools_json) {
+    return needle_session_set_tools_ex(s, system, tools_json, NULL);
+}
+
+int needle_session_set_tools_ex(needle_session *s, const char *system, const char *tools_json,
+                                const needle_tools_params *params) {
     if (!s || !tools_json)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_tools: NULL argument");
+    needle_tools_params tp = needle_tools_default_params();
+    int rc = struct_size_in(&tp, params, sizeof tp, "set_tools: needle_tools_params");
+    if (rc) return rc;
+    if (tp.top_k == 0) tp.top_k = 5;
+    if (tp.top_k > CHAT_MAX_RENDERED)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_tools: top_k %u exceeds %u",
+                           tp.top_k, CHAT_MAX_RENDERED);
     const struct needle_model *m = session_model(s);
     if (!m->tok) return needle_fail(NEEDLE_ERR_NO_TOKENIZER, "set_tools: the model has no tokenizer");
     if (!system) system = "";
@@ -176,21 +319,10 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
     char *tools = NULL;
     int32_t *ids = NULL;
     size_t tools_len = 0, n_ids = 0;
-    strbuf prompt = {0};
-    int rc, replaced = 0;
+    int replaced = 0;
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
     if ((rc = canonical_tools(tools_json, &tools, &tools_len))) goto fail;
-    if ((rc = grammar_compile(tools, tools_len, NULL, &c->g))) goto fail;
-    if (grammar_tool_count(c->g) == 1) {
-        /* The official engine's documented rule: with one declared tool the grammar admits
-         * exactly one call of that name (extraction), so there is no refusal. */
-        grammar_options one = grammar_default_options();
-        one.allow_empty = 0;
-        one.single_call = 1;
-        grammar_free(c->g);
-        c->g = NULL;
-        if ((rc = grammar_compile(tools, tools_len, &one, &c->g))) goto fail;
-    }
+    if ((rc = compile_tools(tools, tools_len, &c->g))) goto fail;
     c->tok = m->tok;
     c->vocab = m->w.vocab;
     if ((rc = build_trie(c, m->tok, m->w.vocab))) goto fail;
@@ -218,64 +350,52 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
         c->id_space = sp[0];
     if ((rc = tokenizer_encode_ex(m->tok, "\n", 1, 0, c->newline, 8, &c->n_newline))) goto fail;
     c->allowed = malloc(m->w.vocab);
-    if (!c->allowed) {
+    c->system = strdup(system);
+    if (!c->allowed || !c->system) {
         rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
         goto fail;
     }
 
-    if (*system) {
-        strbuf_puts(&prompt, "<|im_start|>system\n");
-        strbuf_puts(&prompt, system);
-        strbuf_puts(&prompt, "<|im_end|>\n");
+    /* retrieval: more tools than the threshold and a model that can embed them. Until
+     * the first query chooses, the first top_k tools are rendered. */
+    const uint32_t n_tools = grammar_tool_count(c->g);
+    c->retrieval = n_tools > tp.retrieval_threshold &&
+                   model_probe_head(m, HEAD_CODE_CONTRASTIVE) != NULL;
+    c->top_k = tp.top_k < n_tools ? tp.top_k : n_tools;
+    if (c->retrieval) {
+        char *canon = malloc(tools_len + 1);
+        if (!canon) {
+            rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
+            goto fail;
+        }
+        memcpy(canon, tools, tools_len + 1);
+        if ((rc = tool_index_build(&c->index, s, canon, tools_len, tp.tool_index_path))) goto fail;
     }
-    strbuf_puts(&prompt, "<|im_start|>user\n<tools>");
-    strbuf_put(&prompt, tools, tools_len);
-    strbuf_puts(&prompt, "</tools>");
-    if (prompt.oom) {
-        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
-        goto fail;
-    }
-    int32_t *body;
-    size_t n_body;
-    if ((rc = encode_alloc(m->tok, prompt.data, prompt.len, 1, &body, &n_body))) goto fail;
-    ids = malloc((n_body + 1) * sizeof *ids);
-    if (!ids) {
-        free(body);
-        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
-        goto fail;
-    }
-    ids[0] = NEEDLE_TOKEN_BOS;
-    memcpy(ids + 1, body, n_body * sizeof *ids);
-    free(body);
-    n_ids = n_body + 1;
-    if (n_ids >= session_context_length(s)) {
-        rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix is %zu "
-                         "tokens, the context holds %u", n_ids, session_context_length(s));
-        goto fail;
-    }
+    c->tools = tools;
+    c->tools_len = tools_len;
+    tools = NULL;
 
     /* The previous tools' conversation ends here. (Rewinding it instead would restore
      * its prefix position, so the new prefix would be appended after the old one.) */
     confidence_detach(s);
     session_set_extension(s, NULL, NULL, NULL);
     replaced = 1;
-    /* With a sliding window the prefix is pinned as attention sinks, so the tools stay
-     * visible however long the conversation grows. configure_sinks starts at position 0;
-     * the end of the prefix becomes the base needle_session_reset returns to. */
-    const uint32_t window = session_window(s);
-    if ((rc = session_configure_sinks(s, window ? (uint32_t)n_ids : 0))) goto fail;
     if ((rc = confidence_attach(&c->conf, s))) goto fail;
-    if ((rc = session_run(s, ids, (uint32_t)n_ids, NULL, 0))) goto fail;
-    if ((rc = session_set_base(s))) goto fail;
-    confidence_pin_base(&c->conf);
-    session_stats(s)->prefix_evaluations++;
-    c->prefix_len = (uint32_t)n_ids;
-
-    c->tools = tools;
-    c->tools_len = tools_len;
+    if (c->retrieval) {
+        uint32_t first[CHAT_MAX_RENDERED];
+        for (uint32_t i = 0; i < c->top_k; i++) first[i] = i;
+        rc = render_tools(s, c, first, c->top_k);
+    } else {
+        rc = prefix_ids(m, system, c->tools, c->tools_len, &ids, &n_ids);
+        if (!rc && n_ids >= session_context_length(s))
+            rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix "
+                             "is %zu tokens, the context holds %u", n_ids,
+                             session_context_length(s));
+        if (!rc) rc = prefill_prefix(s, c, ids, n_ids);
+    }
+    if (rc) goto fail;
     session_set_extension(s, c, chat_on_reset, chat_free_ext);
     free(ids);
-    free(prompt.data);
     needle_clear_error();
     return NEEDLE_OK;
 
@@ -284,7 +404,6 @@ fail:
     chat_free(c);
     free(tools);
     free(ids);
-    free(prompt.data);
     return rc;
 }
 
@@ -522,7 +641,16 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     strbuf chunk = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    int rc = render_turn(s, text, is_result, &chunk);
+    int rc = NEEDLE_OK;
+    /* retrieval: a query that starts a conversation chooses the tools it sees */
+    if (c->retrieval && !is_result &&
+        (!c->rendered_valid || needle_session_position(s) == c->prefix_len)) {
+        uint32_t chosen[CHAT_MAX_RENDERED];
+        rc = tool_index_select(&c->index, s, text, c->top_k, chosen);
+        if (rc == NEEDLE_OK) rc = render_tools(s, c, chosen, c->top_k);
+    }
+    if (c->retrieval && c->rendered_valid) e.retrieved_tools = c->rendered_names;
+    if (rc == NEEDLE_OK) rc = render_turn(s, text, is_result, &chunk);
     if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, chunk.data, chunk.len, 0, &ids, &n_ids);
     free(chunk.data);
     if (rc == NEEDLE_ERR_INVALID_UTF8) {

@@ -36,6 +36,10 @@ void confidence_free(confidence_state *cs) {
     cs->has_head = 0;
 }
 
+void confidence_restart(confidence_state *cs) {
+    if (cs->has_head) head_pool_clear(&cs->pool);
+}
+
 void confidence_pin_base(confidence_state *cs) {
     if (cs->has_head) head_pool_copy(&cs->base, &cs->pool);
 }

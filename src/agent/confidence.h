@@ -34,6 +34,7 @@ int confidence_attach(confidence_state *cs, needle_session *s);
 void confidence_detach(needle_session *s);
 void confidence_free(confidence_state *cs);
 
+void confidence_restart(confidence_state *cs);     /* a new prefix starts at position 0 */
 void confidence_pin_base(confidence_state *cs);    /* the tools prefix has run */
 void confidence_on_reset(confidence_state *cs);    /* back to the pinned base */
 void confidence_turn_begin(confidence_state *cs);  /* a turn starts here */

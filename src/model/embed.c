@@ -57,6 +57,7 @@ int session_embed_tokens(needle_session *s, const int32_t *ids, size_t n, float 
     /* the embedder's work counts as the session's own */
     s->stats.heads_ms += e->stats.heads_ms;
     s->stats.forward_ms += e->stats.forward_ms;
+    s->stats.tokens_evaluated += e->stats.tokens_evaluated;
     memset(&e->stats, 0, sizeof e->stats);
     e->stats.size = sizeof e->stats;
     head_pool_free(&pool);
