@@ -1,6 +1,6 @@
 /* Probe heads (spec §4): the streaming pool against a direct two-pass softmax, and parity
  * of the contrastive and confidence heads with the official forward_* functions
- * (tests/reference/make_head_fixtures.py -> tests/fixtures/heads_<model>.json): embedding
+ * (tests/reference/make_head_fixtures.py -> tests/fixtures/heads/<model>.json): embedding
  * within 1e-4 of its largest component, confidence logit within 1e-4 relative, by prefill
  * and by one-token steps. Prints the worst errors, the figures the parity claim rests on. */
 #include <cjson/cJSON.h>
@@ -117,7 +117,7 @@ static int confidence_logit(needle_model *m, uint32_t window, const int32_t *ids
 
 static void check_fixture(const char *name) {
     char file[128];
-    snprintf(file, sizeof file, "heads_%s.json", name);
+    snprintf(file, sizeof file, "heads/%s.json", name);
     size_t size;
     char *text = (char *)read_file(fixture_path(file), &size);
     if (!text) {

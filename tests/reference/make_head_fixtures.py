@@ -10,7 +10,8 @@ functions return on seeded token sequences:
 * `SimpleAttentionNetwork.encode_contrastive(tokens, window=W)`: the 128-d unit embedding;
 
 in float32 on CPU, with W the header's kv_window (sequences both shorter and longer than
-it), no sinks, no PAD tokens. Output: tests/fixtures/heads_<model>.json.
+it), no sinks, no PAD tokens. Output: tests/fixtures/heads/<model>.json (a folder of its
+own: tests/test_parity.c reads every .json directly in tests/fixtures as a model fixture).
 
 Usage: make_head_fixtures.py [FIXTURE_DIR] [--models tinyb_mixed,tiny_mixed,...]
 """
@@ -102,7 +103,8 @@ def main():
                             "forward_confidence / encode_contrastive (tokens[None], window=W), "
                             "float32, CPU",
                "cases": cases}
-        with open(os.path.join(args.out, f"heads_{name}.json"), "w") as f:
+        os.makedirs(os.path.join(args.out, "heads"), exist_ok=True)
+        with open(os.path.join(args.out, "heads", f"{name}.json"), "w") as f:
             json.dump(doc, f, indent=0)
 
 
