@@ -263,8 +263,52 @@ static void test_confidence_and_min_confidence(void) {
     needle_model_free(m);
 }
 
+/* The CLI: `needle embed` prints what needle_session_embed computes; `needle run
+ * --min-confidence` above any confidence suppresses the call. */
+static void test_cli(void) {
+    needle_model *m;
+    CHECK(needle_model_open(fixture_path("tinyb_mixed.cact"), NULL, &m) == NEEDLE_OK);
+    needle_session *s = new_session(m);
+    float want[NEEDLE_EMBEDDING_DIM];
+    size_t n = 0;
+    CHECK(needle_session_embed(s, "hello world", want, NEEDLE_EMBEDDING_DIM, &n) == NEEDLE_OK);
+    needle_session_free(s);
+    needle_model_free(m);
+    static char out[1 << 16], cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' embed -w '%s' 'hello world'", cli_path(),
+             fixture_path("tinyb_mixed.cact"));
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    cJSON *line = cJSON_Parse(out);
+    const cJSON *emb = cJSON_GetObjectItem(line, "embedding");
+    CHECK(cJSON_IsArray(emb) && cJSON_GetArraySize(emb) == NEEDLE_EMBEDDING_DIM);
+    CHECK(!strcmp(cJSON_GetObjectItem(line, "text")->valuestring, "hello world"));
+    double err = 0;
+    for (int i = 0; i < cJSON_GetArraySize(emb); i++)
+        err = fmax(err, fabs(cJSON_GetArrayItem(emb, i)->valuedouble - want[i]));
+    CHECK_MSG(err < 1e-6, "CLI embedding differs by %g", err);
+    cJSON_Delete(line);
+    snprintf(cmd, sizeof cmd, "'%s' embed -w '%s' x 2>/dev/null", cli_path(),
+             fixture_path("tiny_cq4.cact"));
+    CHECK_EQ_INT(run_command(cmd, NULL, 0), 1); /* no retrieval head */
+
+    char *tools = tools_array(2);
+    snprintf(cmd, sizeof cmd, "'%s' run -w '%s' --ctx 4096 --tools '%s' -n 48 --min-confidence 1.5 "
+             "'set a timer'", cli_path(), fixture_path("tinyb_mixed.cact"), tools);
+    free(tools);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    cJSON *env = cJSON_Parse(out);
+    const cJSON *type = cJSON_GetObjectItem(env, "type");
+    const int called = cJSON_GetArraySize(cJSON_GetObjectItem(env, "suppressed_calls")) > 0;
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(env, "confidence")));
+    CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(env, "function_calls")), 0);
+    /* the random model may refuse; a call it made is suppressed */
+    CHECK(cJSON_IsString(type) && !strcmp(type->valuestring, called ? "low_confidence" : "call"));
+    cJSON_Delete(env);
+}
+
 int main(void) {
     RUN(test_retrieval_and_index);
+    RUN(test_cli);
     RUN(test_confidence_and_min_confidence);
     return test_summary();
 }
