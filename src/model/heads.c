@@ -54,6 +54,18 @@ void head_pool_copy(head_pool *dst, const head_pool *src) {
     dst->cells = src->cells;
 }
 
+/* <a, b> over n floats with eight running sums, so the compiler can vectorize it without
+ * reassociating (the order is fixed, so results do not depend on the build). */
+static float dot8(const float *a, const float *b, uint32_t n) {
+    float acc[8] = {0};
+    uint32_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[j + k] * b[j + k];
+    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; j < n; j++) sum += a[j] * b[j];
+    return sum;
+}
+
 void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cell_index,
                    const float *cells) {
     if (p->cell_filter != HEAD_ALL_CELLS && p->cell_filter != cell_index) return;
@@ -63,10 +75,7 @@ void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cel
         if (tokens[i] == NEEDLE_TOKEN_PAD) continue;
         const float *c = cells + (size_t)i * d;
         for (uint32_t k = 0; k < p->num_probes; k++) {
-            const float *probe = p->head->probes + (size_t)k * d;
-            float dot = 0;
-            for (uint32_t j = 0; j < d; j++) dot += c[j] * probe[j];
-            const float score = dot * inv_sqrt_d;
+            const float score = dot8(c, p->head->probes + (size_t)k * d, d) * inv_sqrt_d;
             float *acc = p->acc + (size_t)k * d;
             float w;
             if (score > p->max[k]) {
