@@ -271,6 +271,7 @@ int tool_index_select(const tool_index *ix, needle_session *s, const char *query
         uint32_t best = UINT32_MAX;
         for (uint32_t i = 0; i < ix->count; i++)
             if (!taken[i] && (best == UINT32_MAX || score[i] > score[best])) best = i;
+        if (best == UINT32_MAX) break;
         taken[best] = 1;
     }
     for (uint32_t i = 0, n = 0; i < ix->count; i++)
