@@ -18,7 +18,6 @@ int head_pool_init(head_pool *p, const probe_head *head, uint32_t d) {
     p->head = head;
     p->d = d;
     p->num_probes = head->num_probes;
-    p->cell_filter = HEAD_ALL_CELLS;
     p->max = malloc(p->num_probes * sizeof *p->max);
     p->sum = malloc(p->num_probes * sizeof *p->sum);
     p->acc = malloc((size_t)p->num_probes * d * sizeof *p->acc);
@@ -68,7 +67,7 @@ static float dot8(const float *a, const float *b, uint32_t n) {
 
 void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cell_index,
                    const float *cells) {
-    if (p->cell_filter != HEAD_ALL_CELLS && p->cell_filter != cell_index) return;
+    (void)cell_index; /* Needle 2: one softmax over every cell */
     const uint32_t d = p->d;
     const float inv_sqrt_d = 1.0f / sqrtf((float)d);
     for (uint32_t i = 0; i < n; i++) {

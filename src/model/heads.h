@@ -13,8 +13,8 @@
  *
  * Generations: a Needle 2 head pools every probe over all cells jointly (one stage). The
  * Needle 3 heads (NEEDLE3-NOTES §3) pool probe (l, k) over the tokens of cell l only, then
- * mix the L+1 results in a second stage; `cell_filter` below is that first stage's
- * restriction (HEAD_ALL_CELLS for Needle 2), so the streaming part is shared. */
+ * mix the L+1 results in a second stage: the same online softmax fed only the cells whose
+ * index (head_pool_add's cell_index) is l, so they will share this streaming part. */
 #ifndef NEEDLE_MODEL_HEADS_H
 #define NEEDLE_MODEL_HEADS_H
 
@@ -24,13 +24,11 @@
 
 #define HEAD_CODE_CONTRASTIVE 1u
 #define HEAD_CODE_CONFIDENCE 2u
-#define HEAD_ALL_CELLS UINT32_MAX
 #define HEAD_EMBED_DIM 128u /* the Needle 2 contrastive head's output */
 
 typedef struct head_pool {
     const probe_head *head;
     uint32_t d, num_probes;
-    uint32_t cell_filter;  /* HEAD_ALL_CELLS, or the one cell index this pool reads */
     float *max;            /* [P] running max score */
     float *sum;            /* [P] running sum of exp(score - max) */
     float *acc;            /* [P][d] running sum of exp(score - max) * cell */
@@ -40,14 +38,15 @@ typedef struct head_pool {
 /* The model's head with `code`, or NULL when the file has none. */
 const probe_head *model_probe_head(const struct needle_model *m, uint32_t code);
 
-/* Allocates an empty pool for `head` (reading every cell). 0 or NEEDLE_ERR_OUT_OF_MEMORY. */
+/* Allocates an empty pool for `head`. 0 or NEEDLE_ERR_OUT_OF_MEMORY. */
 int head_pool_init(head_pool *p, const probe_head *head, uint32_t d);
 void head_pool_free(head_pool *p);
 void head_pool_clear(head_pool *p);
 /* dst (initialised for the same head) := src. */
 void head_pool_copy(head_pool *dst, const head_pool *src);
 
-/* Pools cell `cell_index` of n tokens: cells is host [n][d]; tokens[i] == 0 (PAD) skipped. */
+/* Pools cell `cell_index` (0..L, see above) of n tokens: cells is host [n][d];
+ * tokens[i] == 0 (PAD) skipped. Needle 2 pools every cell alike. */
 void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cell_index,
                    const float *cells);
 
