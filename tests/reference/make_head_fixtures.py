@@ -73,7 +73,7 @@ def sequences(rng, vocab, window, tok):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default=os.path.join(MF.REPO, "tests", "fixtures"))
-    ap.add_argument("--models", default="tiny_mixed,tinyb_mixed,tinyb_cq4")
+    ap.add_argument("--models", default="tiny_mixed,tinyb_mixed")
     args = ap.parse_args()
     for name in args.models.split(","):
         path = os.path.join(args.out, name + ".cact")
