@@ -74,6 +74,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default=os.path.join(MF.REPO, "tests", "fixtures"))
     ap.add_argument("--models", default="tiny_mixed,tinyb_mixed")
+    ap.add_argument("--cases", type=int, default=0,
+                    help="only the first N sequences (the full-size model: each is a compile)")
     args = ap.parse_args()
     for name in args.models.split(","):
         path = os.path.join(args.out, name + ".cact")
@@ -87,7 +89,8 @@ def main():
         tok = E.RefTokenizer.from_cact(path)
         rng = np.random.default_rng(sum(map(ord, name)))
         cases = []
-        for toks in sequences(rng, h["vocab_size"], W, tok):
+        seqs = sequences(rng, h["vocab_size"], W, tok)
+        for toks in seqs[:args.cases] if args.cases else seqs:
             t = jnp.asarray([toks], jnp.int32)
             conf = model.apply({"params": params}, t, window=W,
                                method=A.SimpleAttentionNetwork.forward_confidence)
