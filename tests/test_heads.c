@@ -4,6 +4,7 @@
  * within 1e-4 of its largest component, confidence logit within 1e-4 relative, by prefill
  * and by one-token steps. Prints the worst errors, the figures the parity claim rests on. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,8 +116,12 @@ static int confidence_logit(needle_model *m, uint32_t window, const int32_t *ids
     return rc;
 }
 
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 static void check_fixture(const char *name) {
-    char file[128];
+    char file[300];
     snprintf(file, sizeof file, "heads/%s.json", name);
     size_t size;
     char *text = (char *)read_file(fixture_path(file), &size);
@@ -180,8 +185,29 @@ static void check_fixture(const char *name) {
     cJSON_Delete(doc);
 }
 
-static void test_parity_tinyb_mixed(void) { check_fixture("tinyb_mixed"); }
-static void test_parity_tiny_mixed(void) { check_fixture("tiny_mixed"); }
+/* Every fixture in tests/fixtures/heads/, in name order. */
+static void test_parity(void) {
+    DIR *d = opendir(fixture_path("heads"));
+    if (!d) {
+        harness_skip("no tests/fixtures/heads folder");
+        return;
+    }
+    char *names[64];
+    int n = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) && n < 64) {
+        const size_t len = strlen(ent->d_name);
+        if (len > 5 && !strcmp(ent->d_name + len - 5, ".json"))
+            names[n++] = strndup(ent->d_name, len - 5);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_names);
+    for (int i = 0; i < n; i++) {
+        check_fixture(names[i]);
+        free(names[i]);
+    }
+    CHECK_MSG(n >= 2, "%d head fixtures, expected at least the two tiny ones", n);
+}
 
 /* ---- the public call ------------------------------------------------------------------- */
 
@@ -222,8 +248,7 @@ static void test_session_embed(void) {
 
 int main(void) {
     RUN(test_pool_matches_two_pass_softmax);
-    RUN(test_parity_tinyb_mixed);
-    RUN(test_parity_tiny_mixed);
+    RUN(test_parity);
     RUN(test_session_embed);
     return test_summary();
 }
