@@ -22,12 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "agent/chat.h"
 #include "agent/confidence.h"
 #include "agent/retrieval.h"
 #include "agent/envelope.h"
+#include "agent/prompt.h"
 #include "grammar/grammar.h"
 #include "grammar/json_canon.h"
 #include "model/session.h"
@@ -112,50 +111,6 @@ needle_complete_params needle_complete_default_params(void) {
     return p;
 }
 
-/* Unwraps OpenAI-style entries and returns the tools array as the model was trained on it
- * (Python-compact JSON). Plain arrays are re-serialized straight from the caller's text,
- * which keeps every number exactly as Python would print it. */
-static int canonical_tools(const char *tools_json, char **out, size_t *out_len) {
-    cJSON *root = cJSON_Parse(tools_json);
-    if (!root) return grammar_json_canon(tools_json, strlen(tools_json), out, out_len);
-    int wrapped = 0;
-    const cJSON *item;
-    if (cJSON_IsArray(root))
-        cJSON_ArrayForEach(item, root) if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(item, "function"))) wrapped = 1;
-    if (!wrapped) {
-        cJSON_Delete(root);
-        return grammar_json_canon(tools_json, strlen(tools_json), out, out_len);
-    }
-    cJSON *flat = cJSON_CreateArray();
-    cJSON_ArrayForEach(item, root) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(item, "function");
-        cJSON_AddItemToArray(flat, cJSON_Duplicate(cJSON_IsObject(fn) ? fn : item, 1));
-    }
-    char *text = cJSON_PrintUnformatted(flat);
-    cJSON_Delete(flat);
-    cJSON_Delete(root);
-    if (!text) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "tools: out of memory");
-    int rc = grammar_json_canon(text, strlen(text), out, out_len);
-    cJSON_free(text);
-    return rc;
-}
-
-/* Encodes text into a freshly malloc'd id array. */
-static int encode_alloc(const tokenizer *tok, const char *text, size_t len, int dummy,
-                        int32_t **ids, size_t *n) {
-    size_t need = 0;
-    int rc = tokenizer_encode_ex(tok, text, len, dummy, NULL, 0, &need);
-    if (rc && rc != NEEDLE_ERR_BUFFER_TOO_SMALL) return rc;
-    *ids = malloc((need ? need : 1) * sizeof **ids);
-    if (!*ids) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
-    rc = tokenizer_encode_ex(tok, text, len, dummy, *ids, need, n);
-    if (rc) {
-        free(*ids);
-        *ids = NULL;
-    }
-    return rc;
-}
-
 static int build_trie(struct chat *c, const tokenizer *tok, uint32_t vocab) {
     const char **bytes = malloc(vocab * sizeof *bytes);
     size_t *lens = malloc(vocab * sizeof *lens);
@@ -177,52 +132,6 @@ static int build_trie(struct chat *c, const tokenizer *tok, uint32_t vocab) {
     free(bytes);
     free(lens);
     return rc;
-}
-
-/* The grammar of a tools array, with the official engine's documented rule: with one
- * declared tool it admits exactly one call of that name (extraction), so no refusal. */
-static int compile_tools(const char *tools, size_t len, grammar **out) {
-    int rc = grammar_compile(tools, len, NULL, out);
-    if (rc || grammar_tool_count(*out) != 1) return rc;
-    grammar_options one = grammar_default_options();
-    one.allow_empty = 0;
-    one.single_call = 1;
-    grammar_free(*out);
-    *out = NULL;
-    return grammar_compile(tools, len, &one, out);
-}
-
-/* [BOS] + the static prefix of system facts and tools, as token ids (malloc'd). */
-static int prefix_ids(const struct needle_model *m, const char *system, const char *tools,
-                      size_t tools_len, int32_t **ids, size_t *n_ids) {
-    strbuf prompt = {0};
-    if (*system) {
-        strbuf_puts(&prompt, "<|im_start|>system\n");
-        strbuf_puts(&prompt, system);
-        strbuf_puts(&prompt, "<|im_end|>\n");
-    }
-    strbuf_puts(&prompt, "<|im_start|>user\n<tools>");
-    strbuf_put(&prompt, tools, tools_len);
-    strbuf_puts(&prompt, "</tools>");
-    if (prompt.oom) {
-        free(prompt.data);
-        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
-    }
-    int32_t *body;
-    size_t n_body;
-    int rc = encode_alloc(m->tok, prompt.data, prompt.len, 1, &body, &n_body);
-    free(prompt.data);
-    if (rc) return rc;
-    *ids = malloc((n_body + 1) * sizeof **ids);
-    if (!*ids) {
-        free(body);
-        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
-    }
-    (*ids)[0] = NEEDLE_TOKEN_BOS;
-    memcpy(*ids + 1, body, n_body * sizeof **ids);
-    free(body);
-    *n_ids = n_body + 1;
-    return NEEDLE_OK;
 }
 
 /* Starts the conversation over on the prefix ids[0:n]: with a sliding window the prefix is
@@ -254,8 +163,8 @@ static int render_tools(needle_session *s, struct chat *c, const uint32_t *chose
     int32_t *ids = NULL;
     grammar *g = NULL;
     int rc = tool_index_subset(&c->index, chosen, k, &tools, &tools_len, &names);
-    if (!rc) rc = compile_tools(tools, tools_len, &g);
-    if (!rc) rc = prefix_ids(session_model(s), c->system, tools, tools_len, &ids, &n_ids);
+    if (!rc) rc = prompt_compile_tools(tools, tools_len, &g);
+    if (!rc) rc = prompt_prefix_ids(session_model(s), c->system, tools, tools_len, &ids, &n_ids);
     if (!rc && n_ids >= session_context_length(s))
         rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix is "
                          "%zu tokens, the context holds %u", n_ids, session_context_length(s));
@@ -321,8 +230,8 @@ int needle_session_set_tools_ex(needle_session *s, const char *system, const cha
     size_t tools_len = 0, n_ids = 0;
     int replaced = 0;
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
-    if ((rc = canonical_tools(tools_json, &tools, &tools_len))) goto fail;
-    if ((rc = compile_tools(tools, tools_len, &c->g))) goto fail;
+    if ((rc = prompt_canonical_tools(tools_json, &tools, &tools_len))) goto fail;
+    if ((rc = prompt_compile_tools(tools, tools_len, &c->g))) goto fail;
     c->tok = m->tok;
     c->vocab = m->w.vocab;
     if ((rc = build_trie(c, m->tok, m->w.vocab))) goto fail;
@@ -386,7 +295,7 @@ int needle_session_set_tools_ex(needle_session *s, const char *system, const cha
         for (uint32_t i = 0; i < c->top_k; i++) first[i] = i;
         rc = render_tools(s, c, first, c->top_k);
     } else {
-        rc = prefix_ids(m, system, c->tools, c->tools_len, &ids, &n_ids);
+        rc = prompt_prefix_ids(m, system, c->tools, c->tools_len, &ids, &n_ids);
         if (!rc && n_ids >= session_context_length(s))
             rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix "
                              "is %zu tokens, the context holds %u", n_ids,
@@ -651,7 +560,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     }
     if (c->retrieval && c->rendered_valid) e.retrieved_tools = c->rendered_names;
     if (rc == NEEDLE_OK) rc = render_turn(s, text, is_result, &chunk);
-    if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, chunk.data, chunk.len, 0, &ids, &n_ids);
+    if (rc == NEEDLE_OK) rc = prompt_encode_alloc(c->tok, chunk.data, chunk.len, 0, &ids, &n_ids);
     free(chunk.data);
     if (rc == NEEDLE_ERR_INVALID_UTF8) {
         e.error = needle_last_error();
