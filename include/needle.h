@@ -370,6 +370,10 @@ typedef struct needle_complete_params {
     uint64_t seed;
     int32_t turn;              /* needle_turn */
     int32_t extract;           /* 1: exactly one call, no refusal (extraction with one tool) */
+    /* A successful turn whose calls have an envelope "confidence" below this is answered
+     * with "type":"low_confidence": its calls move to "suppressed_calls" and
+     * "function_calls" is [] (nothing to execute). 0 (default) never suppresses. */
+    float min_confidence;
 } needle_complete_params;
 
 NEEDLE_API needle_complete_params needle_complete_default_params(void);
@@ -408,9 +412,50 @@ typedef struct needle_session_stats {
     double hadamard_ms;  /* the Hadamard MLP */
     double logits_ms;    /* tied output projection */
     double sync_ms;      /* waiting for the backend at the end of a forward pass */
+    /* probe heads (confidence, retrieval, embeddings): the forward's cells brought to the
+     * host and pooled, inside forward_ms; the head projections */
+    double heads_ms;
 } needle_session_stats;
 
 NEEDLE_API int needle_session_get_stats(const needle_session *session, needle_session_stats *out);
+
+/* ------------------------------------------------------------------------------------ */
+/* Probe heads (spec §4): embeddings and tool retrieval.                                 */
+/* Confidence needs no call: every successful envelope carries "confidence" in [0, 1], the */
+/* minimum of the confidence head's sigmoid (when the model has that head) over the whole   */
+/* context through the call, and the geometric mean of the model's probability of each     */
+/* call token it chose (tokens the grammar forced are left out); see README "Confidence".  */
+
+#define NEEDLE_EMBEDDING_DIM 128 /* floats in an embedding of a Needle 2 model */
+
+/* The contrastive head's unit-length embedding of `text` ([BOS] + its tokens, alone from
+ * position 0; cosine = dot product) into out[0:cap]. *n_out receives the dimension (also
+ * when cap is too small: NEEDLE_ERR_BUFFER_TOO_SMALL, out may be NULL with cap 0). Runs in
+ * a second KV cache owned by the session (made on first use), so the conversation is
+ * untouched. NEEDLE_ERR_STATE if the model has no contrastive head. */
+NEEDLE_API int needle_session_embed(needle_session *session, const char *text, float *out,
+                                    size_t cap, size_t *n_out);
+
+typedef struct needle_tools_params {
+    uint32_t size; /* sizeof(needle_tools_params), see "Struct sizes" */
+    /* Tool retrieval: with more tools than retrieval_threshold (default 5; UINT32_MAX =
+     * never) and a model with a contrastive head, each query that starts a conversation
+     * renders only the top_k (default 5) tools most similar to it, and the grammar admits
+     * only those. */
+    uint32_t retrieval_threshold;
+    uint32_t top_k;
+    /* Optional file caching the tool embeddings (format in README "Tool retrieval"):
+     * read when it matches the model and tools, else (re)written. NULL: none. */
+    const char *tool_index_path;
+} needle_tools_params;
+
+NEEDLE_API needle_tools_params needle_tools_default_params(void);
+
+/* needle_session_set_tools with retrieval options (params NULL = defaults, which is what
+ * needle_session_set_tools uses). */
+NEEDLE_API int needle_session_set_tools_ex(needle_session *session, const char *system,
+                                           const char *tools_json,
+                                           const needle_tools_params *params);
 
 /* ------------------------------------------------------------------------------------ */
 /* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */
@@ -422,7 +467,7 @@ NEEDLE_API int needle_session_get_stats(const needle_session *session, needle_se
 NEEDLE_API int needle_load(const char *blob, uint64_t size);
 /* Binds system facts and tools to the default session (loading the model named by
  * NEEDLE_MODEL, or models/needle-demo.cact, if needle_load was never called).
- * tool_index_path is accepted and ignored (no retrieval index yet). < 0 on failure. */
+ * tool_index_path (may be NULL) caches the tool embeddings of retrieval. < 0 on failure. */
 NEEDLE_API int needle_init(const char *system, const char *tools_json, const char *tool_index_path);
 /* One turn into `out` (NUL-terminated envelope). < 0 on failure; never truncated JSON. */
 NEEDLE_API int needle_complete(const char *text, int max_new_tokens, char *out, int out_size);

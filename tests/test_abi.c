@@ -34,6 +34,7 @@ static void test_struct_size_table(void) {
     CHECK_EQ_INT(needle_struct_size("needle_generate_params"), sizeof(needle_generate_params));
     CHECK_EQ_INT(needle_struct_size("needle_complete_params"), sizeof(needle_complete_params));
     CHECK_EQ_INT(needle_struct_size("needle_session_stats"), sizeof(needle_session_stats));
+    CHECK_EQ_INT(needle_struct_size("needle_tools_params"), sizeof(needle_tools_params));
     CHECK_EQ_INT(needle_struct_size("needle_model"), 0);
     CHECK_EQ_INT(needle_struct_size(NULL), 0);
     /* the size field leads every struct, so its offset is the same in every version */
@@ -46,6 +47,7 @@ static void test_defaults_carry_size(void) {
     CHECK_EQ_INT(needle_session_default_params().size, sizeof(needle_session_params));
     CHECK_EQ_INT(needle_generate_default_params().size, sizeof(needle_generate_params));
     CHECK_EQ_INT(needle_complete_default_params().size, sizeof(needle_complete_params));
+    CHECK_EQ_INT(needle_tools_default_params().size, sizeof(needle_tools_params));
 }
 
 static void test_model_params_sizes(void) {
@@ -163,6 +165,25 @@ static void test_complete_params_sizes(void) {
     needle_session_free(s);
 }
 
+static void test_tools_params_sizes(void) {
+    needle_session_params sp = needle_session_default_params();
+    sp.n_ctx = 4096;
+    needle_session *s = NULL;
+    CHECK_EQ_INT(needle_session_create(model, &sp, &s), NEEDLE_OK);
+    if (!s) return;
+    needle_tools_params tp = needle_tools_default_params();
+    tp.size = 0;
+    CHECK_EQ_INT(needle_session_set_tools_ex(s, NULL, TOOLS, &tp), NEEDLE_ERR_INVALID_ARGUMENT);
+    tp.size = sizeof tp + 8;
+    CHECK_EQ_INT(needle_session_set_tools_ex(s, NULL, TOOLS, &tp), NEEDLE_ERR_INVALID_ARGUMENT);
+    /* an older caller without tool_index_path: the bogus path past its size is not read */
+    tp.size = (uint32_t)offsetof(needle_tools_params, tool_index_path);
+    tp.tool_index_path = "/nonexistent/dir/index";
+    CHECK_EQ_INT(needle_session_set_tools_ex(s, NULL, TOOLS, &tp), NEEDLE_OK);
+    CHECK_EQ_INT(needle_session_set_tools_ex(s, NULL, TOOLS, NULL), NEEDLE_OK);
+    needle_session_free(s);
+}
+
 static void test_info_structs_sizes(void) {
     needle_model_info info = {.size = sizeof info};
     CHECK_EQ_INT(needle_model_get_info(model, &info), NEEDLE_OK);
@@ -268,6 +289,7 @@ int main(void) {
     RUN(test_session_params_sizes);
     RUN(test_generate_params_sizes);
     RUN(test_complete_params_sizes);
+    RUN(test_tools_params_sizes);
     RUN(test_info_structs_sizes);
     RUN(test_blob_copy_rule);
     needle_model_free(model);

@@ -43,6 +43,13 @@ static cJSON *check_envelope(const char *text) {
                           "confidence", "prefill_tps", "decode_tps", "peak_ram_mb"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CHECK_MSG(cJSON_HasObjectItem(env, keys[i]), "envelope lacks %s: %s", keys[i], text);
+    /* every successful turn has a confidence in [0, 1]; failures have none */
+    const cJSON *conf = cJSON_GetObjectItem(env, "confidence");
+    if (cJSON_IsTrue(cJSON_GetObjectItem(env, "success")))
+        CHECK_MSG(cJSON_IsNumber(conf) && conf->valuedouble >= 0 && conf->valuedouble <= 1,
+                  "confidence not in [0, 1]: %s", text);
+    else
+        CHECK_MSG(cJSON_IsNull(conf), "a failed turn with a confidence: %s", text);
     const cJSON *calls = cJSON_GetObjectItem(env, "function_calls");
     CHECK(cJSON_IsArray(calls));
     const cJSON *call;

@@ -18,6 +18,10 @@ typedef struct agent_options {
     unsigned long long seed;
     int seed_given;
     int stats;
+    double min_confidence;
+    const char *tool_index;
+    long top_k, retrieval_threshold;
+    int top_k_set, threshold_set;
     cli_session_options session;
 } agent_options;
 
@@ -29,6 +33,11 @@ typedef struct agent_options {
     {"--temperature", NULL, CLI_REAL, &(o)->temperature, 0, 0, NULL},                \
     {"--seed", NULL, CLI_U64, &(o)->seed, 0, 0, &(o)->seed_given},                   \
     {"--stats", NULL, CLI_FLAG, &(o)->stats, 0, 0, NULL},                            \
+    {"--min-confidence", NULL, CLI_REAL, &(o)->min_confidence, 0, 0, NULL},          \
+    {"--tool-index", NULL, CLI_TEXT, &(o)->tool_index, 0, 0, NULL},                  \
+    {"--top-k", NULL, CLI_LONG, &(o)->top_k, 1, 64, &(o)->top_k_set},                \
+    {"--retrieval-threshold", NULL, CLI_LONG, &(o)->retrieval_threshold, 0, 1L << 30, \
+     &(o)->threshold_set},                                                           \
     CLI_SESSION_OPTIONS(&(o)->session)
 
 #define AGENT_OPTIONS_HELP                                                                  \
@@ -41,6 +50,14 @@ typedef struct agent_options {
     "  --temperature T         sampling temperature (default 0: greedy)\n"                  \
     "  --seed S                sampling seed (default: a fresh one, printed on stderr)\n"  \
     "  --stats                 after each turn, forward vs grammar time on stderr\n"       \
+    "  --min-confidence C      calls whose confidence is below C are not returned as\n"   \
+    "                          calls: \"type\":\"low_confidence\", \"suppressed_calls\"\n" \
+    "                          (default 0: never)\n"                                      \
+    "  --retrieval-threshold N with more than N tools (default 5), a model with a\n"     \
+    "                          retrieval head shows each conversation only the tools\n"   \
+    "                          closest to its first query\n"                             \
+    "  --top-k K               how many tools retrieval keeps (1-64, default 5)\n"        \
+    "  --tool-index FILE       cache of the tool embeddings (made or refreshed as needed)\n" \
     CLI_SESSION_OPTIONS_HELP                                                                \
     "  -h, --help              this text\n"
 
@@ -135,7 +152,11 @@ static int open_agent(const cli_command *self, agent_options *o, needle_model **
     }
     if (rc == 0) rc = cli_session_create(*m, &so, s);
     if (rc == 0) {
-        const int st = needle_session_set_tools(*s, o->system ? o->system : "", tools);
+        needle_tools_params tp = needle_tools_default_params();
+        if (o->top_k_set) tp.top_k = (uint32_t)o->top_k;
+        if (o->threshold_set) tp.retrieval_threshold = (uint32_t)o->retrieval_threshold;
+        tp.tool_index_path = o->tool_index;
+        const int st = needle_session_set_tools_ex(*s, o->system ? o->system : "", tools, &tp);
         if (st) rc = cli_lib_error("tools", st);
     }
     free(tools);
@@ -157,6 +178,7 @@ static int complete_and_print(needle_session *s, const agent_options *o, const c
     p.temperature = (float)o->temperature;
     p.seed = o->seed;
     p.turn = turn;
+    p.min_confidence = (float)o->min_confidence;
     size_t cap = 1 << 20, len = 0;
     char *out = malloc(cap);
     if (!out) return cli_lib_error("complete", NEEDLE_ERR_OUT_OF_MEMORY);
@@ -171,10 +193,10 @@ static int complete_and_print(needle_session *s, const agent_options *o, const c
         needle_session_stats st = {.size = sizeof st};
         needle_session_get_stats(s, &st);
         fprintf(stderr, "[stats] %llu tokens evaluated, %llu decode steps; forward %.1f ms, "
-                "grammar masks %.1f ms (%.3f ms per decode step)\n",
+                "grammar masks %.1f ms (%.3f ms per decode step), probe heads %.2f ms\n",
                 (unsigned long long)st.tokens_evaluated, (unsigned long long)st.decode_steps,
                 st.forward_ms, st.grammar_ms,
-                st.decode_steps ? st.grammar_ms / (double)st.decode_steps : 0.0);
+                st.decode_steps ? st.grammar_ms / (double)st.decode_steps : 0.0, st.heads_ms);
     }
     free(out);
     fflush(stdout);

@@ -100,6 +100,16 @@ class CompleteParams(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("turn", ctypes.c_int32),
         ("extract", ctypes.c_int32),
+        ("min_confidence", ctypes.c_float),
+    ]
+
+
+class ToolsParams(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint32),
+        ("retrieval_threshold", ctypes.c_uint32),
+        ("top_k", ctypes.c_uint32),
+        ("tool_index_path", ctypes.c_char_p),
     ]
 
 
@@ -116,7 +126,8 @@ class DeviceInfo(ctypes.Structure):
 
 
 _STRUCTS = {"needle_model_params": ModelParams, "needle_model_info": ModelInfo, "needle_session_params": SessionParams,
-            "needle_complete_params": CompleteParams, "needle_device_info": DeviceInfo}
+            "needle_complete_params": CompleteParams, "needle_device_info": DeviceInfo,
+            "needle_tools_params": ToolsParams}
 
 
 def _new(cls):
@@ -182,6 +193,14 @@ def _declare(L: ctypes.CDLL) -> None:
     L.needle_session_reset.argtypes = [vp]
     L.needle_session_set_tools.restype = c.c_int
     L.needle_session_set_tools.argtypes = [vp, cp, cp]
+    # probe heads: retrieval options, embeddings
+    L.needle_tools_default_params.restype = ToolsParams
+    L.needle_tools_default_params.argtypes = []
+    L.needle_session_set_tools_ex.restype = c.c_int
+    L.needle_session_set_tools_ex.argtypes = [vp, cp, cp, c.POINTER(ToolsParams)]
+    L.needle_session_embed.restype = c.c_int
+    L.needle_session_embed.argtypes = [
+        vp, cp, c.POINTER(c.c_float), c.c_size_t, c.POINTER(c.c_size_t)]
     L.needle_complete_default_params.restype = CompleteParams
     L.needle_complete_default_params.argtypes = []
     L.needle_session_complete.restype = c.c_int

@@ -225,7 +225,8 @@ class _Session:
     """One engine conversation (not thread-safe; the owner serializes calls)."""
 
     def __init__(self, model: _Model, system: Optional[str], tools: List[dict],
-                 buffer_size: int = _ENVELOPE_CAP):
+                 buffer_size: int = _ENVELOPE_CAP, tool_index_path: Optional[str] = None,
+                 min_confidence: float = 0.0):
         L = lib()
         params = L.needle_session_default_params()
         params.n_ctx = _UNBOUNDED_CTX if model.kv_window > 0 else 0
@@ -235,13 +236,18 @@ class _Session:
         try:
             tools_json = json.dumps(tools, ensure_ascii=False).encode("utf-8")
             sys_b = system.encode("utf-8") if system else None
-            check(L.needle_session_set_tools(h, sys_b, tools_json))
+            tp = L.needle_tools_default_params()
+            # kept alive in self until set_tools_ex returns (ctypes holds no reference)
+            self._index_b = os.fsencode(tool_index_path) if tool_index_path else None
+            tp.tool_index_path = self._index_b
+            check(L.needle_session_set_tools_ex(h, sys_b, tools_json, ctypes.byref(tp)))
         except BaseException:
             self.free()
             raise
         self.cap = int(buffer_size)
         self.buf = ctypes.create_string_buffer(self.cap)
         self.last_called = False  # the engine's rule for TURN_AUTO: a result after a call
+        self.min_confidence = float(min_confidence)
 
     def is_result(self, turn: int) -> bool:
         return turn == _lib.TURN_TOOL_RESULT or (turn == _lib.TURN_AUTO and self.last_called)
@@ -266,6 +272,7 @@ class _Session:
         p.max_new_tokens = int(max_new_tokens)
         p.turn = turn
         p.extract = 1 if extract else 0
+        p.min_confidence = self.min_confidence
         n = ctypes.c_size_t(0)
         rc = L.needle_session_complete(self.handle, data, ctypes.byref(p), self.buf, self.cap,
                                        ctypes.byref(n))
@@ -275,6 +282,24 @@ class _Session:
         if env.get("success"):
             self.last_called = env.get("type") == "call"
         return env
+
+    def embed(self, text: str) -> List[float]:
+        if self.handle is None:
+            raise NeedleError("the agent is closed")
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, not {type(text).__name__}")
+        if "\0" in text:
+            raise ValueError("text holds a NUL character (U+0000)")
+        L = lib()
+        n = ctypes.c_size_t(0)
+        out = (ctypes.c_float * 128)()
+        rc = L.needle_session_embed(self.handle, text.encode("utf-8"), out, 128, ctypes.byref(n))
+        if rc == _lib.NEEDLE_ERR_BUFFER_TOO_SMALL:
+            out = (ctypes.c_float * n.value)()
+            rc = L.needle_session_embed(self.handle, text.encode("utf-8"), out, n.value,
+                                        ctypes.byref(n))
+        check(rc)
+        return [float(x) for x in out[:n.value]]
 
     def reset(self) -> None:
         if self.handle is not None:
@@ -307,7 +332,9 @@ class Needle:
         (declared only, as the CLI does); otherwise no tools, with a warning.
     system: system facts given to the model (optional).
     weights: path of a .cact model; default $NEEDLE_MODEL, else the demo model.
-    tool_index_path: accepted for compatibility (no retrieval index yet); stored only.
+    tool_index_path: a file caching the tool embeddings of retrieval (with more than 5
+        tools and a model with a retrieval head, each conversation sees only the 5 tools
+        closest to its first query; README "Tool retrieval"). Made or refreshed as needed.
     backend: None (the engine's choice: NEEDLE_BACKEND, JAX_PLATFORMS, JAX_PLATFORM_NAME,
         else the first backend that finds a device, CPU last) or "cpu", "cuda", "metal" (NeedleError if
         that backend is not built into libneedle or finds no device). ``self.backend`` is
@@ -322,6 +349,9 @@ class Needle:
         other values raise NeedleError.
     stateless: forget the conversation before every query (every ``run`` and every
         query turn of ``complete``), as if ``reset()`` were called.
+    min_confidence: a reply whose calls have a "confidence" below this comes back as
+        ``"type": "low_confidence"`` with the calls in "suppressed_calls" and none in
+        "function_calls", so ``run`` executes nothing (default 0: never).
 
     One agent must be used by one thread at a time (calls are serialized by a lock);
     different agents may run concurrently.
@@ -331,7 +361,7 @@ class Needle:
                  weights: Optional[str] = None, tool_index_path: Optional[str] = None,
                  backend: Optional[str] = None, *, buffer_size: int = _ENVELOPE_CAP,
                  auto_date: bool = False, generation: Optional[int] = None,
-                 stateless: bool = False):
+                 stateless: bool = False, min_confidence: float = 0.0):
         self._session: Optional[_Session] = None
         self._model: Optional[_Model] = None
         backend = _check_backend(backend)
@@ -365,7 +395,8 @@ class Needle:
         self._model = _acquire_model(self.weights, backend)
         self.backend = self._model.backend
         try:
-            self._session = _Session(self._model, self.system, self.tools, buffer_size)
+            self._session = _Session(self._model, self.system, self.tools, buffer_size,
+                                     tool_index_path, min_confidence)
         except BaseException:
             _release_model(self._model)
             self._model = None
@@ -386,6 +417,15 @@ class Needle:
             if self.stateless and not self._session.is_result(turn):
                 self._session.reset()
             return self._session.complete(text, turn, max_new_tokens, extract)
+
+    def embed(self, text: str) -> List[float]:
+        """The unit-length embedding (128 floats) of ``text`` by the model's retrieval
+        head; the dot product of two is their cosine similarity. Does not touch the
+        conversation. NeedleError (status -13) for a model without that head."""
+        with self._lock:
+            if self._session is None:
+                raise NeedleError("the agent is closed")
+            return self._session.embed(text)
 
     def _execute(self, call: dict) -> Any:
         name = call.get("name")

@@ -22,10 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "agent/chat.h"
+#include "agent/confidence.h"
+#include "agent/retrieval.h"
 #include "agent/envelope.h"
+#include "agent/prompt.h"
 #include "grammar/grammar.h"
 #include "grammar/json_canon.h"
 #include "model/session.h"
@@ -34,6 +35,8 @@
 #include "util/strbuf.h"
 #include "util/struct_size.h"
 
+
+#define CHAT_MAX_RENDERED 64u /* top_k limit */
 
 static const char *const MARKER_TEXT[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
                                           "<|im_end|>", "<|im_start|>"};
@@ -57,6 +60,15 @@ struct chat {
     char *plan_buf;       /* [max_new_tokens] a verified ending from the current state */
     grammar_state probe;  /* scratch state for the budget check */
     size_t close_cap;
+    confidence_state conf; /* the envelope's confidence (agent/confidence.h) */
+    char *system;          /* the system facts, for re-rendering the prefix */
+    /* retrieval (agent/retrieval.h): every tool's embedding, and which are rendered */
+    int retrieval;
+    uint32_t top_k;
+    tool_index index;
+    int rendered_valid;
+    uint32_t rendered[CHAT_MAX_RENDERED], n_rendered;
+    char *rendered_names;  /* JSON array of the rendered tools' names */
 };
 
 /* The conversation attached to s by set_tools, or NULL. */
@@ -68,6 +80,7 @@ static struct chat *chat_of(const needle_session *s) {
 static void chat_on_reset(void *ext) {
     struct chat *c = ext;
     c->last_turn_called = 0;
+    confidence_on_reset(&c->conf);
 }
 
 static void chat_free_ext(void *ext) { chat_free(ext); }
@@ -82,6 +95,10 @@ void chat_free(struct chat *c) {
     free(c->close_buf);
     free(c->plan_buf);
     session_checkpoint_free(&c->turn_start);
+    confidence_free(&c->conf);
+    free(c->system);
+    tool_index_free(&c->index);
+    free(c->rendered_names);
     free(c);
 }
 
@@ -92,50 +109,6 @@ needle_complete_params needle_complete_default_params(void) {
     p.max_new_tokens = 256;
     p.max_think_tokens = 64;
     return p;
-}
-
-/* Unwraps OpenAI-style entries and returns the tools array as the model was trained on it
- * (Python-compact JSON). Plain arrays are re-serialized straight from the caller's text,
- * which keeps every number exactly as Python would print it. */
-static int canonical_tools(const char *tools_json, char **out, size_t *out_len) {
-    cJSON *root = cJSON_Parse(tools_json);
-    if (!root) return grammar_json_canon(tools_json, strlen(tools_json), out, out_len);
-    int wrapped = 0;
-    const cJSON *item;
-    if (cJSON_IsArray(root))
-        cJSON_ArrayForEach(item, root) if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(item, "function"))) wrapped = 1;
-    if (!wrapped) {
-        cJSON_Delete(root);
-        return grammar_json_canon(tools_json, strlen(tools_json), out, out_len);
-    }
-    cJSON *flat = cJSON_CreateArray();
-    cJSON_ArrayForEach(item, root) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(item, "function");
-        cJSON_AddItemToArray(flat, cJSON_Duplicate(cJSON_IsObject(fn) ? fn : item, 1));
-    }
-    char *text = cJSON_PrintUnformatted(flat);
-    cJSON_Delete(flat);
-    cJSON_Delete(root);
-    if (!text) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "tools: out of memory");
-    int rc = grammar_json_canon(text, strlen(text), out, out_len);
-    cJSON_free(text);
-    return rc;
-}
-
-/* Encodes text into a freshly malloc'd id array. */
-static int encode_alloc(const tokenizer *tok, const char *text, size_t len, int dummy,
-                        int32_t **ids, size_t *n) {
-    size_t need = 0;
-    int rc = tokenizer_encode_ex(tok, text, len, dummy, NULL, 0, &need);
-    if (rc && rc != NEEDLE_ERR_BUFFER_TOO_SMALL) return rc;
-    *ids = malloc((need ? need : 1) * sizeof **ids);
-    if (!*ids) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
-    rc = tokenizer_encode_ex(tok, text, len, dummy, *ids, need, n);
-    if (rc) {
-        free(*ids);
-        *ids = NULL;
-    }
-    return rc;
 }
 
 static int build_trie(struct chat *c, const tokenizer *tok, uint32_t vocab) {
@@ -161,9 +134,92 @@ static int build_trie(struct chat *c, const tokenizer *tok, uint32_t vocab) {
     return rc;
 }
 
+/* Starts the conversation over on the prefix ids[0:n]: with a sliding window the prefix is
+ * pinned as attention sinks, so the tools stay visible however long the conversation
+ * grows. configure_sinks starts at position 0; the end of the prefix becomes the base
+ * needle_session_reset returns to. */
+static int prefill_prefix(needle_session *s, struct chat *c, const int32_t *ids, size_t n) {
+    const uint32_t window = session_window(s);
+    int rc = session_configure_sinks(s, window ? (uint32_t)n : 0);
+    if (rc) return rc;
+    confidence_restart(&c->conf);
+    if ((rc = session_run(s, ids, (uint32_t)n, NULL, 0))) return rc;
+    if ((rc = session_set_base(s))) return rc;
+    confidence_pin_base(&c->conf);
+    session_stats(s)->prefix_evaluations++;
+    c->prefix_len = (uint32_t)n;
+    c->last_turn_called = 0;
+    return NEEDLE_OK;
+}
+
+/* Retrieval: renders tools chosen[0:k] instead of the current ones (the grammar follows),
+ * unless they are what is rendered already. The conversation restarts on the new prefix.
+ * On failure the chat has no prefix until the next query installs one. */
+static int render_tools(needle_session *s, struct chat *c, const uint32_t *chosen, uint32_t k) {
+    if (c->rendered_valid && k == c->n_rendered && !memcmp(chosen, c->rendered, k * sizeof *chosen))
+        return NEEDLE_OK;
+    char *tools = NULL, *names = NULL;
+    size_t tools_len = 0, n_ids = 0;
+    int32_t *ids = NULL;
+    grammar *g = NULL;
+    int rc = tool_index_subset(&c->index, chosen, k, &tools, &tools_len, &names);
+    if (!rc) rc = prompt_compile_tools(tools, tools_len, &g);
+    if (!rc) rc = prompt_prefix_ids(session_model(s), c->system, tools, tools_len, &ids, &n_ids);
+    if (!rc && n_ids >= session_context_length(s))
+        rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix is "
+                         "%zu tokens, the context holds %u", n_ids, session_context_length(s));
+    if (!rc) {
+        c->rendered_valid = 0;
+        rc = prefill_prefix(s, c, ids, n_ids);
+    }
+    if (!rc) {
+        grammar_free(c->g);
+        grammar_free(c->g_extract);
+        c->g_extract = NULL;
+        c->g = g;
+        g = NULL;
+        free(c->tools);
+        c->tools = tools;
+        c->tools_len = tools_len;
+        tools = NULL;
+        free(c->rendered_names);
+        c->rendered_names = names;
+        names = NULL;
+        memcpy(c->rendered, chosen, k * sizeof *chosen);
+        c->n_rendered = k;
+        c->rendered_valid = 1;
+    }
+    grammar_free(g);
+    free(tools);
+    free(names);
+    free(ids);
+    return rc;
+}
+
+needle_tools_params needle_tools_default_params(void) {
+    needle_tools_params p;
+    memset(&p, 0, sizeof p);
+    p.size = sizeof p;
+    p.retrieval_threshold = 5;
+    p.top_k = 5;
+    return p;
+}
+
 int needle_session_set_tools(needle_session *s, const char *system, const char *tools_json) {
+    return needle_session_set_tools_ex(s, system, tools_json, NULL);
+}
+
+int needle_session_set_tools_ex(needle_session *s, const char *system, const char *tools_json,
+                                const needle_tools_params *params) {
     if (!s || !tools_json)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_tools: NULL argument");
+    needle_tools_params tp = needle_tools_default_params();
+    int rc = struct_size_in(&tp, params, sizeof tp, "set_tools: needle_tools_params");
+    if (rc) return rc;
+    if (tp.top_k == 0) tp.top_k = 5;
+    if (tp.top_k > CHAT_MAX_RENDERED)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_tools: top_k %u exceeds %u",
+                           tp.top_k, CHAT_MAX_RENDERED);
     const struct needle_model *m = session_model(s);
     if (!m->tok) return needle_fail(NEEDLE_ERR_NO_TOKENIZER, "set_tools: the model has no tokenizer");
     if (!system) system = "";
@@ -172,21 +228,10 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
     char *tools = NULL;
     int32_t *ids = NULL;
     size_t tools_len = 0, n_ids = 0;
-    strbuf prompt = {0};
-    int rc;
+    int replaced = 0;
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
-    if ((rc = canonical_tools(tools_json, &tools, &tools_len))) goto fail;
-    if ((rc = grammar_compile(tools, tools_len, NULL, &c->g))) goto fail;
-    if (grammar_tool_count(c->g) == 1) {
-        /* The official engine's documented rule: with one declared tool the grammar admits
-         * exactly one call of that name (extraction), so there is no refusal. */
-        grammar_options one = grammar_default_options();
-        one.allow_empty = 0;
-        one.single_call = 1;
-        grammar_free(c->g);
-        c->g = NULL;
-        if ((rc = grammar_compile(tools, tools_len, &one, &c->g))) goto fail;
-    }
+    if ((rc = prompt_canonical_tools(tools_json, &tools, &tools_len))) goto fail;
+    if ((rc = prompt_compile_tools(tools, tools_len, &c->g))) goto fail;
     c->tok = m->tok;
     c->vocab = m->w.vocab;
     if ((rc = build_trie(c, m->tok, m->w.vocab))) goto fail;
@@ -214,68 +259,60 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
         c->id_space = sp[0];
     if ((rc = tokenizer_encode_ex(m->tok, "\n", 1, 0, c->newline, 8, &c->n_newline))) goto fail;
     c->allowed = malloc(m->w.vocab);
-    if (!c->allowed) {
+    c->system = strdup(system);
+    if (!c->allowed || !c->system) {
         rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
         goto fail;
     }
 
-    if (*system) {
-        strbuf_puts(&prompt, "<|im_start|>system\n");
-        strbuf_puts(&prompt, system);
-        strbuf_puts(&prompt, "<|im_end|>\n");
+    /* retrieval: more tools than the threshold and a model that can embed them. Until
+     * the first query chooses, the first top_k tools are rendered. */
+    const uint32_t n_tools = grammar_tool_count(c->g);
+    c->retrieval = n_tools > tp.retrieval_threshold &&
+                   model_probe_head(m, HEAD_CODE_CONTRASTIVE) != NULL;
+    c->top_k = tp.top_k < n_tools ? tp.top_k : n_tools;
+    if (c->retrieval) {
+        char *canon = malloc(tools_len + 1);
+        if (!canon) {
+            rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
+            goto fail;
+        }
+        memcpy(canon, tools, tools_len + 1);
+        if ((rc = tool_index_build(&c->index, s, canon, tools_len, tp.tool_index_path))) goto fail;
     }
-    strbuf_puts(&prompt, "<|im_start|>user\n<tools>");
-    strbuf_put(&prompt, tools, tools_len);
-    strbuf_puts(&prompt, "</tools>");
-    if (prompt.oom) {
-        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
-        goto fail;
-    }
-    int32_t *body;
-    size_t n_body;
-    if ((rc = encode_alloc(m->tok, prompt.data, prompt.len, 1, &body, &n_body))) goto fail;
-    ids = malloc((n_body + 1) * sizeof *ids);
-    if (!ids) {
-        free(body);
-        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
-        goto fail;
-    }
-    ids[0] = NEEDLE_TOKEN_BOS;
-    memcpy(ids + 1, body, n_body * sizeof *ids);
-    free(body);
-    n_ids = n_body + 1;
-    if (n_ids >= session_context_length(s)) {
-        rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix is %zu "
-                         "tokens, the context holds %u", n_ids, session_context_length(s));
-        goto fail;
-    }
+    c->tools = tools;
+    c->tools_len = tools_len;
+    tools = NULL;
 
     /* The previous tools' conversation ends here. (Rewinding it instead would restore
      * its prefix position, so the new prefix would be appended after the old one.) */
+    confidence_detach(s);
     session_set_extension(s, NULL, NULL, NULL);
-    /* With a sliding window the prefix is pinned as attention sinks, so the tools stay
-     * visible however long the conversation grows. configure_sinks starts at position 0;
-     * the end of the prefix becomes the base needle_session_reset returns to. */
-    const uint32_t window = session_window(s);
-    if ((rc = session_configure_sinks(s, window ? (uint32_t)n_ids : 0))) goto fail;
-    if ((rc = session_run(s, ids, (uint32_t)n_ids, NULL, 0))) goto fail;
-    if ((rc = session_set_base(s))) goto fail;
-    session_stats(s)->prefix_evaluations++;
-    c->prefix_len = (uint32_t)n_ids;
-
-    c->tools = tools;
-    c->tools_len = tools_len;
+    replaced = 1;
+    if ((rc = confidence_attach(&c->conf, s))) goto fail;
+    if (c->retrieval) {
+        uint32_t first[CHAT_MAX_RENDERED];
+        for (uint32_t i = 0; i < c->top_k; i++) first[i] = i;
+        rc = render_tools(s, c, first, c->top_k);
+    } else {
+        rc = prompt_prefix_ids(m, system, c->tools, c->tools_len, &ids, &n_ids);
+        if (!rc && n_ids >= session_context_length(s))
+            rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix "
+                             "is %zu tokens, the context holds %u", n_ids,
+                             session_context_length(s));
+        if (!rc) rc = prefill_prefix(s, c, ids, n_ids);
+    }
+    if (rc) goto fail;
     session_set_extension(s, c, chat_on_reset, chat_free_ext);
     free(ids);
-    free(prompt.data);
     needle_clear_error();
     return NEEDLE_OK;
 
 fail:
+    if (replaced) confidence_detach(s);
     chat_free(c);
     free(tools);
     free(ids);
-    free(prompt.data);
     return rc;
 }
 
@@ -476,6 +513,7 @@ static void roll_back(needle_session *s, struct chat *c, int last_turn_called, i
     snprintf(msg, sizeof msg, "%s", needle_last_error());
     if (session_checkpoint_restore(s, &c->turn_start) == NEEDLE_OK) {
         c->last_turn_called = last_turn_called;
+        confidence_turn_abort(&c->conf);
         return;
     }
     needle_session_reset(s);
@@ -496,9 +534,12 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     if (p.max_think_tokens == 0) p.max_think_tokens = 64;
     if (!(p.temperature >= 0.0f) || !isfinite(p.temperature))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: temperature must be >= 0");
+    if (!(p.min_confidence >= 0.0f) || !isfinite(p.min_confidence))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: min_confidence must be >= 0");
     const int is_result = p.turn == NEEDLE_TURN_TOOL_RESULT ||
                           (p.turn == NEEDLE_TURN_AUTO && c->last_turn_called);
-    envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0};
+    envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0, 0, 0, NULL, NULL};
+    int suppressed = 0; /* a low-confidence answer: reported, then rolled back */
     const int last_turn_called = c->last_turn_called;
     int saved = 0; /* turn_start holds this turn's starting point */
     /* Every exit goes through `done`, which rolls a failed turn back. */
@@ -509,8 +550,17 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     strbuf chunk = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    int rc = render_turn(s, text, is_result, &chunk);
-    if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, chunk.data, chunk.len, 0, &ids, &n_ids);
+    int rc = NEEDLE_OK;
+    /* retrieval: a query that starts a conversation chooses the tools it sees */
+    if (c->retrieval && !is_result &&
+        (!c->rendered_valid || needle_session_position(s) == c->prefix_len)) {
+        uint32_t chosen[CHAT_MAX_RENDERED];
+        rc = tool_index_select(&c->index, s, text, c->top_k, chosen);
+        if (rc == NEEDLE_OK) rc = render_tools(s, c, chosen, c->top_k);
+    }
+    if (c->retrieval && c->rendered_valid) e.retrieved_tools = c->rendered_names;
+    if (rc == NEEDLE_OK) rc = render_turn(s, text, is_result, &chunk);
+    if (rc == NEEDLE_OK) rc = prompt_encode_alloc(c->tok, chunk.data, chunk.len, 0, &ids, &n_ids);
     free(chunk.data);
     if (rc == NEEDLE_ERR_INVALID_UTF8) {
         e.error = needle_last_error();
@@ -531,6 +581,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         goto done;
     }
     saved = 1;
+    confidence_turn_begin(&c->conf);
     double t0 = util_clock_ms();
     rc = session_run(s, ids, (uint32_t)n_ids, NULL, 1);
     free(ids);
@@ -605,6 +656,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                                         t.plan_len - t.plan_pos);
                 }
             }
+            if (!t.closing) confidence_add_choice(&c->conf, needle_session_logits(s), c->vocab, tok);
         }
         if (t.phase == PH_JSON) /* the budget walks */
             session_stats(s)->grammar_ms += util_clock_ms() - t_pick;
@@ -665,6 +717,15 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         int has_calls = t.calls.len > 2;
         c->last_turn_called = has_calls;
         e.type = is_result && !has_calls ? "respond" : "call";
+        e.has_confidence = 1;
+        e.confidence = confidence_value(&c->conf, s);
+        if (has_calls && e.confidence < p.min_confidence) {
+            /* not to be executed: the calls are shown apart and the turn leaves no trace */
+            e.type = "low_confidence";
+            e.suppressed_calls = e.calls_json;
+            e.calls_json = "[]";
+            suppressed = 1;
+        }
     }
     if (rc) goto done;
 write:
@@ -673,7 +734,8 @@ write:
 done:
     /* a turn that failed in any way, reported in the envelope or by the status, is not
      * part of the conversation */
-    if (saved && (rc != NEEDLE_OK || !e.success)) roll_back(s, c, last_turn_called, rc);
+    if (saved && (rc != NEEDLE_OK || !e.success || suppressed))
+        roll_back(s, c, last_turn_called, rc);
     free(reasoning);
     free(t.reasoning_ids.data);
     free(t.calls.data);

@@ -32,10 +32,26 @@ static void render(const envelope *e, strbuf *b) {
     put_nullable(b, e->error_code);
     strbuf_puts(b, ",\"function_calls\":");
     strbuf_puts(b, e->calls_json ? e->calls_json : "[]");
+    if (e->suppressed_calls) {
+        strbuf_puts(b, ",\"suppressed_calls\":");
+        strbuf_puts(b, e->suppressed_calls);
+    }
+    if (e->retrieved_tools) {
+        strbuf_puts(b, ",\"retrieved_tools\":");
+        strbuf_puts(b, e->retrieved_tools);
+    }
     strbuf_puts(b, ",\"reasoning\":");
     const char *r = e->reasoning ? e->reasoning : "";
     util_json_put_string(b, r, strlen(r), 0);
-    strbuf_puts(b, ",\"confidence\":null,\"prefill_tps\":");
+    strbuf_puts(b, ",\"confidence\":");
+    if (e->has_confidence && isfinite(e->confidence)) {
+        char num[32];
+        snprintf(num, sizeof num, "%.4f", e->confidence);
+        strbuf_puts(b, num);
+    } else {
+        strbuf_puts(b, "null");
+    }
+    strbuf_puts(b, ",\"prefill_tps\":");
     put_number(b, e->prefill_tps);
     strbuf_puts(b, ",\"decode_tps\":");
     put_number(b, e->decode_tps);
@@ -60,7 +76,7 @@ int envelope_write(const envelope *e, char *out, size_t cap, size_t *len) {
     size_t needed = b.len + 1;
     free(b.data);
     envelope small = {e->type, 0, "output buffer too small for the response",
-                      "buffer_too_small", "[]", "", 0, 0, 0};
+                      "buffer_too_small", "[]", "", 0, 0, 0, 0, 0, NULL, NULL};
     strbuf s = {0};
     render(&small, &s);
     if (out && cap) out[0] = 0;

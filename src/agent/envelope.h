@@ -3,8 +3,11 @@
  * Every turn ends in one JSON object, success or not, so that callers (the official Python
  * client among them) always get parseable JSON:
  *   {"type":"call"|"respond","success":bool,"error":null|str,"error_code":null|str,
- *    "function_calls":[{"name":..,"arguments":{..}}],"reasoning":str,"confidence":null,
+ *    "function_calls":[{"name":..,"arguments":{..}}],"reasoning":str,"confidence":num|null,
  *    "prefill_tps":num,"decode_tps":num,"peak_ram_mb":num}
+ * plus, only when they apply, "suppressed_calls" (type "low_confidence": the calls not to
+ * execute) and "retrieved_tools" (the names of the tools retrieval rendered this turn).
+ * "confidence" is a number in [0, 1] on every successful turn, null on failures. 
  * error_code values (documented in the README), all produced by agent/chat.c:
  * "context_full", "max_tokens", "invalid_input", "internal". (A session without tools is
  * not a turn-level failure: needle_session_complete returns NEEDLE_ERR_STATE.) */
@@ -23,6 +26,10 @@ typedef struct envelope {
     const char *calls_json;     /* the validated call array, e.g. "[]"; NULL -> "[]" */
     const char *reasoning;      /* UTF-8, may be NULL */
     double prefill_tps, decode_tps, peak_ram_mb;
+    int has_confidence;
+    double confidence;          /* [0, 1], written when has_confidence */
+    const char *suppressed_calls; /* JSON array or NULL (key left out) */
+    const char *retrieved_tools;  /* JSON array of names or NULL (key left out) */
 } envelope;
 
 /* Writes the envelope, NUL-terminated, into out. *len receives the length without the NUL.

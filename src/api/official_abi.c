@@ -41,7 +41,6 @@ static int default_model(void) {
 }
 
 int needle_init(const char *system, const char *tools_json, const char *tool_index_path) {
-    (void)tool_index_path; /* no retrieval index: every tool is rendered */
     pthread_mutex_lock(&abi_lock);
     int rc = default_model();
     if (rc == NEEDLE_OK) {
@@ -55,8 +54,12 @@ int needle_init(const char *system, const char *tools_json, const char *tool_ind
         sp.n_ctx = info.kv_window ? (1u << 20) : 0;
         rc = needle_session_create(abi_model, &sp, &abi_session);
     }
-    if (rc == NEEDLE_OK) rc = needle_session_set_tools(abi_session, system ? system : "",
-                                                        tools_json ? tools_json : "[]");
+    /* retrieval with the defaults (more than 5 tools, top 5); the index file caches the
+     * tool embeddings across processes */
+    needle_tools_params tp = needle_tools_default_params();
+    tp.tool_index_path = tool_index_path && *tool_index_path ? tool_index_path : NULL;
+    if (rc == NEEDLE_OK) rc = needle_session_set_tools_ex(abi_session, system ? system : "",
+                                                           tools_json ? tools_json : "[]", &tp);
     if (rc != NEEDLE_OK) drop_session();
     pthread_mutex_unlock(&abi_lock);
     return rc;

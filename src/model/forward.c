@@ -119,6 +119,33 @@ static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint
     TIMED(mhc_ms, ops->lane_write(&s->bk, li, n, s->mix, s->x2, s->attn, s->u, s->lanes));
 }
 
+/* ---- cells for the probe heads (§4.1) ----------------------------------------------- */
+
+/* Hands cell `cell` of the chunk to the session's observer: the lanes come to the host (a
+ * copy on the CPU, a download on a device), cell 0 is any lane (all equal x0), later cells
+ * the lane mean. */
+static void emit_cells(struct needle_session *s, const int32_t *tokens, uint32_t n,
+                       uint32_t cell) {
+    const uint32_t d = s->m->w.d, nl = s->m->w.n_lanes;
+    const double t0 = util_clock_ms();
+    s->ops->download(&s->bk, s->cell_lanes, s->lanes, (size_t)n * nl * d * sizeof(float));
+    for (uint32_t i = 0; i < n; i++) {
+        const float *x = s->cell_lanes + (size_t)i * nl * d;
+        float *c = s->cell_mean + (size_t)i * d;
+        if (cell == 0) {
+            memcpy(c, x, d * sizeof *c);
+            continue;
+        }
+        for (uint32_t j = 0; j < d; j++) {
+            float sum = 0;
+            for (uint32_t r = 0; r < nl; r++) sum += x[(size_t)r * d + j];
+            c[j] = sum / (float)nl;
+        }
+    }
+    s->cell_fn(s->cell_user, tokens, n, cell, s->cell_mean);
+    s->stats.heads_ms += util_clock_ms() - t0;
+}
+
 /* ---- the chunk loop -------------------------------------------------------------------- */
 
 int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
@@ -140,8 +167,12 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
             }
         }
         TIMED(embed_ms, ops->embed(&s->bk, tok, cn, s->lanes));
+        if (s->cell_fn) emit_cells(s, tok, cn, 0);
         if (m->w.n_sites) engram_chunk(s, tok, p0, cn);
-        for (uint32_t li = 0; li < m->w.n_layers; li++) layer_chunk(s, li, p0, cn);
+        for (uint32_t li = 0; li < m->w.n_layers; li++) {
+            layer_chunk(s, li, p0, cn);
+            if (s->cell_fn) emit_cells(s, tok, cn, li + 1);
+        }
 
         for (uint32_t i = 0; i < cn; i++) s->history[(p0 + i) % SESSION_HISTORY] = tok[i];
         s->pos = p0 + cn;

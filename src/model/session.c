@@ -54,6 +54,9 @@ void needle_session_free(needle_session *s) {
     free(s->logits);
     free(s->rope_cs);
     free(s->eng_slots);
+    free(s->cell_lanes);
+    free(s->cell_mean);
+    needle_session_free(s->embedder);
     session_checkpoint_free(&s->base);
     if (s->ext_free) s->ext_free(s->ext);
     free(s);
@@ -299,6 +302,23 @@ void session_set_extension(needle_session *s, void *ext, void (*on_reset)(void *
     s->ext = ext;
     s->ext_on_reset = on_reset;
     s->ext_free = free_fn;
+}
+
+int session_set_cell_observer(needle_session *s, session_cell_fn fn, void *user) {
+    if (fn && !s->cell_lanes) {
+        const size_t d = s->m->w.d;
+        s->cell_lanes = malloc((size_t)s->bk.chunk * s->m->w.n_lanes * d * sizeof(float));
+        s->cell_mean = malloc((size_t)s->bk.chunk * d * sizeof(float));
+        if (!s->cell_lanes || !s->cell_mean) {
+            free(s->cell_lanes);
+            free(s->cell_mean);
+            s->cell_lanes = s->cell_mean = NULL;
+            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory");
+        }
+    }
+    s->cell_fn = fn;
+    s->cell_user = user;
+    return NEEDLE_OK;
 }
 
 void *session_extension(const needle_session *s) { return s ? s->ext : NULL; }

@@ -25,6 +25,12 @@
 
 #define SESSION_HISTORY 32u /* token history ring; must exceed the largest n-gram order */
 
+/* Receives the forward pass's cells (spec §4.1) as they are computed: for the n tokens of
+ * a chunk, cell index 0 (the scaled embedding) and then i = 1..L (the lane mean after layer
+ * i-1). cells is host memory [n][d], valid during the call only. */
+typedef void (*session_cell_fn)(void *user, const int32_t *tokens, uint32_t n, uint32_t cell,
+                                const float *cells);
+
 /* A saved conversation state: what is needed, besides the KV entries still in the cache,
  * to continue from an earlier position. */
 typedef struct session_checkpoint {
@@ -76,6 +82,15 @@ struct needle_session {
     void (*ext_on_reset)(void *ext);
     void (*ext_free)(void *ext);
     needle_session_stats stats;
+
+    /* the cell observer, and host scratch for its cells (allocated when one is set) */
+    session_cell_fn cell_fn;
+    void *cell_user;
+    float *cell_lanes;  /* [chunk][n][d] */
+    float *cell_mean;   /* [chunk][d] */
+    /* a second session over the same model for embeddings (model/embed.c), made on first
+     * use, so that embedding a text never disturbs this conversation */
+    struct needle_session *embedder;
 };
 
 /* Runs tokens[0:n] at positions pos..pos+n-1; writes [n][vocab] logits to `all_logits` if
@@ -118,6 +133,16 @@ int session_set_base(struct needle_session *s);
 void session_set_extension(struct needle_session *s, void *ext, void (*on_reset)(void *ext),
                            void (*free_fn)(void *ext));
 void *session_extension(const struct needle_session *s);
+
+/* Sets (fn non-NULL) or removes the cell observer: from now on every forward pass hands
+ * its cells to fn(user, ...) (model/heads.h pools them). 0 or NEEDLE_ERR_OUT_OF_MEMORY. */
+int session_set_cell_observer(struct needle_session *s, session_cell_fn fn, void *user);
+
+/* The contrastive head's unit embedding (HEAD_EMBED_DIM floats, model/heads.h) of ids[0:n]
+ * run from position 0 in the session's embedder (the session itself is untouched).
+ * NEEDLE_ERR_STATE without a contrastive head, NEEDLE_ERR_CONTEXT_FULL when n exceeds the
+ * context. */
+int session_embed_tokens(struct needle_session *s, const int32_t *ids, size_t n, float *out);
 
 /* Read access for the layers above. */
 const struct needle_model *session_model(const struct needle_session *s);

@@ -91,3 +91,21 @@ def test_reset_and_raw_json_tools():
     again = agent.complete("weather in Oslo", max_new_tokens=160)
     assert first["function_calls"] == again["function_calls"]  # greedy, same cached prefix
     agent.close()
+
+
+def test_tool_index_path_drives_retrieval(tmp_path):
+    # A fixture with the retrieval head: with more than five tools, needle_init embeds them
+    # into the index file the client names, and each conversation renders five of them.
+    heads_model = os.path.join(os.path.dirname(WEIGHTS), "tinyb_mixed.cact")
+    tools = [{"name": f"tool_{i}", "description": f"thing {i}",
+              "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}
+             for i in range(8)]
+    index = tmp_path / "tools.idx"
+    agent = needle.Needle(tools=tools, weights=heads_model, tool_index_path=str(index))
+    response = agent.complete("do thing 3", max_new_tokens=48)
+    assert response["success"] is True, response
+    assert len(response["retrieved_tools"]) == 5
+    assert all(c["name"] in response["retrieved_tools"] for c in response["function_calls"])
+    assert index.read_bytes()[:8] == b"NDLTIDX1"
+    assert index.stat().st_size == 40 + 8 * (8 + 4 * 128)
+    agent.close()

@@ -1,0 +1,83 @@
+/* The envelope's confidence (see confidence.h). */
+#include "agent/confidence.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "util/clock.h"
+#include "util/error.h"
+
+static void pool_cells(void *user, const int32_t *tokens, uint32_t n, uint32_t cell,
+                       const float *cells) {
+    head_pool_add(user, tokens, n, cell, cells);
+}
+
+int confidence_attach(confidence_state *cs, needle_session *s) {
+    memset(cs, 0, sizeof *cs);
+    const struct needle_model *m = session_model(s);
+    const probe_head *h = model_probe_head(m, HEAD_CODE_CONFIDENCE);
+    if (!h) return session_set_cell_observer(s, NULL, NULL);
+    int rc;
+    if ((rc = head_pool_init(&cs->pool, h, m->w.d)) || (rc = head_pool_init(&cs->base, h, m->w.d)) ||
+        (rc = head_pool_init(&cs->turn_start, h, m->w.d))) {
+        confidence_free(cs);
+        return rc;
+    }
+    cs->has_head = 1;
+    return session_set_cell_observer(s, pool_cells, &cs->pool);
+}
+
+void confidence_detach(needle_session *s) { session_set_cell_observer(s, NULL, NULL); }
+
+void confidence_free(confidence_state *cs) {
+    head_pool_free(&cs->pool);
+    head_pool_free(&cs->base);
+    head_pool_free(&cs->turn_start);
+    cs->has_head = 0;
+}
+
+void confidence_restart(confidence_state *cs) {
+    if (cs->has_head) head_pool_clear(&cs->pool);
+}
+
+void confidence_pin_base(confidence_state *cs) {
+    if (cs->has_head) head_pool_copy(&cs->base, &cs->pool);
+}
+
+void confidence_on_reset(confidence_state *cs) {
+    if (cs->has_head) head_pool_copy(&cs->pool, &cs->base);
+}
+
+void confidence_turn_begin(confidence_state *cs) {
+    if (cs->has_head) head_pool_copy(&cs->turn_start, &cs->pool);
+    cs->log_prob_sum = 0;
+    cs->choices = 0;
+}
+
+void confidence_turn_abort(confidence_state *cs) {
+    if (cs->has_head) head_pool_copy(&cs->pool, &cs->turn_start);
+}
+
+void confidence_add_choice(confidence_state *cs, const float *logits, uint32_t vocab, int32_t tok) {
+    float mx = logits[0];
+    for (uint32_t v = 1; v < vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
+    double sum = 0;
+    for (uint32_t v = 0; v < vocab; v++) sum += exp((double)logits[v] - mx);
+    cs->log_prob_sum += (double)logits[tok] - mx - log(sum);
+    cs->choices++;
+}
+
+double confidence_value(const confidence_state *cs, needle_session *s) {
+    double value = cs->choices ? exp(cs->log_prob_sum / cs->choices) : 1.0;
+    if (cs->has_head) {
+        const double t0 = util_clock_ms();
+        float logit;
+        if (head_pool_output(&cs->pool, &logit) == NEEDLE_OK) {
+            const double head = head_confidence_probability(logit);
+            if (head < value) value = head;
+        }
+        session_stats(s)->heads_ms += util_clock_ms() - t0;
+    }
+    if (!(value >= 0)) value = 0; /* NaN from non-finite logits */
+    return value > 1 ? 1 : value;
+}

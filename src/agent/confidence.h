@@ -1,0 +1,49 @@
+/* The envelope's "confidence" (spec §4.4) for a conversation (agent/chat.c).
+ *
+ * confidence = min(head, decoding), both in [0, 1]:
+ *   head      sigmoid of the confidence probe head (model/heads.h) pooled over every cell
+ *             of the conversation so far: BOS, the tools prefix, earlier turns, this turn's
+ *             text and the answer through its closing <|im_end|> ("the full prompt plus
+ *             the call the model just produced"). The cells are pooled as the forward pass
+ *             makes them, so this costs no second pass; a model without the head skips it.
+ *   decoding  the geometric mean of the model's probability (softmax of the raw logits,
+ *             before the grammar's mask) of each call-array token the decoder chose; tokens
+ *             the grammar forced carry no choice and are left out (none chosen: 1).
+ * Both choices are ours where the official sources are silent (spec §8.6 item 7).
+ *
+ * The pooling state follows the conversation: pinned after the tools prefix (what
+ * needle_session_reset returns to) and saved at the start of each turn (what a failed
+ * turn rolls back to). */
+#ifndef NEEDLE_AGENT_CONFIDENCE_H
+#define NEEDLE_AGENT_CONFIDENCE_H
+
+#include "model/heads.h"
+#include "model/session.h"
+
+typedef struct confidence_state {
+    int has_head;
+    head_pool pool, base, turn_start;
+    double log_prob_sum;  /* this turn's chosen call tokens */
+    uint32_t choices;
+} confidence_state;
+
+/* Sets up the pools (when the model has a confidence head) and starts pooling the
+ * session's cells into cs, which must stay at this address while attached. */
+int confidence_attach(confidence_state *cs, needle_session *s);
+/* Stops pooling (before cs goes away). */
+void confidence_detach(needle_session *s);
+void confidence_free(confidence_state *cs);
+
+void confidence_restart(confidence_state *cs);     /* a new prefix starts at position 0 */
+void confidence_pin_base(confidence_state *cs);    /* the tools prefix has run */
+void confidence_on_reset(confidence_state *cs);    /* back to the pinned base */
+void confidence_turn_begin(confidence_state *cs);  /* a turn starts here */
+void confidence_turn_abort(confidence_state *cs);  /* the turn is rolled back */
+
+/* The decoder chose `tok` with these logits (host [vocab]) inside the call array. */
+void confidence_add_choice(confidence_state *cs, const float *logits, uint32_t vocab, int32_t tok);
+
+/* The turn's confidence in [0, 1] (see above). */
+double confidence_value(const confidence_state *cs, needle_session *s);
+
+#endif

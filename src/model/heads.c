@@ -1,0 +1,128 @@
+/* Streaming probe pooling and the Needle 2 heads (see heads.h, spec §4). */
+#include "model/heads.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+
+const probe_head *model_probe_head(const struct needle_model *m, uint32_t code) {
+    for (uint32_t k = 0; k < m->n_probe_heads; k++)
+        if (m->probe_heads[k].code == code) return &m->probe_heads[k];
+    return NULL;
+}
+
+int head_pool_init(head_pool *p, const probe_head *head, uint32_t d) {
+    memset(p, 0, sizeof *p);
+    p->head = head;
+    p->d = d;
+    p->num_probes = head->num_probes;
+    p->max = malloc(p->num_probes * sizeof *p->max);
+    p->sum = malloc(p->num_probes * sizeof *p->sum);
+    p->acc = malloc((size_t)p->num_probes * d * sizeof *p->acc);
+    if (!p->max || !p->sum || !p->acc) {
+        head_pool_free(p);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "probe head: out of memory");
+    }
+    head_pool_clear(p);
+    return NEEDLE_OK;
+}
+
+void head_pool_free(head_pool *p) {
+    if (!p) return;
+    free(p->max);
+    free(p->sum);
+    free(p->acc);
+    p->max = p->sum = p->acc = NULL;
+}
+
+void head_pool_clear(head_pool *p) {
+    for (uint32_t k = 0; k < p->num_probes; k++) {
+        p->max[k] = -INFINITY;
+        p->sum[k] = 0;
+    }
+    memset(p->acc, 0, (size_t)p->num_probes * p->d * sizeof *p->acc);
+    p->cells = 0;
+}
+
+void head_pool_copy(head_pool *dst, const head_pool *src) {
+    memcpy(dst->max, src->max, src->num_probes * sizeof *dst->max);
+    memcpy(dst->sum, src->sum, src->num_probes * sizeof *dst->sum);
+    memcpy(dst->acc, src->acc, (size_t)src->num_probes * src->d * sizeof *dst->acc);
+    dst->cells = src->cells;
+}
+
+/* <a, b> over n floats with eight running sums, so the compiler can vectorize it without
+ * reassociating (the order is fixed, so results do not depend on the build). */
+static float dot8(const float *a, const float *b, uint32_t n) {
+    float acc[8] = {0};
+    uint32_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[j + k] * b[j + k];
+    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; j < n; j++) sum += a[j] * b[j];
+    return sum;
+}
+
+void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cell_index,
+                   const float *cells) {
+    (void)cell_index; /* Needle 2: one softmax over every cell */
+    const uint32_t d = p->d;
+    const float inv_sqrt_d = 1.0f / sqrtf((float)d);
+    for (uint32_t i = 0; i < n; i++) {
+        if (tokens[i] == NEEDLE_TOKEN_PAD) continue;
+        const float *c = cells + (size_t)i * d;
+        for (uint32_t k = 0; k < p->num_probes; k++) {
+            const float score = dot8(c, p->head->probes + (size_t)k * d, d) * inv_sqrt_d;
+            float *acc = p->acc + (size_t)k * d;
+            float w;
+            if (score > p->max[k]) {
+                /* a new maximum: what was pooled so far shrinks by exp(old - new) */
+                const float shrink = expf(p->max[k] - score); /* 0 for the first cell */
+                p->sum[k] *= shrink;
+                for (uint32_t j = 0; j < d; j++) acc[j] *= shrink;
+                p->max[k] = score;
+                w = 1.0f;
+            } else {
+                w = expf(score - p->max[k]);
+            }
+            p->sum[k] += w;
+            for (uint32_t j = 0; j < d; j++) acc[j] += w * c[j];
+        }
+        p->cells++;
+    }
+}
+
+int head_pool_output(const head_pool *p, float *out) {
+    if (!p->cells) return needle_fail(NEEDLE_ERR_STATE, "probe head: no cells pooled");
+    const probe_head *h = p->head;
+    const uint32_t d = p->d, width = p->num_probes * d;
+    float *u = malloc(width * sizeof *u);
+    if (!u) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "probe head: out of memory");
+    for (uint32_t k = 0; k < p->num_probes; k++)
+        for (uint32_t j = 0; j < d; j++)
+            u[(size_t)k * d + j] = p->acc[(size_t)k * d + j] / p->sum[k];
+    double sq = 0;
+    for (uint32_t o = 0; o < h->out_dim; o++) {
+        const float *row = h->proj + (size_t)o * width;
+        double y = 0;
+        for (uint32_t j = 0; j < width; j++) y += (double)row[j] * u[j];
+        out[o] = (float)y + h->bias[o];
+        sq += (double)out[o] * out[o];
+    }
+    free(u);
+    if (h->code == HEAD_CODE_CONTRASTIVE) {
+        const float denom = (float)sqrt(sq + 1e-12);
+        for (uint32_t o = 0; o < h->out_dim; o++) out[o] /= denom;
+    }
+    return NEEDLE_OK;
+}
+
+float head_confidence_probability(float logit) { return 1.0f / (1.0f + expf(-logit)); }
+
+float head_similarity(const float *a, const float *b, uint32_t n) {
+    double s = 0;
+    for (uint32_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return (float)s;
+}
