@@ -67,6 +67,11 @@ typedef struct backend_ctx {
     float *scores;        /* [n_heads][kv_slots] attention scratch */
 
     uint32_t ev_ring;     /* engram ring length: (taps - 1) * dilation + 1 */
+
+    /* W·A8 (spec §5.3): the ops that end at one of the four QAT points (lane_read's hr,
+     * attention's o, engram_gather's er, the logits' final hidden) write quantized rows
+     * for matmul_a8 instead of rotated floats. Set before session_init. */
+    int a8;
 } backend_ctx;
 
 typedef struct needle_backend_ops {
@@ -95,6 +100,11 @@ typedef struct needle_backend_ops {
      * jobs' y point into backend memory (see cpu_matmul). */
     void (*matmul)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
                    const cq_job *jobs, uint32_t njobs);
+
+    /* Optional (NULL: no W·A8 mode): the same batch over the quantized rows the ops
+     * write when s->a8 is set (xr [ntok][ld_x], the backend's own row format). */
+    void (*matmul_a8)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
+                      const cq_job *jobs, uint32_t njobs);
 
     /* §3.3 gather: e = concat_j Deq(tables)[j*slots + slot[i][j]] (zeros for
      * ENGRAM_MASKED), rotated for key_proj into er[i] (ld key_proj.cols_pad).
