@@ -20,7 +20,10 @@ whose float activations differ from the reference's by e steps can round an elem
 differently (a "flip") only where round_margin < e; from a flip on, that row and every
 later one (through the KV cache) see a slightly different int8 vector.
 
-Usage: make_a8_fixtures.py [FIXTURE_DIR] [--only tiny_cq2,...]
+Writes FIXTURE_DIR/a8/<model>.json (model path relative to it, cases as in the float
+fixtures plus round_margin) and FIXTURE_DIR/a8/<model>.case<k>.q16.
+
+Usage: make_a8_fixtures.sh [FIXTURE_DIR] [--only tiny_cq2,...]
 """
 import argparse
 import json
@@ -132,6 +135,8 @@ def build(name, fixdir):
     T = max(len(c["tokens"]) + len(c["greedy"]) for c in cases_in)
     T = (T + 15) // 16 * 16
     t0 = time.time()
+    outdir = os.path.join(fixdir, "a8")
+    os.makedirs(outdir, exist_ok=True)
     qm = QatModel(os.path.join(fixdir, doc["model"]), T)
     cases, agree, total = [], 0, 0
     float_check = 0.0
@@ -156,8 +161,8 @@ def build(name, fixdir):
             seq.append(nxt)
         agree += sum(a == b for a, b in zip(greedy, c["greedy"]))
         total += n_new
-        q16 = f"{name}.case{k}.a8.q16"
-        MF.write_q16(os.path.join(fixdir, q16), rows)
+        q16 = f"{name}.case{k}.q16"
+        MF.write_q16(os.path.join(outdir, q16), rows)
         cases.append({"tokens": toks, "window": window, "sinks": sinks, "logits": q16,
                       "greedy": greedy,
                       "min_margin": min(MF.margin(r) for r in rows),
@@ -166,14 +171,14 @@ def build(name, fixdir):
         print(f"{name} case {k}: {len(seq)} rows, min logit margin "
               f"{cases[-1]['min_margin']:.4f}, min round margin {float(np.min(marg)):.2e}, "
               f"first row below 1e-3 {first_risky}", flush=True)
-    out = {"model": doc["model"],
+    out = {"model": "../" + doc["model"],
            "reference": "cactus-needle 2.0.15 export.read_export -> "
                         "architecture.SimpleAttentionNetwork(cfg).apply({'params': "
                         "decode._f32(tree)}, seq[None], mask=causal&(window|sink), "
                         "quant=True) over the whole sequence (zero-padded to "
                         f"{T}); QAT greedy",
            "float_check": float_check, "cases": cases}
-    with open(os.path.join(fixdir, name + ".a8.json"), "w") as f:
+    with open(os.path.join(outdir, name + ".json"), "w") as f:
         json.dump(out, f, indent=1)
     print(f"{name}: quant=False vs float fixture max rel diff {float_check:.2e}; QAT greedy "
           f"== float greedy on {agree}/{total} tokens ({time.time() - t0:.0f}s)", flush=True)

@@ -73,7 +73,10 @@ void a8_rotate_natural(const cq_matrix *w, const float *x, float *row) {
         for (uint32_t k = 0; k < G; k++) t += zg[k];
         sums[g] = t;
     }
+    /* padding zeroed: a row is a function of x alone */
+    for (uint32_t g = w->ngroups; g % 8; g++) sums[g] = 0;
     row[0] = s;
+    for (int i = 1; i < 8; i++) row[i] = 0.0f;
 }
 
 /* Code of column k of row r (natural order). */
@@ -109,11 +112,14 @@ void a8_matmul_natural(const cq_matrix *w, uint32_t row0, uint32_t nrows, const 
             for (uint32_t t = 0; t < ntok; t++) {
                 const float *xr = rows + t * ld;
                 const int16_t *zg = (const int16_t *)(const void *)(xr + zoff) + (size_t)g * G;
+                /* per-code sums first: each plane is then a sum over at most 16 codes */
+                int32_t per_code[16] = {0};
+                for (uint32_t k = 0; k < G; k++) per_code[codes[k]] += zg[k];
                 float d = P.cb0 * (float)a8_row_sums_c(xr)[g];
                 for (uint32_t p = 0; p < P.n; p++) {
                     int32_t q = 0;
-                    for (uint32_t k = 0; k < G; k++)
-                        if (__builtin_popcount(codes[k] & P.sel[p]) & 1) q += zg[k];
+                    for (uint32_t c = 0; c < 16; c++)
+                        if (__builtin_popcount(c & P.sel[p]) & 1) q += per_code[c];
                     d = fmaf(P.coef[p], (float)q, d);
                 }
                 float *yt = y + t * ld_y + (r - row0);
