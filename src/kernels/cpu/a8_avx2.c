@@ -29,41 +29,54 @@ AVX2_INLINE int32_t hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* Masks of code bit j (j < bits) for the 16 columns whose codes start at `p`. */
-AVX2_INLINE void bit_masks(const uint8_t *p, uint32_t bits, __m256i m[4]) {
-    __m256i v;
-    if (bits == 2) {
-        uint32_t w;
-        memcpy(&w, p, 4);
-        /* lanes 0-7: bytes 0,1 (columns 0-7); lanes 8-15: bytes 2,3 (columns 8-15) */
-        const __m256i shuf = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-                                              2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-        v = _mm256_shuffle_epi8(_mm256_set1_epi32((int32_t)w), shuf);
-        for (uint32_t j = 0; j < 2; j++) {
-            /* lane l tests bit 2(l % 8) + j of its 16 bits */
-            const __m256i sel = _mm256_setr_epi16(
-                (short)(1 << j), (short)(1 << (2 + j)), (short)(1 << (4 + j)),
-                (short)(1 << (6 + j)), (short)(1 << (8 + j)), (short)(1 << (10 + j)),
-                (short)(1 << (12 + j)), (short)(1 << (14 + j)), (short)(1 << j),
-                (short)(1 << (2 + j)), (short)(1 << (4 + j)), (short)(1 << (6 + j)),
-                (short)(1 << (8 + j)), (short)(1 << (10 + j)), (short)(1 << (12 + j)),
-                (short)(1 << (14 + j)));
-            m[j] = _mm256_cmpeq_epi16(_mm256_and_si256(v, sel), sel);
-        }
-    } else {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        /* lane l: byte l / 2 in its low byte (the high byte is cleared by the selector) */
-        const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3,
-                                              4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
-        v = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)w), shuf);
-        for (uint32_t j = 0; j < 4; j++) {
-            const short lo = (short)(1 << j), hi = (short)(1 << (4 + j));
-            const __m256i sel = _mm256_setr_epi16(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
-                                                  hi, lo, hi, lo, hi);
-            m[j] = _mm256_cmpeq_epi16(_mm256_and_si256(v, sel), sel);
-        }
+/* Per-lane bit selectors. 2 bits: lane l tests bit 2(l % 8) + j of its 16 bits. 4 bits:
+ * lane l holds byte l / 2 and tests bit 4(l % 2) + j. */
+#define SEL2(j)                                                                              \
+    {1 << (j), 1 << (2 + (j)), 1 << (4 + (j)), 1 << (6 + (j)), 1 << (8 + (j)), 1 << (10 + (j)), \
+     1 << (12 + (j)), 1 << (14 + (j)), 1 << (j), 1 << (2 + (j)), 1 << (4 + (j)),               \
+     1 << (6 + (j)), 1 << (8 + (j)), 1 << (10 + (j)), 1 << (12 + (j)), 1 << (14 + (j))}
+#define SEL4(j)                                                                              \
+    {1 << (j), 1 << (4 + (j)), 1 << (j), 1 << (4 + (j)), 1 << (j), 1 << (4 + (j)), 1 << (j),  \
+     1 << (4 + (j)), 1 << (j), 1 << (4 + (j)), 1 << (j), 1 << (4 + (j)), 1 << (j),            \
+     1 << (4 + (j)), 1 << (j), 1 << (4 + (j))}
+static const uint16_t sel2[2][16] __attribute__((aligned(32))) = {SEL2(0), SEL2(1)};
+static const uint16_t sel4[4][16] __attribute__((aligned(32))) = {SEL4(0), SEL4(1), SEL4(2),
+                                                                   SEL4(3)};
+
+/* Masks of the two code bits of the 16 2-bit columns whose codes start at p. */
+AVX2_INLINE void masks2(const uint8_t *p, __m256i *m0, __m256i *m1) {
+    int32_t w;
+    memcpy(&w, p, 4);
+    /* lanes 0-7: bytes 0,1 (columns 0-7); lanes 8-15: bytes 2,3 (columns 8-15) */
+    const __m256i shuf = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3,
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(w), shuf);
+    const __m256i s0 = _mm256_load_si256((const __m256i *)sel2[0]);
+    const __m256i s1 = _mm256_load_si256((const __m256i *)sel2[1]);
+    *m0 = _mm256_cmpeq_epi16(_mm256_and_si256(v, s0), s0);
+    *m1 = _mm256_cmpeq_epi16(_mm256_and_si256(v, s1), s1);
+}
+
+/* Parity masks of every bit subset S (par[S], S = 1..15) of 16 4-bit columns at p. */
+AVX2_INLINE void masks4(const uint8_t *p, __m256i par[16]) {
+    long long w;
+    memcpy(&w, p, 8);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4,
+                                          4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi64x(w), shuf);
+    for (int j = 0; j < 4; j++) {
+        const __m256i s = _mm256_load_si256((const __m256i *)sel4[j]);
+        par[1 << j] = _mm256_cmpeq_epi16(_mm256_and_si256(v, s), s);
     }
+    for (int S = 3; S < 16; S++)
+        if (S & (S - 1)) par[S] = _mm256_xor_si256(par[S & (S - 1)], par[S & -S]);
+}
+
+/* The float combination of a8.h for one group of one token; q[p] are the plane sums. */
+static inline float combine(const a8_planes *P, int32_t T, const int32_t *q) {
+    float d = P->cb0 * (float)T;
+    for (uint32_t p = 0; p < P->n; p++) d = fmaf(P->coef[p], (float)q[p], d);
+    return d;
 }
 
 static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
@@ -79,7 +92,13 @@ static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
     a8_planes_of(w, &P);
     const size_t zoff = a8_row_z_offset(w->cols_pad, G);
     const float rsg = 1.0f / sqrtf((float)G);
-    const uint32_t nb = G / 16, block_bytes = 2 * bits;
+    const uint32_t nb = G / 16, np = P.n;
+    /* 2 bits: which of m0, m1 each plane takes (all-ones or zero), XORed */
+    __m256i take0[15], take1[15];
+    for (uint32_t p = 0; p < np; p++) {
+        take0[p] = _mm256_set1_epi16((short)-(P.sel[p] & 1));
+        take1[p] = _mm256_set1_epi16((short)-((P.sel[p] >> 1) & 1));
+    }
     __m256i masks[15 * (A8_MAX_GROUP / 16)];
     for (uint32_t r = row0; r < row0 + nrows; r++) {
         const uint8_t *crow = w->codes + (size_t)r * w->row_bytes;
@@ -87,32 +106,51 @@ static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
         for (uint32_t t = 0; t < ntok; t++) y[t * ld_y + (r - row0)] = 0.0f;
         for (uint32_t g = 0; g < w->ngroups; g++) {
             const uint8_t *cg = crow + (size_t)g * G * bits / 8;
+            const float norm = fp16_to_f32(norms[g]);
+            int32_t q[15];
+            if (bits == 2 && ntok == 1 && np == 2 && P.sel[0] == 1 && P.sel[1] == 2) {
+                /* CQ2 decode: both planes straight from the bit masks */
+                const int16_t *zg = (const int16_t *)(const void *)(rows + zoff) + (size_t)g * G;
+                __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+                for (uint32_t b = 0; b < nb; b++) {
+                    __m256i m0, m1;
+                    masks2(cg + b * 4, &m0, &m1);
+                    const __m256i z = _mm256_loadu_si256((const __m256i *)(zg + 16 * b));
+                    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(z, m0));
+                    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(z, m1));
+                }
+                /* the masks are -1: the sums come out negated */
+                q[0] = -hsum_i32(a0);
+                q[1] = -hsum_i32(a1);
+                y[r - row0] = fmaf(norm, combine(&P, a8_row_sums_c(rows)[g], q), y[r - row0]);
+                continue;
+            }
             for (uint32_t b = 0; b < nb; b++) {
-                __m256i m[4];
-                bit_masks(cg + b * block_bytes, bits, m);
-                for (uint32_t p = 0; p < P.n; p++) {
-                    __m256i x = _mm256_setzero_si256();
-                    for (uint32_t j = 0; j < bits; j++)
-                        if (P.sel[p] >> j & 1) x = _mm256_xor_si256(x, m[j]);
-                    masks[p * nb + b] = x;
+                if (bits == 2) {
+                    __m256i m0, m1;
+                    masks2(cg + b * 4, &m0, &m1);
+                    for (uint32_t p = 0; p < np; p++)
+                        masks[p * nb + b] = _mm256_xor_si256(_mm256_and_si256(m0, take0[p]),
+                                                             _mm256_and_si256(m1, take1[p]));
+                } else {
+                    __m256i par[16];
+                    masks4(cg + b * 8, par);
+                    for (uint32_t p = 0; p < np; p++) masks[p * nb + b] = par[P.sel[p]];
                 }
             }
-            const float norm = fp16_to_f32(norms[g]);
             for (uint32_t t = 0; t < ntok; t++) {
                 const float *xr = rows + t * ld;
                 const int16_t *zg = (const int16_t *)(const void *)(xr + zoff) + (size_t)g * G;
-                float d = P.cb0 * (float)a8_row_sums_c(xr)[g];
-                for (uint32_t p = 0; p < P.n; p++) {
+                for (uint32_t p = 0; p < np; p++) {
                     __m256i acc = _mm256_setzero_si256();
                     for (uint32_t b = 0; b < nb; b++) {
                         const __m256i z = _mm256_loadu_si256((const __m256i *)(zg + 16 * b));
                         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(z, masks[p * nb + b]));
                     }
-                    /* the masks are -1: the sum comes out negated */
-                    d = fmaf(P.coef[p], (float)-hsum_i32(acc), d);
+                    q[p] = -hsum_i32(acc);
                 }
                 float *yt = y + t * ld_y + (r - row0);
-                *yt = fmaf(norm, d, *yt);
+                *yt = fmaf(norm, combine(&P, a8_row_sums_c(xr)[g], q), *yt);
             }
         }
         for (uint32_t t = 0; t < ntok; t++) {
