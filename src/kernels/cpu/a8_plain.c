@@ -139,9 +139,6 @@ const a8_kernels a8_kernels_scalar = {
     .matmul = a8_matmul_natural,
 };
 
-/* No NEON A8 kernel yet: aarch64 runs the portable one (see a8.h). */
-const a8_kernels *a8_kernels_neon(void) { return NULL; }
-
 const a8_kernels *a8_kernels_named(const char *name) {
     if (!name) return NULL;
     if (!strcmp(name, "scalar")) return &a8_kernels_scalar;
