@@ -125,6 +125,35 @@ static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
                 y[r - row0] = fmaf(norm, combine(&P, a8_row_sums_c(rows)[g], q), y[r - row0]);
                 continue;
             }
+            uint32_t t0 = 0;
+            if (bits == 2 && np == 2 && P.sel[0] == 1 && P.sel[1] == 2) {
+                /* CQ2, 4 tokens at a time: each block's masks serve all four */
+                for (; t0 + 4 <= ntok; t0 += 4) {
+                    const int16_t *z[4];
+                    for (int i = 0; i < 4; i++)
+                        z[i] = (const int16_t *)(const void *)(rows + (t0 + i) * ld + zoff) +
+                               (size_t)g * G;
+                    __m256i a0[4], a1[4];
+                    for (int i = 0; i < 4; i++) a0[i] = a1[i] = _mm256_setzero_si256();
+                    for (uint32_t b = 0; b < nb; b++) {
+                        __m256i m0, m1;
+                        masks2(cg + b * 4, &m0, &m1);
+                        for (int i = 0; i < 4; i++) {
+                            const __m256i zz = _mm256_loadu_si256((const __m256i *)(z[i] + 16 * b));
+                            a0[i] = _mm256_add_epi32(a0[i], _mm256_madd_epi16(zz, m0));
+                            a1[i] = _mm256_add_epi32(a1[i], _mm256_madd_epi16(zz, m1));
+                        }
+                    }
+                    for (int i = 0; i < 4; i++) {
+                        q[0] = -hsum_i32(a0[i]);
+                        q[1] = -hsum_i32(a1[i]);
+                        const float *xr = rows + (t0 + i) * ld;
+                        float *yt = y + (t0 + i) * ld_y + (r - row0);
+                        *yt = fmaf(norm, combine(&P, a8_row_sums_c(xr)[g], q), *yt);
+                    }
+                }
+                if (t0 == ntok) continue;
+            }
             for (uint32_t b = 0; b < nb; b++) {
                 if (bits == 2) {
                     __m256i m0, m1;
@@ -138,7 +167,7 @@ static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
                     for (uint32_t p = 0; p < np; p++) masks[p * nb + b] = par[P.sel[p]];
                 }
             }
-            for (uint32_t t = 0; t < ntok; t++) {
+            for (uint32_t t = t0; t < ntok; t++) {
                 const float *xr = rows + t * ld;
                 const int16_t *zg = (const int16_t *)(const void *)(xr + zoff) + (size_t)g * G;
                 for (uint32_t p = 0; p < np; p++) {
