@@ -98,6 +98,10 @@ void a8_matmul_natural(const cq_matrix *w, uint32_t row0, uint32_t nrows, const 
 /* The portable rotate: the A8 row in natural column order. */
 void a8_rotate_natural(const cq_matrix *w, const float *x, float *row);
 
+/* The codes of columns [k0, k0 + n) of a packed row (n a multiple of 8), one per byte. */
+void a8_unpack_codes(const cq_matrix *w, const uint8_t *row, uint32_t k0, uint32_t n,
+                     uint8_t *codes);
+
 /* Quantizes x into q (cols_pad values, zero padded) and returns the scale s. */
 float a8_quantize(const float *x, uint32_t cols, uint32_t cols_pad, int16_t *q);
 

@@ -79,13 +79,65 @@ static inline float combine(const a8_planes *P, int32_t T, const int32_t *q) {
     return d;
 }
 
+/* 3 and 4 bits: 8 or 15 planes cost more in vectors than per-code sums (four tables, so
+ * no store-load chains) and their Walsh transform, which gives every plane sum at once:
+ * W_S = T - 2 Q_S. The plain kernel's arithmetic, here with fmaf inlined. */
+static AVX2 void percode_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
+                                const float *rows, size_t ld, uint32_t ntok, float *y,
+                                size_t ld_y) {
+    a8_planes P;
+    a8_planes_of(w, &P);
+    const uint32_t G = w->group, levels = 1u << P.bits;
+    const size_t zoff = a8_row_z_offset(w->cols_pad, G);
+    const float rsg = 1.0f / sqrtf((float)G);
+    uint8_t codes[A8_MAX_GROUP];
+    for (uint32_t r = row0; r < row0 + nrows; r++) {
+        const uint8_t *crow = w->codes + (size_t)r * w->row_bytes;
+        const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
+        for (uint32_t t = 0; t < ntok; t++) y[t * ld_y + (r - row0)] = 0.0f;
+        for (uint32_t g = 0; g < w->ngroups; g++) {
+            a8_unpack_codes(w, crow, g * G, G, codes);
+            const float norm = fp16_to_f32(norms[g]);
+            for (uint32_t t = 0; t < ntok; t++) {
+                const float *xr = rows + t * ld;
+                const int16_t *zg = (const int16_t *)(const void *)(xr + zoff) + (size_t)g * G;
+                const int32_t T = a8_row_sums_c(xr)[g];
+                int32_t W4[4][16] = {{0}}, W[16];
+                for (uint32_t k = 0; k < G; k += 4)
+                    for (uint32_t i = 0; i < 4; i++) W4[i][codes[k + i]] += zg[k + i];
+                for (uint32_t c = 0; c < 16; c++) W[c] = W4[0][c] + W4[1][c] + W4[2][c] + W4[3][c];
+                for (uint32_t h = 1; h < levels; h <<= 1)
+                    for (uint32_t i = 0; i < levels; i += 2 * h)
+                        for (uint32_t j = i; j < i + h; j++) {
+                            const int32_t a = W[j], b = W[j + h];
+                            W[j] = a + b;
+                            W[j + h] = a - b;
+                        }
+                float d = P.cb0 * (float)T;
+                for (uint32_t p = 0; p < P.n; p++)
+                    d = fmaf(P.coef[p], (float)((T - W[P.sel[p]]) / 2), d);
+                float *yt = y + t * ld_y + (r - row0);
+                *yt = fmaf(norm, d, *yt);
+            }
+        }
+        for (uint32_t t = 0; t < ntok; t++) {
+            const float st = a8_row_scale(rows + t * ld) * rsg;
+            y[t * ld_y + (r - row0)] *= st;
+        }
+    }
+}
+
 static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
                              const float *rows, size_t ld, uint32_t ntok, float *y,
                              size_t ld_y) {
     const uint32_t bits = (w->bits == 2 || w->bits == 5) ? 2 : w->bits;
     const uint32_t G = w->group;
-    if (bits == 3 || G % 16) {
+    if (G % 16) {
         a8_matmul_natural(w, row0, nrows, rows, ld, ntok, y, ld_y);
+        return;
+    }
+    if (bits != 2) {
+        percode_matmul(w, row0, nrows, rows, ld, ntok, y, ld_y);
         return;
     }
     a8_planes P;
@@ -93,12 +145,6 @@ static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
     const size_t zoff = a8_row_z_offset(w->cols_pad, G);
     const float rsg = 1.0f / sqrtf((float)G);
     const uint32_t nb = G / 16, np = P.n;
-    /* 2 bits: which of m0, m1 each plane takes (all-ones or zero), XORed */
-    __m256i take0[15], take1[15];
-    for (uint32_t p = 0; p < np; p++) {
-        take0[p] = _mm256_set1_epi16((short)-(P.sel[p] & 1));
-        take1[p] = _mm256_set1_epi16((short)-((P.sel[p] >> 1) & 1));
-    }
     __m256i masks[15 * (A8_MAX_GROUP / 16)];
     for (uint32_t r = row0; r < row0 + nrows; r++) {
         const uint8_t *crow = w->codes + (size_t)r * w->row_bytes;
@@ -108,45 +154,47 @@ static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
             const uint8_t *cg = crow + (size_t)g * G * bits / 8;
             const float norm = fp16_to_f32(norms[g]);
             int32_t q[15];
-            if (bits == 2 && ntok == 1 && np == 2 && P.sel[0] == 1 && P.sel[1] == 2) {
-                /* CQ2 decode: both planes straight from the bit masks */
+            if (bits == 2 && ntok == 1) {
+                /* 2 bits, decode: the three possible planes b0, b1, b0^b1 from two masks */
                 const int16_t *zg = (const int16_t *)(const void *)(rows + zoff) + (size_t)g * G;
-                __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+                __m256i a[4];
+                a[1] = a[2] = a[3] = _mm256_setzero_si256();
                 for (uint32_t b = 0; b < nb; b++) {
                     __m256i m0, m1;
                     masks2(cg + b * 4, &m0, &m1);
                     const __m256i z = _mm256_loadu_si256((const __m256i *)(zg + 16 * b));
-                    a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(z, m0));
-                    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(z, m1));
+                    a[1] = _mm256_add_epi32(a[1], _mm256_madd_epi16(z, m0));
+                    a[2] = _mm256_add_epi32(a[2], _mm256_madd_epi16(z, m1));
+                    a[3] = _mm256_add_epi32(a[3], _mm256_madd_epi16(z, _mm256_xor_si256(m0, m1)));
                 }
                 /* the masks are -1: the sums come out negated */
-                q[0] = -hsum_i32(a0);
-                q[1] = -hsum_i32(a1);
+                for (uint32_t p = 0; p < np; p++) q[p] = -hsum_i32(a[P.sel[p]]);
                 y[r - row0] = fmaf(norm, combine(&P, a8_row_sums_c(rows)[g], q), y[r - row0]);
                 continue;
             }
             uint32_t t0 = 0;
-            if (bits == 2 && np == 2 && P.sel[0] == 1 && P.sel[1] == 2) {
-                /* CQ2, 4 tokens at a time: each block's masks serve all four */
+            if (bits == 2) {
+                /* 2 bits, 4 tokens at a time: each block's masks serve all four */
                 for (; t0 + 4 <= ntok; t0 += 4) {
                     const int16_t *z[4];
                     for (int i = 0; i < 4; i++)
                         z[i] = (const int16_t *)(const void *)(rows + (t0 + i) * ld + zoff) +
                                (size_t)g * G;
-                    __m256i a0[4], a1[4];
-                    for (int i = 0; i < 4; i++) a0[i] = a1[i] = _mm256_setzero_si256();
+                    __m256i a[4][4];
+                    for (int i = 0; i < 4; i++) a[i][1] = a[i][2] = a[i][3] = _mm256_setzero_si256();
                     for (uint32_t b = 0; b < nb; b++) {
                         __m256i m0, m1;
                         masks2(cg + b * 4, &m0, &m1);
+                        const __m256i m01 = _mm256_xor_si256(m0, m1);
                         for (int i = 0; i < 4; i++) {
                             const __m256i zz = _mm256_loadu_si256((const __m256i *)(z[i] + 16 * b));
-                            a0[i] = _mm256_add_epi32(a0[i], _mm256_madd_epi16(zz, m0));
-                            a1[i] = _mm256_add_epi32(a1[i], _mm256_madd_epi16(zz, m1));
+                            a[i][1] = _mm256_add_epi32(a[i][1], _mm256_madd_epi16(zz, m0));
+                            a[i][2] = _mm256_add_epi32(a[i][2], _mm256_madd_epi16(zz, m1));
+                            a[i][3] = _mm256_add_epi32(a[i][3], _mm256_madd_epi16(zz, m01));
                         }
                     }
                     for (int i = 0; i < 4; i++) {
-                        q[0] = -hsum_i32(a0[i]);
-                        q[1] = -hsum_i32(a1[i]);
+                        for (uint32_t p = 0; p < np; p++) q[p] = -hsum_i32(a[i][P.sel[p]]);
                         const float *xr = rows + (t0 + i) * ld;
                         float *yt = y + (t0 + i) * ld_y + (r - row0);
                         *yt = fmaf(norm, combine(&P, a8_row_sums_c(xr)[g], q), *yt);
@@ -156,11 +204,10 @@ static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
             }
             for (uint32_t b = 0; b < nb; b++) {
                 if (bits == 2) {
-                    __m256i m0, m1;
-                    masks2(cg + b * 4, &m0, &m1);
-                    for (uint32_t p = 0; p < np; p++)
-                        masks[p * nb + b] = _mm256_xor_si256(_mm256_and_si256(m0, take0[p]),
-                                                             _mm256_and_si256(m1, take1[p]));
+                    __m256i par[4];
+                    masks2(cg + b * 4, &par[1], &par[2]);
+                    par[3] = _mm256_xor_si256(par[1], par[2]);
+                    for (uint32_t p = 0; p < np; p++) masks[p * nb + b] = par[P.sel[p]];
                 } else {
                     __m256i par[16];
                     masks4(cg + b * 8, par);

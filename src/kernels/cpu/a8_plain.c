@@ -79,17 +79,33 @@ void a8_rotate_natural(const cq_matrix *w, const float *x, float *row) {
     for (int i = 1; i < 8; i++) row[i] = 0.0f;
 }
 
-/* Code of column k of row r (natural order). */
-static uint32_t code_at(const cq_matrix *w, const uint8_t *row, uint32_t k) {
+void a8_unpack_codes(const cq_matrix *w, const uint8_t *row, uint32_t k0, uint32_t n,
+                         uint8_t *codes) {
     switch (w->bits) {
     case 2:
-    case 5: return (row[k / 4] >> (2 * (k % 4))) & 3u;
-    case 4: return (row[k / 2] >> (4 * (k % 2))) & 15u;
-    default: {
-        const uint8_t *p = row + (size_t)(k / 8) * 3;
-        const uint32_t word = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16);
-        return (word >> (3 * (k % 8))) & 7u;
-    }
+    case 5:
+        for (uint32_t k = 0; k < n; k += 4) {
+            const uint8_t b = row[(k0 + k) / 4];
+            codes[k] = b & 3u;
+            codes[k + 1] = (b >> 2) & 3u;
+            codes[k + 2] = (b >> 4) & 3u;
+            codes[k + 3] = b >> 6;
+        }
+        break;
+    case 4:
+        for (uint32_t k = 0; k < n; k += 2) {
+            const uint8_t b = row[(k0 + k) / 2];
+            codes[k] = b & 15u;
+            codes[k + 1] = b >> 4;
+        }
+        break;
+    default: /* 3 bits: 8 codes per 3 bytes */
+        for (uint32_t k = 0; k < n; k += 8) {
+            const uint8_t *p = row + (size_t)(k0 + k) / 8 * 3;
+            const uint32_t word = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16);
+            for (uint32_t i = 0; i < 8; i++) codes[k + i] = (word >> (3 * i)) & 7u;
+        }
+        break;
     }
 }
 
@@ -100,6 +116,7 @@ void a8_matmul_natural(const cq_matrix *w, uint32_t row0, uint32_t nrows, const 
     const uint32_t G = w->group;
     const size_t zoff = a8_row_z_offset(w->cols_pad, G);
     const float rsg = 1.0f / sqrtf((float)G);
+    const uint32_t levels = 1u << P.bits;
     uint8_t codes[A8_MAX_GROUP];
     for (uint32_t r = row0; r < row0 + nrows; r++) {
         const uint8_t *crow = w->codes + (size_t)r * w->row_bytes;
@@ -107,21 +124,28 @@ void a8_matmul_natural(const cq_matrix *w, uint32_t row0, uint32_t nrows, const 
         /* y accumulates in place: the same fmaf sequence as a register accumulator */
         for (uint32_t t = 0; t < ntok; t++) y[t * ld_y + (r - row0)] = 0.0f;
         for (uint32_t g = 0; g < w->ngroups; g++) {
-            for (uint32_t k = 0; k < G; k++) codes[k] = (uint8_t)code_at(w, crow, g * G + k);
+            a8_unpack_codes(w, crow, g * G, G, codes);
             const float norm = fp16_to_f32(norms[g]);
             for (uint32_t t = 0; t < ntok; t++) {
                 const float *xr = rows + t * ld;
                 const int16_t *zg = (const int16_t *)(const void *)(xr + zoff) + (size_t)g * G;
-                /* per-code sums first: each plane is then a sum over at most 16 codes */
-                int32_t per_code[16] = {0};
-                for (uint32_t k = 0; k < G; k++) per_code[codes[k]] += zg[k];
-                float d = P.cb0 * (float)a8_row_sums_c(xr)[g];
-                for (uint32_t p = 0; p < P.n; p++) {
-                    int32_t q = 0;
-                    for (uint32_t c = 0; c < 16; c++)
-                        if (__builtin_popcount(c & P.sel[p]) & 1) q += per_code[c];
-                    d = fmaf(P.coef[p], (float)q, d);
-                }
+                const int32_t T = a8_row_sums_c(xr)[g];
+                /* per-code sums, then their Walsh transform W_S = T - 2 Q_S gives every
+                 * parity plane at once */
+                int32_t W4[4][16] = {{0}}, W[16];
+                for (uint32_t k = 0; k < G; k += 4) /* 4 tables: no store-load chains */
+                    for (uint32_t i = 0; i < 4; i++) W4[i][codes[k + i]] += zg[k + i];
+                for (uint32_t c = 0; c < 16; c++) W[c] = W4[0][c] + W4[1][c] + W4[2][c] + W4[3][c];
+                for (uint32_t h = 1; h < levels; h <<= 1)
+                    for (uint32_t i = 0; i < levels; i += 2 * h)
+                        for (uint32_t j = i; j < i + h; j++) {
+                            const int32_t a = W[j], b = W[j + h];
+                            W[j] = a + b;
+                            W[j + h] = a - b;
+                        }
+                float d = P.cb0 * (float)T;
+                for (uint32_t p = 0; p < P.n; p++)
+                    d = fmaf(P.coef[p], (float)((T - W[P.sel[p]]) / 2), d);
                 float *yt = y + t * ld_y + (r - row0);
                 *yt = fmaf(norm, d, *yt);
             }
