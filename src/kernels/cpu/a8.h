@@ -11,10 +11,13 @@
  * cb[c] = sum_S f_S · (-1)^popcount(c & S). Then
  *     D_g = cb[0] · T_g + sum_{S != 0} a_S · Q_{S,g},   a_S = -2 f_S,
  * with T_g = sum_k z_k and Q_{S,g} = sum of the z_k whose code has odd parity on S: exact
- * integer sums. A symmetric code book (cb[~c] = -cb[c], every CQ level set) has f_S = 0
- * for every even |S|, so CQ2 needs the planes {b0, b1}, CQ3 {b0, b1, b2, b0^b1^b2} and
- * CQ4 eight; ternary (3 levels in 2-bit crumbs) needs three. The float work per group is
- * one multiply-add per plane, independent of the group size.
+ * integer sums. Only planes with f_S != 0 are kept (a8_planes_of): a symmetric book
+ * (cb[~c] = -cb[c]) needs only the odd |S| (CQ2: b0, b1; ternary {0,c,0,-c}: b1, b0^b1);
+ * the books in real files are slightly asymmetric, so CQ2 takes b0, b1 and b0^b1, and
+ * CQ4 all 15 planes. The kernels get the plane sums either from bit masks (2 bits,
+ * SIMD) or from the 2^bits per-code sums and their Walsh transform W_S = T - 2 Q_S (3 and
+ * 4 bits): the same integers either way. The float work per group is one multiply-add
+ * per plane, independent of the group size.
  *
  * Rounding. The integer sums are exact in any order; the float combination is the same
  * sequence of correctly rounded fmaf() calls in every kernel, group by group:

@@ -1,14 +1,16 @@
-/* AVX2 W·A8 kernels (see a8.h): the plane sums of 2-bit (CQ2, ternary crumbs) and 4-bit
- * rows on 16 int16 lanes.
+/* AVX2 W·A8 kernels (see a8.h).
  *
- * For 16 columns, the code bytes are broadcast and shuffled so that 16-bit lane l holds
- * the byte with column l's code; AND with a per-lane bit selector and a compare give one
- * all-ones/zero mask per code bit, XORs of those give the parity planes, and vpmaddwd of
- * the int16 activations z with a plane mask adds (minus) the selected pairs into int32.
- * A row group's masks are built once and reused for every token of the batch. The sums
- * are exact, and the float combination is the plain kernel's fmaf sequence, so results
- * are bit-identical to the scalar level. 3-bit rows (codes straddle bytes) use the plain
- * group kernel; the activation rows are in natural order, the plain layout. */
+ * 2 bits (CQ2, ternary crumbs): plane sums on 16 int16 lanes. For 16 columns the 4 code
+ * bytes are broadcast and shuffled so that 16-bit lane l holds the bits of column l; AND
+ * with a per-lane selector and a compare give an all-ones/zero mask per code bit, their
+ * XOR the third plane (a general 4-level book needs b0, b1 and b0^b1), and vpmaddwd of the
+ * int16 activations with a mask adds (minus) the selected pairs into int32. One token
+ * accumulates straight from the masks; several take 4 tokens per mask build.
+ * 3 and 4 bits: per-code sums and their Walsh transform (the plain kernel's method, with
+ * fmaf inlined); 8 or 15 plane masks would cost more.
+ * The sums are exact and the float combination is the plain kernel's fmaf sequence, so
+ * results are bit-identical to the scalar level. Activation rows are in natural order
+ * (the plain rotate). */
 #include <math.h>
 #include <string.h>
 
@@ -29,19 +31,12 @@ AVX2_INLINE int32_t hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* Per-lane bit selectors. 2 bits: lane l tests bit 2(l % 8) + j of its 16 bits. 4 bits:
- * lane l holds byte l / 2 and tests bit 4(l % 2) + j. */
+/* Per-lane bit selectors: lane l tests bit 2(l % 8) + j of its 16 bits. */
 #define SEL2(j)                                                                              \
     {1 << (j), 1 << (2 + (j)), 1 << (4 + (j)), 1 << (6 + (j)), 1 << (8 + (j)), 1 << (10 + (j)), \
      1 << (12 + (j)), 1 << (14 + (j)), 1 << (j), 1 << (2 + (j)), 1 << (4 + (j)),               \
      1 << (6 + (j)), 1 << (8 + (j)), 1 << (10 + (j)), 1 << (12 + (j)), 1 << (14 + (j))}
-#define SEL4(j)                                                                              \
-    {1 << (j), 1 << (4 + (j)), 1 << (j), 1 << (4 + (j)), 1 << (j), 1 << (4 + (j)), 1 << (j),  \
-     1 << (4 + (j)), 1 << (j), 1 << (4 + (j)), 1 << (j), 1 << (4 + (j)), 1 << (j),            \
-     1 << (4 + (j)), 1 << (j), 1 << (4 + (j))}
 static const uint16_t sel2[2][16] __attribute__((aligned(32))) = {SEL2(0), SEL2(1)};
-static const uint16_t sel4[4][16] __attribute__((aligned(32))) = {SEL4(0), SEL4(1), SEL4(2),
-                                                                   SEL4(3)};
 
 /* Masks of the two code bits of the 16 2-bit columns whose codes start at p. */
 AVX2_INLINE void masks2(const uint8_t *p, __m256i *m0, __m256i *m1) {
@@ -55,21 +50,6 @@ AVX2_INLINE void masks2(const uint8_t *p, __m256i *m0, __m256i *m1) {
     const __m256i s1 = _mm256_load_si256((const __m256i *)sel2[1]);
     *m0 = _mm256_cmpeq_epi16(_mm256_and_si256(v, s0), s0);
     *m1 = _mm256_cmpeq_epi16(_mm256_and_si256(v, s1), s1);
-}
-
-/* Parity masks of every bit subset S (par[S], S = 1..15) of 16 4-bit columns at p. */
-AVX2_INLINE void masks4(const uint8_t *p, __m256i par[16]) {
-    long long w;
-    memcpy(&w, p, 8);
-    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4,
-                                          4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
-    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi64x(w), shuf);
-    for (int j = 0; j < 4; j++) {
-        const __m256i s = _mm256_load_si256((const __m256i *)sel4[j]);
-        par[1 << j] = _mm256_cmpeq_epi16(_mm256_and_si256(v, s), s);
-    }
-    for (int S = 3; S < 16; S++)
-        if (S & (S - 1)) par[S] = _mm256_xor_si256(par[S & (S - 1)], par[S & -S]);
 }
 
 /* The float combination of a8.h for one group of one token; q[p] are the plane sums. */
@@ -130,13 +110,12 @@ static AVX2 void percode_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrow
 static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
                              const float *rows, size_t ld, uint32_t ntok, float *y,
                              size_t ld_y) {
-    const uint32_t bits = (w->bits == 2 || w->bits == 5) ? 2 : w->bits;
     const uint32_t G = w->group;
     if (G % 16) {
         a8_matmul_natural(w, row0, nrows, rows, ld, ntok, y, ld_y);
         return;
     }
-    if (bits != 2) {
+    if (w->bits != 2 && w->bits != 5) {
         percode_matmul(w, row0, nrows, rows, ld, ntok, y, ld_y);
         return;
     }
@@ -145,17 +124,17 @@ static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
     const size_t zoff = a8_row_z_offset(w->cols_pad, G);
     const float rsg = 1.0f / sqrtf((float)G);
     const uint32_t nb = G / 16, np = P.n;
-    __m256i masks[15 * (A8_MAX_GROUP / 16)];
+    __m256i masks[3 * (A8_MAX_GROUP / 16)];
     for (uint32_t r = row0; r < row0 + nrows; r++) {
         const uint8_t *crow = w->codes + (size_t)r * w->row_bytes;
         const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
         for (uint32_t t = 0; t < ntok; t++) y[t * ld_y + (r - row0)] = 0.0f;
         for (uint32_t g = 0; g < w->ngroups; g++) {
-            const uint8_t *cg = crow + (size_t)g * G * bits / 8;
+            const uint8_t *cg = crow + (size_t)g * G / 4;
             const float norm = fp16_to_f32(norms[g]);
             int32_t q[15];
-            if (bits == 2 && ntok == 1) {
-                /* 2 bits, decode: the three possible planes b0, b1, b0^b1 from two masks */
+            if (ntok == 1) {
+                /* one token: the three possible planes straight from the masks */
                 const int16_t *zg = (const int16_t *)(const void *)(rows + zoff) + (size_t)g * G;
                 __m256i a[4];
                 a[1] = a[2] = a[3] = _mm256_setzero_si256();
@@ -172,47 +151,39 @@ static AVX2 void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
                 y[r - row0] = fmaf(norm, combine(&P, a8_row_sums_c(rows)[g], q), y[r - row0]);
                 continue;
             }
+            /* 4 tokens at a time: each block's masks serve all four */
             uint32_t t0 = 0;
-            if (bits == 2) {
-                /* 2 bits, 4 tokens at a time: each block's masks serve all four */
-                for (; t0 + 4 <= ntok; t0 += 4) {
-                    const int16_t *z[4];
-                    for (int i = 0; i < 4; i++)
-                        z[i] = (const int16_t *)(const void *)(rows + (t0 + i) * ld + zoff) +
-                               (size_t)g * G;
-                    __m256i a[4][4];
-                    for (int i = 0; i < 4; i++) a[i][1] = a[i][2] = a[i][3] = _mm256_setzero_si256();
-                    for (uint32_t b = 0; b < nb; b++) {
-                        __m256i m0, m1;
-                        masks2(cg + b * 4, &m0, &m1);
-                        const __m256i m01 = _mm256_xor_si256(m0, m1);
-                        for (int i = 0; i < 4; i++) {
-                            const __m256i zz = _mm256_loadu_si256((const __m256i *)(z[i] + 16 * b));
-                            a[i][1] = _mm256_add_epi32(a[i][1], _mm256_madd_epi16(zz, m0));
-                            a[i][2] = _mm256_add_epi32(a[i][2], _mm256_madd_epi16(zz, m1));
-                            a[i][3] = _mm256_add_epi32(a[i][3], _mm256_madd_epi16(zz, m01));
-                        }
-                    }
+            for (; t0 + 4 <= ntok; t0 += 4) {
+                const int16_t *z[4];
+                for (int i = 0; i < 4; i++)
+                    z[i] = (const int16_t *)(const void *)(rows + (t0 + i) * ld + zoff) +
+                           (size_t)g * G;
+                __m256i a[4][4];
+                for (int i = 0; i < 4; i++) a[i][1] = a[i][2] = a[i][3] = _mm256_setzero_si256();
+                for (uint32_t b = 0; b < nb; b++) {
+                    __m256i m0, m1;
+                    masks2(cg + b * 4, &m0, &m1);
+                    const __m256i m01 = _mm256_xor_si256(m0, m1);
                     for (int i = 0; i < 4; i++) {
-                        for (uint32_t p = 0; p < np; p++) q[p] = -hsum_i32(a[i][P.sel[p]]);
-                        const float *xr = rows + (t0 + i) * ld;
-                        float *yt = y + (t0 + i) * ld_y + (r - row0);
-                        *yt = fmaf(norm, combine(&P, a8_row_sums_c(xr)[g], q), *yt);
+                        const __m256i zz = _mm256_loadu_si256((const __m256i *)(z[i] + 16 * b));
+                        a[i][1] = _mm256_add_epi32(a[i][1], _mm256_madd_epi16(zz, m0));
+                        a[i][2] = _mm256_add_epi32(a[i][2], _mm256_madd_epi16(zz, m1));
+                        a[i][3] = _mm256_add_epi32(a[i][3], _mm256_madd_epi16(zz, m01));
                     }
                 }
-                if (t0 == ntok) continue;
-            }
-            for (uint32_t b = 0; b < nb; b++) {
-                if (bits == 2) {
-                    __m256i par[4];
-                    masks2(cg + b * 4, &par[1], &par[2]);
-                    par[3] = _mm256_xor_si256(par[1], par[2]);
-                    for (uint32_t p = 0; p < np; p++) masks[p * nb + b] = par[P.sel[p]];
-                } else {
-                    __m256i par[16];
-                    masks4(cg + b * 8, par);
-                    for (uint32_t p = 0; p < np; p++) masks[p * nb + b] = par[P.sel[p]];
+                for (int i = 0; i < 4; i++) {
+                    for (uint32_t p = 0; p < np; p++) q[p] = -hsum_i32(a[i][P.sel[p]]);
+                    const float *xr = rows + (t0 + i) * ld;
+                    float *yt = y + (t0 + i) * ld_y + (r - row0);
+                    *yt = fmaf(norm, combine(&P, a8_row_sums_c(xr)[g], q), *yt);
                 }
+            }
+            if (t0 == ntok) continue;
+            for (uint32_t b = 0; b < nb; b++) {
+                __m256i par[4];
+                masks2(cg + b * 4, &par[1], &par[2]);
+                par[3] = _mm256_xor_si256(par[1], par[2]);
+                for (uint32_t p = 0; p < np; p++) masks[p * nb + b] = par[P.sel[p]];
             }
             for (uint32_t t = t0; t < ntok; t++) {
                 const float *xr = rows + t * ld;

@@ -1,12 +1,12 @@
-/* NEON W·A8 kernels (see a8.h) on little-endian aarch64: the plane sums of 2-bit (CQ2,
- * ternary crumbs) and 4-bit rows on 8 int16 lanes.
+/* NEON W·A8 kernels (see a8.h) on little-endian aarch64: the plane sums of 2-bit rows
+ * (CQ2, ternary crumbs) on 8 int16 lanes. 3- and 4-bit rows take the plain per-code
+ * kernel: with a general code book 4 bits need all 15 planes, more work than per-code sums.
  *
- * For 8 columns, the code bits are duplicated into every 16-bit lane and vtst against a
- * per-lane selector gives one all-ones/zero mask per code bit (2 bits: the 16 bits of two
- * code bytes; 4 bits: 32 bits, lane l taking byte l / 2); XORs give the parity planes, and
- * the int16 activations ANDed with a plane mask are pairwise added into int32 (vpadalq).
- * Exact sums and the plain kernel's fmaf combination: bit-identical to the scalar level.
- * 3-bit rows use the plain group kernel; activation rows are in natural order. */
+ * For 8 columns, the 16 code bits are duplicated into every 16-bit lane and vtst against
+ * a per-lane selector gives one all-ones/zero mask per code bit; their XOR is the third
+ * plane, and the int16 activations ANDed with a plane mask are pairwise added into int32
+ * (vpadalq). Exact sums and the plain kernel's fmaf combination: bit-identical to the
+ * scalar level. Activation rows are in natural order (the plain rotate). */
 #include <math.h>
 #include <string.h>
 
@@ -21,36 +21,20 @@
 static const uint16_t sel2[2][8] = {{1 << 0, 1 << 2, 1 << 4, 1 << 6, 1 << 8, 1 << 10, 1 << 12, 1 << 14},
                                     {1 << 1, 1 << 3, 1 << 5, 1 << 7, 1 << 9, 1 << 11, 1 << 13, 1 << 15}};
 
-/* Parity masks par[S] (S = 1..2^bits - 1) of the 8 columns whose codes start at p. */
-static inline void plane_masks(const uint8_t *p, uint32_t bits, uint16x8_t par[16]) {
-    if (bits == 2) {
-        uint16_t w;
-        memcpy(&w, p, 2);
-        const uint16x8_t v = vdupq_n_u16(w);
-        par[1] = vtstq_u16(v, vld1q_u16(sel2[0]));
-        par[2] = vtstq_u16(v, vld1q_u16(sel2[1]));
-        par[3] = veorq_u16(par[1], par[2]);
-        return;
-    }
-    uint32_t w;
-    memcpy(&w, p, 4);
-    /* lane l: byte l / 2, its low (l even) or high nibble, in the lane's low byte */
-    const uint8x16_t idx = {0, 0xFF, 0, 0xFF, 1, 0xFF, 1, 0xFF, 2, 0xFF, 2, 0xFF, 3, 0xFF, 3, 0xFF};
-    const uint16x8_t v = vreinterpretq_u16_u8(vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(w)), idx));
-    for (int j = 0; j < 4; j++) {
-        const uint16_t lo = (uint16_t)(1u << j), hi = (uint16_t)(1u << (4 + j));
-        const uint16_t s[8] = {lo, hi, lo, hi, lo, hi, lo, hi};
-        par[1 << j] = vtstq_u16(v, vld1q_u16(s));
-    }
-    for (int S = 3; S < 16; S++)
-        if (S & (S - 1)) par[S] = veorq_u16(par[S & (S - 1)], par[S & -S]);
+/* Parity masks par[S] (S = 1..3) of the 8 2-bit columns whose codes start at p. */
+static inline void plane_masks(const uint8_t *p, uint16x8_t par[4]) {
+    uint16_t w;
+    memcpy(&w, p, 2);
+    const uint16x8_t v = vdupq_n_u16(w);
+    par[1] = vtstq_u16(v, vld1q_u16(sel2[0]));
+    par[2] = vtstq_u16(v, vld1q_u16(sel2[1]));
+    par[3] = veorq_u16(par[1], par[2]);
 }
 
 static void neon_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *rows,
                         size_t ld, uint32_t ntok, float *y, size_t ld_y) {
-    const uint32_t bits = (w->bits == 2 || w->bits == 5) ? 2 : w->bits;
     const uint32_t G = w->group;
-    if (bits == 3 || G % 8) {
+    if ((w->bits != 2 && w->bits != 5) || G % 8) {
         a8_matmul_natural(w, row0, nrows, rows, ld, ntok, y, ld_y);
         return;
     }
@@ -59,16 +43,16 @@ static void neon_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, const
     const size_t zoff = a8_row_z_offset(w->cols_pad, G);
     const float rsg = 1.0f / sqrtf((float)G);
     const uint32_t nb = G / 8, np = P.n;
-    uint16x8_t masks[15 * (A8_MAX_GROUP / 8)];
+    uint16x8_t masks[3 * (A8_MAX_GROUP / 8)];
     for (uint32_t r = row0; r < row0 + nrows; r++) {
         const uint8_t *crow = w->codes + (size_t)r * w->row_bytes;
         const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
         for (uint32_t t = 0; t < ntok; t++) y[t * ld_y + (r - row0)] = 0.0f;
         for (uint32_t g = 0; g < w->ngroups; g++) {
-            const uint8_t *cg = crow + (size_t)g * G * bits / 8;
+            const uint8_t *cg = crow + (size_t)g * G / 4;
             for (uint32_t b = 0; b < nb; b++) {
-                uint16x8_t par[16];
-                plane_masks(cg + b * bits, bits, par);
+                uint16x8_t par[4];
+                plane_masks(cg + b * 2, par);
                 for (uint32_t p = 0; p < np; p++) masks[p * nb + b] = par[P.sel[p]];
             }
             const float norm = fp16_to_f32(norms[g]);
