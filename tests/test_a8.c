@@ -4,6 +4,7 @@
  * padded groups, several tokens), bit-identical logits across thread counts, the session
  * option, NEEDLE_A8 and their errors. Parity with the QAT reference: test_a8_parity.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -317,6 +318,11 @@ static void test_option_and_env(void) {
     sp.activations = 7;
     CHECK_EQ_INT(needle_session_create(m, &sp, &s), NEEDLE_ERR_INVALID_ARGUMENT);
     CHECK(strstr(needle_last_error(), "activations") != NULL);
+    /* a caller built before the field existed gets the default */
+    sp.size = offsetof(needle_session_params, activations);
+    CHECK_EQ_INT(needle_session_create(m, &sp, &s), NEEDLE_OK);
+    needle_session_free(s);
+    sp.size = sizeof sp;
     /* NEEDLE_A8 picks the default; A8 and F32 differ, F32 ignores the variable */
     const int32_t tok[] = {2, 40, 41, 300, 7, 99};
     float a[6 * 512], b[6 * 512], c[6 * 512];

@@ -19,6 +19,7 @@ needle_session_params needle_session_default_params(void) {
     p.kv_window = -1;
     p.n_sinks = 0;
     p.kv_type = NEEDLE_KV_F32;
+    p.activations = NEEDLE_ACT_DEFAULT;
     return p;
 }
 
