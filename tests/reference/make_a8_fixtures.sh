@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the W·A8 parity fixtures in tests/fixtures/a8/ (see make_a8_fixtures.py) from
-# the float fixtures. .cact files and cases. Rerunnable and deterministic; about 5 minutes
+# the float fixtures' .cact files and cases. Rerunnable and deterministic; about 5 minutes
 # on 2 cores. Needs the private venv of make_fixtures.sh (PyPI the first time).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
