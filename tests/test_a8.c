@@ -36,6 +36,10 @@ static void test_quantize_rule(void) {
     const float zero[4] = {0};
     CHECK(a8_quantize(zero, 4, 4, q) == 1.0f);
     CHECK(q[0] == 0 && q[3] == 0);
+    /* a NaN (only corrupt weights make one) quantizes to 0, the rest as usual */
+    const float bad[3] = {NAN, 127.0f, -3.0f};
+    a8_quantize(bad, 3, 3, q);
+    CHECK(q[0] == 0 && q[1] == 127 && q[2] == -3);
     /* s = absmax / 127 in f32 and x / s, not x * (1 / s) */
     float y[64];
     for (int i = 0; i < 64; i++) y[i] = rnd_f() * 3.0f;

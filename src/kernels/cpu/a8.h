@@ -88,9 +88,8 @@ extern const a8_kernels a8_kernels_scalar;
 const a8_kernels *a8_kernels_avx2(void); /* NULL without AVX2 (build or CPU) */
 const a8_kernels *a8_kernels_neon(void); /* NULL off aarch64 */
 
-/* The level matching cpu_kernels_best() (NEEDLE_CPU lowers both alike); never NULL. */
-const a8_kernels *a8_kernels_best(void);
-/* The level called `name`, or NULL if unknown or unsupported here. */
+/* The level called `name`, or NULL if unknown or unsupported here. A session takes the
+ * level of its float kernel table (so NEEDLE_CPU lowers both alike). */
 const a8_kernels *a8_kernels_named(const char *name);
 
 /* The portable group kernel shared by every level for what it does not vectorize:

@@ -41,6 +41,7 @@ float a8_quantize(const float *x, uint32_t cols, uint32_t cols_pad, int16_t *q) 
     for (uint32_t k = 0; k < cols; k++) {
         float v = nearbyintf(x[k] / s); /* the default rounding mode: half to even */
         v = v < -128.0f ? -128.0f : v > 127.0f ? 127.0f : v;
+        if (v != v) v = 0.0f; /* a NaN activation (corrupt weights): no undefined cast */
         q[k] = (int16_t)v;
     }
     for (uint32_t k = cols; k < cols_pad; k++) q[k] = 0;
@@ -169,11 +170,6 @@ const a8_kernels *a8_kernels_named(const char *name) {
     if (!strcmp(name, "avx2")) return a8_kernels_avx2();
     if (!strcmp(name, "neon")) return a8_kernels_neon();
     return NULL;
-}
-
-const a8_kernels *a8_kernels_best(void) {
-    const a8_kernels *k = a8_kernels_named(cpu_kernels_best()->name);
-    return k ? k : &a8_kernels_scalar;
 }
 
 /* ---- the threaded batch ------------------------------------------------------------- */
