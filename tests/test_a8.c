@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "kernels/cpu/a8.h"
@@ -345,6 +346,21 @@ static void test_option_and_env(void) {
     CHECK_EQ_INT(needle_session_eval(s, tok, 6, c, 6 * 512), NEEDLE_OK);
     needle_session_free(s);
     CHECK(memcmp(a, c, sizeof a) != 0);
+    /* the CLI's --a8 is the same mode */
+    char path[] = "/tmp/needle_a8_XXXXXX", cmd[1024];
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        close(fd);
+        snprintf(cmd, sizeof cmd, "%s logits --a8 --weights %s --tokens 2,40,41,300,7,99 --out %s "
+                 ">/dev/null 2>&1", cli_path(), fixture_path("tiny_cq2.cact"), path);
+        CHECK_EQ_INT(run_command(cmd, NULL, 0), 0);
+        size_t size = 0;
+        uint8_t *file = read_file(path, &size);
+        CHECK(file && size == sizeof a && !memcmp(file, a, sizeof a));
+        free(file);
+        unlink(path);
+    }
     setenv("NEEDLE_A8", "yes", 1);
     sp.activations = NEEDLE_ACT_DEFAULT;
     CHECK_EQ_INT(needle_session_create(m, &sp, &s), NEEDLE_ERR_INVALID_ARGUMENT);
