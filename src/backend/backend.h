@@ -101,11 +101,6 @@ typedef struct needle_backend_ops {
     void (*matmul)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
                    const cq_job *jobs, uint32_t njobs);
 
-    /* Optional (NULL: no W·A8 mode): the same batch over the quantized rows the ops
-     * write when s->a8 is set (xr [ntok][ld_x], the backend's own row format). */
-    void (*matmul_a8)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
-                      const cq_job *jobs, uint32_t njobs);
-
     /* §3.3 gather: e = concat_j Deq(tables)[j*slots + slot[i][j]] (zeros for
      * ENGRAM_MASKED), rotated for key_proj into er[i] (ld key_proj.cols_pad).
      * slots: host [n][n_tables]. */
@@ -159,6 +154,12 @@ typedef struct needle_backend_ops {
     /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
      * for a device error seen since the last call. Called at the end of each forward. */
     int (*finish)(backend_ctx *s);
+
+    /* Optional (NULL: no W·A8 mode): like matmul, over the quantized rows the ops write
+     * when s->a8 is set (xr [ntok][ld_x], the backend's own row format). Last, so the
+     * positional initializer of the CUDA table (C++17) need not name it. */
+    void (*matmul_a8)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
+                      const cq_job *jobs, uint32_t njobs);
 } needle_backend_ops;
 
 typedef struct needle_backend_impl {

@@ -597,7 +597,6 @@ const needle_backend_ops cpu_backend_ops = {
     .download = cpu_copy,
     .embed = cpu_embed,
     .matmul = cpu_matmul_op,
-    .matmul_a8 = cpu_matmul_a8_op,
     .engram_gather = cpu_engram_gather,
     .engram_conv = cpu_engram_conv,
     .lane_norm = cpu_lane_norm,
@@ -607,4 +606,5 @@ const needle_backend_ops cpu_backend_ops = {
     .hadamard_mlp = cpu_hadamard_mlp,
     .lane_write = cpu_lane_write,
     .logits = cpu_logits,
+    .matmul_a8 = cpu_matmul_a8_op,
 };
