@@ -289,12 +289,24 @@ typedef enum needle_kv_type {
     NEEDLE_KV_INT8 = 2
 } needle_kv_type;
 
+/* Activation precision of the CQ products (see needle_session_params.activations). */
+typedef enum needle_act_type {
+    NEEDLE_ACT_DEFAULT = 0, /* env NEEDLE_A8, else F32 */
+    NEEDLE_ACT_F32 = 1,     /* float activations: what the reference decoder computes */
+    NEEDLE_ACT_A8 = 2       /* int8 activations at the four QAT points (W·A8) */
+} needle_act_type;
+
 typedef struct needle_session_params {
     uint32_t size; /* sizeof(needle_session_params), see "Struct sizes" */
     uint32_t n_ctx;     /* maximum positions in the conversation; 0 = header max_seq_len */
     int32_t kv_window;  /* sliding window; -1 = the header's kv_window, 0 = none */
     uint32_t n_sinks;   /* positions pinned as attention sinks (the first n_sinks) */
     int32_t kv_type;    /* needle_kv_type */
+    /* needle_act_type: NEEDLE_ACT_A8 runs the QAT activation quantization (spec §5.3) with
+     * integer CQ products; NEEDLE_ACT_DEFAULT reads env NEEDLE_A8 (1 = A8, 0 or unset =
+     * F32). A8 on a backend or model that cannot run it fails with
+     * NEEDLE_ERR_INVALID_ARGUMENT. */
+    int32_t activations;
 } needle_session_params;
 
 NEEDLE_API needle_session_params needle_session_default_params(void);

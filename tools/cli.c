@@ -146,6 +146,7 @@ int cli_session_create(const needle_model *m, const cli_session_options *so,
     sp.n_ctx = (uint32_t)so->n_ctx;
     sp.n_sinks = (uint32_t)so->sinks;
     sp.kv_type = so->kv_type;
+    if (so->a8) sp.activations = NEEDLE_ACT_A8;
     const int rc = needle_session_create(m, &sp, out);
     return rc ? cli_lib_error("session", rc) : 0;
 }

@@ -97,6 +97,7 @@ typedef struct cli_session_options {
     long n_ctx;  /* 0: the file's max_seq_len */
     long sinks;
     int kv_type;
+    int a8; /* 1: W·A8 activations (needle_session_params.activations) */
 } cli_session_options;
 
 #define CLI_SESSION_OPTIONS_INIT {.window = -1}
@@ -106,7 +107,8 @@ typedef struct cli_session_options {
     {"--kv", NULL, CLI_KV, &(so)->kv_type, 0, 0, NULL},                            \
     {"--window", NULL, CLI_LONG, &(so)->window, 0, 1L << 24, NULL},                \
     {"--ctx", NULL, CLI_LONG, &(so)->n_ctx, 1, 1L << 24, NULL},                    \
-    {"--sink", NULL, CLI_LONG, &(so)->sinks, 0, 1L << 24, NULL}
+    {"--sink", NULL, CLI_LONG, &(so)->sinks, 0, 1L << 24, NULL},                  \
+    {"--a8", NULL, CLI_FLAG, &(so)->a8, 0, 0, NULL}
 
 #define CLI_SESSION_OPTIONS_HELP                                                         \
     "  --kv f32|f16|int8       KV cache precision (default f32)\n"                       \
@@ -114,7 +116,9 @@ typedef struct cli_session_options {
     "                          0 = none)\n"                                              \
     "  --ctx N                 positions per conversation (default: the file's\n"       \
     "                          max_seq_len; run and chat with a window: unbounded)\n"    \
-    "  --sink N                attention sinks kept at the start of the window\n"
+    "  --sink N                attention sinks kept at the start of the window\n"      \
+    "  --a8                    W·A8: int8 activations at the QAT points, integer CQ\n"   \
+    "                          products (default: float, or NEEDLE_A8=1)\n"
 
 /* Creates a session with *so applied to the default parameters. Returns 0, or 1 after
  * printing the library's error. */

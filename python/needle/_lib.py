@@ -88,6 +88,7 @@ class SessionParams(ctypes.Structure):
         ("kv_window", ctypes.c_int32),
         ("n_sinks", ctypes.c_uint32),
         ("kv_type", ctypes.c_int32),
+        ("activations", ctypes.c_int32),
     ]
 
 

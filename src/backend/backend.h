@@ -67,6 +67,11 @@ typedef struct backend_ctx {
     float *scores;        /* [n_heads][kv_slots] attention scratch */
 
     uint32_t ev_ring;     /* engram ring length: (taps - 1) * dilation + 1 */
+
+    /* W·A8 (spec §5.3): the ops that end at one of the four QAT points (lane_read's hr,
+     * attention's o, engram_gather's er, the logits' final hidden) write quantized rows
+     * for matmul_a8 instead of rotated floats. Set before session_init. */
+    int a8;
 } backend_ctx;
 
 typedef struct needle_backend_ops {
@@ -149,6 +154,12 @@ typedef struct needle_backend_ops {
     /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
      * for a device error seen since the last call. Called at the end of each forward. */
     int (*finish)(backend_ctx *s);
+
+    /* Optional (NULL: no W·A8 mode): like matmul, over the quantized rows the ops write
+     * when s->a8 is set (xr [ntok][ld_x], the backend's own row format). Last, so the
+     * positional initializer of the CUDA table (C++17) need not name it. */
+    void (*matmul_a8)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
+                      const cq_job *jobs, uint32_t njobs);
 } needle_backend_ops;
 
 typedef struct needle_backend_impl {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "kernels/cpu/a8.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -30,6 +31,7 @@ typedef struct cpu_scratch {
 typedef struct cpu_session {
     cpu_pool *pool;
     const cpu_kernels *kern;
+    const a8_kernels *a8; /* W·A8 kernels of the same level (used when s->a8) */
     int n_threads;     /* the pool's, the caller included */
     cpu_scratch *th;   /* [n_threads] */
     float *th_mem;     /* backs every th[i] */
@@ -38,6 +40,13 @@ typedef struct cpu_session {
 } cpu_session;
 
 static cpu_session *cs_of(const backend_ctx *s) { return (cpu_session *)s->dev; }
+
+/* Rotates x for products with w, or under W·A8 (a QAT point) writes its quantized row. */
+static void act_rotate(const backend_ctx *s, const cq_matrix *w, const float *x, float *out) {
+    const cpu_session *c = cs_of(s);
+    if (s->a8) c->a8->rotate(w, x, out);
+    else c->kern->rotate(w, x, out);
+}
 
 /* ---- work sharing over the pool ---------------------------------------------------- */
 
@@ -153,6 +162,19 @@ static int cpu_session_init(backend_ctx *s) {
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for CPU scratch");
     }
     c->kern = cpu_pool_kernels(c->pool);
+    c->a8 = a8_kernels_named(c->kern->name);
+    if (!c->a8) c->a8 = &a8_kernels_scalar;
+    if (s->a8) {
+        const cq_matrix *act[] = {&m->layers[0].q_proj, &m->layers[0].out_proj, &m->embedding,
+                                  m->n_sites ? &m->sites[0].key_proj : &m->embedding};
+        for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
+            if (!a8_supported(act[i])) {
+                cpu_session_free(s);
+                return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session: W·A8 needs CQ "
+                                   "groups of 8..%u and inputs of at most %u columns",
+                                   A8_MAX_GROUP, A8_MAX_COLS);
+            }
+    }
     return NEEDLE_OK;
 }
 
@@ -240,6 +262,11 @@ static void cpu_matmul_op(backend_ctx *s, const float *xr, size_t ld_x,
     cpu_matmul(cs_of(s)->pool, xr, ld_x, ntok, jobs, njobs);
 }
 
+static void cpu_matmul_a8_op(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
+                             const cq_job *jobs, uint32_t njobs) {
+    a8_matmul_pool(cs_of(s)->pool, cs_of(s)->a8, xr, ld_x, ntok, jobs, njobs);
+}
+
 static void cpu_engram_gather(backend_ctx *s, const engram_site *es,
                               const uint32_t *slots, uint32_t n, float *er) {
     const model_weights *m = s->m;
@@ -253,7 +280,7 @@ static void cpu_engram_gather(backend_ctx *s, const engram_site *es,
             if (slot == ENGRAM_MASKED) memset(dst, 0, m->sub_dim * sizeof *dst);
             else c->kern->dequant_row(&es->tables, j * m->slots + slot, dst, c->th[0].tmp);
         }
-        c->kern->rotate(&es->key_proj, e, er + (size_t)i * ecols);
+        act_rotate(s, &es->key_proj, e, er + (size_t)i * ecols);
     }
 }
 
@@ -332,7 +359,7 @@ static void lane_read_token(backend_ctx *s, const void *ctx, uint32_t i, int thr
     }
     float *h = a->h_all + (size_t)i * d;
     nm_zc_norm(bx, l->norm_in, d, h);
-    c->kern->rotate(&l->q_proj, h, a->hr + (size_t)i * h_ld);
+    act_rotate(s, &l->q_proj, h, a->hr + (size_t)i * h_ld);
 }
 
 static void cpu_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *lanes,
@@ -411,7 +438,7 @@ static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
         const attend_args a = {li, t, cs, q_all + (size_t)i * A, gate_all + (size_t)i * A,
                                o_all + (size_t)i * o_ld};
         par_for(s, m->n_heads, attend_head, &a);
-        cs_of(s)->kern->rotate(&l->out_proj, a.o, a.o);
+        act_rotate(s, &l->out_proj, a.o, a.o);
     }
 }
 
@@ -538,7 +565,7 @@ static void final_hidden_token(backend_ctx *s, const void *ctx, uint32_t i,
         xbar[k] = acc / (float)nl;
     }
     nm_zc_norm(xbar, m->final_norm, d, xbar);
-    c->kern->rotate(&m->embedding, xbar, c->out_rot + (size_t)i * m->embedding.cols_pad);
+    act_rotate(s, &m->embedding, xbar, c->out_rot + (size_t)i * m->embedding.cols_pad);
 }
 
 static void cpu_logits(backend_ctx *s, const float *lanes, uint32_t count, float *out,
@@ -547,7 +574,8 @@ static void cpu_logits(backend_ctx *s, const float *lanes, uint32_t count, float
     const cpu_session *c = cs_of(s);
     par_for(s, count, final_hidden_token, lanes);
     const cq_job tied[] = {{&m->embedding, 0, m->vocab, out, m->vocab}};
-    cpu_matmul(c->pool, c->out_rot, m->embedding.cols_pad, count, tied, 1);
+    if (s->a8) a8_matmul_pool(c->pool, c->a8, c->out_rot, m->embedding.cols_pad, count, tied, 1);
+    else cpu_matmul(c->pool, c->out_rot, m->embedding.cols_pad, count, tied, 1);
     if (argmax)
         for (uint32_t i = 0; i < count; i++) {
             const float *row = out + (size_t)i * m->vocab;
@@ -578,4 +606,5 @@ const needle_backend_ops cpu_backend_ops = {
     .hadamard_mlp = cpu_hadamard_mlp,
     .lane_write = cpu_lane_write,
     .logits = cpu_logits,
+    .matmul_a8 = cpu_matmul_a8_op,
 };

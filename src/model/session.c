@@ -19,6 +19,7 @@ needle_session_params needle_session_default_params(void) {
     p.kv_window = -1;
     p.n_sinks = 0;
     p.kv_type = NEEDLE_KV_F32;
+    p.activations = NEEDLE_ACT_DEFAULT;
     return p;
 }
 
@@ -99,6 +100,25 @@ static int kv_cache_alloc(needle_session *s, uint32_t slots) {
     return NEEDLE_OK;
 }
 
+/* needle_session_params.activations (and env NEEDLE_A8 for the default) to a flag. */
+static int resolve_activations(int32_t act, const needle_backend_ops *ops, int *a8) {
+    if (act < NEEDLE_ACT_DEFAULT || act > NEEDLE_ACT_A8)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: unknown activations %d",
+                           act);
+    *a8 = act == NEEDLE_ACT_A8;
+    if (act == NEEDLE_ACT_DEFAULT) {
+        const char *env = getenv("NEEDLE_A8");
+        if (env && *env && strcmp(env, "0") && strcmp(env, "1"))
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "NEEDLE_A8=%.40s is not 0 or 1",
+                               env);
+        *a8 = env && !strcmp(env, "1");
+    }
+    if (*a8 && !ops->matmul_a8)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: this backend has no "
+                           "W·A8 mode (activations = A8 or NEEDLE_A8=1)");
+    return NEEDLE_OK;
+}
+
 int session_create_with_ops(const needle_model *m, const needle_session_params *params,
                             const needle_backend_ops *ops, needle_session **out) {
     if (!m || !out || !ops)
@@ -112,6 +132,9 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     if (p.kv_window < -1)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: kv_window %d < -1",
                            p.kv_window);
+    int a8 = 0;
+    int act_rc = resolve_activations(p.activations, ops, &a8);
+    if (act_rc) return act_rc;
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : m->info.max_seq_len;
     if (n_ctx > (1u << 24))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: n_ctx %u too large",
@@ -130,6 +153,7 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     s->bk.window = window;
     s->bk.n_sinks = p.n_sinks;
     s->bk.kv_type = p.kv_type;
+    s->bk.a8 = a8;
     s->bk.chunk = DEFAULT_CHUNK;
     s->bk.n_threads = m->n_threads;
     int rc = ops->session_init(&s->bk);
