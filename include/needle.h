@@ -186,7 +186,10 @@ typedef struct needle_model_info {
     /* Needle 3 (generation 3). For a Needle 2 file: generation 2, out_vocab = vocab,
      * qk_head_dim = v_head_dim = head_dim, file_layers = num_layers, the rest 0. For a
      * Needle 3 file head_dim = qk_head_dim, and num_layers, engram sites and the global
-     * layers are those of the rung being run (needle_model_params.depth). */
+     * layers are those of the rung being run (needle_model_params.depth). kv_window is
+     * the header's value; a Needle 3 session attends over its whole context unless given
+     * a kv_window (which must hold sliding_window), and keeps an f32 KV cache. The logits
+     * a session returns stay [vocab] wide, with -inf from out_vocab on. */
     uint32_t generation;
     uint32_t out_vocab;       /* logit rows; ids >= out_vocab are input-only (-inf logits) */
     uint32_t qk_head_dim;

@@ -178,6 +178,66 @@ static void test_parity_rungs(void) {
     check_parity("v3c_rung2", "v3c.cact", 2);
 }
 
+/* Record `name` of model m: its bytes in `img` (NULL if absent). */
+static const uint8_t *record(const needle_model *m, const uint8_t *img, const char *name,
+                             uint64_t *nbytes) {
+    needle_model_info info = {.size = sizeof info};
+    needle_model_get_info(m, &info);
+    for (uint32_t i = 0; i < info.num_tensors; i++) {
+        needle_tensor_info t = {.size = sizeof t};
+        if (needle_model_get_tensor(m, i, &t) == NEEDLE_OK && strcmp(t.name, name) == 0) {
+            *nbytes = t.nbytes;
+            return img + t.offset;
+        }
+    }
+    return NULL;
+}
+
+/* The official rung export holds the parent file's records of the layers it keeps, byte
+ * for byte: what makes running the parent at a depth the same model as the rung file. */
+static void check_rung_records(const char *parent, const char *rung, uint32_t depth) {
+    size_t np, nr;
+    uint8_t *ip = read_file(fixture_path(parent), &np), *ir = read_file(fixture_path(rung), &nr);
+    needle_model *mp = NULL, *mr = NULL;
+    CHECK(ip && ir);
+    if (ip && ir) {
+        CHECK_EQ_INT(needle_model_open_blob(ip, np, NULL, &mp), NEEDLE_OK);
+        CHECK_EQ_INT(needle_model_open_blob(ir, nr, NULL, &mr), NEEDLE_OK);
+    }
+    if (mp && mr) {
+        needle_model_info info = {.size = sizeof info};
+        needle_model_get_info(mp, &info);
+        uint32_t kept[64];
+        model3_ladder_layers(info.file_layers, depth, kept);
+        uint32_t compared = 0;
+        static const char *parts[] = {"norm_in", "q_proj", "k_proj", "v_proj", "q_taps",
+                                      "gate_proj", "out_proj", "attn_gate", "d1", "b2",
+                                      "w2a", "w3b", "cond_u"};
+        for (uint32_t i = 0; i < depth; i++)
+            for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+                char a[48], b[48];
+                snprintf(a, sizeof a, "layer%u.%s", kept[i], parts[k]);
+                snprintf(b, sizeof b, "layer%u.%s", i, parts[k]);
+                uint64_t na = 0, nb = 0;
+                const uint8_t *ra = record(mp, ip, a, &na), *rb = record(mr, ir, b, &nb);
+                if (!ra && !rb) continue; /* no conv taps in this file */
+                CHECK_MSG(ra && rb && na == nb && memcmp(ra, rb, na) == 0,
+                          "%s %s != %s %s", parent, a, rung, b);
+                compared++;
+            }
+        CHECK(compared >= depth * 10);
+    }
+    needle_model_free(mp);
+    needle_model_free(mr);
+    free(ip);
+    free(ir);
+}
+
+static void test_rung_records(void) {
+    check_rung_records("v3/v3a.cact", "v3/v3a_rung3.cact", 3);
+    check_rung_records("v3/v3c.cact", "v3/v3c_rung2.cact", 2);
+}
+
 /* The bisection order of NEEDLE3-NOTES.md §2 for 20 layers, rung by rung. */
 static void test_ladder_order(void) {
     static const uint32_t order20[20] = {0, 19, 9, 14, 4, 6, 11, 16, 2, 7,
@@ -324,6 +384,7 @@ int main(void) {
     RUN(test_ladder_order);
     RUN(test_parity_models);
     RUN(test_parity_rungs);
+    RUN(test_rung_records);
     RUN(test_depth_rejected);
     RUN(test_info_and_sessions);
     RUN(test_tokenizer_ids);

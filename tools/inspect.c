@@ -32,8 +32,9 @@ static void print_info(const char *path, const needle_model_info *in, double loa
     printf("kv_bits         %u\n", in->kv_bits);
     printf("rope_theta      %g\n", (double)in->rope_theta);
     printf("engram          %u sites [", in->num_engram_sites);
-    for (uint32_t i = 0; i < in->num_engram_sites; i++)
-        printf(i ? ", %u" : "%u", in->engram_sites[i]);
+    /* engram_sites holds 4; a Needle 3 file may have up to 16 sites */
+    for (uint32_t i = 0; i < in->num_engram_sites && i < 16; i++)
+        printf(i ? ", %u" : "%u", in->engram_sites_all[i]);
     printf("], orders [");
     for (uint32_t i = 0; i < in->num_engram_orders; i++)
         printf(i ? ", %u" : "%u", in->engram_orders[i]);
@@ -53,10 +54,7 @@ static void print_info(const char *path, const needle_model_info *in, double loa
     for (uint32_t i = 0, k = 0; i < 64; i++)
         if (in->global_layers >> i & 1) printf(k++ ? ", %u" : "%u", i);
     printf("], %u conv taps on q/k/v\n", in->qkv_conv_taps);
-    printf("engram sites    [");
-    for (uint32_t i = 0; i < in->num_engram_sites; i++)
-        printf(i ? ", %u" : "%u", in->engram_sites_all[i]);
-    printf("], seed heads %u\n", in->engram_seed_heads);
+    printf("engram seeds    %u heads (0: the heads per order)\n", in->engram_seed_heads);
     printf("layers run      %u of %u in the file\n", in->num_layers, in->file_layers);
 }
 

@@ -14,6 +14,7 @@
 
 #include "model/model.h"
 #include "util/error.h"
+#include "util/fp16.h"
 
 typedef struct model3_state {
     layer3_weights *layers3;
@@ -260,8 +261,15 @@ int model3_bind(struct needle_model *m) {
         m->rope_freq[j] = 1.0f / powf(h->rope_theta, expo);
     }
     if (f->tokenizer_index >= 0) {
+        /* The 3.x exporter allows fewer pieces than embedding rows (the rest are
+         * input-only codes); ids past the pieces have no text. */
         const cact_tensor *t = &f->tensors[f->tokenizer_index];
-        int rc = tokenizer_create(t->data, (size_t)t->nbytes, h->vocab, &m->tok);
+        const uint32_t pieces = t->nbytes >= 4 ? rd_u32(t->data) : 0;
+        if (pieces > h->vocab)
+            return needle_fail(NEEDLE_ERR_FORMAT, "tokenizer: %u pieces, more than the header "
+                               "vocab %u", pieces, h->vocab);
+        int rc = tokenizer_create(t->data, (size_t)t->nbytes, pieces ? pieces : h->vocab,
+                                  &m->tok);
         if (rc) return rc;
     }
     fill_info3(m, site_layers, gmask);
