@@ -121,21 +121,29 @@ void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
 
 /* ---- the Monarch MLP ------------------------------------------------------------------ */
 
-/* z := vec(a^T reshape(z, ba, bb) b) (row-major), a [ba][ba], b [bb][bb]; tmp [ba*bb]. */
+/* z := vec(a^T reshape(z, ba, bb) b) (row-major), a [ba][ba], b [bb][bb]; tmp [ba*bb].
+ * Rows are accumulated whole (contiguous, vectorizable inner loops); each output still
+ * sums its terms in index order. */
 static void kron_apply(float *z, const float *a, uint32_t ba, const float *b, uint32_t bb,
                        float *tmp) {
-    for (uint32_t i = 0; i < ba; i++)
-        for (uint32_t l = 0; l < bb; l++) {
-            float acc = 0.0f;
-            for (uint32_t j = 0; j < bb; j++) acc += z[i * bb + j] * b[(size_t)j * bb + l];
-            tmp[i * bb + l] = acc;
+    for (uint32_t i = 0; i < ba; i++) {
+        float *t = tmp + (size_t)i * bb;
+        memset(t, 0, bb * sizeof *t);
+        for (uint32_t j = 0; j < bb; j++) {
+            const float zij = z[(size_t)i * bb + j];
+            const float *bj = b + (size_t)j * bb;
+            for (uint32_t l = 0; l < bb; l++) t[l] += zij * bj[l];
         }
-    for (uint32_t k = 0; k < ba; k++)
-        for (uint32_t l = 0; l < bb; l++) {
-            float acc = 0.0f;
-            for (uint32_t i = 0; i < ba; i++) acc += a[(size_t)i * ba + k] * tmp[i * bb + l];
-            z[k * bb + l] = acc;
+    }
+    for (uint32_t k = 0; k < ba; k++) {
+        float *o = z + (size_t)k * bb;
+        memset(o, 0, bb * sizeof *o);
+        for (uint32_t i = 0; i < ba; i++) {
+            const float aik = a[(size_t)i * ba + k];
+            const float *t = tmp + (size_t)i * bb;
+            for (uint32_t l = 0; l < bb; l++) o[l] += aik * t[l];
         }
+    }
 }
 
 /* dst[i] = src[perm[i]] */
@@ -154,10 +162,10 @@ void cpu_monarch_mlp(backend_ctx *s, uint32_t li, uint32_t n, const float *h_all
         const float *h = h_all + (size_t)t * d;
         float *out = out_all + (size_t)t * d;
         /* cond = 1 + softmax(h cond_v) cond_u, the softmax over the rank axis */
-        for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) {
-            float acc = 0.0f;
-            for (uint32_t k = 0; k < d; k++) acc += h[k] * l3->cond_v[(size_t)k * MODEL3_COND_RANK + r];
-            sm[r] = acc;
+        for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) sm[r] = 0.0f;
+        for (uint32_t k = 0; k < d; k++) {
+            const float hk = h[k], *v = l3->cond_v + (size_t)k * MODEL3_COND_RANK;
+            for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) sm[r] += hk * v[r];
         }
         const float sum = nm_softmax_exp(sm, MODEL3_COND_RANK);
         for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) sm[r] /= sum;
@@ -165,11 +173,14 @@ void cpu_monarch_mlp(backend_ctx *s, uint32_t li, uint32_t n, const float *h_all
         for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
         kron_apply(z, l3->w1a, ba, l3->w1b, bb, tmp);
         gather(y, z, m->perm1, N);
+        /* tmp := softmax . cond_u, rank by rank (contiguous rows) */
+        memset(tmp, 0, N * sizeof *tmp);
+        for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) {
+            const float w = sm[r], *u = l3->cond_u + (size_t)r * N;
+            for (uint32_t i = 0; i < N; i++) tmp[i] += w * u[i];
+        }
         for (uint32_t i = 0; i < N; i++) {
-            float cond = 0.0f;
-            for (uint32_t r = 0; r < MODEL3_COND_RANK; r++)
-                cond += sm[r] * l3->cond_u[(size_t)r * N + i];
-            const float pre = l->d2[i] * (1.0f + cond) * y[i] + l3->b2[i];
+            const float pre = l->d2[i] * (1.0f + tmp[i]) * y[i] + l3->b2[i];
             y[i] = pre * nm_sigmoid(pre);
         }
         kron_apply(y, l3->w2a, ba, l3->w2b, bb, tmp);
