@@ -159,6 +159,10 @@ typedef struct needle_backend_ops {
     void (*logits)(backend_ctx *s, const float *lanes, uint32_t count, float *out,
                    int32_t *argmax);
 
+    /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
+     * for a device error seen since the last call. Called at the end of each forward. */
+    int (*finish)(backend_ctx *s);
+
     /* ---- Needle 3 (optional: NULL where this backend cannot run a Needle 3 model) ---- */
     /* For tokens at t = p0 + i, in order (NEEDLE3-NOTES.md §2): the causal conv taps over
      * the raw projections (earlier positions from s->qkv_hist, which this op keeps), per
@@ -175,10 +179,6 @@ typedef struct needle_backend_ops {
      * b2))[p2]))[:d] with cond = 1 + softmax(h cond_v) cond_u. h, out: [n][d]. */
     void (*monarch_mlp)(backend_ctx *s, uint32_t layer, uint32_t n, const float *h,
                         float *out);
-
-    /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
-     * for a device error seen since the last call. Called at the end of each forward. */
-    int (*finish)(backend_ctx *s);
 } needle_backend_ops;
 
 typedef struct needle_backend_impl {
