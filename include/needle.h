@@ -112,6 +112,10 @@ typedef struct needle_model_params {
      * forced backend that is unknown, not built in, or without a device fails the open
      * with NEEDLE_ERR_BACKEND; there is no silent fallback. */
     const char *backend;
+    /* Needle 3: run the `depth`-layer rung of the file's ladder (the official bisection
+     * order, without copying weights); 0 = every layer. Must be 0 or in [2, layers] for a
+     * Needle 3 file and 0 for a Needle 2 file (NEEDLE_ERR_INVALID_ARGUMENT otherwise). */
+    int32_t depth;
 } needle_model_params;
 
 NEEDLE_API needle_model_params needle_model_default_params(void);
@@ -179,6 +183,24 @@ typedef struct needle_model_info {
     int32_t has_tokenizer; /* 1 if a RAW tokenizer blob is present */
     uint32_t num_probe_heads;
     uint32_t probe_head_codes[8]; /* 1 = contrastive, 2 = confidence */
+    /* Needle 3 (generation 3). For a Needle 2 file: generation 2, out_vocab = vocab,
+     * qk_head_dim = v_head_dim = head_dim, file_layers = num_layers, the rest 0. For a
+     * Needle 3 file head_dim = qk_head_dim, and num_layers, engram sites and the global
+     * layers are those of the rung being run (needle_model_params.depth). kv_window is
+     * the header's value; a Needle 3 session attends over its whole context unless given
+     * a kv_window (which must hold sliding_window), and keeps an f32 KV cache. The logits
+     * a session returns stay [vocab] wide, with -inf from out_vocab on. */
+    uint32_t generation;
+    uint32_t out_vocab;       /* logit rows; ids >= out_vocab are input-only (-inf logits) */
+    uint32_t qk_head_dim;
+    uint32_t v_head_dim;
+    uint32_t sliding_window;  /* local layers attend to the last sliding_window positions */
+    uint64_t global_layers;   /* bit i: layer i attends over the whole context */
+    uint32_t qkv_conv_taps;   /* causal conv taps on q, k, v (0 = none) */
+    uint32_t engram_seed_heads;
+    uint32_t file_layers;     /* layers stored in the file */
+    uint32_t engram_sites_all[16]; /* all num_engram_sites sites (engram_sites: the first 4) */
+    uint64_t layers_run;      /* bit i: file layer i runs (the rung's layers; all at depth 0) */
 } needle_model_info;
 
 NEEDLE_API int needle_model_get_info(const needle_model *model, needle_model_info *out);

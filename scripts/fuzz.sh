@@ -48,6 +48,8 @@ seeds() {
     local d=$BUILD/seeds-cact
     mkdir -p "$d"
     cp -f tests/fixtures/tiny_cq2.cact tests/fixtures/tiny_ternary.cact tests/fixtures/tinyb_cq2.cact "$d"/
+    # Needle 3 (format/cact3.c): the smallest v3 fixture
+    cp -f tests/fixtures/v3/v3c.cact "$d"/v3c.cact
     echo "$d"
   else
     echo "tests/fuzz/corpus/$t"

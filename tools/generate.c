@@ -139,12 +139,14 @@ static int write_logits(const char *path, const float *logits, size_t count) {
 static int run_logits(const cli_command *self, int argc, char **argv) {
     const char *weights = NULL, *tokens = NULL, *out = NULL;
     int incremental = 0;
+    long depth = 0;
     cli_session_options so = CLI_SESSION_OPTIONS_INIT;
     const cli_option opts[] = {
         {"--weights", "-w", CLI_TEXT, &weights, 0, 0, NULL},
         {"--tokens", NULL, CLI_TEXT, &tokens, 0, 0, NULL},
         {"--out", "-o", CLI_TEXT, &out, 0, 0, NULL},
         {"--incremental", NULL, CLI_FLAG, &incremental, 0, 0, NULL},
+        {"--depth", NULL, CLI_LONG, &depth, 0, 64, NULL},
         CLI_SESSION_OPTIONS(&so),
         {0}};
     const int st = cli_parse(self, argc, argv, opts, NULL, 0);
@@ -162,7 +164,9 @@ static int run_logits(const cli_command *self, int argc, char **argv) {
         return cli_no_weights();
     }
     needle_model *m;
-    int rc = needle_model_open(weights, NULL, &m);
+    needle_model_params mp = needle_model_default_params();
+    mp.depth = (int32_t)depth;
+    int rc = needle_model_open(weights, &mp, &m);
     if (rc) {
         free(ids);
         return cli_lib_error(weights, rc);
@@ -181,8 +185,12 @@ static int run_logits(const cli_command *self, int argc, char **argv) {
         rc = needle_session_eval(s, ids, n, logits, n * info.vocab);
     }
     if (rc) { rc = cli_lib_error("eval", rc); goto done; }
-    if ((rc = write_logits(out, logits, n * info.vocab))) goto done;
-    fprintf(stderr, "wrote %zu x %u float32 logits to %s\n", n, info.vocab, out);
+    /* rows of the output head only: a Needle 3 file's ids past out_vocab are input-only */
+    for (size_t i = 1; i < n; i++)
+        memmove(logits + i * info.out_vocab, logits + i * info.vocab,
+                info.out_vocab * sizeof *logits);
+    if ((rc = write_logits(out, logits, n * info.out_vocab))) goto done;
+    fprintf(stderr, "wrote %zu x %u float32 logits to %s\n", n, info.out_vocab, out);
 done:
     free(ids);
     free(logits);
@@ -196,13 +204,15 @@ const cli_command cli_logits = {
     "usage: needle logits [--weights FILE] --tokens IDS --out FILE [options]\n"
     "\n"
     "Evaluates the token ids IDS (comma-separated, e.g. 2,17,99; BOS is not added) and\n"
-    "writes the logits after every position as float32 little-endian [n_tokens][vocab].\n"
+    "writes the logits after every position as float32 little-endian [n_tokens][vocab]\n"
+    "(Needle 3: [n_tokens][out_vocab], the output head's rows).\n"
     "\n"
     "options:\n"
     CLI_WEIGHTS_HELP
     "  --tokens IDS            the token ids, comma-separated\n"
     "  -o, --out FILE          where to write the logits\n"
     "  --incremental           one token per step instead of one prefill over all\n"
+    "  --depth N               Needle 3: run the N-layer rung of the file's ladder\n"
     CLI_SESSION_OPTIONS_HELP
     "  -h, --help              this text\n",
     run_logits};

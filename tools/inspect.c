@@ -32,8 +32,9 @@ static void print_info(const char *path, const needle_model_info *in, double loa
     printf("kv_bits         %u\n", in->kv_bits);
     printf("rope_theta      %g\n", (double)in->rope_theta);
     printf("engram          %u sites [", in->num_engram_sites);
-    for (uint32_t i = 0; i < in->num_engram_sites; i++)
-        printf(i ? ", %u" : "%u", in->engram_sites[i]);
+    /* engram_sites holds 4; a Needle 3 file may have up to 16 sites */
+    for (uint32_t i = 0; i < in->num_engram_sites && i < 16; i++)
+        printf(i ? ", %u" : "%u", in->engram_sites_all[i]);
     printf("], orders [");
     for (uint32_t i = 0; i < in->num_engram_orders; i++)
         printf(i ? ", %u" : "%u", in->engram_orders[i]);
@@ -45,6 +46,35 @@ static void print_info(const char *path, const needle_model_info *in, double loa
     for (uint32_t i = 0; i < in->num_probe_heads; i++)
         printf(i ? ", %s" : " (%s", in->probe_head_codes[i] == 1 ? "contrastive" : "confidence");
     printf(in->num_probe_heads ? ")\n" : "\n");
+    if (in->generation != 3) return;
+    printf("generation      3 (Needle 3)\n");
+    printf("out_vocab       %u\n", in->out_vocab);
+    printf("head dims       qk %u, v %u\n", in->qk_head_dim, in->v_head_dim);
+    printf("attention       sliding window %u, global layers [", in->sliding_window);
+    for (uint32_t i = 0, k = 0; i < 64; i++)
+        if (in->global_layers >> i & 1) printf(k++ ? ", %u" : "%u", i);
+    printf("], %u conv taps on q/k/v\n", in->qkv_conv_taps);
+    printf("engram seeds    %u heads (0: the heads per order)\n", in->engram_seed_heads);
+    printf("layers run      %u of %u in the file\n", in->num_layers, in->file_layers);
+}
+
+/* The ladder of a Needle 3 file: the file layers each rung (--depth) runs. */
+static void print_rungs(const char *path, const needle_model_info *in) {
+    if (in->generation != 3 || in->file_layers < 2) return;
+    printf("ladder          depth: file layers run\n");
+    for (uint32_t depth = 2; depth <= in->file_layers; depth++) {
+        needle_model_params mp = needle_model_default_params();
+        mp.depth = (int32_t)depth;
+        needle_model *r;
+        if (needle_model_open(path, &mp, &r) != NEEDLE_OK) return;
+        needle_model_info ri = {.size = sizeof ri};
+        needle_model_get_info(r, &ri);
+        needle_model_free(r);
+        printf("  %3u:", depth);
+        for (uint32_t i = 0; i < 64; i++)
+            if (ri.layers_run >> i & 1) printf(" %u", i);
+        printf("\n");
+    }
 }
 
 static void print_tensors(const needle_model *m, uint32_t n) {
@@ -84,6 +114,7 @@ static int run_inspect(const cli_command *self, int argc, char **argv) {
     needle_model_info in = {.size = sizeof in};
     needle_model_get_info(m, &in);
     print_info(file, &in, load_ms);
+    print_rungs(file, &in);
     print_tensors(m, in.num_tensors);
     needle_model_free(m);
     return 0;

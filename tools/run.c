@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "chat_input.h"
 #include "cli.h"
@@ -22,6 +23,7 @@ typedef struct agent_options {
     const char *tool_index;
     long top_k, retrieval_threshold;
     int top_k_set, threshold_set;
+    int date;              /* --date: the 3.x date fact in front of the system prompt */
     cli_session_options session;
 } agent_options;
 
@@ -38,6 +40,7 @@ typedef struct agent_options {
     {"--top-k", NULL, CLI_LONG, &(o)->top_k, 1, 64, &(o)->top_k_set},                \
     {"--retrieval-threshold", NULL, CLI_LONG, &(o)->retrieval_threshold, 0, 1L << 30, \
      &(o)->threshold_set},                                                           \
+    {"--date", NULL, CLI_FLAG, &(o)->date, 0, 0, NULL},                              \
     CLI_SESSION_OPTIONS(&(o)->session)
 
 #define AGENT_OPTIONS_HELP                                                                  \
@@ -58,6 +61,8 @@ typedef struct agent_options {
     "                          closest to its first query\n"                             \
     "  --top-k K               how many tools retrieval keeps (1-64, default 5)\n"        \
     "  --tool-index FILE       cache of the tool embeddings (made or refreshed as needed)\n" \
+    "  --date                  put today's date fact in front of the system prompt as\n"   \
+    "                          cactus-needle 3.x does ('date: 2026-12-03 Thu 22:40; ...')\n" \
     CLI_SESSION_OPTIONS_HELP                                                                \
     "  -h, --help              this text\n"
 
@@ -125,6 +130,36 @@ static char *load_tools(const char *arg) {
 /* Settles the options' defaults (the sampling seed, the default model), then opens the
  * model and a session bound to the tools. Returns 0, or the exit status after printing
  * the error. */
+/* The system prompt with the local date fact in front, by the rules of cactus-needle
+ * 3.2.8 (_with_date_fact): unchanged if it already has a `date:` key (not the tail of a
+ * longer word) or a YYYY-MM-DD stamp, or if it is a JSON object; the fact alone if it is
+ * blank; else "date: YYYY-MM-DD Ddd HH:MM; " + system. Returns malloc'd text or NULL. */
+static char *with_date_fact(const char *system) {
+    int has_fact = 0, blank = 1;
+    for (const char *p = system; *p; p++) {
+        if (!strncmp(p, "date:", 5) &&
+            !(p > system && ((p[-1] | 32) >= 'a' && (p[-1] | 32) <= 'z')))
+            has_fact = 1;
+        int stamp = 1;
+        for (int k = 0; k < 10 && stamp; k++)
+            stamp = p[k] && (k == 4 || k == 7 ? p[k] == '-' : (p[k] >= '0' && p[k] <= '9'));
+        if (stamp) has_fact = 1;
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') blank = 0;
+    }
+    const char *lead = system;
+    while (*lead == ' ' || *lead == '\t' || *lead == '\n' || *lead == '\r') lead++;
+    if (has_fact || (!blank && *lead == '{')) return strdup(system);
+    char fact[64];
+    const time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(fact, sizeof fact, "date: %Y-%m-%d %a %H:%M", &tm);
+    const size_t n = strlen(fact) + strlen(system) + 3;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, blank ? "%s" : "%s; %s", fact, system);
+    return out;
+}
+
 static int open_agent(const cli_command *self, agent_options *o, needle_model **m,
                       needle_session **s) {
     *m = NULL;
@@ -148,15 +183,20 @@ static int open_agent(const cli_command *self, agent_options *o, needle_model **
         /* as the official ABI: a sliding window bounds memory, so positions need no cap */
         needle_model_info info = {.size = sizeof info};
         needle_model_get_info(*m, &info);
-        if (info.kv_window && so.window != 0) so.n_ctx = 1 << 20;
+        /* (Needle 3 sessions attend over the whole context: max_seq_len bounds it) */
+        if (info.kv_window && so.window != 0 && info.generation != 3) so.n_ctx = 1 << 20;
     }
     if (rc == 0) rc = cli_session_create(*m, &so, s);
     if (rc == 0) {
+        char *system = o->date ? with_date_fact(o->system ? o->system : "")
+                               : strdup(o->system ? o->system : "");
         needle_tools_params tp = needle_tools_default_params();
         if (o->top_k_set) tp.top_k = (uint32_t)o->top_k;
         if (o->threshold_set) tp.retrieval_threshold = (uint32_t)o->retrieval_threshold;
         tp.tool_index_path = o->tool_index;
-        const int st = needle_session_set_tools_ex(*s, o->system ? o->system : "", tools, &tp);
+        const int st = system ? needle_session_set_tools_ex(*s, system, tools, &tp)
+                              : NEEDLE_ERR_OUT_OF_MEMORY;
+        free(system);
         if (st) rc = cli_lib_error("tools", st);
     }
     free(tools);

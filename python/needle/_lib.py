@@ -70,6 +70,18 @@ class ModelInfo(ctypes.Structure):
         ("has_tokenizer", ctypes.c_int32),
         ("num_probe_heads", ctypes.c_uint32),
         ("probe_head_codes", ctypes.c_uint32 * 8),
+        # Needle 3 (generation 3)
+        ("generation", ctypes.c_uint32),
+        ("out_vocab", ctypes.c_uint32),
+        ("qk_head_dim", ctypes.c_uint32),
+        ("v_head_dim", ctypes.c_uint32),
+        ("sliding_window", ctypes.c_uint32),
+        ("global_layers", ctypes.c_uint64),
+        ("qkv_conv_taps", ctypes.c_uint32),
+        ("engram_seed_heads", ctypes.c_uint32),
+        ("file_layers", ctypes.c_uint32),
+        ("engram_sites_all", ctypes.c_uint32 * 16),
+        ("layers_run", ctypes.c_uint64),
     ]
 
 
@@ -78,6 +90,7 @@ class ModelParams(ctypes.Structure):
         ("size", ctypes.c_uint32),
         ("n_threads", ctypes.c_int32),
         ("backend", ctypes.c_char_p),
+        ("depth", ctypes.c_int32),  # Needle 3 ladder rung (0 = every layer)
     ]
 
 

@@ -202,7 +202,10 @@ def _acquire_model(path: str, backend: Optional[str] = None) -> _Model:
             if rc:
                 L.needle_model_free(h)
                 check(rc)
-            m = _Model(key, h, int(info.kv_window), L.needle_model_backend(h).decode())
+            # a Needle 3 session attends over its whole context (max_seq_len bounds it),
+            # so its header kv_window must not unbound the context
+            window = int(info.kv_window) if info.generation != 3 else 0
+            m = _Model(key, h, window, L.needle_model_backend(h).decode())
             _models[key] = m
         m.refs += 1
         return m

@@ -22,6 +22,24 @@ needle_model_params needle_model_default_params(void) {
     return p;
 }
 
+/* The Needle 3 forward runs where the backend has its ops (attention3, monarch_mlp; the
+ * CPU today). A backend chosen automatically gives way to the CPU; one the caller forced
+ * (parameter or environment) is an error, never a silent switch. */
+static int backend_for_needle3(needle_model *m, const char *asked) {
+    const char *env[] = {"NEEDLE_BACKEND", "JAX_PLATFORMS", "JAX_PLATFORM_NAME"};
+    int forced = asked && *asked;
+    for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
+        const char *v = getenv(env[i]);
+        if (v && *v) forced = 1;
+    }
+    const needle_backend_impl *cpu = backend_find("cpu");
+    if (forced || !cpu)
+        return needle_fail(NEEDLE_ERR_BACKEND, "the %s backend cannot run Needle 3 models yet "
+                           "(the CPU backend can)", m->backend->name);
+    m->backend = cpu;
+    return NEEDLE_OK;
+}
+
 static int finish_open(needle_model *m, const needle_model_params *params, needle_model **out) {
     needle_model_params p = needle_model_default_params();
     int rc = struct_size_in(&p, params, sizeof p, "model_open: needle_model_params");
@@ -30,12 +48,15 @@ static int finish_open(needle_model *m, const needle_model_params *params, needl
         return rc;
     }
     m->n_threads = p.n_threads;
+    m->depth = p.depth;
     rc = backend_select(p.backend, &m->backend);
     if (rc) {
         needle_model_free(m);
         return rc;
     }
     rc = model_bind(m, m->image, m->image_size);
+    if (!rc && m->w.generation == 3 && !m->backend->ops->attention3)
+        rc = backend_for_needle3(m, p.backend);
     if (!rc && m->backend->ops->model_load)
         rc = m->backend->ops->model_load(&m->w, &m->device_weights);
     if (rc) {

@@ -72,7 +72,19 @@ typedef struct backend_ctx {
      * attention's o, engram_gather's er, the logits' final hidden) write quantized rows
      * for matmul_a8 instead of rotated floats. Set before session_init. */
     int a8;
+    /* Needle 3 (generation 3 sessions; NULL / 0 otherwise) */
+    float *qkv_hist;      /* conv taps: raw q|k|v projections of the last `qkv_ring`
+                           * positions, [layer][qkv_ring][H*qk + KV*qk + KV*v], ring by
+                           * position (lives after the engram ring in the session's
+                           * ev_hist, so checkpoints carry it) */
+    uint32_t qkv_ring;    /* conv_taps (>= 1) */
+    float *scratch3;      /* [scratch3_floats(m)] for the Needle 3 ops */
 } backend_ctx;
+
+/* Floats of backend_ctx.scratch3 a Needle 3 session needs. */
+static inline size_t backend_scratch3_floats(const model_weights *m) {
+    return 3 * (size_t)m->hada_n + 16 + 2 * (size_t)m->attn_dim;
+}
 
 typedef struct needle_backend_ops {
     /* ---- weights, once per model (optional: NULL when the ops read host weights) ---- */
@@ -160,6 +172,22 @@ typedef struct needle_backend_ops {
      * positional initializer of the CUDA table (C++17) need not name it. */
     void (*matmul_a8)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
                       const cq_job *jobs, uint32_t njobs);
+    /* ---- Needle 3 (optional: NULL where this backend cannot run a Needle 3 model) ---- */
+    /* For tokens at t = p0 + i, in order (NEEDLE3-NOTES.md §2): the causal conv taps over
+     * the raw projections (earlier positions from s->qkv_hist, which this op keeps), per
+     * head ZC norm and RoPE of q and k (rope_cs: host [n][qk_dim] = cos | sin), K and V
+     * into the cache (f32 rows of kv_dim), attention of a local layer over its last
+     * `window` positions, of a global one over the sinks and the session's window (or the
+     * whole context), scores scaled by 1/sqrt(qk_dim); o *= sigmoid(gate), o rotated for
+     * out_proj (ld out_proj.cols_pad). q: [n][H*qk], k: [n][KV*qk], v: [n][KV*v],
+     * gate: [n][H*v]; q, k, v are overwritten. */
+    void (*attention3)(backend_ctx *s, uint32_t layer, uint32_t p0, uint32_t n,
+                       const float *rope_cs, float *q, float *k, float *v, const float *gate,
+                       float *o);
+    /* The Monarch MLP: out[i] = (d4 * K3(d3 * K2(silu(d2 * cond * K1(d1 * pad(h))[p1] +
+     * b2))[p2]))[:d] with cond = 1 + softmax(h cond_v) cond_u. h, out: [n][d]. */
+    void (*monarch_mlp)(backend_ctx *s, uint32_t layer, uint32_t n, const float *h,
+                        float *out);
 } needle_backend_ops;
 
 typedef struct needle_backend_impl {

@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "kernels/cpu/a8.h"
+#include "backend/cpu_ops3.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -573,14 +574,15 @@ static void cpu_logits(backend_ctx *s, const float *lanes, uint32_t count, float
     const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     par_for(s, count, final_hidden_token, lanes);
-    const cq_job tied[] = {{&m->embedding, 0, m->vocab, out, m->vocab}};
+    /* rows [0, out_vocab) of the embedding are the output head (all of it for Needle 2) */
+    const cq_job tied[] = {{&m->embedding, 0, m->out_vocab, out, m->vocab}};
     if (s->a8) a8_matmul_pool(c->pool, c->a8, c->out_rot, m->embedding.cols_pad, count, tied, 1);
     else cpu_matmul(c->pool, c->out_rot, m->embedding.cols_pad, count, tied, 1);
     if (argmax)
         for (uint32_t i = 0; i < count; i++) {
             const float *row = out + (size_t)i * m->vocab;
             int32_t best = 0;
-            for (uint32_t v = 1; v < m->vocab; v++)
+            for (uint32_t v = 1; v < m->out_vocab; v++)
                 if (row[v] > row[best]) best = (int32_t)v;
             argmax[i] = best;
         }
@@ -607,4 +609,6 @@ const needle_backend_ops cpu_backend_ops = {
     .lane_write = cpu_lane_write,
     .logits = cpu_logits,
     .matmul_a8 = cpu_matmul_a8_op,
+    .attention3 = cpu_attention3,
+    .monarch_mlp = cpu_monarch_mlp,
 };

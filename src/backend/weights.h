@@ -15,7 +15,7 @@
 
 #include "kernels/cq.h"
 
-#define MODEL_MAX_SITES 4u
+#define MODEL_MAX_SITES 16u /* Needle 2 files hold 4, Needle 3 files 16 */
 #define MODEL_MAX_ORDERS 4u
 
 typedef struct layer_weights {
@@ -27,6 +27,21 @@ typedef struct layer_weights {
     cq_matrix k_proj, v_proj;                    /* [kvd][d] */
     cq_matrix out_proj;                          /* [d][A] */
 } layer_weights;
+
+#define MODEL3_COND_RANK 8u /* rank of the Monarch MLP's conditioning (cond_v, cond_u) */
+
+/* What a Needle 3 layer adds (NEEDLE3-NOTES.md §2): causal conv taps on the raw q/k/v
+ * projections, the attention span, and the Monarch MLP's trained factors. */
+typedef struct layer3_weights {
+    const float *q_taps, *k_taps, *v_taps; /* [conv_taps][H*qk], [..][KV*qk], [..][KV*v]; NULL
+                                             * without taps */
+    const float *b2, *d4;                  /* [hada_n] (d1, d2, d3 are in layer_weights) */
+    const float *w1a, *w2a, *w3a;          /* [ba][ba] */
+    const float *w1b, *w2b, *w3b;          /* [bb][bb] */
+    const float *cond_v;                   /* [d][8] */
+    const float *cond_u;                   /* [8][hada_n] */
+    uint32_t window;                       /* 0: global (full causal), else the local width */
+} layer3_weights;
 
 typedef struct engram_site {
     uint32_t layer;
@@ -52,6 +67,21 @@ typedef struct model_weights {
     cq_matrix phi_res;                   /* [L*n*n][n*d] */
     engram_site sites[MODEL_MAX_SITES];
     const float *final_norm;             /* [d] */
+
+    /* Needle 3 (generation 3). Needle 2 sets generation 2, qk_dim = v_dim = head_dim,
+     * out_vocab = vocab and leaves the rest zero. For Needle 3 head_dim = qk_dim, and
+     * attn_dim / kv_dim are the widest of the q|gate and k|v rows (buffer and cache row
+     * sizes). `layers` and `sites` are those of the rung being run (model depth). */
+    uint32_t generation;
+    uint32_t qk_dim, v_dim;              /* per-head widths of q/k and of v/gate/o */
+    uint32_t out_vocab;                  /* logits rows; later embedding rows are input-only */
+    uint32_t conv_taps;                  /* q/k/v causal conv taps (0 = none) */
+    uint32_t hada_ba, hada_bb;           /* Kronecker factor sizes, ba * bb = hada_n */
+    uint32_t seed_stride;                /* engram hash: seed index = order * stride + head */
+    const uint32_t *perm1, *perm2;       /* [hada_n] Monarch gathers z'[i] = z[perm[i]] */
+    layer3_weights *layers3;             /* [n_layers] */
+    const uint32_t *file_layer;          /* [n_layers] the file's layer each one runs: its
+                                          * rows of mhc_phi_* (a ladder rung skips some) */
 
     /* what a device backend uploads once per model (ops->model_load) */
     const uint8_t *image;                /* the validated .cact bytes the views point into */

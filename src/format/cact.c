@@ -6,6 +6,7 @@
  * shape the forward pass will index it with. All arithmetic on untrusted numbers is done
  * in 64 bits after bounding the factors, so no product can wrap. */
 #include "format/cact.h"
+#include "format/cact_walk.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,31 +16,6 @@
 #include "util/error.h"
 #include "util/fp16.h"
 
-/* Bounds on geometry values. They are far above any Needle configuration and exist so
- * that products of header fields stay well inside 64 bits and buffer sizes derived from
- * them stay allocatable. */
-#define MAX_VOCAB (1u << 22)
-#define MAX_D_MODEL (1u << 15)
-#define MAX_LAYERS 1024u
-#define MAX_HEADS 1024u
-#define MAX_HEAD_DIM 4096u
-#define MAX_SEQ_LEN (1u << 22)
-#define MAX_LANES 64u
-#define MAX_SLOTS (1u << 26)
-#define MAX_TABLES 256u
-#define MAX_TAPS 16u
-#define MAX_ORDER 16u
-#define MAX_GROUP 4096u
-
-enum expect_kind { EXPECT_FLOAT, EXPECT_CQ };
-
-typedef struct expected {
-    char name[40];
-    int kind;
-    uint32_t ndim;
-    uint64_t shape[4];
-} expected;
-
 static int fail(const char *fmt_prefix, uint32_t index, const char *what) {
     return needle_fail(NEEDLE_ERR_FORMAT, "%s tensor %u: %s", fmt_prefix, index, what);
 }
@@ -48,9 +24,9 @@ uint64_t cact_cq_row_bytes(uint64_t cols_pad, uint32_t bits) {
     return bits == CACT_BITS_TERNARY ? cols_pad / 4 : cols_pad * bits / 8;
 }
 
-static int is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
+int cact_is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
 
-static void set_expected(expected *e, const char *name, int kind, uint32_t ndim, uint64_t s0,
+void cact_expect(cact_expected *e, const char *name, int kind, uint32_t ndim, uint64_t s0,
                          uint64_t s1, uint64_t s2) {
     snprintf(e->name, sizeof e->name, "%s", name);
     e->kind = kind;
@@ -62,13 +38,13 @@ static void set_expected(expected *e, const char *name, int kind, uint32_t ndim,
 }
 
 /* The record the layout of §1.9 puts at `index` (index < the probe-head section). */
-static void expect_tensor(const cact_file *f, uint32_t index, expected *e) {
+static void expect_tensor(const cact_file *f, uint32_t index, cact_expected *e) {
     const cact_header *h = &f->h;
     uint64_t d = h->d_model, A = (uint64_t)h->num_heads * h->head_dim;
     uint64_t kvd = (uint64_t)h->num_kv_heads * h->head_dim, n = h->mhc_lanes, L = h->num_layers;
     char name[40];
     if (index == 0) {
-        set_expected(e, "embedding", EXPECT_CQ, 2, h->vocab, d, 0);
+        cact_expect(e, "embedding", EXPECT_CQ, 2, h->vocab, d, 0);
         return;
     }
     if (index < f->mhc_base) {
@@ -78,27 +54,27 @@ static void expect_tensor(const cact_file *f, uint32_t index, expected *e) {
                                         "attn_gate", "pre_hada", "d1", "d2", "d3"};
         snprintf(name, sizeof name, "layer%u.%s", layer, names[k]);
         switch (k) {
-        case 0: case 8: case 10: set_expected(e, name, EXPECT_FLOAT, 1, d, 0, 0); break;
-        case 1: case 6: set_expected(e, name, EXPECT_CQ, 2, A, d, 0); break;
-        case 2: case 3: set_expected(e, name, EXPECT_CQ, 2, kvd, d, 0); break;
-        case 4: case 5: set_expected(e, name, EXPECT_FLOAT, 1, h->head_dim, 0, 0); break;
-        case 7: set_expected(e, name, EXPECT_CQ, 2, d, A, 0); break;
-        case 9: set_expected(e, name, EXPECT_FLOAT, 1, 1, 0, 0); break;
-        default: set_expected(e, name, EXPECT_FLOAT, 1, h->hada_n, 0, 0); break;
+        case 0: case 8: case 10: cact_expect(e, name, EXPECT_FLOAT, 1, d, 0, 0); break;
+        case 1: case 6: cact_expect(e, name, EXPECT_CQ, 2, A, d, 0); break;
+        case 2: case 3: cact_expect(e, name, EXPECT_CQ, 2, kvd, d, 0); break;
+        case 4: case 5: cact_expect(e, name, EXPECT_FLOAT, 1, h->head_dim, 0, 0); break;
+        case 7: cact_expect(e, name, EXPECT_CQ, 2, d, A, 0); break;
+        case 9: cact_expect(e, name, EXPECT_FLOAT, 1, 1, 0, 0); break;
+        default: cact_expect(e, name, EXPECT_FLOAT, 1, h->hada_n, 0, 0); break;
         }
         return;
     }
     if (index < f->engram_base) {
         switch (index - f->mhc_base) {
-        case 0: set_expected(e, "mhc_a_pre", EXPECT_FLOAT, 1, L, 0, 0); break;
-        case 1: set_expected(e, "mhc_a_post", EXPECT_FLOAT, 1, L, 0, 0); break;
-        case 2: set_expected(e, "mhc_a_res", EXPECT_FLOAT, 1, L, 0, 0); break;
-        case 3: set_expected(e, "mhc_b_pre", EXPECT_FLOAT, 2, L, n, 0); break;
-        case 4: set_expected(e, "mhc_b_post", EXPECT_FLOAT, 2, L, n, 0); break;
-        case 5: set_expected(e, "mhc_b_res", EXPECT_FLOAT, 3, L, n, n); break;
-        case 6: set_expected(e, "mhc_phi_pre", EXPECT_CQ, 2, L * n, n * d, 0); break;
-        case 7: set_expected(e, "mhc_phi_post", EXPECT_CQ, 2, L * n, n * d, 0); break;
-        default: set_expected(e, "mhc_phi_res", EXPECT_CQ, 2, L * n * n, n * d, 0); break;
+        case 0: cact_expect(e, "mhc_a_pre", EXPECT_FLOAT, 1, L, 0, 0); break;
+        case 1: cact_expect(e, "mhc_a_post", EXPECT_FLOAT, 1, L, 0, 0); break;
+        case 2: cact_expect(e, "mhc_a_res", EXPECT_FLOAT, 1, L, 0, 0); break;
+        case 3: cact_expect(e, "mhc_b_pre", EXPECT_FLOAT, 2, L, n, 0); break;
+        case 4: cact_expect(e, "mhc_b_post", EXPECT_FLOAT, 2, L, n, 0); break;
+        case 5: cact_expect(e, "mhc_b_res", EXPECT_FLOAT, 3, L, n, n); break;
+        case 6: cact_expect(e, "mhc_phi_pre", EXPECT_CQ, 2, L * n, n * d, 0); break;
+        case 7: cact_expect(e, "mhc_phi_post", EXPECT_CQ, 2, L * n, n * d, 0); break;
+        default: cact_expect(e, "mhc_phi_res", EXPECT_CQ, 2, L * n * n, n * d, 0); break;
         }
         return;
     }
@@ -107,12 +83,29 @@ static void expect_tensor(const cact_file *f, uint32_t index, expected *e) {
         uint64_t T = h->num_engram_tables, sub = h->engram_sub_dim;
         static const char *names[4] = {"tables", "key_proj", "value_proj", "taps"};
         snprintf(name, sizeof name, "engram%u.%s", site, names[k]);
-        if (k == 0) set_expected(e, name, EXPECT_CQ, 2, T * h->engram_slots, sub, 0);
-        else if (k == 3) set_expected(e, name, EXPECT_FLOAT, 2, h->engram_conv_taps, d, 0);
-        else set_expected(e, name, EXPECT_CQ, 2, d, T * sub, 0);
+        if (k == 0) cact_expect(e, name, EXPECT_CQ, 2, T * h->engram_slots, sub, 0);
+        else if (k == 3) cact_expect(e, name, EXPECT_FLOAT, 2, h->engram_conv_taps, d, 0);
+        else cact_expect(e, name, EXPECT_CQ, 2, d, T * sub, 0);
         return;
     }
-    set_expected(e, "final_norm", EXPECT_FLOAT, 1, d, 0, 0);
+    cact_expect(e, "final_norm", EXPECT_FLOAT, 1, d, 0, 0);
+}
+
+int cact_read_codebooks(cact_file *f, size_t at) {
+    const uint8_t *cb = f->base + at;
+    static const int sizes[3] = {4, 8, 16};
+    int off = 0;
+    for (int b = 2; b <= 4; b++) {
+        for (int k = 0; k < sizes[b - 2]; k++) {
+            float v = rd_f32(cb + 4 * (off + k));
+            if (!isfinite(v))
+                return needle_fail(NEEDLE_ERR_FORMAT, "cact: codebook value %d is not finite",
+                                   off + k);
+            f->codebooks[b][k] = v;
+        }
+        off += sizes[b - 2];
+    }
+    return NEEDLE_OK;
 }
 
 static int check_header(cact_file *f) {
@@ -127,8 +120,9 @@ static int check_header(cact_file *f) {
         return needle_fail(NEEDLE_ERR_FORMAT, "cact: old format tag 0x%08X (20-byte header) is "
                            "not supported; re-export with a Needle 2 exporter", h->tag);
     if (h->tag != CACT_TAG)
-        return needle_fail(NEEDLE_ERR_FORMAT, "cact: bad tag 0x%08X (expected 0x%08X): not a "
-                           "Needle 2 .cact file", h->tag, CACT_TAG);
+        return needle_fail(NEEDLE_ERR_FORMAT, "cact: bad tag 0x%08X (expected 0x%08X for Needle 2 "
+                           "or 0x%08X for Needle 3): not a Needle .cact file", h->tag,
+                           CACT_TAG, CACT3_TAG);
     if (h->codebook_len != CACT_CODEBOOK_LEN)
         return needle_fail(NEEDLE_ERR_FORMAT, "cact: codebook_len %u (expected %u)",
                            h->codebook_len, CACT_CODEBOOK_LEN);
@@ -156,7 +150,7 @@ static int check_header(cact_file *f) {
     if (h->head_dim % 2)
         return needle_fail(NEEDLE_ERR_FORMAT, "cact: head_dim %u is odd (RoPE needs halves)",
                            h->head_dim);
-    if (!is_pow2(h->hada_n) || h->hada_n < h->d_model)
+    if (!cact_is_pow2(h->hada_n) || h->hada_n < h->d_model)
         return needle_fail(NEEDLE_ERR_FORMAT, "cact: hada_n %u must be a power of two >= "
                            "d_model %u", h->hada_n, h->d_model);
     if (!(h->rope_theta > 1.0f) || !isfinite(h->rope_theta))
@@ -200,23 +194,10 @@ static int check_header(cact_file *f) {
                                h->engram_conv_dilation, max_order);
     }
 
-    const uint8_t *cb = p + CACT_HEADER_BYTES;
-    static const int sizes[3] = {4, 8, 16};
-    int off = 0;
-    for (int b = 2; b <= 4; b++) {
-        for (int k = 0; k < sizes[b - 2]; k++) {
-            float v = rd_f32(cb + 4 * (off + k));
-            if (!isfinite(v))
-                return needle_fail(NEEDLE_ERR_FORMAT, "cact: codebook value %d is not finite",
-                                   off + k);
-            f->codebooks[b][k] = v;
-        }
-        off += sizes[b - 2];
-    }
-    return NEEDLE_OK;
+    return cact_read_codebooks(f, CACT_HEADER_BYTES);
 }
 
-static int check_record(cact_file *f, uint32_t i, const expected *e) {
+int cact_check_record(cact_file *f, uint32_t i, const cact_expected *e) {
     cact_tensor *t = &f->tensors[i];
     if (t->ndim != e->ndim) {
         char msg[96];
@@ -250,7 +231,7 @@ static int check_record(cact_file *f, uint32_t i, const expected *e) {
         }
         if (t->bits < 2 || t->bits > 5)
             return fail("cact:", i, "CQ bits must be 2, 3, 4 or 5 (ternary)");
-        if (!is_pow2(t->group) || t->group < 16 || t->group > MAX_GROUP)
+        if (!cact_is_pow2(t->group) || t->group < 16 || t->group > MAX_GROUP)
             return fail("cact:", i, "CQ group size must be a power of two in [16, 4096]");
         if (f->group && t->group != f->group)
             return fail("cact:", i, "CQ group size differs from the file's other CQ tensors");
@@ -280,9 +261,9 @@ static int check_probe_heads(cact_file *f, uint32_t first, uint32_t count) {
         return needle_fail(NEEDLE_ERR_FORMAT, "cact: %u probe heads (at most %u)", heads,
                            CACT_MAX_PROBE_HEADS);
     cact_tensor *m = &f->tensors[first];
-    expected e;
-    set_expected(&e, "heads.manifest", EXPECT_FLOAT, 1, heads, 0, 0);
-    int rc = check_record(f, first, &e);
+    cact_expected e;
+    cact_expect(&e, "heads.manifest", EXPECT_FLOAT, 1, heads, 0, 0);
+    int rc = cact_check_record(f, first, &e);
     if (rc) return rc;
     uint64_t d = f->h.d_model;
     for (uint32_t k = 0; k < heads; k++) {
@@ -299,14 +280,14 @@ static int check_probe_heads(cact_file *f, uint32_t first, uint32_t count) {
         char name[40];
         const char *kind = code == 1.0f ? "contrastive" : "confidence";
         snprintf(name, sizeof name, "heads.%s.probes", kind);
-        set_expected(&e, name, EXPECT_FLOAT, 2, P, d, 0);
-        if ((rc = check_record(f, base, &e))) return rc;
+        cact_expect(&e, name, EXPECT_FLOAT, 2, P, d, 0);
+        if ((rc = cact_check_record(f, base, &e))) return rc;
         snprintf(name, sizeof name, "heads.%s.proj", kind);
-        set_expected(&e, name, EXPECT_FLOAT, 2, out, P * d, 0);
-        if ((rc = check_record(f, base + 1, &e))) return rc;
+        cact_expect(&e, name, EXPECT_FLOAT, 2, out, P * d, 0);
+        if ((rc = cact_check_record(f, base + 1, &e))) return rc;
         snprintf(name, sizeof name, "heads.%s.bias", kind);
-        set_expected(&e, name, EXPECT_FLOAT, 1, out, 0, 0);
-        if ((rc = check_record(f, base + 2, &e))) return rc;
+        cact_expect(&e, name, EXPECT_FLOAT, 1, out, 0, 0);
+        if ((rc = cact_check_record(f, base + 2, &e))) return rc;
         cact_probe_head *ph = &f->probe_heads[k];
         ph->code = (uint32_t)code;
         ph->probes_index = base;
@@ -319,14 +300,80 @@ static int check_probe_heads(cact_file *f, uint32_t first, uint32_t count) {
     return NEEDLE_OK;
 }
 
+int cact_read_directory(cact_file *f, uint64_t dir, uint64_t dir_end) {
+    int rc;
+    for (uint32_t i = 0; i < f->num_tensors; i++) {
+        const uint8_t *r = f->base + dir + (uint64_t)CACT_RECORD_BYTES * i;
+        cact_tensor *t = &f->tensors[i];
+        t->dtype = r[0];
+        t->ndim = r[1];
+        for (int k = 0; k < 4; k++) t->shape[k] = rd_u32(r + 4 + 4 * k);
+        t->offset = rd_u64(r + 20);
+        t->nbytes = rd_u64(r + 28);
+        t->group = rd_u32(r + 36);
+        t->bits = rd_u32(r + 40);
+        if (t->dtype < CACT_FP16 || t->dtype > CACT_RAW || t->ndim > 4) {
+            rc = fail("cact:", i, "unknown dtype or ndim > 4");
+            return rc;
+        }
+        if (t->offset % CACT_ALIGN) {
+            rc = fail("cact:", i, "data offset is not 64-byte aligned");
+            return rc;
+        }
+        if (t->offset < dir_end || t->offset > f->size || t->nbytes > f->size - t->offset) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "data [%llu, +%llu) lies outside the file's data region "
+                     "[%llu, %zu) (truncated or corrupt)", (unsigned long long)t->offset,
+                     (unsigned long long)t->nbytes, (unsigned long long)dir_end, f->size);
+            rc = fail("cact:", i, msg);
+            return rc;
+        }
+        t->data = f->base + t->offset;
+        if (t->dtype == CACT_RAW) {
+            if (i != f->num_tensors - 1) {
+                rc = fail("cact:", i, "RAW record before the end of the directory");
+                return rc;
+            }
+            if (t->ndim != 0 || t->shape[0] || t->shape[1] || t->shape[2] || t->shape[3] ||
+                t->group || t->bits) {
+                rc = fail("cact:", i, "RAW record with a shape, group or bits");
+                return rc;
+            }
+            f->tokenizer_index = (int32_t)i;
+            snprintf(t->name, sizeof t->name, "tokenizer");
+        } else if (t->dtype != CACT_CQ && (t->group || t->bits)) {
+            rc = fail("cact:", i, "group/bits set on a non-CQ record");
+            return rc;
+        }
+    }
+
+    return NEEDLE_OK;
+}
+
+void cact_set_ternary_levels(cact_file *f) {
+    if (f->group) {
+        /* Ternary levels are analytic (not stored): {-c, 0, +c}/sqrt(G). The table is
+         * indexed by the raw 2-bit crumb (codes 3, 0, 1 stand for -c, 0, +c), so ternary
+         * rows go through the same kernels as 2-bit rows. Code 2 is never written; it
+         * reads as 0 rather than out of range. */
+        float level = (float)(CACT_TERNARY_LEVEL / sqrt((double)f->group));
+        f->codebooks[CACT_BITS_TERNARY][0] = 0.0f;
+        f->codebooks[CACT_BITS_TERNARY][1] = level;
+        f->codebooks[CACT_BITS_TERNARY][2] = 0.0f;
+        f->codebooks[CACT_BITS_TERNARY][3] = -level;
+    }
+}
+
 int cact_parse(const uint8_t *data, size_t size, cact_file *out) {
     memset(out, 0, sizeof *out);
     if (!data) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "cact: NULL image");
     if (size < CACT_HEADER_BYTES + 4 * CACT_CODEBOOK_LEN)
         return needle_fail(NEEDLE_ERR_FORMAT, "cact: file is %zu bytes, too small for a header "
                            "(truncated?)", size);
+    if (rd_u32(data) == CACT3_TAG) return cact3_parse(data, size, out);
     cact_file f;
     memset(&f, 0, sizeof f);
+    f.generation = 2;
     f.base = data;
     f.size = size;
     f.tokenizer_index = -1;
@@ -352,70 +399,17 @@ int cact_parse(const uint8_t *data, size_t size, cact_file *out) {
     f.tensors = calloc(h->num_tensors, sizeof *f.tensors);
     if (!f.tensors) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "cact: out of memory");
 
-    for (uint32_t i = 0; i < h->num_tensors; i++) {
-        const uint8_t *r = data + dir + (uint64_t)CACT_RECORD_BYTES * i;
-        cact_tensor *t = &f.tensors[i];
-        t->dtype = r[0];
-        t->ndim = r[1];
-        for (int k = 0; k < 4; k++) t->shape[k] = rd_u32(r + 4 + 4 * k);
-        t->offset = rd_u64(r + 20);
-        t->nbytes = rd_u64(r + 28);
-        t->group = rd_u32(r + 36);
-        t->bits = rd_u32(r + 40);
-        if (t->dtype < CACT_FP16 || t->dtype > CACT_RAW || t->ndim > 4) {
-            rc = fail("cact:", i, "unknown dtype or ndim > 4");
-            goto error;
-        }
-        if (t->offset % CACT_ALIGN) {
-            rc = fail("cact:", i, "data offset is not 64-byte aligned");
-            goto error;
-        }
-        if (t->offset < dir_end || t->offset > size || t->nbytes > size - t->offset) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "data [%llu, +%llu) lies outside the file's data region "
-                     "[%llu, %zu) (truncated or corrupt)", (unsigned long long)t->offset,
-                     (unsigned long long)t->nbytes, (unsigned long long)dir_end, size);
-            rc = fail("cact:", i, msg);
-            goto error;
-        }
-        t->data = data + t->offset;
-        if (t->dtype == CACT_RAW) {
-            if (i != h->num_tensors - 1) {
-                rc = fail("cact:", i, "RAW record before the end of the directory");
-                goto error;
-            }
-            if (t->ndim != 0 || t->shape[0] || t->shape[1] || t->shape[2] || t->shape[3] ||
-                t->group || t->bits) {
-                rc = fail("cact:", i, "RAW record with a shape, group or bits");
-                goto error;
-            }
-            f.tokenizer_index = (int32_t)i;
-            snprintf(t->name, sizeof t->name, "tokenizer");
-        } else if (t->dtype != CACT_CQ && (t->group || t->bits)) {
-            rc = fail("cact:", i, "group/bits set on a non-CQ record");
-            goto error;
-        }
-    }
+    if ((rc = cact_read_directory(&f, dir, dir_end))) goto error;
 
     for (uint32_t i = 0; i < base_count; i++) {
-        expected e;
+        cact_expected e;
         expect_tensor(&f, i, &e);
-        if ((rc = check_record(&f, i, &e))) goto error;
+        if ((rc = cact_check_record(&f, i, &e))) goto error;
     }
     uint32_t extra = h->num_tensors - base_count - (f.tokenizer_index >= 0 ? 1u : 0u);
     if ((rc = check_probe_heads(&f, base_count, extra))) goto error;
 
-    if (f.group) {
-        /* Ternary levels are analytic (not stored): {-c, 0, +c}/sqrt(G). The table is
-         * indexed by the raw 2-bit crumb (codes 3, 0, 1 stand for -c, 0, +c), so ternary
-         * rows go through the same kernels as 2-bit rows. Code 2 is never written; it
-         * reads as 0 rather than out of range. */
-        float level = (float)(CACT_TERNARY_LEVEL / sqrt((double)f.group));
-        f.codebooks[CACT_BITS_TERNARY][0] = 0.0f;
-        f.codebooks[CACT_BITS_TERNARY][1] = level;
-        f.codebooks[CACT_BITS_TERNARY][2] = 0.0f;
-        f.codebooks[CACT_BITS_TERNARY][3] = -level;
-    }
+    cact_set_ternary_levels(&f);
     *out = f;
     needle_clear_error();
     return NEEDLE_OK;

@@ -17,14 +17,6 @@
 #include "util/clock.h"
 #include "util/error.h"
 
-/* Runs one backend operation and adds its wall time to the session's profile field. */
-#define TIMED(field, call)                                \
-    do {                                                  \
-        const double t0_ = util_clock_ms();            \
-        call;                                             \
-        s->stats.field += util_clock_ms() - t0_;       \
-    } while (0)
-
 /* A product over activations that the QAT model quantizes (spec §5.3, points 1-3). */
 static void act_matmul(struct needle_session *s, const float *xr, size_t ld_x, uint32_t n,
                        const cq_job *jobs, uint32_t njobs) {
@@ -60,7 +52,9 @@ static void engram_slots(const struct needle_session *s, const int32_t *tokens, 
                     *slot = ENGRAM_MASKED;
                     continue;
                 }
-                uint32_t acc = nm_engram_hash_start(j);
+                /* the hash seed counts heads with the file's stride (Needle 3 seed heads;
+                 * Needle 2: the heads per order, so the seed index is j) */
+                uint32_t acc = nm_engram_hash_start(a * m->w.seed_stride + hh);
                 for (uint32_t back = 0; back < order; back++)
                     acc = nm_engram_hash_step(acc, (uint32_t)token_back(s, tokens, p0, t, back));
                 *slot = nm_engram_hash_slot(acc, m->w.slots);
@@ -177,22 +171,27 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
         if (s->cell_fn) emit_cells(s, tok, cn, 0);
         if (m->w.n_sites) engram_chunk(s, tok, p0, cn);
         for (uint32_t li = 0; li < m->w.n_layers; li++) {
-            layer_chunk(s, li, p0, cn);
+            if (m->w.generation == 3) forward3_layer_chunk(s, li, p0, cn);
+            else layer_chunk(s, li, p0, cn);
             if (s->cell_fn) emit_cells(s, tok, cn, li + 1);
         }
 
         for (uint32_t i = 0; i < cn; i++) s->history[(p0 + i) % SESSION_HISTORY] = tok[i];
         s->pos = p0 + cn;
-        if (all_logits)
+        if (all_logits) {
             TIMED(logits_ms,
                   ops->logits(&s->bk, s->lanes, cn, all_logits + (size_t)done * m->w.vocab, NULL));
+            forward3_mask_input_only(m, all_logits + (size_t)done * m->w.vocab, cn);
+        }
         if (done + cn == n) {
             if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * m->w.vocab,
                                    m->w.vocab * sizeof(float));
-            else if (!s->skip_logits)
+            else if (!s->skip_logits) {
                 TIMED(logits_ms,
                       ops->logits(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits,
                                   NULL));
+                forward3_mask_input_only(m, s->logits, 1);
+            }
         }
         done += cn;
     }

@@ -63,6 +63,8 @@ static int widen_float_tensors(struct needle_model *m) {
     return NEEDLE_OK;
 }
 
+static int bind_v2(struct needle_model *m);
+
 static void fill_info(struct needle_model *m) {
     const cact_header *h = &m->file.h;
     needle_model_info *info = &m->info;
@@ -97,6 +99,12 @@ static void fill_info(struct needle_model *m) {
     info->num_probe_heads = m->file.num_probe_heads;
     for (uint32_t k = 0; k < m->file.num_probe_heads; k++)
         info->probe_head_codes[k] = m->file.probe_heads[k].code;
+    info->generation = 2;
+    info->out_vocab = h->vocab;
+    info->qk_head_dim = info->v_head_dim = h->head_dim;
+    info->file_layers = h->num_layers;
+    info->layers_run = h->num_layers >= 64 ? ~0ull : (1ull << h->num_layers) - 1;
+    for (uint32_t i = 0; i < h->num_engram_sites; i++) info->engram_sites_all[i] = h->engram_sites[i];
 }
 
 int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
@@ -104,15 +112,28 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
     if (rc) return rc;
     m->image = image;
     m->image_size = size;
-    const cact_header *h = &m->file.h;
-    const cact_file *f = &m->file;
-
     m->w.image = image;
     m->w.image_size = size;
     m->w.image_mapped = m->mapping != NULL;
     m->w.codebooks = &m->file.codebooks[0][0];
     m->w.codebooks_bytes = sizeof m->file.codebooks;
     m->w.group = m->file.group;
+    if (m->file.generation == 3) {
+        if ((rc = widen_float_tensors(m))) return rc;
+        return model3_bind(m);
+    }
+    if (m->depth)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "model: depth %d asked for, but a "
+                           "Needle 2 file has no ladder of depths", m->depth);
+    return bind_v2(m);
+}
+
+/* Needle 2: the layout of spec §1.9 into m->w. */
+static int bind_v2(struct needle_model *m) {
+    int rc;
+    const cact_header *h = &m->file.h;
+    const cact_file *f = &m->file;
+    m->w.generation = 2;
 
     m->w.d = h->d_model;
     m->w.n_lanes = h->mhc_lanes;
@@ -120,9 +141,11 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
     m->w.n_heads = h->num_heads;
     m->w.n_kv_heads = h->num_kv_heads;
     m->w.head_dim = h->head_dim;
+    m->w.qk_dim = m->w.v_dim = h->head_dim;
     m->w.attn_dim = h->num_heads * h->head_dim;
     m->w.kv_dim = h->num_kv_heads * h->head_dim;
     m->w.vocab = h->vocab;
+    m->w.out_vocab = h->vocab;
     m->w.hada_n = h->hada_n;
     m->w.n_sites = h->num_engram_sites;
     m->w.n_tables = h->num_engram_tables;
@@ -136,6 +159,7 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
         m->w.orders[i] = h->engram_orders[i];
         if (m->w.orders[i] > m->w.max_order) m->w.max_order = m->w.orders[i];
     }
+    if (m->w.n_orders) m->w.seed_stride = m->w.n_tables / m->w.n_orders;
 
     if ((rc = widen_float_tensors(m))) return rc;
     m->w.layers = calloc(m->w.n_layers, sizeof *m->w.layers);
@@ -210,6 +234,7 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
 }
 
 void model_unbind(struct needle_model *m) {
+    if (m->v3) model3_unbind(m);
     tokenizer_free(m->tok);
     free(m->w.arena);
     free(m->fp);

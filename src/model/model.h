@@ -37,11 +37,22 @@ struct needle_model {
     uint32_t n_probe_heads;
     probe_head probe_heads[CACT_MAX_PROBE_HEADS];
     float *rope_freq;                    /* [head_dim / 2] */
+    int32_t depth;                       /* Needle 3 ladder rung asked for (0 = all) */
+    void *v3;                            /* Needle 3 binding state (model3.c), or NULL */
 };
 
 /* Validates and binds an image that stays valid for the model's life. */
 int model_bind(struct needle_model *m, const uint8_t *image, size_t size);
 void model_unbind(struct needle_model *m);
+
+/* Needle 3 (model3.c): binds a validated generation-3 file (widened floats in m->fp) into
+ * m->w for the rung m->depth, and fills m->info. model3_unbind frees what it allocated. */
+int model3_bind(struct needle_model *m);
+void model3_unbind(struct needle_model *m);
+
+/* The first `n` layers of the official ladder order of an `L`-layer model (bisection:
+ * 0, L-1, then the midpoint of the widest gap, leftmost first), sorted; n <= L <= 64. */
+void model3_ladder_layers(uint32_t L, uint32_t n, uint32_t *out);
 
 /* Engram site index of `layer`, or -1. */
 int model_site_of(const struct needle_model *m, uint32_t layer);

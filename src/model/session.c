@@ -43,7 +43,7 @@ static float *alloc_floats(needle_session *s, size_t n, int *failed) {
 void needle_session_free(needle_session *s) {
     if (!s) return;
     if (s->ops) {
-        float **bufs[] = {&s->bk.kv_scales, &s->bk.scores, &s->ev_hist, &s->lanes, &s->nx, &s->mix,
+        float **bufs[] = {&s->bk.kv_scales, &s->bk.scores, &s->bk.scratch3, &s->ev_hist, &s->lanes, &s->nx, &s->mix,
                           &s->u, &s->bx, &s->h, &s->hr, &s->x2, &s->q, &s->k, &s->v,
                           &s->gate, &s->o, &s->attn, &s->eng_er, &s->eng_k, &s->eng_v,
                           &s->eng_vhat};
@@ -61,6 +61,32 @@ void needle_session_free(needle_session *s) {
     session_checkpoint_free(&s->base);
     if (s->ext_free) s->ext_free(s->ext);
     free(s);
+}
+
+/* What a Needle 3 session needs beyond a Needle 2 one: the backend's Needle 3 ops, an f32
+ * cache (cpu_ops3.c reads f32 rows), and a KV window that holds every local window. */
+static int session3_check(const needle_model *m, const needle_backend_ops *ops,
+                          const needle_session_params *p, uint32_t window) {
+    if (!ops->attention3 || !ops->monarch_mlp)
+        return needle_fail(NEEDLE_ERR_BACKEND, "session_create: this backend cannot run Needle 3 "
+                           "models");
+    if (p->kv_type != NEEDLE_KV_F32)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: Needle 3 sessions keep "
+                           "an f32 KV cache (kv_type %d is not supported yet)", p->kv_type);
+    for (uint32_t i = 0; i < m->w.n_layers; i++)
+        if (window && m->w.layers3[i].window > window)
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: kv_window %u is "
+                               "shorter than the model's local window %u", window,
+                               m->w.layers3[i].window);
+    return NEEDLE_OK;
+}
+
+/* Floats of the Needle 3 conv-tap history: per layer conv_taps rows of q|k|v. */
+static size_t qkv_hist_floats(const needle_model *m) {
+    if (m->w.generation != 3 || !m->w.conv_taps) return 0;
+    const size_t row = (size_t)m->w.n_heads * m->w.qk_dim +
+                       (size_t)m->w.n_kv_heads * (m->w.qk_dim + m->w.v_dim);
+    return (size_t)m->w.n_layers * m->w.conv_taps * row;
 }
 
 /* KV slots per layer: pinned sinks plus the window ring, or the whole context. */
@@ -139,7 +165,18 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     if (n_ctx > (1u << 24))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: n_ctx %u too large",
                            n_ctx);
-    uint32_t window = p.kv_window < 0 ? m->info.kv_window : (uint32_t)p.kv_window;
+    /* Needle 3: by default the whole context (the reference forward has no KV window;
+     * local layers keep their own sliding window inside the cache) */
+    const int gen3 = m->w.generation == 3;
+    uint32_t window = p.kv_window < 0 ? (gen3 ? 0 : m->info.kv_window) : (uint32_t)p.kv_window;
+    if (gen3 && a8)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: the W·A8 mode "
+                           "(activations = A8 or NEEDLE_A8=1) is not implemented for Needle 3 "
+                           "models yet");
+    if (gen3) {
+        int rc3 = session3_check(m, ops, &p, window);
+        if (rc3) return rc3;
+    }
     if (p.n_sinks > n_ctx)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: n_sinks %u exceeds "
                            "n_ctx %u", p.n_sinks, n_ctx);
@@ -169,8 +206,15 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     size_t h_ld = m->w.layers[0].q_proj.cols_pad, o_ld = m->w.layers[0].out_proj.cols_pad;
     size_t e_ld = m->w.n_sites ? m->w.sites[0].key_proj.cols_pad : 1;
     s->bk.ev_ring = (m->w.taps - 1) * m->w.dilation + 1;
-    if (m->w.n_sites)
-        s->ev_hist = alloc_floats(s, (size_t)m->w.n_sites * s->bk.ev_ring * d, &failed);
+    /* the engram ring, then the Needle 3 conv-tap ring: one block, so checkpoints keep both */
+    const size_t eng_floats = m->w.n_sites ? (size_t)m->w.n_sites * s->bk.ev_ring * d : 0;
+    const size_t tap_floats = qkv_hist_floats(m);
+    if (eng_floats + tap_floats) s->ev_hist = alloc_floats(s, eng_floats + tap_floats, &failed);
+    if (tap_floats && s->ev_hist) {
+        s->bk.qkv_hist = s->ev_hist + eng_floats;
+        s->bk.qkv_ring = m->w.conv_taps;
+    }
+    if (gen3) s->bk.scratch3 = alloc_floats(s, backend_scratch3_floats(&m->w), &failed);
     s->lanes = alloc_floats(s, C * nl * d, &failed);
     s->nx = alloc_floats(s, C * m->w.phi_pre.cols_pad, &failed);
     s->mix = alloc_floats(s, C * (2 * nl + nl * nl), &failed);
@@ -213,10 +257,10 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
     return session_create_with_ops(m, params, ops, out);
 }
 
-/* Bytes of the engram ring (0 without engram sites). */
+/* Bytes of the engram ring and the Needle 3 conv-tap ring after it (0 without either). */
 static size_t engram_ring_bytes(const needle_session *s) {
     const struct needle_model *m = s->m;
-    return (size_t)m->w.n_sites * s->bk.ev_ring * m->w.d * sizeof(float);
+    return ((size_t)m->w.n_sites * s->bk.ev_ring * m->w.d + qkv_hist_floats(m)) * sizeof(float);
 }
 
 /* Host bytes of the KV cache rows of one position: K and V (and their int8 scales) of

@@ -93,6 +93,19 @@ struct needle_session {
     struct needle_session *embedder;
 };
 
+/* Runs one backend operation and adds its wall time to the session's profile field. */
+#define TIMED(field, call)                          \
+    do {                                            \
+        const double t0_ = util_clock_ms();         \
+        call;                                       \
+        s->stats.field += util_clock_ms() - t0_;    \
+    } while (0)
+
+/* Needle 3 (forward3.c): one layer over the chunk at p0, and the logits of ids past
+ * out_vocab (input-only rows) set to -inf in `count` rows of `vocab` (no-op for Needle 2). */
+void forward3_layer_chunk(struct needle_session *s, uint32_t layer, uint32_t p0, uint32_t n);
+void forward3_mask_input_only(const struct needle_model *m, float *logits, uint32_t count);
+
 /* Runs tokens[0:n] at positions pos..pos+n-1; writes [n][vocab] logits to `all_logits` if
  * non-NULL, and always leaves the last position's logits in s->logits. */
 int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,

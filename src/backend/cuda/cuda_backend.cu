@@ -434,6 +434,8 @@ static const needle_backend_ops cuda_ops = {
     cu_engram_gather, cu_engram_conv,   cu_lane_norm,    cu_lane_read,    cu_attention,
     cu_attn_residual, cu_hadamard_mlp,  cu_lane_write,   cu_logits,       cu_finish,
     nullptr, /* matmul_a8: no W·A8 mode on CUDA */
+    /* Needle 3 (attention3, monarch_mlp): not on CUDA yet; a Needle 3 model runs on the CPU */
+    NULL,             NULL,
 };
 
 extern "C" const needle_backend_impl cuda_backend = {
