@@ -133,6 +133,7 @@ static int open_agent(const cli_command *self, agent_options *o, needle_model **
         if (info.kv_window && so.window != 0) so.n_ctx = 1 << 20;
     }
     if (rc == 0) rc = cli_session_create(*m, &so, s);
+    if (rc == 0) cli_show_progress(*s);
     if (rc == 0) {
         const int st = needle_session_set_tools(*s, o->system ? o->system : "", tools);
         if (st) rc = cli_lib_error("tools", st);

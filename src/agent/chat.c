@@ -258,7 +258,7 @@ int needle_session_set_tools(needle_session *s, const char *system, const char *
      * the end of the prefix becomes the base needle_session_reset returns to. */
     const uint32_t window = session_window(s);
     if ((rc = session_configure_sinks(s, window ? (uint32_t)n_ids : 0))) goto fail;
-    if ((rc = session_run(s, ids, (uint32_t)n_ids, NULL, 0))) goto fail;
+    if ((rc = session_prefill(s, ids, (uint32_t)n_ids, 0))) goto fail;
     if ((rc = session_set_base(s))) goto fail;
     session_stats(s)->prefix_evaluations++;
     c->prefix_len = (uint32_t)n_ids;
@@ -444,6 +444,20 @@ static void advance(needle_session *s, turn *t, int32_t tok) {
     }
 }
 
+/* Reports a token chosen in `phase` to the session's token callback: reasoning text and
+ * call-array bytes; the markers around them are not output. */
+static int stream_piece(needle_session *s, enum phase phase, int32_t tok) {
+    const struct chat *c = chat_of(s);
+    int32_t kind;
+    if (phase == PH_THINK && tok != c->id_end_think) kind = NEEDLE_PIECE_REASONING;
+    else if (phase == PH_JSON && tok != c->id_end_call) kind = NEEDLE_PIECE_CALLS;
+    else return NEEDLE_OK;
+    const char *b;
+    size_t n;
+    if (tokenizer_token_bytes(c->tok, tok, &b, &n) != NEEDLE_OK) return NEEDLE_OK;
+    return session_emit(s, kind, tok, b, n);
+}
+
 /* Renders the turn text that precedes the assistant's answer. */
 static int render_turn(needle_session *s, const char *text, int is_result, strbuf *out) {
     struct chat *c = chat_of(s);
@@ -532,7 +546,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     }
     saved = 1;
     double t0 = util_clock_ms();
-    rc = session_run(s, ids, (uint32_t)n_ids, NULL, 1);
+    rc = session_prefill(s, ids, (uint32_t)n_ids, 1);
     free(ids);
     if (rc) goto done;
     double t_prefill = util_clock_ms() - t0;
@@ -626,8 +640,10 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                 t.plan_len = t.plan_pos = 0;
             }
         }
+        const enum phase chosen_in = t.phase;
         advance(s, &t, tok);
         generated++;
+        if ((rc = stream_piece(s, chosen_in, tok))) break;
         session_stats(s)->decode_steps++;
         /* the next token is forced when the phase leaves no choice: skip its logits */
         int32_t next_forced = -1;
