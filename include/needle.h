@@ -455,6 +455,18 @@ typedef struct needle_callbacks {
 NEEDLE_API int needle_session_set_callbacks(needle_session *session,
                                             const needle_callbacks *callbacks);
 
+/* Appends a past exchange of the conversation without decoding: `text` as a turn
+ * (needle_turn, as in needle_session_complete) followed by the assistant's answer
+ * `calls_json` (a JSON call array [{"name": ..., "arguments": {...}}], "[]" for none),
+ * written as the model writes its answers (no reasoning). A caller that holds the
+ * conversation itself (the HTTP server: every request carries the whole history) replays
+ * it with this, then asks for the next answer with needle_session_complete. The calls are
+ * taken as given (not checked against the tools). Errors: NEEDLE_ERR_STATE (no tools),
+ * NEEDLE_ERR_JSON (calls_json), NEEDLE_ERR_INVALID_UTF8, NEEDLE_ERR_CONTEXT_FULL; after
+ * any error the conversation is as it was. */
+NEEDLE_API int needle_session_append_turn(needle_session *session, const char *text,
+                                          int32_t turn, const char *calls_json);
+
 /* ------------------------------------------------------------------------------------ */
 /* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */
 /* over one default model and session guarded by a lock.                                 */

@@ -340,6 +340,90 @@ out:
     needle_session_free(b);
 }
 
+/* function_calls of an envelope, as JSON text (caller frees) */
+static char *calls_of(const char *envelope) {
+    cJSON *e = cJSON_Parse(envelope);
+    char *calls = e ? cJSON_PrintUnformatted(cJSON_GetObjectItem(e, "function_calls")) : NULL;
+    cJSON_Delete(e);
+    return calls;
+}
+
+/* The demo model's weather and timer tools, for the replay test: a trained model writes
+ * its calls as the tokenizer encodes them, so a replayed turn can match a decoded one. */
+static const char *DEMO_TOOLS =
+    "[{\"name\": \"get_weather\", \"description\": \"Get the current weather or forecast for a "
+    "location.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"location\": {\"type\": "
+    "\"string\", \"description\": \"City name\"}, \"day\": {\"type\": \"string\", \"description\": "
+    "\"Day of the forecast, e.g. today or tomorrow\"}}, \"required\": [\"location\"]}}, "
+    "{\"name\": \"set_timer\", \"description\": \"Start a countdown timer.\", \"parameters\": "
+    "{\"type\": \"object\", \"properties\": {\"minutes\": {\"type\": \"integer\", \"description\": "
+    "\"Duration in minutes\", \"minimum\": 1, \"maximum\": 1440}, \"label\": {\"type\": \"string\", "
+    "\"description\": \"Optional name for the timer\"}}, \"required\": [\"minutes\"]}}]";
+
+/* needle_session_append_turn replays an exchange the caller holds: on the demo model, a
+ * session that replays a decoded turn ends where the decoding session ended and answers
+ * the next AUTO turn (a tool result after a call) alike; bad
+ * calls or an overflow leave the conversation as it was. */
+static void test_append_turn(void) {
+    needle_model *demo = NULL;
+    needle_session *a = NULL, *b = NULL, *bare = plain_session();
+    char ea[16384], eb[16384];
+    const char *path = NEEDLE_SOURCE_DIR "/models/needle-demo.cact";
+    if (access(path, R_OK) != 0) {
+        harness_skip("no models/needle-demo.cact");
+        goto out;
+    }
+    CHECK_EQ_INT(needle_model_open(path, NULL, &demo), NEEDLE_OK);
+    if (!demo) goto out;
+    CHECK_EQ_INT(needle_session_create(demo, NULL, &a), NEEDLE_OK);
+    CHECK_EQ_INT(needle_session_create(demo, NULL, &b), NEEDLE_OK);
+    if (!a || !b || !bare) goto out;
+    CHECK_EQ_INT(needle_session_set_tools(a, "", DEMO_TOOLS), NEEDLE_OK);
+    CHECK_EQ_INT(needle_session_set_tools(b, "", DEMO_TOOLS), NEEDLE_OK);
+    const char *queries[] = {"What's the weather in Paris?", "Set a timer for 25 minutes"};
+    for (size_t i = 0; i < 2; i++) {
+        needle_session_reset(a);
+        needle_session_reset(b);
+        CHECK_EQ_INT(complete_sampled(a, queries[i], 0, 0, ea, sizeof ea), NEEDLE_OK);
+        char *calls = calls_of(ea);
+        CHECK_MSG(calls && strcmp(calls, "[]") != 0, "%s", ea);
+        if (!calls) continue;
+        CHECK_EQ_INT(needle_session_append_turn(b, queries[i], NEEDLE_TURN_QUERY, calls),
+                     NEEDLE_OK);
+        cJSON_free(calls);
+        CHECK_EQ_INT(needle_session_position(b), needle_session_position(a));
+        CHECK_EQ_INT(complete_sampled(a, "{\"ok\": true}", 0, 0, ea, sizeof ea), NEEDLE_OK);
+        CHECK_EQ_INT(complete_sampled(b, "{\"ok\": true}", 0, 0, eb, sizeof eb), NEEDLE_OK);
+        CHECK_MSG(same_answer(ea, eb), "replayed: %s\n  decoded: %s", eb, ea);
+    }
+    needle_session_reset(b);
+    const uint32_t pos = needle_session_position(b);
+    CHECK_EQ_INT(needle_session_append_turn(b, "hi", NEEDLE_TURN_QUERY, "[{\"name\""),
+                 NEEDLE_ERR_JSON);
+    CHECK_EQ_INT(needle_session_append_turn(b, "hi", NEEDLE_TURN_QUERY, "{}"), NEEDLE_ERR_JSON);
+    CHECK_EQ_INT(needle_session_position(b), pos);
+    char *huge = malloc(400000);
+    if (huge) {
+        memset(huge, 'a', 399999);
+        huge[399999] = 0;
+        CHECK_EQ_INT(needle_session_append_turn(b, huge, NEEDLE_TURN_QUERY, "[]"),
+                     NEEDLE_ERR_CONTEXT_FULL);
+        CHECK_EQ_INT(needle_session_position(b), pos);
+        free(huge);
+    }
+    /* a replayed refusal keeps the next turn a query */
+    CHECK_EQ_INT(needle_session_append_turn(b, "hi", NEEDLE_TURN_QUERY, "[]"), NEEDLE_OK);
+    CHECK_EQ_INT(complete_sampled(b, "Set a timer for 5 minutes", 0, 0, eb, sizeof eb), NEEDLE_OK);
+    CHECK_MSG(strstr(eb, "\"type\":\"call\"") != NULL, "%s", eb);
+    CHECK_EQ_INT(needle_session_append_turn(bare, "hi", NEEDLE_TURN_QUERY, "[]"), NEEDLE_ERR_STATE);
+    CHECK_EQ_INT(needle_session_append_turn(NULL, "hi", 0, "[]"), NEEDLE_ERR_INVALID_ARGUMENT);
+out:
+    needle_session_free(a);
+    needle_session_free(b);
+    needle_session_free(bare);
+    needle_model_free(demo);
+}
+
 static void test_bad_arguments(void) {
     needle_callbacks cb = {sizeof cb, NULL, NULL, NULL};
     CHECK_EQ_INT(needle_session_set_callbacks(NULL, &cb), NEEDLE_ERR_INVALID_ARGUMENT);
@@ -432,6 +516,7 @@ int main(void) {
     RUN(test_complete_streams_calls_and_reasoning);
     RUN(test_complete_streams_reasoning);
     RUN(test_complete_cancel_rolls_back);
+    RUN(test_append_turn);
     RUN(test_bad_arguments);
     RUN(test_cli_generate_streams);
     RUN(test_cli_prefill_progress);

@@ -695,3 +695,57 @@ done:
     free(t.calls.data);
     return rc;
 }
+
+int needle_session_append_turn(needle_session *s, const char *text, int32_t turn_kind,
+                               const char *calls_json) {
+    if (!s || !text || !calls_json)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "append_turn: NULL argument");
+    struct chat *c = chat_of(s);
+    if (!c) return needle_fail(NEEDLE_ERR_STATE, "append_turn: set tools on the session first");
+    char *calls = NULL;
+    size_t calls_len = 0;
+    int rc = grammar_json_canon(calls_json, strlen(calls_json), &calls, &calls_len);
+    if (rc) return rc;
+    if (calls_len < 2 || calls[0] != '[') {
+        free(calls);
+        return needle_fail(NEEDLE_ERR_JSON, "append_turn: the calls must be a JSON array");
+    }
+    const int is_result = turn_kind == NEEDLE_TURN_TOOL_RESULT ||
+                          (turn_kind == NEEDLE_TURN_AUTO && c->last_turn_called);
+    strbuf chunk = {0};
+    int32_t *turn_ids = NULL, *call_ids = NULL, *ids = NULL;
+    size_t n_turn = 0, n_call = 0, n = 0;
+    rc = render_turn(s, text, is_result, &chunk);
+    if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, chunk.data, chunk.len, 0, &turn_ids, &n_turn);
+    if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, calls, calls_len, 0, &call_ids, &n_call);
+    if (rc == NEEDLE_OK && !(ids = malloc((n_turn + n_call + 4) * sizeof *ids)))
+        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "append_turn: out of memory");
+    if (rc == NEEDLE_OK) {
+        /* the answer as complete() leaves it: "▁<tool_call>" CALLS "</tool_call><|im_end|>" */
+        memcpy(ids, turn_ids, n_turn * sizeof *ids);
+        n = n_turn;
+        if (c->id_space >= 0) ids[n++] = c->id_space;
+        ids[n++] = c->id_call;
+        memcpy(ids + n, call_ids, n_call * sizeof *ids);
+        n += n_call;
+        ids[n++] = c->id_end_call;
+        ids[n++] = c->id_im_end;
+        if (n > session_context_length(s) - needle_session_position(s))
+            rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "append_turn: %zu tokens do not fit: "
+                             "position %u of a %u-position context", n,
+                             needle_session_position(s), session_context_length(s));
+    }
+    if (rc == NEEDLE_OK) rc = session_checkpoint_save(s, &c->turn_start, (uint32_t)n);
+    if (rc == NEEDLE_OK) {
+        const int last_turn_called = c->last_turn_called;
+        if ((rc = session_prefill(s, ids, (uint32_t)n, 0))) roll_back(s, c, last_turn_called, rc);
+        else c->last_turn_called = calls_len > 2;
+    }
+    free(chunk.data);
+    free(turn_ids);
+    free(call_ids);
+    free(ids);
+    free(calls);
+    if (rc == NEEDLE_OK) needle_clear_error();
+    return rc;
+}
