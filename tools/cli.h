@@ -27,7 +27,7 @@ struct cli_command {
 
 /* The commands (each defined in its tools/<file>.c; tools/needle.c lists them). */
 extern const cli_command cli_inspect, cli_tokenize, cli_generate, cli_logits, cli_run,
-    cli_chat, cli_eval, cli_bench, cli_devices;
+    cli_chat, cli_eval, cli_bench, cli_devices, cli_serve;
 
 /* ---- options --------------------------------------------------------------------------- */
 
