@@ -144,6 +144,28 @@ static int add_turn(job *j, char *text, int32_t turn) {
     return 0;
 }
 
+/* Ends the turn gathered in *pending (its tool results become one JSON array, or the one
+ * result itself) as a job turn answered by `calls` (taken; NULL for the turn to answer). */
+static int close_turn(job *j, buf *pending, int32_t turn, int tool_results, char *calls) {
+    if (turn == NEEDLE_TURN_TOOL_RESULT) buf_puts(pending, "]");
+    if (pending->oom) {
+        free(calls);
+        return -1;
+    }
+    char *text = pending->data;
+    if (tool_results == 1 && turn == NEEDLE_TURN_TOOL_RESULT) {
+        text[pending->len - 1] = 0;
+        memmove(text, text + 1, pending->len - 1);
+    }
+    memset(pending, 0, sizeof *pending);
+    if (add_turn(j, text, turn)) {
+        free(calls);
+        return -1;
+    }
+    j->turns[j->n_turns - 1].calls = calls;
+    return 0;
+}
+
 /* An assistant message's tool_calls as the engine's call array (malloc'd JSON). */
 static char *assistant_calls(const cJSON *msg, const char **why) {
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
@@ -303,11 +325,19 @@ job *openai_parse_chat(const char *body, size_t len, const serve_config *cfg, in
                 why = "user and tool messages need text content";
                 break;
             }
-            if (pending_turn >= 0 && pending_turn != turn) {
-                why = "a user message and tool results need an assistant message between them";
+            if (pending_turn == NEEDLE_TURN_QUERY && turn == NEEDLE_TURN_TOOL_RESULT) {
+                why = "tool results must follow the assistant message with their calls";
                 free(t);
                 break;
             }
+            if (pending_turn == NEEDLE_TURN_TOOL_RESULT && turn == NEEDLE_TURN_QUERY &&
+                close_turn(j, &pending, pending_turn, tool_results, strdup("[]"))) {
+                /* results the client answered nothing to: the model's answer was no call */
+                why = "out of memory";
+                free(t);
+                break;
+            }
+            if (pending_turn == NEEDLE_TURN_TOOL_RESULT && turn == NEEDLE_TURN_QUERY) tool_results = 0;
             /* several tool results answer several calls: one turn holding a JSON array */
             if (turn == NEEDLE_TURN_TOOL_RESULT) {
                 buf_puts(&pending, pending.len ? "," : "[");
@@ -336,20 +366,10 @@ job *openai_parse_chat(const char *body, size_t len, const serve_config *cfg, in
             }
             char *calls = assistant_calls(m, &why);
             if (!calls) break;
-            if (pending_turn == NEEDLE_TURN_TOOL_RESULT) buf_puts(&pending, "]");
-            char *text = pending.data;
-            if (tool_results == 1 && pending_turn == NEEDLE_TURN_TOOL_RESULT) {
-                /* one result: itself, not a one-element array */
-                text[pending.len - 1] = 0;
-                memmove(text, text + 1, pending.len - 1);
-            }
-            memset(&pending, 0, sizeof pending);
-            if (add_turn(j, text, pending_turn)) {
-                free(calls);
+            if (close_turn(j, &pending, pending_turn, tool_results, calls)) {
                 why = "out of memory";
                 break;
             }
-            j->turns[j->n_turns - 1].calls = calls;
             pending_turn = -1;
             tool_results = 0;
         } else {
@@ -358,16 +378,7 @@ job *openai_parse_chat(const char *body, size_t len, const serve_config *cfg, in
         }
     }
     if (!why && pending_turn < 0) why = "the last message must be a user or tool message";
-    if (!why) {
-        if (pending_turn == NEEDLE_TURN_TOOL_RESULT) buf_puts(&pending, "]");
-        char *text = pending.data;
-        if (tool_results == 1 && pending_turn == NEEDLE_TURN_TOOL_RESULT) {
-            text[pending.len - 1] = 0;
-            memmove(text, text + 1, pending.len - 1);
-        }
-        memset(&pending, 0, sizeof pending);
-        if (add_turn(j, text, pending_turn)) why = "out of memory";
-    }
+    if (!why && close_turn(j, &pending, pending_turn, tool_results, NULL)) why = "out of memory";
     buf_free(&pending);
     if (system.oom) why = "out of memory";
     j->system = system.data ? system.data : strdup("");
