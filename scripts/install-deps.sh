@@ -17,7 +17,7 @@ with_tests=0
 for arg in "$@"; do
   case "$arg" in
     --test) with_tests=1 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
