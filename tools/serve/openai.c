@@ -229,7 +229,7 @@ static const char *read_tools(const cJSON *root, const serve_config *cfg, job *j
         cJSON_AddStringToObject(tool, "description", "Answer in this JSON shape.");
         cJSON_AddItemToObject(tool, "parameters",
                               schema ? cJSON_Duplicate(schema, 1)
-                                     : cJSON_Parse("{\"type\":\"object\",\"properties\":{}}"));
+                                     : cJSON_Parse("{\"type\":\"object\",\"additionalProperties\":true}"));
         cJSON_AddItemToArray(use, tool);
         *kind = CHAT_CONTENT;
     } else {
