@@ -20,6 +20,9 @@ typedef struct worker {
     needle_session *s;
     uint64_t key;
     int has_key;
+    /* the system text and tools behind key: a hash match is confirmed byte for byte, so a
+     * crafted collision cannot borrow another request's prefix */
+    char *system, *tools;
     char *envelope; /* [ENVELOPE_CAP] */
     pthread_t thread;
 } worker;
@@ -125,6 +128,11 @@ static void fail_from_status(job *j, int rc, const char *what) {
     else job_fail(j, 500, "internal_error", msg);
 }
 
+static int holds_prefix(const worker *w, const job *j) {
+    return w->has_key && w->key == j->key && !strcmp(w->system, j->system) &&
+           !strcmp(w->tools, j->tools);
+}
+
 static void run_job(worker *w, job *j) {
     const double t0 = serve_now_ms();
     j->queue_ms = t0 - j->submitted_ms;
@@ -138,14 +146,17 @@ static void run_job(worker *w, job *j) {
     const needle_callbacks cb = {sizeof cb, j, on_prefill, on_token};
     needle_session_set_callbacks(w->s, &cb);
     int rc = NEEDLE_OK;
-    if (w->has_key && w->key == j->key) {
+    if (holds_prefix(w, j)) {
         needle_session_reset(w->s);
         j->cache_hit = 1;
     } else {
         w->has_key = 0;
+        free(w->system);
+        free(w->tools);
+        w->system = w->tools = NULL;
         rc = needle_session_set_tools(w->s, j->system, j->tools);
         if (rc) fail_from_status(j, rc, "tools");
-        else {
+        else if ((w->system = strdup(j->system)) && (w->tools = strdup(j->tools))) {
             w->key = j->key;
             w->has_key = 1;
         }
@@ -306,6 +317,8 @@ void pool_free(pool *p) {
     for (long i = 0; p->w && i < p->n; i++) {
         needle_session_free(p->w[i].s);
         free(p->w[i].envelope);
+        free(p->w[i].system);
+        free(p->w[i].tools);
     }
     free(p->w);
     free(p->q);
