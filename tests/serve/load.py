@@ -7,7 +7,9 @@ requests/s, completion tokens/s, p50/p95 latency, the prefix-cache hit rate (fro
 and the server's peak RSS. Standard library only.
 
 usage: load.py NEEDLE [--clients 64] [--seconds 20] [--parallel N] [--json FILE]
-       (--clients takes a comma-separated list to measure several levels, one server each)"""
+       (--clients takes a comma-separated list to measure several levels, one server each)
+       load.py --url http://HOST:PORT [--pid PID] ...   another OpenAI-compatible server
+       (needle-openai, for the side-by-side figures): chat requests without streaming only"""
 import argparse
 import http.client
 import json
@@ -81,12 +83,41 @@ def request(port, path, body, conn=None):
     return conn, r.status, r.read()
 
 
-def run_level(needle, clients, seconds, parallel, reqs):
+class External:
+    """A server started elsewhere (--url), with the calls Server offers that load needs."""
+
+    def __init__(self, url, pid):
+        self.url, self.pid = url.rstrip("/"), pid
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def get(self, path):
+        return 404, b""
+
+    def rss_kb(self):
+        if not self.pid:
+            return 0
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self):
+        return 0
+
+
+def run_level(needle, clients, seconds, parallel, reqs, external=None):
     out = {"clients": clients}
     args = ["--queue", str(max(64, clients))]
     if parallel:
         args += ["--parallel", str(parallel)]
-    with Server(needle, *args) as srv:
+    with (external or Server(needle, *args)) as srv:
         alone = []
         for path, body in reqs:
             _, status, data = request(srv.port, path, body)
@@ -140,7 +171,7 @@ def run_level(needle, clients, seconds, parallel, reqs):
     lat.sort()
     n = len(lat)
     out.update(requests=n, errors=len(errors), mismatches=len(mismatches), seconds=wall,
-               rps=n / wall, completion_tps=m.get("needle_completion_tokens_total", 0) / wall,
+               rps=n / wall, completion_tps=m.get("needle_completion_tokens_total", tokens[0]) / wall,
                p50_ms=1e3 * lat[n // 2] if n else 0, p95_ms=1e3 * lat[min(n - 1, int(n * 0.95))] if n else 0,
                prefix_hit_rate=m.get("needle_prefix_cache_hit_ratio", 0), exit_status=rc)
     for e in errors[:5]:
@@ -152,18 +183,25 @@ def run_level(needle, clients, seconds, parallel, reqs):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("needle")
+    ap.add_argument("needle", nargs="?")
+    ap.add_argument("--url")
+    ap.add_argument("--pid", type=int)
     ap.add_argument("--clients", default="64")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--parallel", type=int, default=0)
     ap.add_argument("--json")
     args = ap.parse_args()
     reqs = mix()
+    if args.url:
+        reqs = [(p, dict(b, stream=False)) for p, b in reqs if p == "/v1/chat/completions"]
+    elif not args.needle:
+        ap.error("give the needle executable or --url")
     results, failed = [], False
     print(f"{'clients':>7} {'requests':>8} {'req/s':>7} {'tok/s':>7} {'p50 ms':>8} {'p95 ms':>8} "
           f"{'hit rate':>8} {'RSS MB':>7} errors")
     for c in [int(x) for x in args.clients.split(",")]:
-        r = run_level(args.needle, c, args.seconds, args.parallel, reqs)
+        external = External(args.url, args.pid) if args.url else None
+        r = run_level(args.needle, c, args.seconds, args.parallel, reqs, external)
         results.append(r)
         print(f"{r['clients']:>7} {r['requests']:>8} {r['rps']:>7.1f} {r['completion_tps']:>7.0f} "
               f"{r['p50_ms']:>8.0f} {r['p95_ms']:>8.0f} {r['prefix_hit_rate']:>8.2f} {r['rss_mb']:>7.1f} "
