@@ -15,4 +15,4 @@ if [ ! -x "$venv/bin/pytest" ] || ! cmp -s "$here/requirements.txt" "$venv/requi
 fi
 export NEEDLE_CLI="$build/needle"
 cd "$here"
-"$venv/bin/pytest" -q -p no:cacheprovider test_openai_client.py test_playground.py
+"$venv/bin/pytest" -q -p no:cacheprovider test_openai_client.py test_server_behaviour.py test_playground.py
