@@ -142,3 +142,14 @@ def test_errors(client, server):
                                   {"Authorization": "Bearer " + KEY})
     env = json.loads(body)
     assert status == 200 and env["function_calls"][0]["name"] == "set_timer" and "server" in env
+
+
+def test_official_playground_endpoints(server):
+    auth = {"Authorization": "Bearer " + KEY}
+    status, body, _ = server.post("/complete", {"query": "Set a timer for 3 minutes",
+                                                "tools": json.dumps(DEMO_TOOLS)}, auth)
+    assert status == 200 and json.loads(body)["function_calls"][0]["name"] == "set_timer"
+    status, body, _ = server.post("/reset", {}, auth)
+    assert status == 200 and json.loads(body) == {"ok": True}
+    status, body = server.get("/model")
+    assert status == 200 and json.loads(body)["name"] == "needle-demo.cact"

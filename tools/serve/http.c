@@ -80,7 +80,8 @@ static enum MHD_Result send_error(conn *k, int status, const char *code, const c
 
 static serve_route route_of(const char *url) {
     if (!strcmp(url, "/v1/chat/completions")) return ROUTE_CHAT;
-    if (!strcmp(url, "/v1/needle/complete")) return ROUTE_NEEDLE_COMPLETE;
+    if (!strcmp(url, "/v1/needle/complete") || !strcmp(url, "/complete")) return ROUTE_NEEDLE_COMPLETE;
+    if (!strcmp(url, "/reset")) return ROUTE_RESET;
     if (!strcmp(url, "/v1/models")) return ROUTE_MODELS;
     if (!strcmp(url, "/health")) return ROUTE_HEALTH;
     if (!strcmp(url, "/metrics")) return ROUTE_METRICS;
@@ -280,7 +281,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_lock(&sv->mu);
         sv->in_flight++;
         pthread_mutex_unlock(&sv->mu);
-        const int wants_post = k->route == ROUTE_CHAT || k->route == ROUTE_NEEDLE_COMPLETE;
+        const int wants_post = k->route == ROUTE_CHAT || k->route == ROUTE_NEEDLE_COMPLETE ||
+                               k->route == ROUTE_RESET;
         if (k->route == ROUTE_OTHER) return send_error(k, 404, "not_found", "no such endpoint");
         if (wants_post != k->post || (!k->post && strcmp(method, "GET") && strcmp(method, "HEAD")))
             return send_error(k, 405, "method_not_allowed", wants_post ? "use POST" : "use GET");
@@ -304,6 +306,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case ROUTE_HEALTH: return get_health(k);
     case ROUTE_METRICS: return get_metrics(k);
     case ROUTE_MODELS: return get_models(k);
+    case ROUTE_RESET: return send_json(k, 200, "{\"ok\":true}");
     case ROUTE_PLAYGROUND:
         if (!strcmp(url, "/model")) return send_json(k, 200, sv->model_json);
         return send_text(k, 200, "text/html; charset=utf-8", (const char *)serve_playground_html,
@@ -340,6 +343,7 @@ static char *model_description(const serve_config *cfg, needle_model *m) {
     needle_model_get_info(m, &info);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "model", cfg->model_name);
+    cJSON_AddStringToObject(root, "name", cfg->model_name); /* the official playground's key */
     cJSON_AddStringToObject(root, "backend", needle_model_backend(m));
     cJSON_AddStringToObject(root, "version", needle_version());
     cJSON_AddNumberToObject(root, "vocab", info.vocab);

@@ -405,6 +405,12 @@ job *openai_parse_needle(const char *body, size_t len, const serve_config *cfg, 
     const char *query = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "query"));
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     const cJSON *system = cJSON_GetObjectItemCaseSensitive(root, "system");
+    /* the official playground sends the tools as JSON text */
+    cJSON *parsed_tools = cJSON_IsString(tools) ? cJSON_Parse(tools->valuestring) : NULL;
+    if (parsed_tools) {
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "tools", parsed_tools);
+        tools = parsed_tools;
+    }
     if (!query) return fail(&pe, j, root, 400, "invalid_request_error", "query must be a string%s", NULL);
     if (system && !cJSON_IsNull(system) && !cJSON_IsString(system))
         return fail(&pe, j, root, 400, "invalid_request_error", "system must be a string%s", NULL);

@@ -114,9 +114,11 @@ double serve_now_ms(void);
 
 /* ---- metrics.c ------------------------------------------------------------------------------- */
 
+/* ROUTE_NEEDLE_COMPLETE also answers the official playground's POST /complete, and
+ * ROUTE_RESET its POST /reset (nothing to reset: requests share no state). */
 typedef enum serve_route {
     ROUTE_CHAT, ROUTE_NEEDLE_COMPLETE, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS,
-    ROUTE_PLAYGROUND, ROUTE_OTHER, ROUTE_COUNT
+    ROUTE_PLAYGROUND, ROUTE_RESET, ROUTE_OTHER, ROUTE_COUNT
 } serve_route;
 
 void metrics_request(serve_route route, int status, double seconds);
