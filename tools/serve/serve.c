@@ -104,10 +104,11 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
         free(demo_tools);
         return 1;
     }
-    fprintf(stderr, "needle serve: listening on http://%s%s%s:%u (%s, %ld sessions of %ld "
+    fprintf(stderr, "needle serve: listening on http://%s%s%s:%u (%s, %ld session%s of %ld "
             "positions, queue %ld%s)\n", strchr(cfg.host, ':') ? "[" : "", cfg.host,
             strchr(cfg.host, ':') ? "]" : "", http_port(sv), cfg.model_name, cfg.parallel,
-            cfg.n_ctx, cfg.queue, cfg.api_key ? ", API key required" : "");
+            cfg.parallel == 1 ? "" : "s", cfg.n_ctx, cfg.queue,
+            cfg.api_key ? ", API key required" : "");
     int sig = 0;
     while (sigwait(&stop, &sig) != 0) {}
     fprintf(stderr, "needle serve: %s, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
