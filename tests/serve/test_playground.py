@@ -37,4 +37,5 @@ def test_playground_runs_a_query():
     assert "needle-demo.cact" in dom                    # /model was read
     assert 'class="call"><b>get_weather</b>' in dom, dom[-3000:]  # the demo query's call
     assert '"function_calls"' in dom                    # the envelope is shown
+    assert 'id="keyrow" hidden' in dom                  # no key asked: the server needs none
     assert os.path.getsize(shot) > 10000
