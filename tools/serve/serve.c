@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../cli.h"
@@ -24,6 +25,17 @@ static char *read_small_file(const char *path) {
     fclose(f);
     if (b.oom) buf_free(&b);
     return b.data;
+}
+
+/* Whether path is one of the demo model's files (then its tools suit it). */
+static int is_demo_model(const char *path) {
+    struct stat given, demo;
+    if (stat(path, &given) != 0) return 0;
+    const char *c;
+    for (int i = 0; (c = needle_default_model_candidate(i)) != NULL; i++)
+        if (stat(c, &demo) == 0 && demo.st_dev == given.st_dev && demo.st_ino == given.st_ino)
+            return 1;
+    return 0;
 }
 
 static int run_serve(const cli_command *self, int argc, char **argv) {
@@ -62,7 +74,7 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
         cfg.model_name = slash ? slash + 1 : cfg.weights;
     }
     const char *env_model = getenv("NEEDLE_MODEL");
-    char *demo_tools = defaulted && !(env_model && env_model[0])
+    char *demo_tools = (defaulted && !(env_model && env_model[0])) || is_demo_model(cfg.weights)
                            ? read_small_file(needle_default_tools_path()) : NULL;
     cfg.default_tools = demo_tools;
 
