@@ -335,7 +335,8 @@ int session_prefill(needle_session *s, const int32_t *tokens, uint32_t n, int wa
     const uint32_t step = s->bk.chunk ? s->bk.chunk : n;
     for (uint32_t done = 0; done < n;) {
         const uint32_t cn = n - done < step ? n - done : step;
-        int rc = session_run(s, tokens + done, cn, NULL, done + cn < n || want_logits);
+        /* only the last chunk's logits can be wanted */
+        int rc = session_run(s, tokens + done, cn, NULL, done + cn == n && want_logits);
         if (rc) return rc;
         done += cn;
         if (s->cb.on_prefill(s->cb.user, done, n))
