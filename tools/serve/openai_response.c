@@ -208,7 +208,9 @@ static void scan(sse_stream *s, char c, buf *out) {
         } else if (c == '{' || c == '[') {
             s->args_depth++;
         } else if ((c == '}' || c == ']') && --s->args_depth == 0) {
+            /* the call's arguments are whole: send them before a next call's header */
             s->in_args = 0;
+            flush_args(s, out);
         }
         return;
     }
