@@ -70,7 +70,8 @@ typedef enum needle_status {
      * cut by max_new_tokens is reported inside the needle_session_complete envelope
      * ("error_code": "max_tokens"), and needle_session_generate stopping at
      * max_new_tokens is a success. */
-    NEEDLE_ERR_MAX_TOKENS = -14
+    NEEDLE_ERR_MAX_TOKENS = -14,
+    NEEDLE_ERR_CANCELLED = -15        /* a needle_callbacks callback asked to stop */
 } needle_status;
 
 /* Struct sizes. Every params and info struct begins with `uint32_t size`, the struct's
@@ -490,6 +491,60 @@ NEEDLE_API needle_tools_params needle_tools_default_params(void);
 NEEDLE_API int needle_session_set_tools_ex(needle_session *session, const char *system,
                                            const char *tools_json,
                                            const needle_tools_params *params);
+
+/* ------------------------------------------------------------------------------------- */
+/* Streaming and progress callbacks                                                      */
+
+/* Which output a streamed piece belongs to. */
+typedef enum needle_piece_kind {
+    NEEDLE_PIECE_TEXT = 0,      /* needle_session_generate: the continuation */
+    NEEDLE_PIECE_REASONING = 1, /* needle_session_complete: text inside <think>..</think> */
+    NEEDLE_PIECE_CALLS = 2      /* needle_session_complete: the call array's JSON text */
+} needle_piece_kind;
+
+/* Called after each prefill chunk of a prompt (needle_session_set_tools' prefix, the turn
+ * text of needle_session_complete, the prompt of needle_session_generate): `done` of
+ * `total` tokens evaluated. Return 0 to go on, nonzero to cancel. */
+typedef int (*needle_prefill_fn)(void *user, uint32_t done, uint32_t total);
+
+/* Called for each decoded token that adds output, in order, before the next forward pass:
+ * `kind` is a needle_piece_kind, `text` the bytes the token adds (`len` of them, not
+ * NUL-terminated; a multi-byte character may be split across calls). Concatenated, the
+ * TEXT pieces are needle_detokenize of the generated ids (when those decode to valid
+ * UTF-8), the CALLS pieces the envelope's "function_calls" text, the REASONING pieces its
+ * "reasoning" before the surrounding spaces and newlines are trimmed. Forced markers are
+ * not reported. Return 0 to go on, nonzero to cancel. */
+typedef int (*needle_token_fn)(void *user, int32_t kind, int32_t token, const char *text,
+                               size_t len);
+
+typedef struct needle_callbacks {
+    uint32_t size; /* sizeof(needle_callbacks), see "Struct sizes" */
+    void *user;    /* passed to both callbacks */
+    needle_prefill_fn on_prefill; /* NULL = none */
+    needle_token_fn on_token;     /* NULL = none */
+} needle_callbacks;
+
+/* Sets the callbacks of the session's later calls (they run on the calling thread, inside
+ * the call); NULL removes them. A cancelled call returns NEEDLE_ERR_CANCELLED and leaves
+ * the session usable: needle_session_complete rolls the turn back (the conversation is as
+ * before the call); needle_session_generate keeps what it evaluated (the prompt chunks run
+ * so far, or the prompt and the tokens before the cancelling one: *n_out counts the
+ * tokens reported, that one included, as at max_new_tokens);
+ * needle_session_set_tools leaves the session without tools, as any failure of it does. */
+NEEDLE_API int needle_session_set_callbacks(needle_session *session,
+                                            const needle_callbacks *callbacks);
+
+/* Appends a past exchange of the conversation without decoding: `text` as a turn
+ * (needle_turn, as in needle_session_complete) followed by the assistant's answer
+ * `calls_json` (a JSON call array [{"name": ..., "arguments": {...}}], "[]" for none),
+ * written as the model writes its answers (no reasoning). A caller that holds the
+ * conversation itself (the HTTP server: every request carries the whole history) replays
+ * it with this, then asks for the next answer with needle_session_complete. The calls are
+ * taken as given (not checked against the tools). Errors: NEEDLE_ERR_STATE (no tools),
+ * NEEDLE_ERR_JSON (calls_json), NEEDLE_ERR_INVALID_UTF8, NEEDLE_ERR_CONTEXT_FULL; after
+ * any error the conversation is as it was. */
+NEEDLE_API int needle_session_append_turn(needle_session *session, const char *text,
+                                          int32_t turn, const char *calls_json);
 
 /* ------------------------------------------------------------------------------------ */
 /* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */

@@ -5,12 +5,14 @@
 #   scripts/install-deps.sh          building and running: a C compiler, make, CMake,
 #                                    pkg-config and cJSON (the library's one dependency);
 #                                    libedit (line editing in `needle chat`, optional:
-#                                    without it chat reads plain lines)
+#                                    without it chat reads plain lines), libmicrohttpd
+#                                    (`needle serve`; optional in CMake)
 #   scripts/install-deps.sh --test   also what the tests need (scripts/test.sh passes it):
 #                                    Python 3 with venv (the Python suites), the aarch64
 #                                    cross compiler, qemu-user and arm64 cJSON (the NEON
 #                                    build under emulation), clang with libFuzzer (the fuzz
-#                                    targets). ThreadSanitizer comes with gcc's runtime.
+#                                    targets), Chromium (the serve playground test).
+#                                    ThreadSanitizer comes with gcc's runtime.
 set -euo pipefail
 
 with_tests=0
@@ -29,6 +31,8 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
 [ -f /usr/include/histedit.h ] || need+=(libedit-dev)
+# `needle serve` (optional in CMake: without it the command says it has no HTTP support)
+[ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
 
 # Tests only. cross: installed without recommends (qemu-user's would register binfmt
 # handlers system-wide, which the tests do not need: ctest calls qemu-aarch64 itself).
@@ -65,6 +69,8 @@ if [ "$with_tests" = 1 ]; then
   command -v qemu-aarch64 >/dev/null 2>&1 || command -v qemu-aarch64-static >/dev/null 2>&1 ||
     cross+=(qemu-user)
   [ -f /usr/lib/aarch64-linux-gnu/pkgconfig/libcjson.pc ] || cross+=(libcjson-dev:arm64)
+  # the playground page of `needle serve` in a real browser (tests/serve/test_playground.py)
+  command -v chromium >/dev/null 2>&1 || cross+=(chromium)
 fi
 
 if [ ${#need[@]} -gt 0 ] || [ ${#cross[@]} -gt 0 ]; then

@@ -74,3 +74,6 @@ bash tests/official_client/run.sh build
 
 echo "== the needle Python package (python/) =="
 bash python/run_tests.sh build
+
+echo "== needle serve: the official openai client (pinned, private venv) and the playground in headless Chromium =="
+bash tests/serve/run.sh build

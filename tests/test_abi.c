@@ -35,6 +35,7 @@ static void test_struct_size_table(void) {
     CHECK_EQ_INT(needle_struct_size("needle_complete_params"), sizeof(needle_complete_params));
     CHECK_EQ_INT(needle_struct_size("needle_session_stats"), sizeof(needle_session_stats));
     CHECK_EQ_INT(needle_struct_size("needle_tools_params"), sizeof(needle_tools_params));
+    CHECK_EQ_INT(needle_struct_size("needle_callbacks"), sizeof(needle_callbacks));
     CHECK_EQ_INT(needle_struct_size("needle_model"), 0);
     CHECK_EQ_INT(needle_struct_size(NULL), 0);
     /* the size field leads every struct, so its offset is the same in every version */

@@ -235,7 +235,7 @@ static void test_status_strings(void) {
         NEEDLE_ERR_OUT_OF_MEMORY, NEEDLE_ERR_NO_TOKENIZER, NEEDLE_ERR_INVALID_UTF8,
         NEEDLE_ERR_CONTEXT_FULL, NEEDLE_ERR_BUFFER_TOO_SMALL, NEEDLE_ERR_INVALID_TOKEN,
         NEEDLE_ERR_JSON, NEEDLE_ERR_SCHEMA, NEEDLE_ERR_BACKEND, NEEDLE_ERR_STATE,
-        NEEDLE_ERR_MAX_TOKENS};
+        NEEDLE_ERR_MAX_TOKENS, NEEDLE_ERR_CANCELLED};
     const size_t n = sizeof codes / sizeof *codes;
     const char *unknown = needle_status_string(-1000);
     CHECK(unknown != NULL && unknown[0]);
@@ -246,8 +246,8 @@ static void test_status_strings(void) {
             CHECK_MSG(strcmp(s, needle_status_string(codes[j])) != 0, "status %d and %d share \"%s\"",
                       codes[i], codes[j], s);
     }
-    CHECK_EQ_INT(n, 15); /* every enumerator of needle_status */
-    const int odd[] = {1, -15, INT_MIN, INT_MAX};
+    CHECK_EQ_INT(n, 16); /* every enumerator of needle_status */
+    const int odd[] = {1, -16, INT_MIN, INT_MAX};
     for (size_t i = 0; i < 4; i++) CHECK(needle_status_string(odd[i]) != NULL);
 }
 

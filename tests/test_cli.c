@@ -152,7 +152,7 @@ static void test_errors_and_usage(void) {
 /* Every command the CLI has; `needle help` must list exactly these. */
 static const char *const COMMANDS[] = {"run",     "chat",    "eval",   "generate",
                                        "logits",  "tokenize", "inspect", "bench",
-                                       "devices", "embed",   "help",    "version", "export", "quantize"};
+                                       "devices", "embed",   "serve",   "help",    "version", "export", "quantize"};
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
 /* The line after `line`, or NULL after the last one. */

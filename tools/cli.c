@@ -151,6 +151,21 @@ int cli_session_create(const needle_model *m, const cli_session_options *so,
     return rc ? cli_lib_error("session", rc) : 0;
 }
 
+int cli_prefill_progress(void *user, uint32_t done, uint32_t total) {
+    (void)user;
+    if (total < CLI_PROGRESS_MIN_TOKENS) return 0;
+    if (done < total) fprintf(stderr, "\r[prefill %u/%u tokens]", done, total);
+    else fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+    return 0;
+}
+
+void cli_show_progress(needle_session *s) {
+    if (!isatty(STDERR_FILENO)) return;
+    needle_callbacks cb = {sizeof cb, NULL, cli_prefill_progress, NULL};
+    needle_session_set_callbacks(s, &cb);
+}
+
 double cli_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

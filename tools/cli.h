@@ -27,7 +27,7 @@ struct cli_command {
 
 /* The commands (each defined in its tools/<file>.c; tools/needle.c lists them). */
 extern const cli_command cli_inspect, cli_tokenize, cli_generate, cli_logits, cli_run,
-    cli_chat, cli_eval, cli_bench, cli_devices, cli_embed;
+    cli_chat, cli_eval, cli_bench, cli_devices, cli_embed, cli_serve;
 /* `needle export` / `needle quantize` (tools/export.c; they link the internal export
  * library, see the file's header) */
 extern const cli_command cli_export, cli_quantize;
@@ -128,6 +128,13 @@ int cli_session_create(const needle_model *m, const cli_session_options *so,
 /* ---- small shared pieces ----------------------------------------------------------------- */
 
 /* Milliseconds on the monotonic clock (for durations only). */
+/* The needle_callbacks.on_prefill of the commands: on a terminal stderr, a prompt of
+ * CLI_PROGRESS_MIN_TOKENS or more shows "[prefill done/total tokens]", erased when done. */
+#define CLI_PROGRESS_MIN_TOKENS 256u
+int cli_prefill_progress(void *user, uint32_t done, uint32_t total);
+/* Sets cli_prefill_progress as the session's prefill callback when stderr is a terminal. */
+void cli_show_progress(needle_session *s);
+
 double cli_now_ms(void);
 
 /* The sampling seed of a run: `seed` when --seed was given; with temperature > 0 and no

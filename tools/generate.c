@@ -5,8 +5,19 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+
+/* Prints each piece as it is decoded, so a long continuation shows up as it grows. */
+static int print_piece(void *user, int32_t kind, int32_t token, const char *text, size_t len) {
+    (void)user;
+    (void)kind;
+    (void)token;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
 
 static int run_generate(const cli_command *self, int argc, char **argv) {
     const char *weights = NULL, *prompt = NULL, *text = NULL;
@@ -45,7 +56,6 @@ static int run_generate(const cli_command *self, int argc, char **argv) {
     /* UTF-8 text never encodes to more ids than 4 per byte (byte fallback) */
     int32_t *ids = malloc((len + 2) * 4 * sizeof *ids);
     int32_t *gen = malloc(((size_t)n_new + 1) * sizeof *gen);
-    char *out = NULL;
     if (!ids || !gen) { rc = NEEDLE_ERR_OUT_OF_MEMORY; goto done; }
     ids[0] = NEEDLE_TOKEN_BOS;
     rc = needle_tokenize(m, prompt, len, ids + 1, (len + 1) * 4, &n);
@@ -55,17 +65,16 @@ static int run_generate(const cli_command *self, int argc, char **argv) {
     gp.temperature = (float)temperature;
     gp.seed = cli_sampling_seed(seed, seed_given, temperature);
     size_t n_gen = 0;
+    needle_callbacks cb = {sizeof cb, NULL,
+                           isatty(STDERR_FILENO) ? cli_prefill_progress : NULL, print_piece};
+    needle_session_set_callbacks(s, &cb);
     const double t1 = cli_now_ms();
     rc = needle_session_generate(s, ids, n + 1, &gp, gen, (size_t)n_new + 1, &n_gen);
     const double t_gen = cli_now_ms() - t1;
+    printf("\n");
+    fflush(stdout);
     if (rc && rc != NEEDLE_ERR_BUFFER_TOO_SMALL) { cli_lib_error("generate", rc); goto done; }
-    size_t out_len = 0;
-    needle_detokenize(m, gen, n_gen, NULL, 0, &out_len);
-    out = malloc(out_len + 1);
-    if (!out) { rc = NEEDLE_ERR_OUT_OF_MEMORY; goto done; }
-    rc = needle_detokenize(m, gen, n_gen, out, out_len + 1, &out_len);
-    if (rc) { cli_lib_error("detokenize", rc); goto done; }
-    printf("%s\n", out);
+    rc = NEEDLE_OK;
     fprintf(stderr, "[%zu prompt tokens, %zu generated; load %.1f ms, prefill+decode %.1f ms]\n",
             n + 1, n_gen, t_load, t_gen);
     fprintf(stderr, "ids:");
@@ -74,7 +83,6 @@ static int run_generate(const cli_command *self, int argc, char **argv) {
 done:
     free(ids);
     free(gen);
-    free(out);
     needle_session_free(s);
     needle_model_free(m);
     if (rc == NEEDLE_ERR_OUT_OF_MEMORY) fprintf(stderr, "needle: out of memory\n");
@@ -87,7 +95,8 @@ const cli_command cli_generate = {
     "       needle generate [--weights FILE] [options] TEXT\n"
     "\n"
     "Continues TEXT (BOS is prepended) as a plain language model: prints the generated\n"
-    "text on stdout, then timings and the generated ids on stderr. Greedy unless\n"
+    "text on stdout as it is decoded (the tokens' bytes, so invalid UTF-8 passes through\n"
+    "as such), then timings and the generated ids on stderr. Greedy unless\n"
     "--temperature is above 0; the same --seed gives the same sample.\n"
     "\n"
     "options:\n"

@@ -187,6 +187,7 @@ static int open_agent(const cli_command *self, agent_options *o, needle_model **
         if (info.kv_window && so.window != 0 && info.generation != 3) so.n_ctx = 1 << 20;
     }
     if (rc == 0) rc = cli_session_create(*m, &so, s);
+    if (rc == 0) cli_show_progress(*s);
     if (rc == 0) {
         char *system = o->date ? with_date_fact(o->system ? o->system : "")
                                : strdup(o->system ? o->system : "");

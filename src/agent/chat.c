@@ -143,7 +143,7 @@ static int prefill_prefix(needle_session *s, struct chat *c, const int32_t *ids,
     int rc = session_configure_sinks(s, window ? (uint32_t)n : 0);
     if (rc) return rc;
     confidence_restart(&c->conf);
-    if ((rc = session_run(s, ids, (uint32_t)n, NULL, 0))) return rc;
+    if ((rc = session_prefill(s, ids, (uint32_t)n, 0))) return rc;
     if ((rc = session_set_base(s))) return rc;
     confidence_pin_base(&c->conf);
     session_stats(s)->prefix_evaluations++;
@@ -481,6 +481,20 @@ static void advance(needle_session *s, turn *t, int32_t tok) {
     }
 }
 
+/* Reports a token chosen in `phase` to the session's token callback: reasoning text and
+ * call-array bytes; the markers around them are not output. */
+static int stream_piece(needle_session *s, enum phase phase, int32_t tok) {
+    const struct chat *c = chat_of(s);
+    int32_t kind;
+    if (phase == PH_THINK && tok != c->id_end_think) kind = NEEDLE_PIECE_REASONING;
+    else if (phase == PH_JSON && tok != c->id_end_call) kind = NEEDLE_PIECE_CALLS;
+    else return NEEDLE_OK;
+    const char *b;
+    size_t n;
+    if (tokenizer_token_bytes(c->tok, tok, &b, &n) != NEEDLE_OK) return NEEDLE_OK;
+    return session_emit(s, kind, tok, b, n);
+}
+
 /* Renders the turn text that precedes the assistant's answer. */
 static int render_turn(needle_session *s, const char *text, int is_result, strbuf *out) {
     struct chat *c = chat_of(s);
@@ -583,7 +597,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     saved = 1;
     confidence_turn_begin(&c->conf);
     double t0 = util_clock_ms();
-    rc = session_run(s, ids, (uint32_t)n_ids, NULL, 1);
+    rc = session_prefill(s, ids, (uint32_t)n_ids, 1);
     free(ids);
     if (rc) goto done;
     double t_prefill = util_clock_ms() - t0;
@@ -678,8 +692,10 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                 t.plan_len = t.plan_pos = 0;
             }
         }
+        const enum phase chosen_in = t.phase;
         advance(s, &t, tok);
         generated++;
+        if ((rc = stream_piece(s, chosen_in, tok))) break;
         session_stats(s)->decode_steps++;
         /* the next token is forced when the phase leaves no choice: skip its logits */
         int32_t next_forced = -1;
@@ -739,5 +755,59 @@ done:
     free(reasoning);
     free(t.reasoning_ids.data);
     free(t.calls.data);
+    return rc;
+}
+
+int needle_session_append_turn(needle_session *s, const char *text, int32_t turn_kind,
+                               const char *calls_json) {
+    if (!s || !text || !calls_json)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "append_turn: NULL argument");
+    struct chat *c = chat_of(s);
+    if (!c) return needle_fail(NEEDLE_ERR_STATE, "append_turn: set tools on the session first");
+    char *calls = NULL;
+    size_t calls_len = 0;
+    int rc = grammar_json_canon(calls_json, strlen(calls_json), &calls, &calls_len);
+    if (rc) return rc;
+    if (calls_len < 2 || calls[0] != '[') {
+        free(calls);
+        return needle_fail(NEEDLE_ERR_JSON, "append_turn: the calls must be a JSON array");
+    }
+    const int is_result = turn_kind == NEEDLE_TURN_TOOL_RESULT ||
+                          (turn_kind == NEEDLE_TURN_AUTO && c->last_turn_called);
+    strbuf chunk = {0};
+    int32_t *turn_ids = NULL, *call_ids = NULL, *ids = NULL;
+    size_t n_turn = 0, n_call = 0, n = 0;
+    rc = render_turn(s, text, is_result, &chunk);
+    if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, chunk.data, chunk.len, 0, &turn_ids, &n_turn);
+    if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, calls, calls_len, 0, &call_ids, &n_call);
+    if (rc == NEEDLE_OK && !(ids = malloc((n_turn + n_call + 4) * sizeof *ids)))
+        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "append_turn: out of memory");
+    if (rc == NEEDLE_OK) {
+        /* the answer as complete() leaves it: "▁<tool_call>" CALLS "</tool_call><|im_end|>" */
+        memcpy(ids, turn_ids, n_turn * sizeof *ids);
+        n = n_turn;
+        if (c->id_space >= 0) ids[n++] = c->id_space;
+        ids[n++] = c->id_call;
+        memcpy(ids + n, call_ids, n_call * sizeof *ids);
+        n += n_call;
+        ids[n++] = c->id_end_call;
+        ids[n++] = c->id_im_end;
+        if (n > session_context_length(s) - needle_session_position(s))
+            rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "append_turn: %zu tokens do not fit: "
+                             "position %u of a %u-position context", n,
+                             needle_session_position(s), session_context_length(s));
+    }
+    if (rc == NEEDLE_OK) rc = session_checkpoint_save(s, &c->turn_start, (uint32_t)n);
+    if (rc == NEEDLE_OK) {
+        const int last_turn_called = c->last_turn_called;
+        if ((rc = session_prefill(s, ids, (uint32_t)n, 0))) roll_back(s, c, last_turn_called, rc);
+        else c->last_turn_called = calls_len > 2;
+    }
+    free(chunk.data);
+    free(turn_ids);
+    free(call_ids);
+    free(ids);
+    free(calls);
+    if (rc == NEEDLE_OK) needle_clear_error();
     return rc;
 }

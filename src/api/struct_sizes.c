@@ -13,7 +13,7 @@ static const struct {
     ENTRY(needle_model_params),    ENTRY(needle_model_info),      ENTRY(needle_tensor_info),
     ENTRY(needle_device_info),     ENTRY(needle_session_params),  ENTRY(needle_generate_params),
     ENTRY(needle_complete_params), ENTRY(needle_session_stats),
-    ENTRY(needle_tools_params),
+    ENTRY(needle_tools_params), ENTRY(needle_callbacks),
 };
 
 size_t needle_struct_size(const char *name) {

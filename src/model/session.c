@@ -418,6 +418,41 @@ int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all
     return rc;
 }
 
+int session_prefill(needle_session *s, const int32_t *tokens, uint32_t n, int want_logits) {
+    if (!s->cb.on_prefill) return session_run(s, tokens, n, NULL, want_logits);
+    const uint32_t step = s->bk.chunk ? s->bk.chunk : n;
+    for (uint32_t done = 0; done < n;) {
+        const uint32_t cn = n - done < step ? n - done : step;
+        /* only the last chunk's logits can be wanted */
+        int rc = session_run(s, tokens + done, cn, NULL, done + cn == n && want_logits);
+        if (rc) return rc;
+        done += cn;
+        if (s->cb.on_prefill(s->cb.user, done, n))
+            return needle_fail(NEEDLE_ERR_CANCELLED, "prefill cancelled by the callback after "
+                               "%u of %u tokens", done, n);
+    }
+    return NEEDLE_OK;
+}
+
+int session_emit(needle_session *s, int32_t kind, int32_t token, const char *text, size_t len) {
+    if (!s->cb.on_token || !len) return NEEDLE_OK;
+    if (s->cb.on_token(s->cb.user, kind, token, text, len))
+        return needle_fail(NEEDLE_ERR_CANCELLED, "decoding cancelled by the callback");
+    return NEEDLE_OK;
+}
+
+int needle_session_set_callbacks(needle_session *s, const needle_callbacks *cb) {
+    if (!s) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_callbacks: NULL session");
+    needle_callbacks c;
+    memset(&c, 0, sizeof c);
+    if (cb) {
+        int rc = struct_size_in(&c, cb, sizeof c, "set_callbacks: needle_callbacks");
+        if (rc) return rc;
+    }
+    s->cb = c;
+    return NEEDLE_OK;
+}
+
 int session_configure_sinks(needle_session *s, uint32_t n_sinks) {
     if (n_sinks > s->n_ctx)
         return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "%u sink positions exceed the %u-position "
@@ -509,13 +544,15 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_generate: temperature must "
                            "be a finite value >= 0");
     *n_out = 0;
-    int rc = needle_session_eval(s, prompt, n_prompt, NULL, 0);
+    int rc = check_tokens(s, prompt, n_prompt);
     if (rc) return rc;
+    if (n_prompt && (rc = session_prefill(s, prompt, (uint32_t)n_prompt, 1))) return rc;
     if (!s->has_logits)
         return needle_fail(NEEDLE_ERR_STATE, "session_generate: nothing evaluated yet; give a "
                            "prompt");
     uint64_t rng = p.seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
     size_t produced = 0;
+    int strip_done = 0;
     while (p.max_new_tokens == 0 || produced < p.max_new_tokens) {
         int32_t tok = session_pick_token(s->logits, NULL, s->m->w.vocab, p.temperature, &rng);
         if (tok == NEEDLE_TOKEN_EOS) break;
@@ -525,6 +562,20 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
                                "tokens", cap);
         }
         out[produced++] = tok;
+        if (s->cb.on_token) {
+            const char *text = "";
+            size_t len = 0;
+            if (s->m->tok) tokenizer_token_bytes(s->m->tok, tok, &text, &len);
+            /* as needle_detokenize: the text's first space is the dummy prefix */
+            if (!strip_done && len) {
+                strip_done = 1;
+                if (text[0] == ' ') {
+                    text++;
+                    len--;
+                }
+            }
+            if ((rc = session_emit(s, NEEDLE_PIECE_TEXT, tok, text, len))) break;
+        }
         if (s->pos >= s->n_ctx) break;
         if ((rc = session_run(s, &tok, 1, NULL, 1))) break;
     }

@@ -91,6 +91,7 @@ struct needle_session {
     /* a second session over the same model for embeddings (model/embed.c), made on first
      * use, so that embedding a text never disturbs this conversation */
     struct needle_session *embedder;
+    needle_callbacks cb; /* needle_session_set_callbacks; zeroed = none */
 };
 
 /* Runs one backend operation and adds its wall time to the session's profile field. */
@@ -115,6 +116,16 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
  * projection for the last token, for tokens whose successor is forced anyway. */
 int session_run(struct needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
                 int want_logits);
+
+/* session_run for a prompt: chunk by chunk when a prefill callback is set, reporting
+ * progress after each; NEEDLE_ERR_CANCELLED when the callback asks to stop (the chunks run
+ * so far stay evaluated). Chunks of the forward pass's own size give the same numbers. */
+int session_prefill(struct needle_session *s, const int32_t *tokens, uint32_t n, int want_logits);
+
+/* Reports a decoded piece to the token callback, if any; NEEDLE_ERR_CANCELLED when it asks
+ * to stop. */
+int session_emit(struct needle_session *s, int32_t kind, int32_t token, const char *text,
+                 size_t len);
 
 /* Re-lays the KV cache for `n_sinks` pinned positions (reallocating it if it must grow).
  * The conversation restarts at position 0 and the base is dropped. */

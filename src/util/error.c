@@ -35,6 +35,7 @@ const char *needle_status_string(int status) {
     case NEEDLE_ERR_BACKEND: return "backend unavailable";
     case NEEDLE_ERR_STATE: return "invalid state for this call";
     case NEEDLE_ERR_MAX_TOKENS: return "generation stopped at max_new_tokens";
+    case NEEDLE_ERR_CANCELLED: return "cancelled by a callback";
     default: return "unknown status";
     }
 }
