@@ -778,8 +778,8 @@ int needle_session_append_turn(needle_session *s, const char *text, int32_t turn
     int32_t *turn_ids = NULL, *call_ids = NULL, *ids = NULL;
     size_t n_turn = 0, n_call = 0, n = 0;
     rc = render_turn(s, text, is_result, &chunk);
-    if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, chunk.data, chunk.len, 0, &turn_ids, &n_turn);
-    if (rc == NEEDLE_OK) rc = encode_alloc(c->tok, calls, calls_len, 0, &call_ids, &n_call);
+    if (rc == NEEDLE_OK) rc = prompt_encode_alloc(c->tok, chunk.data, chunk.len, 0, &turn_ids, &n_turn);
+    if (rc == NEEDLE_OK) rc = prompt_encode_alloc(c->tok, calls, calls_len, 0, &call_ids, &n_call);
     if (rc == NEEDLE_OK && !(ids = malloc((n_turn + n_call + 4) * sizeof *ids)))
         rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "append_turn: out of memory");
     if (rc == NEEDLE_OK) {
