@@ -17,7 +17,7 @@ if [ ! -x "$venv/bin/pytest" ]; then
   "$venv/bin/pip" install -q "pydantic>=2" || echo "pydantic not available; its tests are skipped"
 fi
 # venvs made before test_wheel.sh existed lack `build`
-"$venv/bin/python" -c "import build" 2>/dev/null || "$venv/bin/pip" install -q build
+"$venv/bin/python" -I -c "import build" 2>/dev/null || "$venv/bin/pip" install -q build
 export NEEDLE_LIB_PATH="$build/libneedle.so"
 export NEEDLE_TEST_FIXTURES="$root/tests/fixtures"
 unset NEEDLE_MODEL
