@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/attn.h"
 #include "kernels/cq.h"
 
 /* Per-thread scratch a kernel may use to re-lay out activations (the SIMD kernels
@@ -59,6 +60,8 @@ typedef struct cpu_kernels {
     float (*dot)(const float *a, const float *b, uint32_t n);
     /* y[i] += a * x[i] */
     void (*axpy)(float *y, float a, const float *x, uint32_t n);
+    /* The query heads of one K/V head against the cache (kernels/cpu/attn.h). */
+    attn_fn attend;
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;
