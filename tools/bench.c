@@ -1,10 +1,14 @@
 /* bench.c: `needle bench`, the engine's speed on one model: load time, time to first
- * token, prefill and greedy-decode tokens per second (medians over runs), peak RSS, and
- * where the forward time goes (needle_session_stats' per-operation profile). */
+ * token, prefill and greedy-decode tokens per second (medians over runs), peak RSS,
+ * where the forward time goes (needle_session_stats' per-operation profile), and the
+ * achieved GFLOP/s of each phase and of the matrix products and attention beside the
+ * machine's measured FMA peak (bench_peak.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include "bench_peak.h"
 #include "cli.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -134,11 +138,36 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         profile_add(prof[0], &st0, &st1);
         profile_add(prof[1], &st1, &st2);
     }
+    /* the pool's thread count as the library picks it (cpu_pool_create) */
+    long used = threads;
+    if (!used) {
+        const char *env = getenv("NEEDLE_THREADS");
+        used = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+        if (used < 1) used = 1;
+    }
+    const double peak1 = bench_fma_peak_gflops(1), peak = bench_fma_peak_gflops((int)used);
+    /* flops of one run's prefill (output projection for the last token only) and decode */
+    double fl[2] = {0, 0}, fl_mm[2] = {0, 0}, fl_att[2] = {0, 0};
+    for (long i = 0; i < prompt_len + gen; i++) {
+        const int phase = i >= prompt_len, logits = phase || i == prompt_len - 1;
+        fl[phase] += bench_token_flops(&info, (uint32_t)i, info.kv_window, logits);
+        fl_mm[phase] += bench_matmul_flops(&info, 0);
+        fl_att[phase] += bench_attention_flops(&info, (uint32_t)i, info.kv_window);
+    }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double rss_mb = (double)ru.ru_maxrss / 1024.0; /* ru_maxrss is in KiB on Linux */
     const double med_prefill = median(prefill, (int)runs), med_ttft = median(ttft, (int)runs);
     const double med_decode = median(decode, (int)runs);
+    /* GFLOP/s = flops / ms / 1e6 */
+    const double gf_prefill = med_prefill > 0 ? fl[0] / ((double)prompt_len / med_prefill * 1e3) / 1e6 : 0;
+    const double gf_decode = med_decode > 0 && gen ? fl[1] / ((double)gen / med_decode * 1e3) / 1e6 : 0;
+    double gf_mm[2], gf_att[2];
+    for (int phase = 0; phase < 2; phase++) {
+        const double mm_ms = prof[phase][0] / (double)runs, att_ms = prof[phase][1] / (double)runs;
+        gf_mm[phase] = mm_ms > 0 ? fl_mm[phase] / mm_ms / 1e6 : 0;
+        gf_att[phase] = att_ms > 0 ? fl_att[phase] / att_ms / 1e6 : 0;
+    }
     if (json) {
         printf("{\"weights\":");
         cli_json_string(stdout, weights);
@@ -147,6 +176,10 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
                "\"decode_tok_s\":%.1f,\"peak_rss_mb\":%.1f,\"last_token\":%d",
                prompt_len, gen, runs, threads, load_ms, session_ms, med_ttft,
                med_prefill, med_decode, rss_mb, last);
+        printf(",\"threads_used\":%ld,\"fma_peak_gflops\":%.2f,\"fma_peak_1t_gflops\":%.2f,"
+               "\"prefill_gflops\":%.2f,\"decode_gflops\":%.2f,\"matmul_gflops\":[%.2f,%.2f],"
+               "\"attention_gflops\":[%.2f,%.2f]",
+               used, peak, peak1, gf_prefill, gf_decode, gf_mm[0], gf_mm[1], gf_att[0], gf_att[1]);
         /* per-operation ms per run (means over the runs) */
         for (int phase = 0; phase < 2; phase++) {
             printf(",\"profile_%s_ms\":{", phase ? "decode" : "prefill");
@@ -167,6 +200,17 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         printf("decode     %.1f tok/s (%ld tokens)\n", med_decode, gen);
         printf("peak rss   %.1f MiB\n", rss_mb);
         printf("medians of %ld runs\n", runs);
+        printf("\nfma peak   %.1f GFLOP/s on %ld threads (%.1f on one), measured now\n", peak, used,
+               peak1);
+        printf("  %-10s %18s %18s\n", "GFLOP/s", "prefill", "decode");
+        printf("  %-10s %10.2f (%4.1f%%) %10.2f (%4.1f%%)\n", "forward", gf_prefill,
+               peak > 0 ? 100 * gf_prefill / peak : 0, gf_decode, peak > 0 ? 100 * gf_decode / peak : 0);
+        printf("  %-10s %10.2f (%4.1f%%) %10.2f (%4.1f%%)\n", "matmul", gf_mm[0],
+               peak > 0 ? 100 * gf_mm[0] / peak : 0, gf_mm[1], peak > 0 ? 100 * gf_mm[1] / peak : 0);
+        printf("  %-10s %10.2f (%4.1f%%) %10.2f (%4.1f%%)\n", "attention", gf_att[0],
+               peak > 0 ? 100 * gf_att[0] / peak : 0, gf_att[1], peak > 0 ? 100 * gf_att[1] / peak : 0);
+        printf("  (forward: every flop of the phase over its wall time; matmul, attention: their\n"
+               "   flops over their profiled time; %% of the FMA peak)\n");
         printf("\nprofile (ms per run, share of the forward pass)\n");
         printf("  %-10s %18s %18s\n", "operation", "prefill", "decode");
         double tot[2] = {0, 0};
@@ -197,7 +241,9 @@ const cli_command cli_bench = {
     "Times the model on a synthetic prompt (BOS + fixed pseudo-random ids): load, session\n"
     "creation, prefill (and the first token), then greedy decode one token at a time;\n"
     "repeated --runs times on one session, reset between runs. Prints the medians, the\n"
-    "peak RSS and a per-operation profile of prefill and decode.\n"
+    "peak RSS, a per-operation profile of prefill and decode, and the achieved GFLOP/s\n"
+    "(whole phase, matrix products, attention) beside the machine's FMA peak measured\n"
+    "by a ~50 ms calibration loop on the same threads (a busy machine lowers both).\n"
     "\n"
     "options:\n"
     CLI_WEIGHTS_HELP
