@@ -408,6 +408,9 @@ typedef struct needle_session_stats {
     double hadamard_ms;  /* the Hadamard MLP */
     double logits_ms;    /* tied output projection */
     double sync_ms;      /* waiting for the backend at the end of a forward pass */
+    /* Decode shortcuts (needle_session_complete: jump-forward, sparse logits) show here. */
+    uint64_t forward_calls; /* forward passes run (a chunk of any length counts once) */
+    uint64_t logit_rows;    /* output-projection rows computed (vocab per full logits) */
 } needle_session_stats;
 
 NEEDLE_API int needle_session_get_stats(const needle_session *session, needle_session_stats *out);

@@ -146,6 +146,12 @@ typedef struct needle_backend_ops {
     void (*logits)(backend_ctx *s, const float *lanes, uint32_t count, float *out,
                    int32_t *argmax);
 
+    /* Optional: the logits of the one token lanes[0] for the ids rows[0..n_rows) only
+     * (ascending, distinct): out (host [vocab]) gets exactly the values `logits` computes
+     * for those ids and -INFINITY for every other id. NULL: the caller uses `logits`. */
+    void (*logits_rows)(backend_ctx *s, const float *lanes, const int32_t *rows,
+                        uint32_t n_rows, float *out);
+
     /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
      * for a device error seen since the last call. Called at the end of each forward. */
     int (*finish)(backend_ctx *s);

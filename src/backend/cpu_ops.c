@@ -583,6 +583,29 @@ static void cpu_logits(backend_ctx *s, const float *lanes, uint32_t count, float
         }
 }
 
+/* One product per run of consecutive ids, RUNS_PER_BATCH runs to a batch (a dispatch);
+ * the caller keeps the ids few and clustered enough for that to beat the whole product. */
+#define RUNS_PER_BATCH 64
+
+static void cpu_logits_rows(backend_ctx *s, const float *lanes, const int32_t *rows,
+                            uint32_t n_rows, float *out) {
+    const model_weights *m = s->m;
+    const cpu_session *c = cs_of(s);
+    final_hidden_token(s, lanes, 0, 0);
+    for (uint32_t v = 0; v < m->vocab; v++) out[v] = -INFINITY;
+    cq_job jobs[RUNS_PER_BATCH];
+    for (uint32_t i = 0; i < n_rows;) {
+        uint32_t nj = 0;
+        while (i < n_rows && nj < RUNS_PER_BATCH) {
+            uint32_t j = i + 1;
+            while (j < n_rows && rows[j] == rows[j - 1] + 1) j++;
+            jobs[nj++] = (cq_job){&m->embedding, (uint32_t)rows[i], j - i, out + rows[i], m->vocab};
+            i = j;
+        }
+        cpu_matmul(c->pool, c->out_rot, m->embedding.cols_pad, 1, jobs, nj);
+    }
+}
+
 const needle_backend_ops cpu_backend_ops = {
     .model_load = NULL,
     .model_unload = NULL,
@@ -603,4 +626,5 @@ const needle_backend_ops cpu_backend_ops = {
     .hadamard_mlp = cpu_hadamard_mlp,
     .lane_write = cpu_lane_write,
     .logits = cpu_logits,
+    .logits_rows = cpu_logits_rows,
 };

@@ -145,16 +145,29 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
 
         for (uint32_t i = 0; i < cn; i++) s->history[(p0 + i) % SESSION_HISTORY] = tok[i];
         s->pos = p0 + cn;
-        if (all_logits)
+        if (all_logits) {
             TIMED(logits_ms,
                   ops->logits(&s->bk, s->lanes, cn, all_logits + (size_t)done * m->w.vocab, NULL));
+            s->stats.logit_rows += (uint64_t)cn * m->w.vocab;
+        }
         if (done + cn == n) {
             if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * m->w.vocab,
                                    m->w.vocab * sizeof(float));
-            else if (!s->skip_logits)
+            else if (!s->skip_logits && s->logit_rows && ops->logits_rows) {
+                TIMED(logits_ms, ops->logits_rows(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d,
+                                                  s->logit_rows, s->n_logit_rows, s->logits));
+                s->stats.logit_rows += s->n_logit_rows;
+            } else if (!s->skip_logits) {
+                s->stats.logit_rows += m->w.vocab;
                 TIMED(logits_ms,
                       ops->logits(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits,
                                   NULL));
+                if (s->logit_rows) /* the subset the caller asked for, from the full product */
+                    for (uint32_t v = 0, r = 0; v < m->w.vocab; v++) {
+                        if (r < s->n_logit_rows && s->logit_rows[r] == (int32_t)v) r++;
+                        else s->logits[v] = -INFINITY;
+                    }
+            }
         }
         done += cn;
     }

@@ -327,6 +327,17 @@ int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all
     s->skip_logits = 0;
     s->stats.forward_ms += util_clock_ms() - t0;
     if (rc == NEEDLE_OK) s->stats.tokens_evaluated += n;
+    s->stats.forward_calls++;
+    return rc;
+}
+
+int session_run_rows(needle_session *s, const int32_t *tokens, uint32_t n, const int32_t *rows,
+                     uint32_t n_rows) {
+    s->logit_rows = rows;
+    s->n_logit_rows = n_rows;
+    const int rc = session_run(s, tokens, n, NULL, 1);
+    s->logit_rows = NULL;
+    s->n_logit_rows = 0;
     return rc;
 }
 
