@@ -463,6 +463,9 @@ static void test_bench_reports_peak_and_gflops(void) {
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CHECK_MSG(json_number(out, keys[i]) > 0.0, "%s missing or not positive: %s", keys[i], out);
     CHECK_MSG(strstr(out, "\"matmul_gflops\":[") && strstr(out, "\"attention_gflops\":["), "%s", out);
+    /* two threads: the prefill's products are handed to the worker */
+    const char *h = strstr(out, "\"handoffs_per_token\":[");
+    CHECK_MSG(h && strtod(h + strlen("\"handoffs_per_token\":["), NULL) > 0.0, "%s", out);
 }
 
 int main(void) {

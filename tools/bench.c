@@ -102,6 +102,8 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
     int32_t last = 0;
     /* per-operation profile, summed over the runs: [0] prefill, [1] decode */
     double prof[2][PROFILE_OPS] = {{0}};
+    /* thread hand-offs (pool dispatches, their cost to the caller) and forward time */
+    double handoffs[2] = {0, 0}, handoff_ms[2] = {0, 0}, phase_ms[2] = {0, 0};
     needle_session_stats st0 = {.size = sizeof st0}, st1 = {.size = sizeof st1},
                          st2 = {.size = sizeof st2};
     for (long r = 0; r < runs; r++) {
@@ -137,6 +139,12 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         needle_session_get_stats(s, &st2);
         profile_add(prof[0], &st0, &st1);
         profile_add(prof[1], &st1, &st2);
+        handoffs[0] += (double)(st1.pool_dispatches - st0.pool_dispatches);
+        handoffs[1] += (double)(st2.pool_dispatches - st1.pool_dispatches);
+        handoff_ms[0] += st1.pool_sync_ms - st0.pool_sync_ms;
+        handoff_ms[1] += st2.pool_sync_ms - st1.pool_sync_ms;
+        phase_ms[0] += st1.forward_ms - st0.forward_ms;
+        phase_ms[1] += st2.forward_ms - st1.forward_ms;
     }
     /* the pool's thread count as the library picks it (cpu_pool_create) */
     long used = threads;
@@ -180,6 +188,10 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
                "\"prefill_gflops\":%.2f,\"decode_gflops\":%.2f,\"matmul_gflops\":[%.2f,%.2f],"
                "\"attention_gflops\":[%.2f,%.2f]",
                used, peak, peak1, gf_prefill, gf_decode, gf_mm[0], gf_mm[1], gf_att[0], gf_att[1]);
+        printf(",\"handoffs_per_token\":[%.2f,%.2f],\"handoff_ms\":[%.3f,%.3f]",
+               handoffs[0] / (double)runs / (double)prompt_len,
+               gen ? handoffs[1] / (double)runs / (double)gen : 0.0, handoff_ms[0] / (double)runs,
+               handoff_ms[1] / (double)runs);
         /* per-operation ms per run (means over the runs) */
         for (int phase = 0; phase < 2; phase++) {
             printf(",\"profile_%s_ms\":{", phase ? "decode" : "prefill");
@@ -211,6 +223,16 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
                peak > 0 ? 100 * gf_att[0] / peak : 0, gf_att[1], peak > 0 ? 100 * gf_att[1] / peak : 0);
         printf("  (forward: every flop of the phase over its wall time; matmul, attention: their\n"
                "   flops over their profiled time; %% of the FMA peak)\n");
+        printf("\nthread hand-off (pool dispatches; their cost to the calling thread beyond its\n"
+               "own share of the work: publishing, then waiting for the workers)\n");
+        for (int phase = 0; phase < 2; phase++) {
+            const double toks = phase ? (double)gen : (double)prompt_len;
+            const double n = handoffs[phase] / (double)runs, ms = handoff_ms[phase] / (double)runs;
+            printf("  %-8s %8.0f dispatches (%.1f per token), %.2f ms = %.1f us each, %.1f%% of "
+                   "the forward time\n", phase ? "decode" : "prefill", n, toks > 0 ? n / toks : 0,
+                   ms, n > 0 ? 1000 * ms / n : 0,
+                   phase_ms[phase] > 0 ? 100 * handoff_ms[phase] / phase_ms[phase] : 0);
+        }
         printf("\nprofile (ms per run, share of the forward pass)\n");
         printf("  %-10s %18s %18s\n", "operation", "prefill", "decode");
         double tot[2] = {0, 0};

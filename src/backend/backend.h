@@ -152,6 +152,10 @@ typedef struct needle_backend_ops {
     void (*logits_rows)(backend_ctx *s, const float *lanes, const int32_t *rows,
                         uint32_t n_rows, float *out);
 
+    /* Optional: the session's thread hand-offs so far (dispatches to worker threads and
+     * the milliseconds they cost the caller beyond its own share of the work). */
+    void (*thread_stats)(const backend_ctx *s, uint64_t *dispatches, double *sync_ms);
+
     /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
      * for a device error seen since the last call. Called at the end of each forward. */
     int (*finish)(backend_ctx *s);

@@ -606,6 +606,12 @@ static void cpu_logits_rows(backend_ctx *s, const float *lanes, const int32_t *r
     }
 }
 
+static void cpu_thread_stats(const backend_ctx *s, uint64_t *dispatches, double *sync_ms) {
+    uint64_t ns = 0;
+    cpu_pool_sync_stats(cs_of(s)->pool, dispatches, &ns);
+    *sync_ms = (double)ns / 1e6;
+}
+
 const needle_backend_ops cpu_backend_ops = {
     .model_load = NULL,
     .model_unload = NULL,
@@ -627,4 +633,5 @@ const needle_backend_ops cpu_backend_ops = {
     .lane_write = cpu_lane_write,
     .logits = cpu_logits,
     .logits_rows = cpu_logits_rows,
+    .thread_stats = cpu_thread_stats,
 };

@@ -116,6 +116,11 @@ void cpu_pool_run(cpu_pool *pool, void (*fn)(void *arg, int i, int n), void *arg
  * the caller. Returns when every fn call that started has finished. */
 void cpu_pool_run_shared(cpu_pool *pool, void (*fn)(void *arg, int i, int n), void *arg);
 
+/* Hand-off counters of the pool: runs dispatched to the workers (0 for a one-thread
+ * pool, which never dispatches) and the caller's time spent on them outside its own share
+ * of the work: publishing the run, then waiting for the workers to finish theirs. */
+void cpu_pool_sync_stats(const cpu_pool *pool, uint64_t *runs, uint64_t *sync_ns);
+
 /* One CQ product of a batch: y[t][r - row0] = <W[r], x_t> for r in [row0, row0+nrows). */
 typedef struct cq_job {
     const cq_matrix *w;
