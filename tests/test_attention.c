@@ -160,6 +160,7 @@ static void find_levels(void) {
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cpu_kernels *k = cpu_kernels_named(names[i]);
         if (k) levels[n_levels++] = k;
+        printf("  level %s: %s\n", names[i], k ? "tested" : "not supported here");
     }
 }
 

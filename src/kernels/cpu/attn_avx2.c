@@ -3,9 +3,10 @@
  * Scores: each cached K row is converted to floats 8 columns at a time (f16 by vcvtph2ps,
  * int8 by sign extension times its group's scale, which is exactly the plain kernel's
  * dequantised value) and multiplied into one accumulator per query head, so a row is read
- * once for up to four heads. Softmax: vector max, a polynomial exp (exp_avx2, within a
- * few ulp of expf) and a vector sum. Values: o is built 32 columns at a time in registers
- * over all positions, two query heads per pass, with the softmax weight (and the 1/sum)
+ * once for two heads, four rows at a time with their dot products reduced together.
+ * Softmax: vector max, a polynomial exp (exp_avx2, within a few ulp of expf) and a vector
+ * sum. Values: o is built 32 columns at a time in registers over all positions, two query
+ * heads per pass, with the softmax weight (and the 1/sum, and an int8 block's one scale)
  * broadcast per position.
  *
  * An int8 head that does not start on a multiple of 8 columns (so that 8 lanes could
@@ -87,33 +88,78 @@ AVX2_INLINE const void *row_at(int32_t type, const void *base, size_t at) {
     return (const int8_t *)base + at;
 }
 
-/* w[a][p] = scale * <q[a], k_p> for up to 4 heads [a0, a0 + na). */
-AVX2_INLINE void scores4(int32_t type, const attn_kv *kv, const attn_run *runs,
-                         uint32_t n_runs, const uint32_t *gi, const float *q, uint32_t a0,
-                         uint32_t na, uint32_t hd, float scale, float *w, size_t ld_w) {
+/* The four sums of a[0..3] in one vector: hadd twice, then the two 128-bit halves. */
+AVX2_INLINE __m128 hsum4x8(const __m256 *a) {
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* scale * <q, k> over the columns past the last whole 8 (plain order) */
+AVX2_INLINE float dot_tail(int32_t type, const float *q, const void *row, const float *sc,
+                           const attn_kv *kv, uint32_t hd8, uint32_t hd) {
+    float s = 0.0f;
+    for (uint32_t j = hd8; j < hd; j++) s += q[j] * load1(type, row, sc, kv->col0, kv->group, j);
+    return s;
+}
+
+/* w0[p] = scale * <q0, k_p> (and w1 for q1 when NA = 2) over the positions of the runs:
+ * blocks of four rows of a run, each 8-column piece of K converted once for both heads,
+ * the four dot products reduced together; the rest of a run one row at a time. */
+AVX2_INLINE void scores_pair(int32_t type, const attn_kv *kv, const attn_run *runs,
+                             uint32_t n_runs, const uint32_t *gi, const float *q0,
+                             const float *q1, const int NA, uint32_t hd, float scale,
+                             float *w0, float *w1) {
     const uint32_t hd8 = hd & ~7u;
+    const __m128 sv = _mm_set1_ps(scale);
     uint32_t n = 0;
-    for (uint32_t r = 0; r < n_runs; r++)
-        for (uint32_t i = 0; i < runs[r].count; i++, n++) {
+    for (uint32_t r = 0; r < n_runs; r++) {
+        uint32_t i = 0;
+        for (; i + 4 <= runs[r].count; i += 4, n += 4) {
+            const void *row[4];
+            const float *sc[4];
+            for (int u = 0; u < 4; u++) {
+                const uint32_t slot = runs[r].slot + i + (uint32_t)u;
+                row[u] = row_at(type, kv->k, (size_t)slot * kv->ld);
+                sc[u] = kv->k_scales ? kv->k_scales + (size_t)slot * kv->scales_ld : NULL;
+            }
+            __m256 acc0[4], acc1[4];
+            for (int u = 0; u < 4; u++) acc0[u] = acc1[u] = _mm256_setzero_ps();
+            for (uint32_t j = 0; j < hd8; j += 8) {
+                const __m256 qa = _mm256_loadu_ps(q0 + j);
+                const __m256 qb = NA > 1 ? _mm256_loadu_ps(q1 + j) : qa;
+                for (int u = 0; u < 4; u++) {
+                    const __m256 k8 = load8(type, row[u], sc[u], gi, j);
+                    acc0[u] = _mm256_fmadd_ps(qa, k8, acc0[u]);
+                    if (NA > 1) acc1[u] = _mm256_fmadd_ps(qb, k8, acc1[u]);
+                }
+            }
+            __m128 s0 = hsum4x8(acc0), s1 = NA > 1 ? hsum4x8(acc1) : s0;
+            if (hd8 < hd) {
+                float t0[4], t1[4];
+                for (int u = 0; u < 4; u++) {
+                    t0[u] = dot_tail(type, q0, row[u], sc[u], kv, hd8, hd);
+                    t1[u] = NA > 1 ? dot_tail(type, q1, row[u], sc[u], kv, hd8, hd) : 0.0f;
+                }
+                s0 = _mm_add_ps(s0, _mm_loadu_ps(t0));
+                if (NA > 1) s1 = _mm_add_ps(s1, _mm_loadu_ps(t1));
+            }
+            _mm_storeu_ps(w0 + n, _mm_mul_ps(s0, sv));
+            if (NA > 1) _mm_storeu_ps(w1 + n, _mm_mul_ps(s1, sv));
+        }
+        for (; i < runs[r].count; i++, n++) {
             const uint32_t slot = runs[r].slot + i;
             const void *row = row_at(type, kv->k, (size_t)slot * kv->ld);
             const float *sc = kv->k_scales ? kv->k_scales + (size_t)slot * kv->scales_ld : NULL;
-            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                             _mm256_setzero_ps()};
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
             for (uint32_t j = 0; j < hd8; j += 8) {
                 const __m256 k8 = load8(type, row, sc, gi, j);
-                for (uint32_t a = 0; a < na; a++)
-                    acc[a] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)(a0 + a) * hd + j), k8,
-                                             acc[a]);
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + j), k8, a0);
+                if (NA > 1) a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + j), k8, a1);
             }
-            for (uint32_t a = 0; a < na; a++) {
-                float s = hsum8(acc[a]);
-                for (uint32_t j = hd8; j < hd; j++)
-                    s += q[(size_t)(a0 + a) * hd + j] *
-                         load1(type, row, sc, kv->col0, kv->group, j);
-                w[(size_t)(a0 + a) * ld_w + n] = s * scale;
-            }
+            w0[n] = (hsum8(a0) + dot_tail(type, q0, row, sc, kv, hd8, hd)) * scale;
+            if (NA > 1) w1[n] = (hsum8(a1) + dot_tail(type, q1, row, sc, kv, hd8, hd)) * scale;
         }
+    }
 }
 
 /* w := exp(w - max w) over n positions; returns 1 / sum. */
@@ -157,12 +203,27 @@ AVX2_INLINE void values_block(int32_t type, const attn_kv *kv, const attn_run *r
     for (uint32_t a = 0; a < 2; a++)
         for (uint32_t c = 0; c < 4; c++) acc[a][c] = _mm256_setzero_ps();
     const float *w0 = w + (size_t)a0 * ld_w, *w1 = w0 + ld_w;
+    const int one_group = type == NEEDLE_KV_INT8 && gi[c0 / 8] == gi[c0 / 8 + nc - 1];
     uint32_t n = 0;
     for (uint32_t r = 0; r < n_runs; r++)
         for (uint32_t i = 0; i < runs[r].count; i++, n++) {
             const uint32_t slot = runs[r].slot + i;
             const void *row = row_at(type, kv->v, (size_t)slot * kv->ld);
             const float *sc = kv->v_scales ? kv->v_scales + (size_t)slot * kv->scales_ld : NULL;
+            if (type == NEEDLE_KV_INT8 && one_group) {
+                /* the block's one scale goes into the weights: raw integers below */
+                const float g = sc[gi[c0 / 8]];
+                const __m256 c0v = _mm256_set1_ps(w0[n] * inv[0] * g);
+                const __m256 c1v = _mm256_set1_ps(na > 1 ? w1[n] * inv[1] * g : 0.0f);
+                for (uint32_t c = 0; c < nc; c++) {
+                    const __m128i b = _mm_loadl_epi64(
+                        (const __m128i *)((const int8_t *)row + c0 + 8 * c));
+                    const __m256 v8 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+                    acc[0][c] = _mm256_fmadd_ps(c0v, v8, acc[0][c]);
+                    if (na > 1) acc[1][c] = _mm256_fmadd_ps(c1v, v8, acc[1][c]);
+                }
+                continue;
+            }
             const __m256 c0v = _mm256_set1_ps(w0[n] * inv[0]);
             const __m256 c1v = _mm256_set1_ps(na > 1 ? w1[n] * inv[1] : 0.0f);
             for (uint32_t c = 0; c < nc; c++) {
@@ -186,8 +247,14 @@ AVX2_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *r
         for (uint32_t j = 0; j + 8 <= hd; j += 8) gi[j / 8] = (kv->col0 + j) / kv->group;
     uint32_t n = 0;
     for (uint32_t r = 0; r < n_runs; r++) n += runs[r].count;
-    for (uint32_t a0 = 0; a0 < nq; a0 += 4)
-        scores4(type, kv, runs, n_runs, gi, q, a0, nq - a0 < 4 ? nq - a0 : 4, hd, scale, w, ld_w);
+    for (uint32_t a0 = 0; a0 < nq; a0 += 2) {
+        const float *q0 = q + (size_t)a0 * hd;
+        float *w0 = w + (size_t)a0 * ld_w;
+        if (nq - a0 >= 2)
+            scores_pair(type, kv, runs, n_runs, gi, q0, q0 + hd, 2, hd, scale, w0, w0 + ld_w);
+        else
+            scores_pair(type, kv, runs, n_runs, gi, q0, NULL, 1, hd, scale, w0, NULL);
+    }
     const uint32_t hd8 = hd & ~7u;
     for (uint32_t a0 = 0; a0 < nq; a0 += 2) {
         const uint32_t na = nq - a0 < 2 ? nq - a0 : 2;
@@ -195,7 +262,10 @@ AVX2_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *r
         for (uint32_t a = 0; a < na; a++) inv[a] = softmax_row(w + (size_t)(a0 + a) * ld_w, n);
         for (uint32_t c0 = 0; c0 < hd8; c0 += 32) {
             const uint32_t nc = (hd8 - c0) / 8 < 4 ? (hd8 - c0) / 8 : 4;
-            values_block(type, kv, runs, n_runs, gi, a0, na, c0, nc, hd, w, ld_w, inv, o);
+            if (na == 2 && nc == 4) /* the common shape, specialised */
+                values_block(type, kv, runs, n_runs, gi, a0, 2, c0, 4, hd, w, ld_w, inv, o);
+            else
+                values_block(type, kv, runs, n_runs, gi, a0, na, c0, nc, hd, w, ld_w, inv, o);
         }
         for (uint32_t j = hd8; j < hd; j++)
             for (uint32_t a = 0; a < na; a++) {
