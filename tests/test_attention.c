@@ -4,7 +4,8 @@
  * Inputs: a random cache of each precision (f32, f16, int8 with a scale per 32 values of
  * the row), heads of 2..136 columns (multiples of 8 and not), heads that start on and
  * off a scale-group boundary, 1..5 query heads, and position lists of one run, of sinks
- * plus a tail, and of a tail that wraps around the ring (three runs). Scores span from
+ * plus a tail, and of a tail that wraps around the ring (three runs), with and without
+ * the output gate (arguments up to +-120, where the sigmoid saturates). Scores span from
  * tiny to very large (scaled queries), so the exp of the softmax sees arguments down to
  * far below the float range.
  *
@@ -193,6 +194,14 @@ static void test_every_level_every_shape(void) {
                             double smax;
                             reference(&c, col0, lists[li], counts[li], q, nq, hd, scale, ref,
                                       &smax);
+                            /* the output gate on every other case, with arguments up to
+                             * +-120 (the sigmoid saturates; exp must not overflow) */
+                            const int gated = (li + big) % 2 == 1;
+                            float *gate = malloc((size_t)nq * hd * sizeof *gate);
+                            for (uint32_t i = 0; i < nq * hd; i++) {
+                                gate[i] = rnd_float() * (i % 7 == 0 ? 120.0f : 4.0f);
+                                if (gated) ref[i] *= 1.0 / (1.0 + exp(-(double)gate[i]));
+                            }
                             const double vmax = fmax(1.0, max_abs(c.vf, (size_t)slots * row));
                             const double lim = vmax * (TOL + SCORE_TOL * smax);
                             float *plain_o = NULL;
@@ -201,7 +210,7 @@ static void test_every_level_every_shape(void) {
                                 float *o = malloc((size_t)nq * hd * sizeof *o);
                                 float *tmp = malloc(hd * sizeof *tmp);
                                 levels[L]->attend(&kv, lists[li], counts[li], q, nq, hd, scale,
-                                                  w, slots, o, tmp);
+                                                  gated ? gate : NULL, w, slots, o, tmp);
                                 double err = 0, err_plain = 0;
                                 for (uint32_t i = 0; i < nq * hd; i++) {
                                     err = fmax(err, fabs(o[i] - ref[i]));
@@ -220,6 +229,7 @@ static void test_every_level_every_shape(void) {
                                 free(tmp);
                             }
                             free(plain_o);
+                            free(gate);
                             free(ref);
                             free(q);
                         }
@@ -239,13 +249,13 @@ static void test_reads_only_its_head(void) {
             const attn_run runs[] = {{0, slots}};
             float q[2 * 64], w[2 * 40], o1[2 * 64], o2[2 * 64], tmp[64];
             for (uint32_t i = 0; i < 2 * hd; i++) q[i] = rnd_float();
-            levels[L]->attend(&kv, runs, 1, q, 2, hd, 0.125f, w, slots, o1, tmp);
+            levels[L]->attend(&kv, runs, 1, q, 2, hd, 0.125f, NULL, w, slots, o1, tmp);
             const size_t elem = type == NEEDLE_KV_F32 ? 4 : type == NEEDLE_KV_F16 ? 2 : 1;
             for (uint32_t s = 0; s < slots; s++) {
                 memset((char *)c.k + (size_t)s * row * elem, 0x7f, hd * elem);
                 memset((char *)c.v + ((size_t)s * row + 2 * hd) * elem, 0x7f, hd * elem);
             }
-            levels[L]->attend(&kv, runs, 1, q, 2, hd, 0.125f, w, slots, o2, tmp);
+            levels[L]->attend(&kv, runs, 1, q, 2, hd, 0.125f, NULL, w, slots, o2, tmp);
             CHECK_MSG(memcmp(o1, o2, sizeof o1) == 0, "%s kv%d: result depends on other heads",
                       levels[L]->name, type);
             free_cache(&c);

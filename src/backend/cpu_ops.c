@@ -403,10 +403,9 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
             kv.k = (const char *)s->k_cache + head0 * elem;
             kv.v = (const char *)s->v_cache + head0 * elem;
             kv.col0 = b * hd;
-            c->kern->attend(&kv, runs, n_runs, qb, reps, hd, inv_scale,
+            c->kern->attend(&kv, runs, n_runs, qb, reps, hd, inv_scale, gb,
                             s->scores + (size_t)b * reps * s->kv_slots, s->kv_slots, ob,
                             c->th[thread].tmp);
-            for (uint32_t j = 0; j < reps * hd; j++) ob[j] *= nm_sigmoid(gb[j]);
         }
     }
 }

@@ -39,26 +39,27 @@ typedef struct attn_run {
 
 /* Attention of nq query heads over one K/V head:
  *   w[a][p] = exp(scale * <q[a], k_p> - max_p(...)), o[a] = sum_p (w[a][p] / sum w[a]) v_p
- * for the positions p of runs[0..n_runs) in order (at least one position).
- * q, o: [nq][hd] (o is overwritten); w: [nq] rows of ld_w floats (ld_w >= positions),
- * scratch left holding the numerators; tmp: at least hd floats of scratch. */
+ * for the positions p of runs[0..n_runs) in order (at least one position), then, when
+ * gate is not NULL, o[a][j] *= sigmoid(gate[a][j]) (the output gate, §3.6).
+ * q, o, gate: [nq][hd] (o is overwritten); w: [nq] rows of ld_w floats (ld_w >=
+ * positions), scratch left holding the numerators; tmp: at least hd floats of scratch. */
 typedef void (*attn_fn)(const attn_kv *kv, const attn_run *runs, uint32_t n_runs,
-                        const float *q, uint32_t nq, uint32_t hd, float scale, float *w,
-                        size_t ld_w, float *o, float *tmp);
+                        const float *q, uint32_t nq, uint32_t hd, float scale,
+                        const float *gate, float *w, size_t ld_w, float *o, float *tmp);
 
 void attn_plain(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
-                uint32_t nq, uint32_t hd, float scale, float *w, size_t ld_w, float *o,
-                float *tmp);
+                uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
+                float *o, float *tmp);
 
 /* The AVX2+FMA+F16C kernel (attn_avx2.c), defined on x86 only and callable only where
  * cpu_kernels_avx2() is non-NULL; the AVX2 table of cq_avx2.c refers to it. */
 void attn_avx2(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
-               uint32_t nq, uint32_t hd, float scale, float *w, size_t ld_w, float *o,
-               float *tmp);
+               uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
+               float *o, float *tmp);
 
 /* The NEON kernel (attn_neon.c), defined on little-endian aarch64 only. */
 void attn_neon(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
-               uint32_t nq, uint32_t hd, float scale, float *w, size_t ld_w, float *o,
-               float *tmp);
+               uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
+               float *o, float *tmp);
 
 #endif

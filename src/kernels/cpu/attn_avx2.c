@@ -11,6 +11,7 @@
  *
  * An int8 head that does not start on a multiple of 8 columns (so that 8 lanes could
  * straddle two scale groups) takes the plain kernel; so does a build without AVX2. */
+#include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/attn.h"
@@ -285,23 +286,37 @@ AVX2_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *r
     }
 }
 
+/* o[i] *= sigmoid(g[i]) = 1 / (1 + exp(-g)), exp's argument clamped to where 2^n is a
+ * finite float (beyond it the sigmoid is 0 or 1 to float precision anyway). */
+AVX2_INLINE void gate_avx2(float *o, const float *g, uint32_t n) {
+    uint32_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), hi = _mm256_set1_ps(88.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 z = _mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(g + i)), hi);
+        const __m256 sg = _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(z)));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), sg));
+    }
+    for (; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
 AVX2_FN void attn_avx2(const attn_kv *kv, const attn_run *runs, uint32_t n_runs,
                                 const float *q, uint32_t nq, uint32_t hd, float scale,
-                                float *w, size_t ld_w, float *o, float *tmp) {
+                                const float *gate, float *w, size_t ld_w, float *o, float *tmp) {
     switch (kv->type) {
     case NEEDLE_KV_F32:
         attend_typed(NEEDLE_KV_F32, kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o);
-        return;
+        break;
     case NEEDLE_KV_F16:
         attend_typed(NEEDLE_KV_F16, kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o);
-        return;
+        break;
     default:
         if (kv->col0 % 8 || kv->group % 8 || hd / 8 > ATTN_MAX_BLOCKS) {
-            attn_plain(kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o, tmp);
-            return;
+            attn_plain(kv, runs, n_runs, q, nq, hd, scale, NULL, w, ld_w, o, tmp);
+            break;
         }
         attend_typed(NEEDLE_KV_INT8, kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o);
     }
+    if (gate) gate_avx2(o, gate, nq * hd);
 }
 
 #else

@@ -7,6 +7,7 @@
  *
  * An int8 head that does not start on a multiple of 8 columns takes the plain kernel;
  * on other architectures this file defines attn_neon as NULL. */
+#include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/attn.h"
@@ -206,23 +207,36 @@ NEON_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *r
     }
 }
 
+/* o[i] *= sigmoid(g[i]), as gate_avx2 (attn_avx2.c). */
+NEON_INLINE void gate_neon(float *o, const float *g, uint32_t n) {
+    uint32_t i = 0;
+    const float32x4_t one = vdupq_n_f32(1.0f);
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t z = vminq_f32(vnegq_f32(vld1q_f32(g + i)), vdupq_n_f32(88.0f));
+        const float32x4_t sg = vdivq_f32(one, vaddq_f32(one, exp_neon(z)));
+        vst1q_f32(o + i, vmulq_f32(vld1q_f32(o + i), sg));
+    }
+    for (; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
 void attn_neon(const attn_kv *kv, const attn_run *runs, uint32_t n_runs,
-                        const float *q, uint32_t nq, uint32_t hd, float scale, float *w,
-                        size_t ld_w, float *o, float *tmp) {
+                        const float *q, uint32_t nq, uint32_t hd, float scale,
+                        const float *gate, float *w, size_t ld_w, float *o, float *tmp) {
     switch (kv->type) {
     case NEEDLE_KV_F32:
         attend_typed(NEEDLE_KV_F32, kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o);
-        return;
+        break;
     case NEEDLE_KV_F16:
         attend_typed(NEEDLE_KV_F16, kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o);
-        return;
+        break;
     default:
         if (kv->col0 % 8 || kv->group % 8 || hd / 8 > ATTN_MAX_BLOCKS) {
-            attn_plain(kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o, tmp);
-            return;
+            attn_plain(kv, runs, n_runs, q, nq, hd, scale, NULL, w, ld_w, o, tmp);
+            break;
         }
         attend_typed(NEEDLE_KV_INT8, kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o);
     }
+    if (gate) gate_neon(o, gate, nq * hd);
 }
 
 #else

@@ -26,8 +26,8 @@ static const float *row_of(const attn_kv *kv, int which, uint32_t slot, uint32_t
 }
 
 void attn_plain(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
-                uint32_t nq, uint32_t hd, float scale, float *w, size_t ld_w, float *o,
-                float *tmp) {
+                uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
+                float *o, float *tmp) {
     for (uint32_t a = 0; a < nq; a++) {
         const float *qa = q + (size_t)a * hd;
         float *wa = w + (size_t)a * ld_w;
@@ -49,5 +49,7 @@ void attn_plain(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const 
                 const float c = wa[n] / sum;
                 for (uint32_t j = 0; j < hd; j++) oa[j] += c * vr[j];
             }
+        if (gate)
+            for (uint32_t j = 0; j < hd; j++) oa[j] *= nm_sigmoid(gate[(size_t)a * hd + j]);
     }
 }
