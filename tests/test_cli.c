@@ -256,9 +256,9 @@ static void test_every_command_has_help(void) {
     CHECK_EQ_INT(run_command(cmd, help, sizeof help), 0);
     const int n = documented_options(help, names, 32);
     const char *bench[] = {"-w", "--weights", "--prompt-len", "-n", "--gen", "--threads",
-                           "--runs", "--json"};
-    CHECK_EQ_INT(n, 8);
-    for (int k = 0; k < n && k < 8; k++) CHECK_MSG(!strcmp(names[k], bench[k]), "%s", names[k]);
+                           "--runs", "--json", "--kv"};
+    CHECK_EQ_INT(n, 9);
+    for (int k = 0; k < n && k < 9; k++) CHECK_MSG(!strcmp(names[k], bench[k]), "%s", names[k]);
 }
 
 static void test_unknown_command_and_options(void) {

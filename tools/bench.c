@@ -49,7 +49,7 @@ static void profile_add(double *prof, const needle_session_stats *a,
 static int run_bench(const cli_command *self, int argc, char **argv) {
     const char *weights = NULL;
     long prompt_len = 256, gen = 64, threads = 0, runs = 5;
-    int json = 0;
+    int json = 0, kv_type = NEEDLE_KV_F32;
     const cli_option opts[] = {
         {"--weights", "-w", CLI_TEXT, &weights, 0, 0, NULL},
         {"--prompt-len", NULL, CLI_LONG, &prompt_len, 1, 1L << 20, NULL},
@@ -57,6 +57,7 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         {"--threads", NULL, CLI_LONG, &threads, 0, 256, NULL},
         {"--runs", NULL, CLI_LONG, &runs, 1, 1000, NULL},
         {"--json", NULL, CLI_FLAG, &json, 0, 0, NULL},
+        {"--kv", NULL, CLI_KV, &kv_type, 0, 0, NULL},
         {0}};
     const int st = cli_parse(self, argc, argv, opts, NULL, 0);
     if (st != CLI_GO) return st;
@@ -79,7 +80,9 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
     }
     t0 = cli_now_ms();
     needle_session *s;
-    if ((rc = needle_session_create(m, NULL, &s))) {
+    needle_session_params sp = needle_session_default_params();
+    sp.kv_type = kv_type;
+    if ((rc = needle_session_create(m, &sp, &s))) {
         needle_model_free(m);
         return cli_lib_error("session", rc);
     }
@@ -184,6 +187,7 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
                "\"decode_tok_s\":%.1f,\"peak_rss_mb\":%.1f,\"last_token\":%d",
                prompt_len, gen, runs, threads, load_ms, session_ms, med_ttft,
                med_prefill, med_decode, rss_mb, last);
+        printf(",\"kv\":\"%s\"", kv_type == NEEDLE_KV_INT8 ? "int8" : kv_type == NEEDLE_KV_F16 ? "f16" : "f32");
         printf(",\"threads_used\":%ld,\"fma_peak_gflops\":%.2f,\"fma_peak_1t_gflops\":%.2f,"
                "\"prefill_gflops\":%.2f,\"decode_gflops\":%.2f,\"matmul_gflops\":[%.2f,%.2f],"
                "\"attention_gflops\":[%.2f,%.2f]",
@@ -275,5 +279,6 @@ const cli_command cli_bench = {
     "                          cores)\n"
     "  --runs N                repetitions (default 5)\n"
     "  --json                  one JSON object on stdout instead of the table\n"
+    "  --kv f32|f16|int8       KV cache precision (default f32)\n"
     "  -h, --help              this text\n",
     run_bench};
