@@ -146,6 +146,12 @@ typedef struct needle_backend_ops {
     void (*logits)(backend_ctx *s, const float *lanes, uint32_t count, float *out,
                    int32_t *argmax);
 
+    /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
+     * for a device error seen since the last call. Called at the end of each forward. */
+    int (*finish)(backend_ctx *s);
+
+    /* Entries below were added after the first backends; they stay last so that an
+     * initializer in field order (C++17, cuda_backend.cu) leaves them NULL. */
     /* Optional: the logits of the one token lanes[0] for the ids rows[0..n_rows) only
      * (ascending, distinct): out (host [vocab]) gets exactly the values `logits` computes
      * for those ids and -INFINITY for every other id. NULL: the caller uses `logits`. */
@@ -155,10 +161,6 @@ typedef struct needle_backend_ops {
     /* Optional: the session's thread hand-offs so far (dispatches to worker threads and
      * the milliseconds they cost the caller beyond its own share of the work). */
     void (*thread_stats)(const backend_ctx *s, uint64_t *dispatches, double *sync_ms);
-
-    /* Optional: waits for the queued work; 0 or a negative needle_status (with a message)
-     * for a device error seen since the last call. Called at the end of each forward. */
-    int (*finish)(backend_ctx *s);
 } needle_backend_ops;
 
 typedef struct needle_backend_impl {
