@@ -433,6 +433,7 @@ static const needle_backend_ops cuda_ops = {
     cu_release,       cu_upload,        cu_download,     cu_embed,        cu_matmul,
     cu_engram_gather, cu_engram_conv,   cu_lane_norm,    cu_lane_read,    cu_attention,
     cu_attn_residual, cu_hadamard_mlp,  cu_lane_write,   cu_logits,       cu_finish,
+    NULL /* logits_rows: the caller masks the full logits */, NULL /* thread_stats */,
 };
 
 extern "C" const needle_backend_impl cuda_backend = {
