@@ -156,7 +156,8 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         used = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
         if (used < 1) used = 1;
     }
-    const double peak1 = bench_fma_peak_gflops(1), peak = bench_fma_peak_gflops((int)used);
+    const double peak1 = bench_fma_peak_gflops(1);
+    const double peak = used > 1 ? bench_fma_peak_gflops((int)used) : peak1;
     /* flops of one run's prefill (output projection for the last token only) and decode */
     double fl[2] = {0, 0}, fl_mm[2] = {0, 0}, fl_att[2] = {0, 0};
     for (long i = 0; i < prompt_len + gen; i++) {
@@ -269,7 +270,8 @@ const cli_command cli_bench = {
     "repeated --runs times on one session, reset between runs. Prints the medians, the\n"
     "peak RSS, a per-operation profile of prefill and decode, and the achieved GFLOP/s\n"
     "(whole phase, matrix products, attention) beside the machine's FMA peak measured\n"
-    "by a ~50 ms calibration loop on the same threads (a busy machine lowers both).\n"
+    "by a short calibration loop (best of four ~25 ms tries) on the same threads; on a busy\n"
+    "machine the phases slow down more than the peak, so the fractions are lower bounds.\n"
     "\n"
     "options:\n"
     CLI_WEIGHTS_HELP

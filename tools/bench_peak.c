@@ -5,8 +5,8 @@
  * Peak: independent chains of vector FMAs (ten accumulators, more than latency x
  * throughput on current cores), AVX2+FMA on x86-64 CPUs that have it, NEON on aarch64,
  * else plain float multiply and add (2 flops per lane), run on T threads at once for
- * about 50 ms; flops / wall time. On a busy machine the figure drops with the phases',
- * so their ratio still means something. */
+ * about 25 ms, four times; the best flops / wall time. On a busy machine the phases'
+ * figures drop and the peak may not, so the fractions are then lower bounds. */
 #include <pthread.h>
 #include <stdint.h>
 
@@ -14,6 +14,7 @@
 #include "cli.h"
 
 #define CHAINS 10
+#define PEAK_TRIES 4 /* of ~25 ms each */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -100,26 +101,32 @@ double bench_fma_peak_gflops(int threads) {
         fma_rounds(iters);
         ms = cli_now_ms() - t0;
     }
-    iters = (uint64_t)((double)iters * 50.0 / (ms > 0 ? ms : 1.0)) + 1;
-    peak_job jobs[256];
-    pthread_t tid[256];
-    int started = 1;
-    t0 = cli_now_ms();
-    for (int i = 1; i < threads; i++) {
-        jobs[i].iters = iters;
-        jobs[i].flops = 0;
-        if (pthread_create(&tid[i], NULL, peak_thread, &jobs[i]) != 0) break;
-        started++;
+    iters = (uint64_t)((double)iters * 25.0 / (ms > 0 ? ms : 1.0)) + 1;
+    /* the best of a few tries: what the hardware does when this process has the cores */
+    double best = 0.0;
+    for (int attempt = 0; attempt < PEAK_TRIES; attempt++) {
+        peak_job jobs[256];
+        pthread_t tid[256];
+        int started = 1;
+        t0 = cli_now_ms();
+        for (int i = 1; i < threads; i++) {
+            jobs[i].iters = iters;
+            jobs[i].flops = 0;
+            if (pthread_create(&tid[i], NULL, peak_thread, &jobs[i]) != 0) break;
+            started++;
+        }
+        jobs[0].iters = iters;
+        peak_thread(&jobs[0]);
+        double flops = jobs[0].flops;
+        for (int i = 1; i < started; i++) {
+            pthread_join(tid[i], NULL);
+            flops += jobs[i].flops;
+        }
+        ms = cli_now_ms() - t0;
+        const double gflops = ms > 0 ? flops / (ms * 1e6) : 0.0;
+        if (gflops > best) best = gflops;
     }
-    jobs[0].iters = iters;
-    peak_thread(&jobs[0]);
-    double flops = jobs[0].flops;
-    for (int i = 1; i < started; i++) {
-        pthread_join(tid[i], NULL);
-        flops += jobs[i].flops;
-    }
-    ms = cli_now_ms() - t0;
-    return ms > 0 ? flops / (ms * 1e6) : 0.0;
+    return best;
 }
 
 /* Multiply-adds of one token's matrix products: per layer q, k, v, gate, out and the

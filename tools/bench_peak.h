@@ -7,7 +7,8 @@
 
 #include "needle.h"
 
-/* GFLOP/s of float multiply-add chains run on `threads` threads at once (~50 ms). */
+/* GFLOP/s of float multiply-add chains run on `threads` threads at once: the best of four
+ * ~25 ms tries. */
 double bench_fma_peak_gflops(int threads);
 
 /* Flops of one token at position `pos` (attention over min(pos + 1, window) positions,
