@@ -219,7 +219,11 @@ const cpu_kernels *cpu_pool_kernels(const cpu_pool *pool) {
     return pool ? pool->k : cpu_kernels_best();
 }
 
-static void run(cpu_pool *pool, void (*fn)(void *arg, int i, int n), void *arg, int joinable) {
+/* noinline: once GCC 12 splits and partly inlines this function (as it does with the
+ * hand-off timing), its ThreadSanitizer build rejects the fence below (-Wtsan, an error
+ * under NEEDLE_WERROR); one call per dispatch costs nothing measurable. */
+__attribute__((noinline)) static void run(cpu_pool *pool, void (*fn)(void *arg, int i, int n),
+                                          void *arg, int joinable) {
     if (pool->n == 1) {
         fn(arg, 0, 1);
         return;
