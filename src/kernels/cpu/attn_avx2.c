@@ -9,8 +9,11 @@
  * heads per pass, with the softmax weight (and the 1/sum, and an int8 block's one scale)
  * broadcast per position.
  *
+ * Then the output gate, o *= sigmoid(gate), with the same exp.
+ *
  * An int8 head that does not start on a multiple of 8 columns (so that 8 lanes could
- * straddle two scale groups) takes the plain kernel; so does a build without AVX2. */
+ * straddle two scale groups) takes the plain kernel. On other architectures this file
+ * compiles to nothing. */
 #include <math.h>
 #include <string.h>
 

@@ -1,12 +1,14 @@
-/* The NEON attention kernel (see attn.h): the AVX2 kernel's structure (attn_avx2.c) on
- * 128-bit vectors, 8 columns as two float32x4 at a time. Scores: each K row converted
- * once (f16 by fcvtl, int8 by sign extension times its group's scale, exactly the plain
- * kernel's dequantised value) into one accumulator pair per query head, up to four heads
- * per row read. Softmax: vector max, the same polynomial exp, vector sum. Values: 16
- * columns of o for two heads in registers across all positions.
+/* The NEON attention kernel (see attn.h) on 128-bit vectors, 8 columns as two float32x4
+ * at a time. Scores: each K row converted once (f16 by fcvtl, int8 by sign extension
+ * times its group's scale, exactly the plain kernel's dequantised value) into one
+ * accumulator pair per query head, up to four heads per row read, one row at a time (the
+ * AVX2 kernel's four-row blocks and int8 scale folding are not ported: this code is
+ * checked under qemu, its speed never measured). Softmax: vector max, the polynomial exp
+ * of attn_avx2.c, vector sum. Values: 16 columns of o for two heads in registers across
+ * all positions. Then the output gate.
  *
  * An int8 head that does not start on a multiple of 8 columns takes the plain kernel;
- * on other architectures this file defines attn_neon as NULL. */
+ * on other architectures this file compiles to nothing. */
 #include <math.h>
 #include <string.h>
 
