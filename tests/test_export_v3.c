@@ -317,7 +317,7 @@ static void test_requantize(void) {
 }
 
 /* `needle quantize --depth` writes the official rung file; a v2 file is refused and
- * nothing is written */
+ * nothing is written; `needle export --v3` writes the official file */
 static void test_cli(void) {
     char tmp[] = "/tmp/needle_export_v3_XXXXXX", cmd[4096], path[256];
     CHECK(mkdtemp(tmp) != NULL);
@@ -338,6 +338,20 @@ static void test_cli(void) {
     snprintf(cmd, sizeof cmd, "%s quantize %s -o %s/x.cact 2>/dev/null", cli_path(), fixture_path("v3/v3a.cact"),
              tmp);
     CHECK_EQ_INT(run_command(cmd, NULL, 0), 2); /* neither --bits nor --depth */
+    /* `needle export --v3` checks the v3 file with the engine's loader before writing it */
+    snprintf(cmd, sizeof cmd, "%s export %s --config %s --v3 -t %s -o %s/e.cact -q >/dev/null", cli_path(),
+             export_path("v3_a.safetensors"), export_path("v3_a.config.json"), fixture_path("tiny_bpe512.model"),
+             tmp);
+    CHECK_EQ_INT(run_command(cmd, NULL, 0), 0);
+    snprintf(path, sizeof path, "%s/e.cact", tmp);
+    got = read_file(path, &n);
+    cJSON *manifest = load_json(export_path("manifest_v3.json"));
+    const cJSON *digest = cJSON_GetObjectItem(cJSON_GetObjectItem(manifest, "v3_a.cact"), "sha256");
+    char hex[65] = "";
+    if (got) sha256_hex(got, n, hex);
+    CHECK(got && cJSON_IsString(digest) && !strcmp(hex, digest->valuestring));
+    cJSON_Delete(manifest);
+    free(got);
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     CHECK_EQ_INT(run_command(cmd, NULL, 0), 0);
 }

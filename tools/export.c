@@ -1,5 +1,6 @@
-/* export.c: `needle export` (a Needle 2 checkpoint -> .cact, byte-identical to the official
- * exporter) and `needle quantize` (a .cact re-quantized to another bits map).
+/* export.c: `needle export` (a Needle 2 or 3 checkpoint -> .cact, byte-identical to the
+ * official exporter) and `needle quantize` (a .cact re-quantized to another bits map, or a
+ * Needle 3 ladder rung cut out as its own file).
  *
  * Unlike the other commands these use the exporter library needle_export (src/quant,
  * src/export), which is not part of libneedle: writing a model is a tool, not part of the
