@@ -1,5 +1,6 @@
-/* export.c: `needle export` (a Needle 2 checkpoint -> .cact, byte-identical to the official
- * exporter) and `needle quantize` (a .cact re-quantized to another bits map).
+/* export.c: `needle export` (a Needle 2 or 3 checkpoint -> .cact, byte-identical to the
+ * official exporter) and `needle quantize` (a .cact re-quantized to another bits map, or a
+ * Needle 3 ladder rung cut out as its own file).
  *
  * Unlike the other commands these use the exporter library needle_export (src/quant,
  * src/export), which is not part of libneedle: writing a model is a tool, not part of the
@@ -17,6 +18,7 @@
 #include "export/export_model.h"
 #include "export/export_model_v3.h"
 #include "export/requantize.h"
+#include "export/rung.h"
 #include "export/spm_model.h"
 #include "quant/bits_map.h"
 
@@ -163,7 +165,7 @@ static int finish(cact_writer *w, run_state *s, const char *out_path, const char
     size_t size;
     int st = cw_serialize(w, &image, &size);
     if (st) return cli_lib_error("writing the file", st);
-    st = w->v3 ? 0 : cact_check_image(image, size); /* the loader reads v2 only */
+    st = cact_check_image(image, size);
     if (st) {
         free(image);
         return cli_lib_error("the file to write does not load (nothing written)", st);
@@ -290,10 +292,26 @@ const cli_command cli_export = {
 
 /* ---- needle quantize ----------------------------------------------------------------- */
 
+/* The depth-`depth` rung of `image` as a new .cact image (malloc'd). */
+static int rung_image(const uint8_t *image, size_t size, uint32_t depth, uint8_t **out, size_t *out_size) {
+    cact_file in;
+    int st = cact_parse(image, size, &in);
+    if (st) return st;
+    cact_writer w;
+    cw_init(&w);
+    st = cact3_rung(&in, depth, &w);
+    if (!st) st = cw_serialize(&w, out, out_size);
+    cw_release(&w);
+    cact_release(&in);
+    return st;
+}
+
 static int run_quantize(const cli_command *self, int argc, char **argv) {
     const char *in_path = NULL, *bits = NULL, *out_path = NULL;
+    long depth = 0;
     int json = 0, quiet = 0;
     const cli_option opts[] = {{"--bits", "-b", CLI_TEXT, &bits, 0, 0, NULL},
+                               {"--depth", NULL, CLI_LONG, &depth, 2, CACT3_MAX_LAYERS, NULL},
                                {"--output", "-o", CLI_TEXT, &out_path, 0, 0, NULL},
                                {"--json", NULL, CLI_FLAG, &json, 0, 0, NULL},
                                {"--quiet", "-q", CLI_FLAG, &quiet, 0, 0, NULL},
@@ -301,20 +319,44 @@ static int run_quantize(const cli_command *self, int argc, char **argv) {
     int st = cli_parse(self, argc, argv, opts, &in_path, 1);
     if (st != CLI_GO) return st;
     if (!in_path) return cli_usage_error(self, "which .cact file?");
-    if (!bits) return cli_usage_error(self, "--bits MAP is required");
+    if (!bits && !depth) return cli_usage_error(self, "--bits MAP or --depth N is required");
     if (!out_path) return cli_usage_error(self, "-o OUT.cact is required");
     bits_map map;
-    if (bits_map_parse(bits, &map)) return cli_usage_error(self, "--bits: %s", needle_last_error());
+    if (bits && bits_map_parse(bits, &map)) return cli_usage_error(self, "--bits: %s", needle_last_error());
     size_t size;
     uint8_t *image = slurp(in_path, &size);
     if (!image) return 1;
+    if (depth) {
+        uint8_t *rung;
+        size_t rung_size;
+        st = rung_image(image, size, (uint32_t)depth, &rung, &rung_size);
+        free(image);
+        if (st) return cli_lib_error(in_path, st);
+        image = rung;
+        size = rung_size;
+    }
     run_state rs = {.tty = !quiet && isatty(2)};
-    cact_writer w;
-    cw_init(&w);
-    st = cact_requantize_image(image, size, &map, on_tensor, &rs, &w);
-    if (rs.tty) fputs("\r\033[K", stderr);
-    const int rc = st ? cli_lib_error(in_path, st) : finish(&w, &rs, out_path, bits, json, 1);
-    cw_release(&w);
+    int rc;
+    if (bits) {
+        cact_writer w;
+        cw_init(&w);
+        st = cact_requantize_image(image, size, &map, on_tensor, &rs, &w);
+        if (rs.tty) fputs("\r\033[K", stderr);
+        rc = st ? cli_lib_error(in_path, st) : finish(&w, &rs, out_path, bits, json, 1);
+        cw_release(&w);
+    } else {
+        /* the slice is the file: nothing re-quantized, so no error report */
+        st = cact_check_image(image, size);
+        rc = st ? cli_lib_error("the file to write does not load (nothing written)", st)
+                : write_atomically(out_path, image, size);
+        if (!rc && json) {
+            fputs("{\"output\": ", stdout);
+            cli_json_string(stdout, out_path);
+            printf(", \"bytes\": %zu, \"depth\": %ld}\n", size, depth);
+        } else if (!rc) {
+            printf("wrote %s: %zu bytes, the depth-%ld rung\n", out_path, size, depth);
+        }
+    }
     free(image);
     free(rs.rel);
     return rc;
@@ -322,7 +364,7 @@ static int run_quantize(const cli_command *self, int argc, char **argv) {
 
 const cli_command cli_quantize = {
     "quantize", "re-quantize a .cact to another bits map, with the error per tensor",
-    "usage: needle quantize IN.cact --bits MAP -o OUT.cact [--json] [-q]\n"
+    "usage: needle quantize IN.cact [--bits MAP] [--depth N] -o OUT.cact [--json] [-q]\n"
     "\n"
     "Decodes every CQ tensor of IN as the official reader does and quantizes it again\n"
     "with the widths of MAP (as the official exporter would from those weights); FP16\n"
@@ -330,7 +372,11 @@ const cli_command cli_quantize = {
     "relative error ||W_out - W_in|| / ||W_in|| against IN's weights.\n"
     "\n"
     "  -b, --bits MAP          default=2,embedding=4,mhc_phi=4 (longest prefix wins;\n"
-    "                          widths 2, 3, 4, 1.58) or one width, required\n"
+    "                          widths 2, 3, 4, 1.58) or one width. Needle 3: the probe\n"
+    "                          heads stay CQ4 (as the official exporter writes them)\n"
+    "  --depth N               Needle 3: write the depth-N rung of IN's ladder as its own\n"
+    "                          file, byte-identical to the official rung export (sliced,\n"
+    "                          not re-quantized; with --bits, the rung is then re-quantized)\n"
     "  -o, --output FILE       the .cact to write, required\n"
     "  --json                  a JSON summary on stdout instead of the table\n"
     "  -q, --quiet             no progress bar\n",

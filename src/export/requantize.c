@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export/rung.h"
 #include "quant/cq_quantize.h"
 #include "util/error.h"
 
@@ -18,9 +19,12 @@ int cact_requantize(const cact_file *in, const bits_map *map, export_progress_fn
     file_cb = cb;
     for (uint32_t b = 2; b <= 4; b++)
         for (uint32_t k = 0; k < 16; k++) file_cb.levels[b][k] = in->codebooks[b][k];
-    w->h = in->h;
+    if (in->generation == 3) cact3_writer_header(in, w);
+    else w->h = in->h;
     for (uint32_t b = 2, k = 0; b <= 4; b++)
         for (uint32_t i = 0; i < (1u << b); i++) w->codebook[k++] = cb.levels[b][i];
+    /* Needle 3 probe heads are CQ4 whatever the map (the 3.2.8 exporter's HEAD_BITS) */
+    const uint32_t first_head = in->generation == 3 && in->l3.num_heads ? in->l3.heads_index : UINT32_MAX;
     for (uint32_t i = 0; i < in->num_tensors; i++) {
         const cact_tensor *t = &in->tensors[i];
         uint8_t *blob;
@@ -29,7 +33,7 @@ int cact_requantize(const cact_file *in, const bits_map *map, export_progress_fn
         double rel = -1.0;
         if (t->dtype == CACT_CQ) {
             const uint32_t rows = t->shape[0], cols = t->shape[1];
-            bits = bits_map_lookup(map, t->name);
+            bits = i > first_head ? 4u : bits_map_lookup(map, t->name);
             group = cb.group;
             nbytes = cq_blob_bytes(rows, cols, bits, group);
             const size_t count = (size_t)rows * cols;

@@ -1,11 +1,12 @@
-/* Re-quantizing a loaded .cact to another bits map (`needle quantize`).
+/* Re-quantizing a loaded .cact (either generation) to another bits map (`needle quantize`).
  *
  * Each CQ record is decoded as the official reader decodes it (export.read_export), then
  * quantized again with the width the map gives its name, exactly as the official
  * exporter would quantize those decoded weights; so the result is byte-identical to
  * read_export -> parameter tree -> write_export with the new map. FP16 records (norms,
  * diagonals, probe heads) and the RAW tokenizer are copied unchanged, as are the header
- * fields; the codebook section is the exporter's. */
+ * fields; the codebook section is the exporter's. Needle 3: the probe heads' CQ records
+ * are re-quantized at CQ4 whatever the map (the 3.2.8 exporter's HEAD_BITS). */
 #ifndef NEEDLE_EXPORT_REQUANTIZE_H
 #define NEEDLE_EXPORT_REQUANTIZE_H
 

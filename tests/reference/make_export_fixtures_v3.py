@@ -9,7 +9,16 @@ writes; tokenizer tiny_bpe512.model; kv_window = effective_kv_window):
 
   export/v3_<geom>.safetensors, export/v3_<geom>.config.json, and in export/manifest_v3.json
   the official output's size and SHA-256 (the file itself goes to
-  tests/reference/work/export-official/, not committed)
+  tests/reference/work/export-official/, not committed);
+
+for the round trip, that file read back (official read_export, decoded tensors put back
+into the parameter tree as make_v3_fixtures.params_from_cact does) and run by the official
+forward: export/v3_<geom>.json (prompts, argmax, greedy continuation) and
+export/v3_<geom>.caseK.f32 ([n][out_vocab] float32 logits);
+
+and the official re-quantization of that file, read_export -> parameter tree (probe heads
+included) -> write_export at CQ4: its size and SHA-256 as "requantized" in the manifest
+entry (what `needle quantize v3_<geom>.cact --bits 4` must write)
 
 Usage: make_export_fixtures_v3.sh  (this script in a venv with cactus-needle[train]==3.2.8)
 """
@@ -29,6 +38,7 @@ from needle.model import tokenizer as T  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import make_v3_fixtures as V  # noqa: E402  (params_from_cact, reference_logits, write_case_files)
 FIX = os.path.join(os.path.dirname(HERE), "fixtures")
 OUT = os.path.join(FIX, "export")
 
@@ -101,6 +111,38 @@ def write_safetensors(path, params, dtype):
             f.write(b)
 
 
+ROUND_TRIP_PROMPTS = (24, 9)  # the first longer than geometry a's window of 16
+
+
+def params_from_cact_with_heads(path, template):
+    """params_from_cact, plus the probe heads: the records after final_norm are the heads
+    manifest, then per head (in manifest order) probes, gain, query, row_bias, proj, bias
+    and, for the router, calibration (export order); the tokenizer blob is last."""
+    h, params = V.params_from_cact(path, template)
+    params = jax.tree_util.tree_map(lambda a: np.array(a, np.float32), params)
+    _, ts = E.read_export(path)
+    ts = [t for t in ts if not isinstance(t, (bytes, bytearray))]
+    stride = 27 if h["qkv_conv_taps"] else 24
+    at = 1 + stride * h["num_layers"] + 9 + 2 + 4 * len(h["engram_layers"]) + 1
+    if at < len(ts):
+        codes = [int(c) for c in np.asarray(ts[at]).reshape(-1)]
+        at += 1
+        for code in codes:
+            key = {1: "embedding_head", 2: "confidence_head", 3: "router_head"}[code]
+            hp = params[key]
+            hp["probes"] = np.asarray(ts[at], np.float32).reshape(hp["probes"].shape)
+            hp["gain"] = np.asarray(ts[at + 1], np.float32).reshape(hp["gain"].shape)
+            hp["query"] = np.asarray(ts[at + 2], np.float32).reshape(hp["query"].shape)
+            hp["row_bias"] = np.asarray(ts[at + 3], np.float32).reshape(hp["row_bias"].shape)
+            hp["proj"]["kernel"] = np.asarray(ts[at + 4], np.float32).T.copy()
+            if "bias" in hp["proj"]:
+                hp["proj"]["bias"] = np.asarray(ts[at + 5], np.float32)
+            if code == 3 and "calibration" in hp:
+                hp["calibration"] = np.asarray(ts[at + 6], np.float32).reshape(hp["calibration"].shape)
+            at += 7 if code == 3 else 6
+    return h, params
+
+
 def main():
     tok = T.SANTokenizer(os.path.join(FIX, "tiny_bpe512.model"))
     manifest = {}
@@ -122,7 +164,21 @@ def main():
         manifest[f"v3_{name}.cact"] = {"checkpoint": f"v3_{name}.safetensors", "config": f"v3_{name}.config.json",
                                        "bits": "4", "kv_window": kvw, "bytes": len(data),
                                        "sha256": hashlib.sha256(data).hexdigest()}
-        print(f"v3_{name}: {len(data)} bytes, kv_window {kvw}", flush=True)
+        official_path = os.path.join(official, f"v3_{name}.cact")
+        _, decoded = params_from_cact_with_heads(official_path, params)
+        requantized = os.path.join(official, f"v3_{name}.requantized4.cact")
+        E.write_export(decoded, cfg, requantized, tokenizer=tok, kv_window=kvw)
+        with open(requantized, "rb") as f:
+            rq = f.read()
+        manifest[f"v3_{name}.cact"]["requantized"] = {"bits": "4", "bytes": len(rq),
+                                                      "sha256": hashlib.sha256(rq).hexdigest()}
+        _, fwd_params = V.params_from_cact(official_path, params)
+        r = np.random.default_rng(400 + ord(name))
+        prompts = [[int(t) for t in r.integers(4, cfg.vocab_size, n)] for n in ROUND_TRIP_PROMPTS]
+        V.write_case_files(OUT, f"v3_{name}", prompts, V.reference_logits(fwd_params, cfg, prompts),
+                           {"package": "cactus-needle==3.2.8", "cact": f"v3_{name}.cact",
+                            "kv_window": kvw})
+        print(f"v3_{name}: {len(data)} bytes, kv_window {kvw}; requantized {len(rq)} bytes", flush=True)
     with open(os.path.join(OUT, "manifest_v3.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.write("\n")
