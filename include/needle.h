@@ -183,7 +183,7 @@ typedef struct needle_model_info {
     uint32_t group_size;   /* CQ group size of the file (0 if no CQ tensor) */
     int32_t has_tokenizer; /* 1 if a RAW tokenizer blob is present */
     uint32_t num_probe_heads;
-    uint32_t probe_head_codes[8]; /* 1 = contrastive, 2 = confidence */
+    uint32_t probe_head_codes[8]; /* 1 = contrastive, 2 = confidence, 3 = router (v3) */
     /* Needle 3 (generation 3). For a Needle 2 file: generation 2, out_vocab = vocab,
      * qk_head_dim = v_head_dim = head_dim, file_layers = num_layers, the rest 0. For a
      * Needle 3 file head_dim = qk_head_dim, and num_layers, engram sites and the global

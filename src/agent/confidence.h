@@ -9,7 +9,9 @@
  *   decoding  the geometric mean of the model's probability (softmax of the raw logits,
  *             before the grammar's mask) of each call-array token the decoder chose; tokens
  *             the grammar forced carry no choice and are left out (none chosen: 1).
- * Both choices are ours where the official sources are silent (spec §8.6 item 7).
+ * Both choices are ours where the official sources are silent (spec §8.6 item 7). A Needle 3
+ * file's confidence head pools the same cells in two stages (model/heads.h, NEEDLE3-NOTES
+ * §3): it scores BOS + prompt + completion, the rule of the official 3.x engine.
  *
  * The pooling state follows the conversation: pinned after the tools prefix (what
  * needle_session_reset returns to) and saved at the start of each turn (what a failed
