@@ -549,6 +549,8 @@ NEEDLE_API int needle_session_append_turn(needle_session *session, const char *t
 /* ------------------------------------------------------------------------------------ */
 /* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */
 /* over one default model and session guarded by a lock.                                 */
+/* (NEEDLE_NO_OFFICIAL_ABI leaves it out: libneedle3's 3.x ABI, needle3.h, reuses names.) */
+#ifndef NEEDLE_NO_OFFICIAL_ABI
 
 /* Loads a .cact image as needle_model_open_blob does: a 64-byte aligned image is used in
  * place and must stay valid (the Python client keeps it alive), a misaligned one is
@@ -562,6 +564,7 @@ NEEDLE_API int needle_init(const char *system, const char *tools_json, const cha
 NEEDLE_API int needle_complete(const char *text, int max_new_tokens, char *out, int out_size);
 /* Rewinds the default conversation to the cached tools prefix. */
 NEEDLE_API void needle_reset(void);
+#endif /* NEEDLE_NO_OFFICIAL_ABI */
 
 #ifdef __cplusplus
 }
