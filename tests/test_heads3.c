@@ -23,7 +23,6 @@ static void test_two_stage_matches_direct(void) {
     float probes[P * D], gain[P], query[Q * D], row_bias[Q * P], proj[OUT * Q * D], bias[OUT];
     float cells[ROWS][T][D];
     const int32_t tokens[T] = {2, 30, 0, 41}; /* index 2 is PAD: left out */
-    const uint32_t cell_row[ROWS] = {0, 1, 2};
     uint32_t seed = 777;
 #define RND() ((float)((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f * 2.0f - 1.0f)
     for (int i = 0; i < P * D; i++) probes[i] = RND();
@@ -38,8 +37,7 @@ static void test_two_stage_matches_direct(void) {
 #undef RND
     probe_head head = {.code = 3, .num_probes = P, .out_dim = OUT, .probes = probes,
                        .proj = proj, .bias = bias, .rows = ROWS, .per_row = K, .queries = Q,
-                       .gain = gain, .query = query, .row_bias = row_bias,
-                       .cell_row = cell_row};
+                       .gain = gain, .query = query, .row_bias = row_bias};
     head_pool pool;
     CHECK(head_pool_init(&pool, &head, D) == NEEDLE_OK);
     /* rows in reverse order: the result must not depend on the order cells arrive in */
@@ -211,9 +209,32 @@ static void test_session_embed_v3(void) {
     needle_model_free(m);
 }
 
+/* A rung run in place has no heads (not checked against the official subnetwork pooling);
+ * a rung exported as its own file has its own. */
+static void test_rungs(void) {
+    needle_model_params mp = needle_model_default_params();
+    mp.depth = 3;
+    needle_model *m;
+    CHECK(needle_model_open(fixture_path("v3/v3a.cact"), &mp, &m) == NEEDLE_OK);
+    needle_session *s;
+    CHECK(needle_session_create(m, NULL, &s) == NEEDLE_OK);
+    float e[128];
+    size_t n = 0;
+    CHECK(needle_session_embed(s, "hello", e, 128, &n) == NEEDLE_ERR_STATE);
+    needle_session_free(s);
+    needle_model_free(m);
+    CHECK(needle_model_open(fixture_path("v3/v3a_rung3.cact"), NULL, &m) == NEEDLE_OK);
+    CHECK(needle_session_create(m, NULL, &s) == NEEDLE_OK);
+    CHECK(needle_session_embed(s, "hello", e, 128, &n) == NEEDLE_OK);
+    CHECK(fabs(head_similarity(e, e, 128) - 1.0) < 1e-5);
+    needle_session_free(s);
+    needle_model_free(m);
+}
+
 int main(void) {
     RUN(test_two_stage_matches_direct);
     RUN(test_parity);
     RUN(test_session_embed_v3);
+    RUN(test_rungs);
     return test_summary();
 }

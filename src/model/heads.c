@@ -93,7 +93,8 @@ void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cel
     /* Needle 2: every probe over every cell; Needle 3: the probes of this cell's row */
     uint32_t first = 0, count = p->num_probes;
     if (h->rows) {
-        first = h->cell_row[cell_index] * h->per_row;
+        if (cell_index >= h->rows) return;
+        first = cell_index * h->per_row;
         count = h->per_row;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -117,7 +118,7 @@ static int second_stage(const head_pool *p, float *u) {
     float *score = r + (size_t)P * d;
     for (uint32_t k = 0; k < P; k++) {
         float *rk = r + (size_t)k * d;
-        if (p->sum[k] == 0) continue; /* a row the rung did not run: left out below */
+        if (p->sum[k] == 0) continue; /* no token reached this row (all PAD): left out */
         double sq = 0;
         for (uint32_t j = 0; j < d; j++) {
             rk[j] = p->acc[(size_t)k * d + j] / p->sum[k];

@@ -13,8 +13,7 @@
 #include "util/error.h"
 
 typedef struct heads3_state {
-    float *floats;      /* the dequantized probes | query | proj of every head */
-    uint32_t *cell_row; /* [layers run + 1] */
+    float *floats; /* the dequantized probes | query | proj of every head */
 } heads3_state;
 
 static size_t record_floats(const cact_tensor *t) {
@@ -42,22 +41,21 @@ int model3_bind_heads(struct needle_model *m) {
     const cact_file *f = &m->file;
     m->n_probe_heads = 0;
     if (!f->l3.heads_index || !f->l3.num_heads) return NEEDLE_OK;
+    /* A rung of this file's ladder run in place (needle_model_params.depth) gets no heads:
+     * the official rung pools other cells (its subnetwork stream) with rows masked, which
+     * no fixture here checks. A rung exported as its own file carries its own heads. */
+    if (m->w.n_layers != f->h3.num_layers) return NEEDLE_OK;
     const uint32_t rows = f->h3.num_layers + 1;
     heads3_state *st = calloc(1, sizeof *st);
     if (!st) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
     m->heads3 = st;
-    /* the observer numbers cells by the layers run; a rung runs a subset of the file's */
-    st->cell_row = malloc((m->w.n_layers + 1) * sizeof *st->cell_row);
     size_t total = 0;
     for (uint32_t k = 0, at = f->l3.heads_index + 1; k < f->l3.num_heads; k++) {
         for (uint32_t r = 0; r < 6; r += 2) total += record_floats(&f->tensors[at + r]);
         at += f->l3.head_codes[k] == 3 ? 7 : 6;
     }
     st->floats = malloc(total * sizeof *st->floats);
-    if (!st->cell_row || !st->floats)
-        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
-    st->cell_row[0] = 0;
-    for (uint32_t i = 0; i < m->w.n_layers; i++) st->cell_row[i + 1] = m->w.file_layer[i] + 1;
+    if (!st->floats) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
 
     float *next = st->floats;
     for (uint32_t k = 0, at = f->l3.heads_index + 1; k < f->l3.num_heads; k++) {
@@ -83,7 +81,6 @@ int model3_bind_heads(struct needle_model *m) {
         ph->proj = vals[4];
         ph->bias = vals[5];
         ph->calibration = code == 3 ? m->fp[at + 6] : NULL;
-        ph->cell_row = st->cell_row;
         at += code == 3 ? 7 : 6;
     }
     m->n_probe_heads = f->l3.num_heads;
@@ -94,7 +91,6 @@ void model3_unbind_heads(struct needle_model *m) {
     heads3_state *st = m->heads3;
     if (!st) return;
     free(st->floats);
-    free(st->cell_row);
     free(st);
     m->heads3 = NULL;
     m->n_probe_heads = 0;

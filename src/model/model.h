@@ -26,7 +26,6 @@ typedef struct probe_head {
     const float *query;       /* [queries][d] */
     const float *row_bias;    /* [queries][rows][per_row] */
     const float *calibration; /* the router's [3], else NULL */
-    const uint32_t *cell_row; /* [layers run + 1]: the observer's cell index -> row */
 } probe_head;
 
 struct needle_model {
@@ -61,7 +60,7 @@ int model3_bind(struct needle_model *m);
 void model3_unbind(struct needle_model *m);
 
 /* Needle 3 probe heads (heads3.c): the file's heads into m->probe_heads, CQ records
- * dequantized once (they are small), for the rung bound in m->w. */
+ * dequantized once (they are small); none when a rung of the file is run in place. */
 int model3_bind_heads(struct needle_model *m);
 void model3_unbind_heads(struct needle_model *m);
 
