@@ -450,6 +450,13 @@ typedef struct needle_session_stats {
     /* probe heads (confidence, retrieval, embeddings): the forward's cells brought to the
      * host and pooled, inside forward_ms; the head projections */
     double heads_ms;
+    /* Decode shortcuts (needle_session_complete: jump-forward, sparse logits) show here. */
+    uint64_t forward_calls; /* forward passes run (a chunk of any length counts once) */
+    uint64_t logit_rows;    /* output-projection rows computed (vocab per full logits) */
+    /* Thread hand-off (CPU): runs handed to the pool's workers, and the time they cost the
+     * calling thread beyond its own share (publishing, then waiting for the workers). */
+    uint64_t pool_dispatches;
+    double pool_sync_ms;
 } needle_session_stats;
 
 NEEDLE_API int needle_session_get_stats(const needle_session *session, needle_session_stats *out);

@@ -256,9 +256,9 @@ static void test_every_command_has_help(void) {
     CHECK_EQ_INT(run_command(cmd, help, sizeof help), 0);
     const int n = documented_options(help, names, 32);
     const char *bench[] = {"-w", "--weights", "--prompt-len", "-n", "--gen", "--threads",
-                           "--runs", "--json"};
-    CHECK_EQ_INT(n, 8);
-    for (int k = 0; k < n && k < 8; k++) CHECK_MSG(!strcmp(names[k], bench[k]), "%s", names[k]);
+                           "--runs", "--json", "--kv"};
+    CHECK_EQ_INT(n, 9);
+    for (int k = 0; k < n && k < 9; k++) CHECK_MSG(!strcmp(names[k], bench[k]), "%s", names[k]);
 }
 
 static void test_unknown_command_and_options(void) {
@@ -441,6 +441,33 @@ static void test_version_build_info(void) {
     CHECK_MSG(devices && strstr(devices, " cpu ("), "the CPU is always a device: %s", out);
 }
 
+/* The JSON field `key` of `json` as a number, or -1 when missing. */
+static double json_number(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(json, pat);
+    return at ? strtod(at + strlen(pat), NULL) : -1.0;
+}
+
+/* `needle bench` measures the FMA peak on the threads it was given and reports the
+ * achieved GFLOP/s of both phases (their size is machine-dependent: only present and
+ * positive is checked). */
+static void test_bench_reports_peak_and_gflops(void) {
+    static char out[1 << 14];
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s bench --weights %s --prompt-len 6 --gen 3 --runs 1 --threads 2 --json",
+             cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(json_number(out, "threads_used") == 2.0, "%s", out);
+    const char *keys[] = {"fma_peak_gflops", "fma_peak_1t_gflops", "prefill_gflops", "decode_gflops"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        CHECK_MSG(json_number(out, keys[i]) > 0.0, "%s missing or not positive: %s", keys[i], out);
+    CHECK_MSG(strstr(out, "\"matmul_gflops\":[") && strstr(out, "\"attention_gflops\":["), "%s", out);
+    /* two threads: the prefill's products are handed to the worker */
+    const char *h = strstr(out, "\"handoffs_per_token\":[");
+    CHECK_MSG(h && strtod(h + strlen("\"handoffs_per_token\":["), NULL) > 0.0, "%s", out);
+}
+
 int main(void) {
     RUN(test_help_lists_every_command);
     RUN(test_version_build_info);
@@ -457,5 +484,6 @@ int main(void) {
     RUN(test_run_tools_forms);
     RUN(test_seed_budget_and_empty_query);
     RUN(test_chat_commands_and_modes);
+    RUN(test_bench_reports_peak_and_gflops);
     return test_summary();
 }

@@ -1,10 +1,14 @@
 /* bench.c: `needle bench`, the engine's speed on one model: load time, time to first
- * token, prefill and greedy-decode tokens per second (medians over runs), peak RSS, and
- * where the forward time goes (needle_session_stats' per-operation profile). */
+ * token, prefill and greedy-decode tokens per second (medians over runs), peak RSS,
+ * where the forward time goes (needle_session_stats' per-operation profile), and the
+ * achieved GFLOP/s of each phase and of the matrix products and attention beside the
+ * machine's measured FMA peak (bench_peak.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include "bench_peak.h"
 #include "cli.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -45,7 +49,7 @@ static void profile_add(double *prof, const needle_session_stats *a,
 static int run_bench(const cli_command *self, int argc, char **argv) {
     const char *weights = NULL;
     long prompt_len = 256, gen = 64, threads = 0, runs = 5;
-    int json = 0;
+    int json = 0, kv_type = NEEDLE_KV_F32;
     const cli_option opts[] = {
         {"--weights", "-w", CLI_TEXT, &weights, 0, 0, NULL},
         {"--prompt-len", NULL, CLI_LONG, &prompt_len, 1, 1L << 20, NULL},
@@ -53,6 +57,7 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         {"--threads", NULL, CLI_LONG, &threads, 0, 256, NULL},
         {"--runs", NULL, CLI_LONG, &runs, 1, 1000, NULL},
         {"--json", NULL, CLI_FLAG, &json, 0, 0, NULL},
+        {"--kv", NULL, CLI_KV, &kv_type, 0, 0, NULL},
         {0}};
     const int st = cli_parse(self, argc, argv, opts, NULL, 0);
     if (st != CLI_GO) return st;
@@ -75,7 +80,9 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
     }
     t0 = cli_now_ms();
     needle_session *s;
-    if ((rc = needle_session_create(m, NULL, &s))) {
+    needle_session_params sp = needle_session_default_params();
+    sp.kv_type = kv_type;
+    if ((rc = needle_session_create(m, &sp, &s))) {
         needle_model_free(m);
         return cli_lib_error("session", rc);
     }
@@ -98,6 +105,8 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
     int32_t last = 0;
     /* per-operation profile, summed over the runs: [0] prefill, [1] decode */
     double prof[2][PROFILE_OPS] = {{0}};
+    /* thread hand-offs (pool dispatches, their cost to the caller) and forward time */
+    double handoffs[2] = {0, 0}, handoff_ms[2] = {0, 0}, phase_ms[2] = {0, 0};
     needle_session_stats st0 = {.size = sizeof st0}, st1 = {.size = sizeof st1},
                          st2 = {.size = sizeof st2};
     for (long r = 0; r < runs; r++) {
@@ -133,12 +142,44 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         needle_session_get_stats(s, &st2);
         profile_add(prof[0], &st0, &st1);
         profile_add(prof[1], &st1, &st2);
+        handoffs[0] += (double)(st1.pool_dispatches - st0.pool_dispatches);
+        handoffs[1] += (double)(st2.pool_dispatches - st1.pool_dispatches);
+        handoff_ms[0] += st1.pool_sync_ms - st0.pool_sync_ms;
+        handoff_ms[1] += st2.pool_sync_ms - st1.pool_sync_ms;
+        phase_ms[0] += st1.forward_ms - st0.forward_ms;
+        phase_ms[1] += st2.forward_ms - st1.forward_ms;
+    }
+    /* the pool's thread count as the library picks it (cpu_pool_create) */
+    long used = threads;
+    if (!used) {
+        const char *env = getenv("NEEDLE_THREADS");
+        used = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+        if (used < 1) used = 1;
+    }
+    const double peak1 = bench_fma_peak_gflops(1);
+    const double peak = used > 1 ? bench_fma_peak_gflops((int)used) : peak1;
+    /* flops of one run's prefill (output projection for the last token only) and decode */
+    double fl[2] = {0, 0}, fl_mm[2] = {0, 0}, fl_att[2] = {0, 0};
+    for (long i = 0; i < prompt_len + gen; i++) {
+        const int phase = i >= prompt_len, logits = phase || i == prompt_len - 1;
+        fl[phase] += bench_token_flops(&info, (uint32_t)i, info.kv_window, logits);
+        fl_mm[phase] += bench_matmul_flops(&info, 0);
+        fl_att[phase] += bench_attention_flops(&info, (uint32_t)i, info.kv_window);
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double rss_mb = (double)ru.ru_maxrss / 1024.0; /* ru_maxrss is in KiB on Linux */
     const double med_prefill = median(prefill, (int)runs), med_ttft = median(ttft, (int)runs);
     const double med_decode = median(decode, (int)runs);
+    /* GFLOP/s = flops / ms / 1e6 */
+    const double gf_prefill = med_prefill > 0 ? fl[0] / ((double)prompt_len / med_prefill * 1e3) / 1e6 : 0;
+    const double gf_decode = med_decode > 0 && gen ? fl[1] / ((double)gen / med_decode * 1e3) / 1e6 : 0;
+    double gf_mm[2], gf_att[2];
+    for (int phase = 0; phase < 2; phase++) {
+        const double mm_ms = prof[phase][0] / (double)runs, att_ms = prof[phase][1] / (double)runs;
+        gf_mm[phase] = mm_ms > 0 ? fl_mm[phase] / mm_ms / 1e6 : 0;
+        gf_att[phase] = att_ms > 0 ? fl_att[phase] / att_ms / 1e6 : 0;
+    }
     if (json) {
         printf("{\"weights\":");
         cli_json_string(stdout, weights);
@@ -147,6 +188,15 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
                "\"decode_tok_s\":%.1f,\"peak_rss_mb\":%.1f,\"last_token\":%d",
                prompt_len, gen, runs, threads, load_ms, session_ms, med_ttft,
                med_prefill, med_decode, rss_mb, last);
+        printf(",\"kv\":\"%s\"", kv_type == NEEDLE_KV_INT8 ? "int8" : kv_type == NEEDLE_KV_F16 ? "f16" : "f32");
+        printf(",\"threads_used\":%ld,\"fma_peak_gflops\":%.2f,\"fma_peak_1t_gflops\":%.2f,"
+               "\"prefill_gflops\":%.2f,\"decode_gflops\":%.2f,\"matmul_gflops\":[%.2f,%.2f],"
+               "\"attention_gflops\":[%.2f,%.2f]",
+               used, peak, peak1, gf_prefill, gf_decode, gf_mm[0], gf_mm[1], gf_att[0], gf_att[1]);
+        printf(",\"handoffs_per_token\":[%.2f,%.2f],\"handoff_ms\":[%.3f,%.3f]",
+               handoffs[0] / (double)runs / (double)prompt_len,
+               gen ? handoffs[1] / (double)runs / (double)gen : 0.0, handoff_ms[0] / (double)runs,
+               handoff_ms[1] / (double)runs);
         /* per-operation ms per run (means over the runs) */
         for (int phase = 0; phase < 2; phase++) {
             printf(",\"profile_%s_ms\":{", phase ? "decode" : "prefill");
@@ -167,6 +217,27 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         printf("decode     %.1f tok/s (%ld tokens)\n", med_decode, gen);
         printf("peak rss   %.1f MiB\n", rss_mb);
         printf("medians of %ld runs\n", runs);
+        printf("\nfma peak   %.1f GFLOP/s on %ld threads (%.1f on one), measured now\n", peak, used,
+               peak1);
+        printf("  %-10s %18s %18s\n", "GFLOP/s", "prefill", "decode");
+        printf("  %-10s %10.2f (%4.1f%%) %10.2f (%4.1f%%)\n", "forward", gf_prefill,
+               peak > 0 ? 100 * gf_prefill / peak : 0, gf_decode, peak > 0 ? 100 * gf_decode / peak : 0);
+        printf("  %-10s %10.2f (%4.1f%%) %10.2f (%4.1f%%)\n", "matmul", gf_mm[0],
+               peak > 0 ? 100 * gf_mm[0] / peak : 0, gf_mm[1], peak > 0 ? 100 * gf_mm[1] / peak : 0);
+        printf("  %-10s %10.2f (%4.1f%%) %10.2f (%4.1f%%)\n", "attention", gf_att[0],
+               peak > 0 ? 100 * gf_att[0] / peak : 0, gf_att[1], peak > 0 ? 100 * gf_att[1] / peak : 0);
+        printf("  (forward: every flop of the phase over its wall time; matmul, attention: their\n"
+               "   flops over their profiled time; %% of the FMA peak)\n");
+        printf("\nthread hand-off (pool dispatches; their cost to the calling thread beyond its\n"
+               "own share of the work: publishing, then waiting for the workers)\n");
+        for (int phase = 0; phase < 2; phase++) {
+            const double toks = phase ? (double)gen : (double)prompt_len;
+            const double n = handoffs[phase] / (double)runs, ms = handoff_ms[phase] / (double)runs;
+            printf("  %-8s %8.0f dispatches (%.1f per token), %.2f ms = %.1f us each, %.1f%% of "
+                   "the forward time\n", phase ? "decode" : "prefill", n, toks > 0 ? n / toks : 0,
+                   ms, n > 0 ? 1000 * ms / n : 0,
+                   phase_ms[phase] > 0 ? 100 * handoff_ms[phase] / phase_ms[phase] : 0);
+        }
         printf("\nprofile (ms per run, share of the forward pass)\n");
         printf("  %-10s %18s %18s\n", "operation", "prefill", "decode");
         double tot[2] = {0, 0};
@@ -197,7 +268,10 @@ const cli_command cli_bench = {
     "Times the model on a synthetic prompt (BOS + fixed pseudo-random ids): load, session\n"
     "creation, prefill (and the first token), then greedy decode one token at a time;\n"
     "repeated --runs times on one session, reset between runs. Prints the medians, the\n"
-    "peak RSS and a per-operation profile of prefill and decode.\n"
+    "peak RSS, a per-operation profile of prefill and decode, and the achieved GFLOP/s\n"
+    "(whole phase, matrix products, attention) beside the machine's FMA peak measured\n"
+    "by a short calibration loop (best of four ~25 ms tries) on the same threads; on a busy\n"
+    "machine the phases slow down more than the peak, so the fractions are lower bounds.\n"
     "\n"
     "options:\n"
     CLI_WEIGHTS_HELP
@@ -207,5 +281,6 @@ const cli_command cli_bench = {
     "                          cores)\n"
     "  --runs N                repetitions (default 5)\n"
     "  --json                  one JSON object on stdout instead of the table\n"
+    "  --kv f32|f16|int8       KV cache precision (default f32)\n"
     "  -h, --help              this text\n",
     run_bench};

@@ -534,6 +534,40 @@ static void roll_back(needle_session *s, struct chat *c, int last_turn_called, i
     if (rc) needle_fail(rc, "%s", msg);
 }
 
+/* Decode shortcuts (issue 14), on unless the variable is "0": NEEDLE_JUMP_FORWARD runs
+ * a run of forced tokens as one chunk instead of one step each; NEEDLE_SPARSE_LOGITS
+ * computes only the allowed ids' rows of the output projection when they are few. A
+ * forced token reads no logits, and the pick reads only allowed ids, whose values the
+ * sparse product computes exactly as the full one does, so sparse logits never change a
+ * token; a chunk differs from single steps only by float rounding in the products (the
+ * tests compare whole turns with and without both). */
+static int env_is_zero(const char *name) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, "0");
+}
+
+#define SPARSE_RUNS_MAX 64
+
+/* Evaluates the generated tokens pend[0..n); with need_logits, the logits for the next
+ * pick: only the allowed ids' when there are at most vocab/4 of them (n_allowed; pass the
+ * vocabulary size to always take all) in at most SPARSE_RUNS_MAX runs of consecutive
+ * ids. rows: [vocab] scratch. */
+static int run_pending(needle_session *s, const int32_t *pend, uint32_t n, int need_logits,
+                       uint32_t n_allowed, int32_t *rows) {
+    const struct chat *c = chat_of(s);
+    if (need_logits && n_allowed <= c->vocab / 4) {
+        uint32_t k = 0, runs = 0;
+        for (uint32_t v = 0; v < c->vocab; v++)
+            if (c->allowed[v]) {
+                runs += k == 0 || rows[k - 1] != (int32_t)v - 1;
+                rows[k++] = (int32_t)v;
+            }
+        /* scattered ids cost a product per run of consecutive ids: then all of them */
+        if (runs <= SPARSE_RUNS_MAX) return session_run_rows(s, pend, n, rows, k);
+    }
+    return session_run(s, pend, n, NULL, need_logits);
+}
+
 int needle_session_complete(needle_session *s, const char *text, const needle_complete_params *params,
                             char *out, size_t cap, size_t *len) {
     if (!s || !text || !len || (!out && cap))
@@ -560,6 +594,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     turn t;
     memset(&t, 0, sizeof t);
     char *reasoning = NULL;
+    int32_t *pend = NULL, *rows = NULL;
 
     strbuf chunk = {0};
     int32_t *ids = NULL;
@@ -628,18 +663,34 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     t.min_json = t.plan_len = closing_bytes(t.g, &t.gs, c->plan_buf, (size_t)p.max_new_tokens);
     uint64_t rng = p.seed * 0x9E3779B97F4A7C15ULL + 1;
     uint32_t generated = 0;
+    /* decode shortcuts: pend holds generated tokens not yet evaluated (a forced run),
+     * rows the allowed ids of a sparse-logits step; `next` the allowed set of the coming
+     * step, computed once at the end of the previous one */
+    const int jump = !env_is_zero("NEEDLE_JUMP_FORWARD"), sparse = !env_is_zero("NEEDLE_SPARSE_LOGITS");
+    pend = malloc((size_t)p.max_new_tokens * sizeof *pend);
+    rows = malloc((size_t)c->vocab * sizeof *rows);
+    if (!pend || !rows) {
+        rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "complete: out of memory");
+        goto done;
+    }
+    uint32_t n_pend = 0, next_allowed = 0;
+    int have_next = 0;
+    int32_t next_forced = -1;
     double t1 = util_clock_ms();
     while (t.phase != PH_DONE) {
-        if (generated >= (uint32_t)p.max_new_tokens || needle_session_position(s) >= n_ctx) {
+        if (generated >= (uint32_t)p.max_new_tokens ||
+            needle_session_position(s) + n_pend >= n_ctx) {
             e.error = generated >= (uint32_t)p.max_new_tokens
                           ? "generation reached max_new_tokens before the call was complete"
                           : "the conversation filled the context";
             e.error_code = generated >= (uint32_t)p.max_new_tokens ? "max_tokens" : "context_full";
             break;
         }
-        int32_t forced = -1;
+        int32_t forced = next_forced;
         t.left = (uint32_t)p.max_new_tokens - generated;
-        uint32_t n_allowed = allowed_tokens(s, &t, p.max_think_tokens, &forced);
+        uint32_t n_allowed = have_next ? next_allowed
+                                       : allowed_tokens(s, &t, p.max_think_tokens, &forced);
+        have_next = 0;
         int32_t tok = forced;
         if (n_allowed == 0) {
             e.error = "the grammar admits no token here";
@@ -670,7 +721,8 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                                         t.plan_len - t.plan_pos);
                 }
             }
-            if (!t.closing) confidence_add_choice(&c->conf, needle_session_logits(s), c->vocab, tok);
+            if (!t.closing) confidence_add_choice(&c->conf, needle_session_logits(s), c->allowed,
+                                                   c->vocab, tok);
         }
         if (t.phase == PH_JSON) /* the budget walks */
             session_stats(s)->grammar_ms += util_clock_ms() - t_pick;
@@ -697,17 +749,28 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         generated++;
         if ((rc = stream_piece(s, chosen_in, tok))) break;
         session_stats(s)->decode_steps++;
-        /* the next token is forced when the phase leaves no choice: skip its logits */
-        int32_t next_forced = -1;
-        int need_logits = 1;
-        if (t.phase != PH_DONE && t.phase != PH_JSON && t.phase != PH_THINK &&
-            t.phase != PH_START && t.phase != PH_AFTER_SPACE) {
-            allowed_tokens(s, &t, p.max_think_tokens, &next_forced);
+        /* the next step's allowed set, here once: a forced next token (one allowed)
+         * needs no logits, and with jump-forward joins a run evaluated as one chunk when
+         * the next choice comes (or the turn ends) */
+        int need_logits = 0;
+        next_forced = -1;
+        if (t.phase != PH_DONE) {
+            t.left = (uint32_t)p.max_new_tokens - generated;
+            next_allowed = allowed_tokens(s, &t, p.max_think_tokens, &next_forced);
+            have_next = 1;
             need_logits = next_forced < 0;
         }
-        if (t.phase == PH_DONE) need_logits = 0;
-        if ((rc = session_run(s, &tok, 1, NULL, need_logits))) break;
+        pend[n_pend++] = tok;
+        if (!jump || need_logits || t.phase == PH_DONE ||
+            generated >= (uint32_t)p.max_new_tokens) {
+            rc = run_pending(s, pend, n_pend, need_logits, sparse ? next_allowed : c->vocab, rows);
+            n_pend = 0;
+            if (rc) break;
+        }
     }
+    /* a run cut short by the budget or the context: evaluate it, as single steps would
+     * have (the failed turn is rolled back anyway) */
+    if (n_pend && rc == NEEDLE_OK) rc = run_pending(s, pend, n_pend, 0, c->vocab, rows);
     double t_decode = util_clock_ms() - t1;
     e.decode_tps = t_decode > 0 ? generated / (t_decode / 1e3) : 0;
 
@@ -753,6 +816,8 @@ done:
     if (saved && (rc != NEEDLE_OK || !e.success || suppressed))
         roll_back(s, c, last_turn_called, rc);
     free(reasoning);
+    free(pend);
+    free(rows);
     free(t.reasoning_ids.data);
     free(t.calls.data);
     return rc;

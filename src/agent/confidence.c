@@ -58,11 +58,14 @@ void confidence_turn_abort(confidence_state *cs) {
     if (cs->has_head) head_pool_copy(&cs->pool, &cs->turn_start);
 }
 
-void confidence_add_choice(confidence_state *cs, const float *logits, uint32_t vocab, int32_t tok) {
-    float mx = logits[0];
-    for (uint32_t v = 1; v < vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
+void confidence_add_choice(confidence_state *cs, const float *logits, const uint8_t *allowed,
+                           uint32_t vocab, int32_t tok) {
+    float mx = logits[tok];
+    for (uint32_t v = 0; v < vocab; v++)
+        if (allowed[v] && logits[v] > mx) mx = logits[v];
     double sum = 0;
-    for (uint32_t v = 0; v < vocab; v++) sum += exp((double)logits[v] - mx);
+    for (uint32_t v = 0; v < vocab; v++)
+        if (allowed[v]) sum += exp((double)logits[v] - mx);
     cs->log_prob_sum += (double)logits[tok] - mx - log(sum);
     cs->choices++;
 }

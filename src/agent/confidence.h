@@ -6,9 +6,12 @@
  *             text and the answer through its closing <|im_end|> ("the full prompt plus
  *             the call the model just produced"). The cells are pooled as the forward pass
  *             makes them, so this costs no second pass; a model without the head skips it.
- *   decoding  the geometric mean of the model's probability (softmax of the raw logits,
- *             before the grammar's mask) of each call-array token the decoder chose; tokens
- *             the grammar forced carry no choice and are left out (none chosen: 1).
+ *   decoding  the geometric mean of the model's probability of each call-array token the
+ *             decoder chose, among the tokens the grammar allowed at that step (softmax
+ *             over the allowed ids' logits); tokens the grammar forced carry no choice and
+ *             are left out (none chosen: 1). Over the allowed ids only, because the decode
+ *             loop may compute only their logits (sparse logits, agent/chat.c): the value
+ *             is then the same whether the other rows were computed or not.
  * Both choices are ours where the official sources are silent (spec §8.6 item 7). A Needle 3
  * file's confidence head pools the same cells in two stages (model/heads.h, NEEDLE3-NOTES
  * §3): it scores BOS + prompt + completion, the rule of the official 3.x engine.
@@ -43,7 +46,9 @@ void confidence_turn_begin(confidence_state *cs);  /* a turn starts here */
 void confidence_turn_abort(confidence_state *cs);  /* the turn is rolled back */
 
 /* The decoder chose `tok` with these logits (host [vocab]) inside the call array. */
-void confidence_add_choice(confidence_state *cs, const float *logits, uint32_t vocab, int32_t tok);
+/* allowed: [vocab] nonzero for the ids the grammar allowed (tok among them) */
+void confidence_add_choice(confidence_state *cs, const float *logits, const uint8_t *allowed,
+                           uint32_t vocab, int32_t tok);
 
 /* The turn's confidence in [0, 1] (see above). */
 double confidence_value(const confidence_state *cs, needle_session *s);

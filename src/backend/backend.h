@@ -188,6 +188,17 @@ typedef struct needle_backend_ops {
      * b2))[p2]))[:d] with cond = 1 + softmax(h cond_v) cond_u. h, out: [n][d]. */
     void (*monarch_mlp)(backend_ctx *s, uint32_t layer, uint32_t n, const float *h,
                         float *out);
+    /* Entries below were added after the first backends; they stay last so that an
+     * initializer in field order (C++17, cuda_backend.cu) leaves them NULL. */
+    /* Optional: the logits of the one token lanes[0] for the ids rows[0..n_rows) only
+     * (ascending, distinct): out (host [vocab]) gets exactly the values `logits` computes
+     * for those ids and -INFINITY for every other id. NULL: the caller uses `logits`. */
+    void (*logits_rows)(backend_ctx *s, const float *lanes, const int32_t *rows,
+                        uint32_t n_rows, float *out);
+
+    /* Optional: the session's thread hand-offs so far (dispatches to worker threads and
+     * the milliseconds they cost the caller beyond its own share of the work). */
+    void (*thread_stats)(const backend_ctx *s, uint64_t *dispatches, double *sync_ms);
 } needle_backend_ops;
 
 typedef struct needle_backend_impl {

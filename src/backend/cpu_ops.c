@@ -4,12 +4,13 @@
  * the arithmetic is exactly that of the original single-file forward pass.
  *
  * Threads. Besides the CQ products, the per-token ops of a prefill chunk (lane norm, read
- * and write, attention residual, Hadamard MLP, the logits rotation) and the query heads
- * of one token's attention are shared among the pool's threads by par_for. Every item is
+ * and write, attention residual, Hadamard MLP, the logits rotation) and the K/V heads of
+ * a chunk's attention are shared among the pool's threads by par_for. Every item is
  * computed by one thread with the same arithmetic whichever thread it is, using that
  * thread's own scratch (cpu_scratch), so results do not depend on the thread count.
- * Attention stays token by token: token i's K/V is stored before token i attends, and a
- * later token's store may overwrite a ring slot an earlier token still reads. */
+ * Attention goes token by token within a K/V head (token i's K/V is stored before token
+ * i attends, and a later token's store may overwrite a ring slot an earlier token still
+ * reads), the heads side by side: one dispatch per layer and chunk, not per token. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -197,10 +198,13 @@ static float *kv_row_scales(const backend_ctx *s, int which, uint32_t layer,
                               KV_SCALE_GROUPS(s->m->kv_dim);
 }
 
-static void kv_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot,
-                     const float *x) {
-    const uint32_t n = s->m->kv_dim;
-    size_t at = kv_index(s, layer, slot);
+/* Stores values [off, off + n) of one token's K (which = 0) or V (1), x[0..n), into cache
+ * row (layer, slot). int8: `off` starts a scale group and the slice ends on a group
+ * boundary or at the row's end, so the groups it writes are its own. */
+static void kv_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot, uint32_t off,
+                     uint32_t n, const float *x) {
+    const uint32_t kvd = s->m->kv_dim;
+    const size_t at = kv_index(s, layer, slot) + off;
     void *base = which ? s->v_cache : s->k_cache;
     if (s->kv_type == NEEDLE_KV_F32) {
         memcpy((float *)base + at, x, n * sizeof(float));
@@ -210,36 +214,33 @@ static void kv_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot,
     } else {
         int8_t *dst = (int8_t *)base + at;
         float *scales = kv_row_scales(s, which, layer, slot);
-        for (uint32_t g = 0; g < KV_SCALE_GROUPS(n); g++) {
-            /* groups of KV_SCALE_GROUP values; the last one may be shorter */
-            const uint32_t c0 = g * KV_SCALE_GROUP;
-            const uint32_t c1 = n - c0 < KV_SCALE_GROUP ? n : c0 + KV_SCALE_GROUP;
+        for (uint32_t c0 = off; c0 < off + n; c0 += KV_SCALE_GROUP) {
+            /* groups of KV_SCALE_GROUP values; the row's last one may be shorter */
+            const uint32_t c1 = kvd - c0 < KV_SCALE_GROUP ? kvd : c0 + KV_SCALE_GROUP;
             float amax = 0.0f;
-            for (uint32_t i = c0; i < c1; i++) amax = fmaxf(amax, fabsf(x[i]));
+            for (uint32_t i = c0; i < c1; i++) amax = fmaxf(amax, fabsf(x[i - off]));
             float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
-            scales[g] = scale;
-            for (uint32_t i = c0; i < c1; i++) dst[i] = (int8_t)lrintf(x[i] / scale);
+            scales[c0 / KV_SCALE_GROUP] = scale;
+            for (uint32_t i = c0; i < c1; i++) dst[i - off] = (int8_t)lrintf(x[i - off] / scale);
         }
     }
 }
 
-/* Returns a float view of values [off, off + n) of cached row (layer, slot); `buf` holds
- * n floats when the cache is not f32. */
-static const float *kv_load(const backend_ctx *s, int which, uint32_t layer,
-                            uint32_t slot, uint32_t off, uint32_t n, float *buf) {
-    size_t at = kv_index(s, layer, slot) + off;
-    const void *base = which ? s->v_cache : s->k_cache;
-    if (s->kv_type == NEEDLE_KV_F32) return (const float *)base + at;
-    if (s->kv_type == NEEDLE_KV_F16) {
-        const uint16_t *src = (const uint16_t *)base + at;
-        for (uint32_t i = 0; i < n; i++) buf[i] = fp16_to_f32(src[i]);
-    } else {
-        const int8_t *src = (const int8_t *)base + at;
-        const float *scales = kv_row_scales(s, which, layer, slot);
-        for (uint32_t i = 0; i < n; i++)
-            buf[i] = (float)src[i] * scales[(off + i) / KV_SCALE_GROUP];
+/* The cache slots of the positions token t attends to, in position order, as runs of
+ * consecutive slots: the sinks, then the window tail (which wraps at most once). Returns
+ * the number of runs (at most 3). */
+static uint32_t span_runs(const backend_ctx *s, uint32_t t, attn_run *runs) {
+    const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
+    uint32_t nr = 0;
+    if (span.n_sink) runs[nr++] = (attn_run){0, span.n_sink};
+    for (uint32_t p = span.tail0; p <= t;) {
+        const uint32_t slot = kv_slot(s, p);
+        uint32_t run = t + 1 - p;
+        if (s->window && slot + run > s->n_sinks + s->window) run = s->n_sinks + s->window - slot;
+        runs[nr++] = (attn_run){slot, run};
+        p += run;
     }
-    return buf;
+    return nr;
 }
 
 /* ---- operations ------------------------------------------------------------------------ */
@@ -370,53 +371,84 @@ static void cpu_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *
     par_for(s, n, lane_read_token, &a);
 }
 
-/* One token at position t of layer `layer`, its K/V already in the cache. */
+/* The attention of a chunk of tokens, one item per range of K/V heads. */
 typedef struct attend_args {
-    uint32_t layer, t;
-    const float *cs;   /* RoPE cos | sin of t */
-    float *q;          /* [A], normalised and rotated per head in place */
-    const float *gate; /* [A] */
-    float *o;          /* [A] */
+    uint32_t layer, p0, n;
+    uint32_t kv_per_item; /* K/V heads per item */
+    const float *rope_cs; /* [n][head_dim] cos | sin */
+    float *q, *k;         /* [n][A], [n][kv_dim]: normalised and rotated in place */
+    const float *v, *gate;
+    float *o;             /* [n][o_ld] */
+    size_t o_ld;
 } attend_args;
 
-/* Attention of query head `a` over the cache (§3.6): q ZC norm and RoPE, softmax over the
- * sinks and the window tail, o = sigmoid(gate) * sum_p softmax_p * v_p for the head. */
-static void attend_head(backend_ctx *s, const void *ctx, uint32_t a, int thread) {
+/* K/V heads [b0, b1) for every token of the chunk in order (§3.6): k ZC norm and RoPE,
+ * append k, v to the cache, then for each query head of those K/V heads q ZC norm and
+ * RoPE, softmax over the sinks and the window tail, o = sigmoid(gate) * sum_p w_p v_p.
+ * A token's K/V is stored before it attends, and a later token's store (which may
+ * overwrite a ring slot an earlier one read) comes after: the order of the original
+ * token-by-token loop, kept per K/V head, which is all that a head reads or writes. */
+static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int thread) {
     const attend_args *x = ctx;
     const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
     const layer_weights *l = &m->layers[x->layer];
-    const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, t = x->t;
-    const uint32_t b = a / reps;
+    const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, kvd = m->kv_dim;
+    const uint32_t A = m->attn_dim;
+    const uint32_t b0 = item * x->kv_per_item;
+    const uint32_t b1 = b0 + x->kv_per_item < m->n_kv_heads ? b0 + x->kv_per_item : m->n_kv_heads;
     const float inv_scale = 1.0f / sqrtf((float)hd);
-    const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
-    const uint32_t n_sink = span.n_sink, tail = span.tail0;
-    float *kbuf = c->th[thread].tmp, *vbuf = c->th[thread].tmp + hd;
-    float *scores = s->scores + (size_t)a * s->kv_slots;
-    float *qa = x->q + (size_t)a * hd;
-    nm_zc_norm(qa, l->q_norm, hd, qa);
-    nm_rope(qa, hd, x->cs);
-    uint32_t n_pos = 0;
-    for (uint32_t pass = 0; pass < 2; pass++) {
-        const uint32_t p_begin = pass ? tail : 0, p_end = pass ? t + 1 : n_sink;
-        for (uint32_t p = p_begin; p < p_end; p++) {
-            const float *kr = kv_load(s, 0, x->layer, kv_slot(s, p), b * hd, hd, kbuf);
-            scores[n_pos++] = c->kern->dot(qa, kr, hd) * inv_scale;
+    const size_t elem = s->kv_type == NEEDLE_KV_F32 ? 4 : s->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    const int int8 = s->kv_type == NEEDLE_KV_INT8;
+    attn_kv kv = {.type = s->kv_type,
+                  .ld = kvd,
+                  .k_scales = int8 ? kv_row_scales(s, 0, x->layer, 0) : NULL,
+                  .v_scales = int8 ? kv_row_scales(s, 1, x->layer, 0) : NULL,
+                  .scales_ld = KV_SCALE_GROUPS(kvd),
+                  .group = KV_SCALE_GROUP};
+    for (uint32_t i = 0; i < x->n; i++) {
+        const uint32_t t = x->p0 + i, slot = kv_slot(s, t);
+        const float *cs = x->rope_cs + (size_t)i * hd;
+        float *k = x->k + (size_t)i * kvd;
+        for (uint32_t b = b0; b < b1; b++) {
+            nm_zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
+            nm_rope(k + b * hd, hd, cs);
+        }
+        kv_store(s, 0, x->layer, slot, b0 * hd, (b1 - b0) * hd, k + b0 * hd);
+        kv_store(s, 1, x->layer, slot, b0 * hd, (b1 - b0) * hd,
+                 x->v + (size_t)i * kvd + b0 * hd);
+        attn_run runs[3];
+        const uint32_t n_runs = span_runs(s, t, runs);
+        for (uint32_t b = b0; b < b1; b++) {
+            float *qb = x->q + (size_t)i * A + (size_t)b * reps * hd;
+            float *ob = x->o + (size_t)i * x->o_ld + (size_t)b * reps * hd;
+            const float *gb = x->gate + (size_t)i * A + (size_t)b * reps * hd;
+            for (uint32_t a = 0; a < reps; a++) {
+                nm_zc_norm(qb + a * hd, l->q_norm, hd, qb + a * hd);
+                nm_rope(qb + a * hd, hd, cs);
+            }
+            const size_t head0 = kv_index(s, x->layer, 0) + (size_t)b * hd;
+            kv.k = (const char *)s->k_cache + head0 * elem;
+            kv.v = (const char *)s->v_cache + head0 * elem;
+            kv.col0 = b * hd;
+            c->kern->attend(&kv, runs, n_runs, qb, reps, hd, inv_scale, gb,
+                            s->scores + (size_t)b * reps * s->kv_slots, s->kv_slots, ob,
+                            c->th[thread].tmp);
         }
     }
-    const float sum = nm_softmax_exp(scores, n_pos);
-    float *oa = x->o + (size_t)a * hd;
-    memset(oa, 0, hd * sizeof *oa);
-    uint32_t k = 0;
-    for (uint32_t pass = 0; pass < 2; pass++) {
-        const uint32_t p_begin = pass ? tail : 0, p_end = pass ? t + 1 : n_sink;
-        for (uint32_t p = p_begin; p < p_end; p++, k++) {
-            const float *vr = kv_load(s, 1, x->layer, kv_slot(s, p), b * hd, hd, vbuf);
-            c->kern->axpy(oa, scores[k] / sum, vr, hd);
-        }
-    }
-    const float *ga = x->gate + (size_t)a * hd;
-    for (uint32_t j = 0; j < hd; j++) oa[j] *= nm_sigmoid(ga[j]);
+}
+
+typedef struct out_rotate_args {
+    const cq_matrix *w;
+    float *o;
+    size_t o_ld;
+} out_rotate_args;
+
+static void out_rotate_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
+    (void)thread;
+    const out_rotate_args *r = ctx;
+    float *o = r->o + (size_t)i * r->o_ld;
+    act_rotate(s, r->w, o, o); /* W·A8: the QAT point of the gated attention output */
 }
 
 static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
@@ -424,23 +456,15 @@ static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
                           const float *gate_all, float *o_all) {
     const model_weights *m = s->m;
     const layer_weights *l = &m->layers[li];
-    const uint32_t hd = m->head_dim, A = m->attn_dim, kvd = m->kv_dim;
-    const uint32_t o_ld = l->out_proj.cols_pad;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint32_t t = p0 + i;
-        const float *cs = rope_cs + (size_t)i * hd;
-        float *k = k_all + (size_t)i * kvd;
-        for (uint32_t b = 0; b < m->n_kv_heads; b++) {
-            nm_zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
-            nm_rope(k + b * hd, hd, cs);
-        }
-        kv_store(s, 0, li, kv_slot(s, t), k);
-        kv_store(s, 1, li, kv_slot(s, t), v_all + (size_t)i * kvd);
-        const attend_args a = {li, t, cs, q_all + (size_t)i * A, gate_all + (size_t)i * A,
-                               o_all + (size_t)i * o_ld};
-        par_for(s, m->n_heads, attend_head, &a);
-        act_rotate(s, &l->out_proj, a.o, a.o);
-    }
+    /* an int8 head whose columns do not fill whole scale groups shares a group with its
+     * neighbour, so its row can only be stored whole: then one item does every head */
+    const int split = s->kv_type != NEEDLE_KV_INT8 || m->head_dim % KV_SCALE_GROUP == 0;
+    const uint32_t per = split ? 1 : m->n_kv_heads;
+    const attend_args a = {li, p0, n, per, rope_cs, q_all, k_all, v_all, gate_all, o_all,
+                           l->out_proj.cols_pad};
+    par_for(s, m->n_kv_heads / per, attend_kv_heads, &a);
+    const out_rotate_args r = {&l->out_proj, o_all, l->out_proj.cols_pad};
+    par_for(s, n, out_rotate_token, &r);
 }
 
 typedef struct attn_residual_args {
@@ -588,6 +612,36 @@ static void cpu_logits(backend_ctx *s, const float *lanes, uint32_t count, float
         }
 }
 
+/* One product per run of consecutive ids, RUNS_PER_BATCH runs to a batch (a dispatch);
+ * the caller keeps the ids few and clustered enough for that to beat the whole product. */
+#define RUNS_PER_BATCH 64
+
+static void cpu_logits_rows(backend_ctx *s, const float *lanes, const int32_t *rows,
+                            uint32_t n_rows, float *out) {
+    const model_weights *m = s->m;
+    const cpu_session *c = cs_of(s);
+    final_hidden_token(s, lanes, 0, 0);
+    for (uint32_t v = 0; v < m->vocab; v++) out[v] = -INFINITY;
+    cq_job jobs[RUNS_PER_BATCH];
+    for (uint32_t i = 0; i < n_rows;) {
+        uint32_t nj = 0;
+        while (i < n_rows && nj < RUNS_PER_BATCH) {
+            uint32_t j = i + 1;
+            while (j < n_rows && rows[j] == rows[j - 1] + 1) j++;
+            jobs[nj++] = (cq_job){&m->embedding, (uint32_t)rows[i], j - i, out + rows[i], m->vocab};
+            i = j;
+        }
+        if (s->a8) a8_matmul_pool(c->pool, c->a8, c->out_rot, m->embedding.cols_pad, 1, jobs, nj);
+        else cpu_matmul(c->pool, c->out_rot, m->embedding.cols_pad, 1, jobs, nj);
+    }
+}
+
+static void cpu_thread_stats(const backend_ctx *s, uint64_t *dispatches, double *sync_ms) {
+    uint64_t ns = 0;
+    cpu_pool_sync_stats(cs_of(s)->pool, dispatches, &ns);
+    *sync_ms = (double)ns / 1e6;
+}
+
 const needle_backend_ops cpu_backend_ops = {
     .model_load = NULL,
     .model_unload = NULL,
@@ -611,4 +665,6 @@ const needle_backend_ops cpu_backend_ops = {
     .matmul_a8 = cpu_matmul_a8_op,
     .attention3 = cpu_attention3,
     .monarch_mlp = cpu_monarch_mlp,
+    .logits_rows = cpu_logits_rows,
+    .thread_stats = cpu_thread_stats,
 };

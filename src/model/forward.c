@@ -182,15 +182,27 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
             TIMED(logits_ms,
                   ops->logits(&s->bk, s->lanes, cn, all_logits + (size_t)done * m->w.vocab, NULL));
             forward3_mask_input_only(m, all_logits + (size_t)done * m->w.vocab, cn);
+            s->stats.logit_rows += (uint64_t)cn * m->w.vocab;
         }
         if (done + cn == n) {
             if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * m->w.vocab,
                                    m->w.vocab * sizeof(float));
-            else if (!s->skip_logits) {
+            else if (!s->skip_logits && s->logit_rows && ops->logits_rows) {
+                TIMED(logits_ms, ops->logits_rows(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d,
+                                                  s->logit_rows, s->n_logit_rows, s->logits));
+                s->stats.logit_rows += s->n_logit_rows;
+                forward3_mask_input_only(m, s->logits, 1);
+            } else if (!s->skip_logits) {
+                s->stats.logit_rows += m->w.vocab;
                 TIMED(logits_ms,
                       ops->logits(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits,
                                   NULL));
                 forward3_mask_input_only(m, s->logits, 1);
+                if (s->logit_rows) /* the subset the caller asked for, from the full product */
+                    for (uint32_t v = 0, r = 0; v < m->w.vocab; v++) {
+                        if (r < s->n_logit_rows && s->logit_rows[r] == (int32_t)v) r++;
+                        else s->logits[v] = -INFINITY;
+                    }
             }
         }
         done += cn;

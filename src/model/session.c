@@ -415,6 +415,17 @@ int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all
     s->skip_logits = 0;
     s->stats.forward_ms += util_clock_ms() - t0;
     if (rc == NEEDLE_OK) s->stats.tokens_evaluated += n;
+    s->stats.forward_calls++;
+    return rc;
+}
+
+int session_run_rows(needle_session *s, const int32_t *tokens, uint32_t n, const int32_t *rows,
+                     uint32_t n_rows) {
+    s->logit_rows = rows;
+    s->n_logit_rows = n_rows;
+    const int rc = session_run(s, tokens, n, NULL, 1);
+    s->logit_rows = NULL;
+    s->n_logit_rows = 0;
     return rc;
 }
 
@@ -587,6 +598,7 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
 int needle_session_get_stats(const needle_session *s, needle_session_stats *out) {
     if (!s || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
     needle_session_stats full = s->stats;
+    if (s->ops->thread_stats) s->ops->thread_stats(&s->bk, &full.pool_dispatches, &full.pool_sync_ms);
     full.size = sizeof full;
     return struct_size_out(out, &full, sizeof full, "get_stats: needle_session_stats");
 }

@@ -71,6 +71,8 @@ struct needle_session {
     /* host memory */
     float *logits;      /* [vocab] of the last position */
     int skip_logits;    /* set by session_run when the caller needs no logits */
+    const int32_t *logit_rows; /* set by session_run_rows: only these ids' logits */
+    uint32_t n_logit_rows;
     float *rope_cs;     /* [chunk][head_dim]: cos | sin per position */
     uint32_t *eng_slots; /* [chunk][n_tables] engram table slots */
 
@@ -126,6 +128,13 @@ int session_prefill(struct needle_session *s, const int32_t *tokens, uint32_t n,
  * to stop. */
 int session_emit(struct needle_session *s, int32_t kind, int32_t token, const char *text,
                  size_t len);
+
+/* session_run with the logits of the last token computed only for the ids rows[0..n_rows)
+ * (ascending, distinct; the next token must be one of them): s->logits holds exactly the
+ * values a full run gives for those ids and -INFINITY for the others. A backend without
+ * the subset operation computes them all, then masks. */
+int session_run_rows(struct needle_session *s, const int32_t *tokens, uint32_t n,
+                     const int32_t *rows, uint32_t n_rows);
 
 /* Re-lays the KV cache for `n_sinks` pinned positions (reallocating it if it must grow).
  * The conversation restarts at position 0 and the base is dropped. */

@@ -436,6 +436,7 @@ static const needle_backend_ops cuda_ops = {
     nullptr, /* matmul_a8: no W·A8 mode on CUDA */
     /* Needle 3 (attention3, monarch_mlp): not on CUDA yet; a Needle 3 model runs on the CPU */
     NULL,             NULL,
+    NULL /* logits_rows: the caller masks the full logits */, NULL /* thread_stats */,
 };
 
 extern "C" const needle_backend_impl cuda_backend = {

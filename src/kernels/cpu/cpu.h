@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/attn.h"
 #include "kernels/cq.h"
 
 /* Per-thread scratch a kernel may use to re-lay out activations (the SIMD kernels
@@ -59,6 +60,8 @@ typedef struct cpu_kernels {
     float (*dot)(const float *a, const float *b, uint32_t n);
     /* y[i] += a * x[i] */
     void (*axpy)(float *y, float a, const float *x, uint32_t n);
+    /* The query heads of one K/V head against the cache (kernels/cpu/attn.h). */
+    attn_fn attend;
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;
@@ -112,6 +115,11 @@ void cpu_pool_run(cpu_pool *pool, void (*fn)(void *arg, int i, int n), void *arg
  * arrives before the caller's call has returned, so a descheduled worker never delays
  * the caller. Returns when every fn call that started has finished. */
 void cpu_pool_run_shared(cpu_pool *pool, void (*fn)(void *arg, int i, int n), void *arg);
+
+/* Hand-off counters of the pool: runs dispatched to the workers (0 for a one-thread
+ * pool, which never dispatches) and the caller's time spent on them outside its own share
+ * of the work: publishing the run, then waiting for the workers to finish theirs. */
+void cpu_pool_sync_stats(const cpu_pool *pool, uint64_t *runs, uint64_t *sync_ns);
 
 /* One CQ product of a batch: y[t][r - row0] = <W[r], x_t> for r in [row0, row0+nrows). */
 typedef struct cq_job {

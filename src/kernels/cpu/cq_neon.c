@@ -411,6 +411,7 @@ static const cpu_kernels neon_table = {
     .dequant_row = neon_dequant_row,
     .dot = neon_dot,
     .axpy = neon_axpy,
+    .attend = attn_neon,
 };
 
 const cpu_kernels *cpu_kernels_neon(void) { return &neon_table; }

@@ -34,6 +34,7 @@ const cpu_kernels cpu_kernels_scalar = {
     .dequant_row = cq_dequant_row,
     .dot = plain_dot,
     .axpy = plain_axpy,
+    .attend = attn_plain,
 };
 
 size_t cq_scratch_floats(uint32_t cols_pad, uint32_t ntok) {

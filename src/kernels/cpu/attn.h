@@ -1,0 +1,65 @@
+/* The attention kernel of the CPU backend: the query heads that share one K/V head (GQA)
+ * against that head's cached keys and values, in the cache's own precision.
+ *
+ * One call reads every cached K and V row of the head once, whatever the number of
+ * query heads, and converts f16 / int8 values on the fly (int8: a float scale per group
+ * of `group` values of the full cache row, so the head's first column `col0` tells which
+ * scale covers which column). The positions are given as runs of consecutive cache
+ * slots (the sinks, then the window tail, which wraps at most once around the ring), in
+ * position order.
+ *
+ * Arithmetic: the plain kernel (attn_plain.c) computes exactly what the original
+ * per-head loop did: scores by an in-order dot product, softmax numerators with expf,
+ * o += (w / sum) * v in position order. The SIMD kernels sum in their own (fixed) order
+ * and use a polynomial exp accurate to a few ulp, so they agree with it to float
+ * rounding; the result depends only on the inputs, never on the calling thread. */
+#ifndef NEEDLE_KERNELS_CPU_ATTN_H
+#define NEEDLE_KERNELS_CPU_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One K/V head of the cache. */
+typedef struct attn_kv {
+    int32_t type;           /* NEEDLE_KV_F32, NEEDLE_KV_F16 or NEEDLE_KV_INT8 */
+    const void *k, *v;      /* column 0 of this head in cache slot 0: element j of slot r is
+                             * ((T *)k)[r * ld + j], T = float, uint16_t (f16) or int8_t */
+    size_t ld;              /* elements from one slot to the next */
+    const float *k_scales, *v_scales; /* int8: slot r's scale of cache-row group g at
+                                       * scales[r * scales_ld + g] */
+    size_t scales_ld;
+    uint32_t col0;          /* int8: the head's first column in the cache row */
+    uint32_t group;         /* int8: values per scale group (a multiple of 8) */
+} attn_kv;
+
+/* `count` consecutive cache slots from `slot`. */
+typedef struct attn_run {
+    uint32_t slot, count;
+} attn_run;
+
+/* Attention of nq query heads over one K/V head:
+ *   w[a][p] = exp(scale * <q[a], k_p> - max_p(...)), o[a] = sum_p (w[a][p] / sum w[a]) v_p
+ * for the positions p of runs[0..n_runs) in order (at least one position), then, when
+ * gate is not NULL, o[a][j] *= sigmoid(gate[a][j]) (the output gate, §3.6).
+ * q, o, gate: [nq][hd] (o is overwritten); w: [nq] rows of ld_w floats (ld_w >=
+ * positions), scratch left holding the numerators; tmp: at least hd floats of scratch. */
+typedef void (*attn_fn)(const attn_kv *kv, const attn_run *runs, uint32_t n_runs,
+                        const float *q, uint32_t nq, uint32_t hd, float scale,
+                        const float *gate, float *w, size_t ld_w, float *o, float *tmp);
+
+void attn_plain(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
+                uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
+                float *o, float *tmp);
+
+/* The AVX2+FMA+F16C kernel (attn_avx2.c), defined on x86 only and callable only where
+ * cpu_kernels_avx2() is non-NULL; the AVX2 table of cq_avx2.c refers to it. */
+void attn_avx2(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
+               uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
+               float *o, float *tmp);
+
+/* The NEON kernel (attn_neon.c), defined on little-endian aarch64 only. */
+void attn_neon(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
+               uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
+               float *o, float *tmp);
+
+#endif

@@ -1,0 +1,270 @@
+/* The attention kernel (kernels/cpu/attn.h) of every level this machine supports against
+ * a double-precision reference written here, and every SIMD level against the plain one.
+ *
+ * Inputs: a random cache of each precision (f32, f16, int8 with a scale per 32 values of
+ * the row), heads of 2..136 columns (multiples of 8 and not), heads that start on and
+ * off a scale-group boundary, 1..5 query heads, and position lists of one run, of sinks
+ * plus a tail, and of a tail that wraps around the ring (three runs), with and without
+ * the output gate (arguments up to +-120, where the sigmoid saturates). Scores span from
+ * tiny to very large (scaled queries), so the exp of the softmax sees arguments down to
+ * far below the float range.
+ *
+ * Tolerances: o is a convex combination of value rows, so errors are measured relative to
+ * max |v| (the cache's dequantised values, which both sides read exactly):
+ *   TOL + SCORE_TOL * max |score|, with TOL = 2e-5 (float sums over up to 300 positions;
+ *   the SIMD exp is within a few ulp) and SCORE_TOL = 1e-6: a score of magnitude S is only
+ *   known to about S * hd * 2^-24 in float, and exp turns that absolute error into a
+ *   relative error of the weight; both for a level against the double reference and for
+ *   a SIMD level against the plain one. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/cpu/cpu.h"
+#include "needle.h"
+#include "util/fp16.h"
+
+#define TOL 2e-5
+#define SCORE_TOL 1e-6
+#define GROUP 32u
+
+static uint64_t rng_state = 0xD1B54A32D192ED03ULL;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rnd_float(void) { return (float)((int)(rnd() % 20001) - 10000) / 10000.0f; }
+
+/* A cache of `slots` rows of `row` values in one precision, with its float image. */
+typedef struct cache {
+    int32_t type;
+    uint32_t slots, row;
+    void *k, *v;
+    float *k_scales, *v_scales; /* int8 */
+    float *kf, *vf;             /* what the kernel must read: dequantised values */
+} cache;
+
+static void fill(cache *c, int which) {
+    const size_t n = (size_t)c->slots * c->row;
+    const uint32_t groups = (c->row + GROUP - 1) / GROUP;
+    float *img = which ? c->vf : c->kf;
+    void *dst = which ? c->v : c->k;
+    float *scales = which ? c->v_scales : c->k_scales;
+    for (size_t i = 0; i < n; i++) {
+        const float x = rnd_float() * 2.0f;
+        if (c->type == NEEDLE_KV_F32) {
+            ((float *)dst)[i] = img[i] = x;
+        } else if (c->type == NEEDLE_KV_F16) {
+            ((uint16_t *)dst)[i] = f32_to_fp16(x);
+            img[i] = fp16_to_f32(((uint16_t *)dst)[i]);
+        } else {
+            ((int8_t *)dst)[i] = (int8_t)((int)(rnd() % 255) - 127);
+        }
+    }
+    if (c->type == NEEDLE_KV_INT8)
+        for (uint32_t s = 0; s < c->slots; s++)
+            for (uint32_t g = 0; g < groups; g++) {
+                const float sc = 0.001f + (float)(rnd() % 1000) / 20000.0f;
+                scales[(size_t)s * groups + g] = sc;
+                for (uint32_t j = g * GROUP; j < c->row && j < (g + 1) * GROUP; j++)
+                    img[(size_t)s * c->row + j] =
+                        (float)((int8_t *)dst)[(size_t)s * c->row + j] * sc;
+            }
+}
+
+static cache make_cache(int32_t type, uint32_t slots, uint32_t row) {
+    cache c = {type, slots, row, NULL, NULL, NULL, NULL, NULL, NULL};
+    const size_t n = (size_t)slots * row, groups = (row + GROUP - 1) / GROUP;
+    const size_t elem = type == NEEDLE_KV_F32 ? 4 : type == NEEDLE_KV_F16 ? 2 : 1;
+    c.k = malloc(n * elem);
+    c.v = malloc(n * elem);
+    c.kf = malloc(n * sizeof(float));
+    c.vf = malloc(n * sizeof(float));
+    c.k_scales = malloc(slots * groups * sizeof(float));
+    c.v_scales = malloc(slots * groups * sizeof(float));
+    fill(&c, 0);
+    fill(&c, 1);
+    return c;
+}
+
+static void free_cache(cache *c) {
+    free(c->k);
+    free(c->v);
+    free(c->kf);
+    free(c->vf);
+    free(c->k_scales);
+    free(c->v_scales);
+}
+
+/* The kernel's view of head columns [col0, col0 + hd) of the cache. */
+static attn_kv view(const cache *c, uint32_t col0) {
+    const size_t elem = c->type == NEEDLE_KV_F32 ? 4 : c->type == NEEDLE_KV_F16 ? 2 : 1;
+    attn_kv kv = {.type = c->type,
+                  .k = (const char *)c->k + col0 * elem,
+                  .v = (const char *)c->v + col0 * elem,
+                  .ld = c->row,
+                  .k_scales = c->type == NEEDLE_KV_INT8 ? c->k_scales : NULL,
+                  .v_scales = c->type == NEEDLE_KV_INT8 ? c->v_scales : NULL,
+                  .scales_ld = (c->row + GROUP - 1) / GROUP,
+                  .col0 = col0,
+                  .group = GROUP};
+    return kv;
+}
+
+/* Softmax attention in double over the float image of the cache. */
+static void reference(const cache *c, uint32_t col0, const attn_run *runs, uint32_t n_runs,
+                      const float *q, uint32_t nq, uint32_t hd, float scale, double *o,
+                      double *smax) {
+    *smax = 0;
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < n_runs; r++) n += runs[r].count;
+    double *s = malloc(n * sizeof *s);
+    for (uint32_t a = 0; a < nq; a++) {
+        uint32_t p = 0;
+        double mx = -INFINITY;
+        for (uint32_t r = 0; r < n_runs; r++)
+            for (uint32_t i = 0; i < runs[r].count; i++, p++) {
+                const float *k = c->kf + (size_t)(runs[r].slot + i) * c->row + col0;
+                double acc = 0;
+                for (uint32_t j = 0; j < hd; j++) acc += (double)q[a * hd + j] * k[j];
+                s[p] = acc * scale;
+                *smax = fmax(*smax, fabs(s[p]));
+                if (s[p] > mx) mx = s[p];
+            }
+        double sum = 0;
+        for (p = 0; p < n; p++) sum += s[p] = exp(s[p] - mx);
+        for (uint32_t j = 0; j < hd; j++) o[a * hd + j] = 0;
+        p = 0;
+        for (uint32_t r = 0; r < n_runs; r++)
+            for (uint32_t i = 0; i < runs[r].count; i++, p++) {
+                const float *v = c->vf + (size_t)(runs[r].slot + i) * c->row + col0;
+                for (uint32_t j = 0; j < hd; j++) o[a * hd + j] += s[p] / sum * v[j];
+            }
+    }
+    free(s);
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+static const cpu_kernels *levels[3];
+static int n_levels;
+
+static void find_levels(void) {
+    const char *names[] = {"scalar", "avx2", "neon"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const cpu_kernels *k = cpu_kernels_named(names[i]);
+        if (k) levels[n_levels++] = k;
+        printf("  level %s: %s\n", names[i], k ? "tested" : "not supported here");
+    }
+}
+
+static void test_every_level_every_shape(void) {
+    const uint32_t hds[] = {2, 6, 8, 24, 32, 40, 64, 72, 136};
+    const int32_t types[] = {NEEDLE_KV_F32, NEEDLE_KV_F16, NEEDLE_KV_INT8};
+    const uint32_t slots = 300;
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+            const uint32_t hd = hds[hi], row = 3 * hd;
+            cache c = make_cache(types[ti], slots, row);
+            /* heads 1 and 2 of the row: col0 = hd, 2*hd (on or off a scale group) */
+            for (uint32_t head = 1; head < 3; head++)
+                for (uint32_t nq = 1; nq <= 5; nq += 2) {
+                    const uint32_t col0 = head * hd;
+                    const attn_kv kv = view(&c, col0);
+                    const attn_run one[] = {{0, 1}};
+                    const attn_run sinks_tail[] = {{0, 3}, {40, 97}};
+                    const attn_run wrapped[] = {{0, 4}, {251, 49}, {4, 190}};
+                    const attn_run *lists[] = {one, sinks_tail, wrapped};
+                    const uint32_t counts[] = {1, 2, 3};
+                    for (int li = 0; li < 3; li++)
+                        for (int big = 0; big < 2; big++) {
+                            float *q = malloc((size_t)nq * hd * sizeof *q);
+                            /* big: scores of hundreds, most softmax weights underflow */
+                            for (uint32_t i = 0; i < nq * hd; i++)
+                                q[i] = rnd_float() * (big ? 60.0f : 1.0f);
+                            const float scale = 1.0f / sqrtf((float)hd);
+                            double *ref = malloc((size_t)nq * hd * sizeof *ref);
+                            double smax;
+                            reference(&c, col0, lists[li], counts[li], q, nq, hd, scale, ref,
+                                      &smax);
+                            /* the output gate on every other case, with arguments up to
+                             * +-120 (the sigmoid saturates; exp must not overflow) */
+                            const int gated = (li + big) % 2 == 1;
+                            float *gate = malloc((size_t)nq * hd * sizeof *gate);
+                            for (uint32_t i = 0; i < nq * hd; i++) {
+                                gate[i] = rnd_float() * (i % 7 == 0 ? 120.0f : 4.0f);
+                                if (gated) ref[i] *= 1.0 / (1.0 + exp(-(double)gate[i]));
+                            }
+                            const double vmax = fmax(1.0, max_abs(c.vf, (size_t)slots * row));
+                            const double lim = vmax * (TOL + SCORE_TOL * smax);
+                            float *plain_o = NULL;
+                            for (int L = 0; L < n_levels; L++) {
+                                float *w = malloc((size_t)nq * slots * sizeof *w);
+                                float *o = malloc((size_t)nq * hd * sizeof *o);
+                                float *tmp = malloc(hd * sizeof *tmp);
+                                levels[L]->attend(&kv, lists[li], counts[li], q, nq, hd, scale,
+                                                  gated ? gate : NULL, w, slots, o, tmp);
+                                double err = 0, err_plain = 0;
+                                for (uint32_t i = 0; i < nq * hd; i++) {
+                                    err = fmax(err, fabs(o[i] - ref[i]));
+                                    if (plain_o) err_plain = fmax(err_plain, fabs(o[i] - plain_o[i]));
+                                }
+                                CHECK_MSG(err <= lim,
+                                          "%s kv%d hd %u col0 %u nq %u list %d big %d: |o - "
+                                          "ref| %.3g > %.3g", levels[L]->name, types[ti], hd,
+                                          col0, nq, li, big, err, lim);
+                                CHECK_MSG(err_plain <= lim,
+                                          "%s kv%d hd %u col0 %u nq %u list %d: |o - plain| %.3g",
+                                          levels[L]->name, types[ti], hd, col0, nq, li, err_plain);
+                                if (!plain_o) plain_o = o;
+                                else free(o);
+                                free(w);
+                                free(tmp);
+                            }
+                            free(plain_o);
+                            free(gate);
+                            free(ref);
+                            free(q);
+                        }
+                }
+            free_cache(&c);
+        }
+}
+
+/* The same call twice gives the same bits (no state carried between calls), and a
+ * kernel reads only the head's own columns: poisoning the neighbours changes nothing. */
+static void test_reads_only_its_head(void) {
+    const uint32_t hd = 64, row = 3 * hd, slots = 40;
+    for (int L = 0; L < n_levels; L++)
+        for (int32_t type = NEEDLE_KV_F32; type <= NEEDLE_KV_INT8; type++) {
+            cache c = make_cache(type, slots, row);
+            const attn_kv kv = view(&c, hd);
+            const attn_run runs[] = {{0, slots}};
+            float q[2 * 64], w[2 * 40], o1[2 * 64], o2[2 * 64], tmp[64];
+            for (uint32_t i = 0; i < 2 * hd; i++) q[i] = rnd_float();
+            levels[L]->attend(&kv, runs, 1, q, 2, hd, 0.125f, NULL, w, slots, o1, tmp);
+            const size_t elem = type == NEEDLE_KV_F32 ? 4 : type == NEEDLE_KV_F16 ? 2 : 1;
+            for (uint32_t s = 0; s < slots; s++) {
+                memset((char *)c.k + (size_t)s * row * elem, 0x7f, hd * elem);
+                memset((char *)c.v + ((size_t)s * row + 2 * hd) * elem, 0x7f, hd * elem);
+            }
+            levels[L]->attend(&kv, runs, 1, q, 2, hd, 0.125f, NULL, w, slots, o2, tmp);
+            CHECK_MSG(memcmp(o1, o2, sizeof o1) == 0, "%s kv%d: result depends on other heads",
+                      levels[L]->name, type);
+            free_cache(&c);
+        }
+}
+
+int main(void) {
+    find_levels();
+    RUN(test_every_level_every_shape);
+    RUN(test_reads_only_its_head);
+    return test_summary();
+}
