@@ -183,7 +183,7 @@ typedef struct needle_model_info {
     uint32_t group_size;   /* CQ group size of the file (0 if no CQ tensor) */
     int32_t has_tokenizer; /* 1 if a RAW tokenizer blob is present */
     uint32_t num_probe_heads;
-    uint32_t probe_head_codes[8]; /* 1 = contrastive, 2 = confidence */
+    uint32_t probe_head_codes[8]; /* 1 = contrastive, 2 = confidence, 3 = router (v3) */
     /* Needle 3 (generation 3). For a Needle 2 file: generation 2, out_vocab = vocab,
      * qk_head_dim = v_head_dim = head_dim, file_layers = num_layers, the rest 0. For a
      * Needle 3 file head_dim = qk_head_dim, and num_layers, engram sites and the global
@@ -556,6 +556,8 @@ NEEDLE_API int needle_session_append_turn(needle_session *session, const char *t
 /* ------------------------------------------------------------------------------------ */
 /* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */
 /* over one default model and session guarded by a lock.                                 */
+/* (NEEDLE_NO_OFFICIAL_ABI leaves it out: libneedle3's 3.x ABI, needle3.h, reuses names.) */
+#ifndef NEEDLE_NO_OFFICIAL_ABI
 
 /* Loads a .cact image as needle_model_open_blob does: a 64-byte aligned image is used in
  * place and must stay valid (the Python client keeps it alive), a misaligned one is
@@ -569,6 +571,7 @@ NEEDLE_API int needle_init(const char *system, const char *tools_json, const cha
 NEEDLE_API int needle_complete(const char *text, int max_new_tokens, char *out, int out_size);
 /* Rewinds the default conversation to the cached tools prefix. */
 NEEDLE_API void needle_reset(void);
+#endif /* NEEDLE_NO_OFFICIAL_ABI */
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@ LAYERS = [
     ("model",),               # weights binding, session, forward schedule
     ("grammar",),             # JSON-schema -> grammar compiler and recognizer
     ("agent",),               # prompt template, constrained turn, envelope
-    ("api",),                 # the public C API and the official ABI
+    ("api", "abi3"),          # the public C API, the official ABI (abi3: libneedle3's)
     # not in libneedle: the exporter library (needle_export) that `needle export` and
     # `needle quantize` link; quant depends on util only, export on format and quant
     ("quant",),               # CQ codebooks, quantizer, bits maps
@@ -104,7 +104,8 @@ def check(root):
             if target is None:
                 errors.append(f'{rel}: #include "{name}" is not in the tree')
                 continue
-            if target == os.path.join("include", "needle.h"):
+            if target in (os.path.join("include", "needle.h"),
+                          os.path.join("include", "needle3.h")):
                 continue
             dst = folder_of(target)
             if dst is None or dst not in RANK:

@@ -72,6 +72,9 @@ fi
 echo "== the official Python client (cactus-needle 2.0.15 from PyPI) on our library =="
 bash tests/official_client/run.sh build
 
+echo "== the official Python client (cactus-needle 3.2.8 from PyPI) on libneedle3 =="
+bash tests/official_client/run3.sh build
+
 echo "== the needle Python package (python/) =="
 bash python/run_tests.sh build
 

@@ -29,7 +29,8 @@ static void test_pool_matches_two_pass_softmax(void) {
     for (int i = 0; i < OUT * P * D; i++) proj[i] = RND() * 0.1f;
     for (int c = 0; c < TOKENS * CELLS; c++)
         for (int j = 0; j < D; j++) cells[c][j] = RND() * 3.0f;
-    probe_head head = {HEAD_CODE_CONFIDENCE, P, OUT, probes, proj, bias};
+    probe_head head = {.code = HEAD_CODE_CONFIDENCE, .num_probes = P, .out_dim = OUT,
+                       .probes = probes, .proj = proj, .bias = bias};
     head_pool pool;
     CHECK(head_pool_init(&pool, &head, D) == NEEDLE_OK);
     float out[OUT];

@@ -7,15 +7,24 @@
 #include "cli.h"
 
 static int print_embedding(needle_session *s, const char *text) {
-    float e[NEEDLE_EMBEDDING_DIM];
+    /* the width is the model's (128 for Needle 2; a Needle 3 head declares its own) */
+    float e[NEEDLE_EMBEDDING_DIM], *out = e;
     size_t n = 0;
-    const int rc = needle_session_embed(s, text, e, NEEDLE_EMBEDDING_DIM, &n);
-    if (rc) return cli_lib_error("embed", rc);
+    int rc = needle_session_embed(s, text, e, NEEDLE_EMBEDDING_DIM, &n);
+    if (rc == NEEDLE_ERR_BUFFER_TOO_SMALL && n > NEEDLE_EMBEDDING_DIM) {
+        if (!(out = malloc(n * sizeof *out))) return cli_lib_error("embed", NEEDLE_ERR_OUT_OF_MEMORY);
+        rc = needle_session_embed(s, text, out, n, &n);
+    }
+    if (rc) {
+        if (out != e) free(out);
+        return cli_lib_error("embed", rc);
+    }
     fputs("{\"text\":", stdout);
     cli_json_string(stdout, text);
     fputs(",\"embedding\":[", stdout);
-    for (size_t i = 0; i < n; i++) printf(i ? ",%.8g" : "%.8g", (double)e[i]);
+    for (size_t i = 0; i < n; i++) printf(i ? ",%.8g" : "%.8g", (double)out[i]);
     fputs("]}\n", stdout);
+    if (out != e) free(out);
     return 0;
 }
 

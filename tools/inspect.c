@@ -44,7 +44,9 @@ static void print_info(const char *path, const needle_model_info *in, double loa
     printf("tokenizer       %s\n", in->has_tokenizer ? "yes" : "no");
     printf("probe heads     %u", in->num_probe_heads);
     for (uint32_t i = 0; i < in->num_probe_heads; i++)
-        printf(i ? ", %s" : " (%s", in->probe_head_codes[i] == 1 ? "contrastive" : "confidence");
+        printf(i ? ", %s" : " (%s", in->probe_head_codes[i] == 1   ? "contrastive"
+                                    : in->probe_head_codes[i] == 2 ? "confidence"
+                                                                   : "router");
     printf(in->num_probe_heads ? ")\n" : "\n");
     if (in->generation != 3) return;
     printf("generation      3 (Needle 3)\n");

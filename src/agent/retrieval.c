@@ -210,6 +210,12 @@ int tool_index_build(tool_index *ix, needle_session *s, char *canon, size_t cano
     memset(ix, 0, sizeof *ix);
     ix->canon = canon;
     ix->dim = HEAD_EMBED_DIM;
+    /* the index format and the query buffer are 128-d; a Needle 3 file may declare another
+     * embedding width */
+    const probe_head *head = model_probe_head(session_model(s), HEAD_CODE_CONTRASTIVE);
+    if (head && head->out_dim != HEAD_EMBED_DIM)
+        return needle_fail(NEEDLE_ERR_FORMAT, "retrieval: the embedding head has %u "
+                           "outputs, tool retrieval needs %u", head->out_dim, HEAD_EMBED_DIM);
     int rc = split_tools(ix);
     if (rc) return rc;
     ix->name = calloc(ix->count, sizeof *ix->name);

@@ -69,13 +69,15 @@ int needle_session_embed(needle_session *s, const char *text, float *out, size_t
     if (!s || !text || !n_out || (!out && cap))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "embed: NULL argument");
     const struct needle_model *m = s->m;
-    if (!model_probe_head(m, HEAD_CODE_CONTRASTIVE))
+    const probe_head *head = model_probe_head(m, HEAD_CODE_CONTRASTIVE);
+    if (!head)
         return needle_fail(NEEDLE_ERR_STATE, "embed: the model has no contrastive (retrieval) "
                            "probe head");
-    *n_out = HEAD_EMBED_DIM;
-    if (cap < HEAD_EMBED_DIM)
+    /* Needle 2: 128; Needle 3: the embedding head's width (128 as shipped) */
+    *n_out = head->out_dim;
+    if (cap < head->out_dim)
         return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "embed: the embedding has %u floats, "
-                           "the buffer holds %zu", HEAD_EMBED_DIM, cap);
+                           "the buffer holds %zu", head->out_dim, cap);
     if (!m->tok) return needle_fail(NEEDLE_ERR_NO_TOKENIZER, "embed: the model has no tokenizer");
     const size_t len = strlen(text);
     size_t need = 0;

@@ -1,4 +1,5 @@
-/* Streaming probe pooling and the Needle 2 heads (see heads.h, spec §4). */
+/* Streaming probe pooling, the Needle 2 heads (see heads.h, spec §4) and the Needle 3
+ * heads' second pooling stage (NEEDLE3-NOTES §3). */
 #include "model/heads.h"
 
 #include <math.h>
@@ -65,44 +66,111 @@ static float dot8(const float *a, const float *b, uint32_t n) {
     return sum;
 }
 
+/* Folds one cell c (score already computed) into probe k's online softmax. */
+static void pool_one(head_pool *p, uint32_t k, float score, const float *c) {
+    const uint32_t d = p->d;
+    float *acc = p->acc + (size_t)k * d;
+    float w;
+    if (score > p->max[k]) {
+        /* a new maximum: what was pooled so far shrinks by exp(old - new) */
+        const float shrink = expf(p->max[k] - score); /* 0 for the first cell */
+        p->sum[k] *= shrink;
+        for (uint32_t j = 0; j < d; j++) acc[j] *= shrink;
+        p->max[k] = score;
+        w = 1.0f;
+    } else {
+        w = expf(score - p->max[k]);
+    }
+    p->sum[k] += w;
+    for (uint32_t j = 0; j < d; j++) acc[j] += w * c[j];
+}
+
 void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cell_index,
                    const float *cells) {
-    (void)cell_index; /* Needle 2: one softmax over every cell */
+    const probe_head *h = p->head;
     const uint32_t d = p->d;
     const float inv_sqrt_d = 1.0f / sqrtf((float)d);
+    /* Needle 2: every probe over every cell; Needle 3: the probes of this cell's row */
+    uint32_t first = 0, count = p->num_probes;
+    if (h->rows) {
+        if (cell_index >= h->rows) return;
+        first = cell_index * h->per_row;
+        count = h->per_row;
+    }
     for (uint32_t i = 0; i < n; i++) {
         if (tokens[i] == NEEDLE_TOKEN_PAD) continue;
         const float *c = cells + (size_t)i * d;
-        for (uint32_t k = 0; k < p->num_probes; k++) {
-            const float score = dot8(c, p->head->probes + (size_t)k * d, d) * inv_sqrt_d;
-            float *acc = p->acc + (size_t)k * d;
-            float w;
-            if (score > p->max[k]) {
-                /* a new maximum: what was pooled so far shrinks by exp(old - new) */
-                const float shrink = expf(p->max[k] - score); /* 0 for the first cell */
-                p->sum[k] *= shrink;
-                for (uint32_t j = 0; j < d; j++) acc[j] *= shrink;
-                p->max[k] = score;
-                w = 1.0f;
-            } else {
-                w = expf(score - p->max[k]);
-            }
-            p->sum[k] += w;
-            for (uint32_t j = 0; j < d; j++) acc[j] += w * c[j];
-        }
+        for (uint32_t k = first; k < first + count; k++)
+            pool_one(p, k, dot8(c, h->probes + (size_t)k * d, d) * inv_sqrt_d, c);
         p->cells++;
     }
+}
+
+/* Needle 3's second stage (NEEDLE3-NOTES §3): r[l,k] = rms_unit(pooled) * gain, then per
+ * query a softmax over the (l, k) of the rows that were run, mixing r into a d-vector;
+ * the Q mixes, query-major, are what proj reads. u gets Q * d floats. */
+static int second_stage(const head_pool *p, float *u) {
+    const probe_head *h = p->head;
+    const uint32_t d = p->d, P = p->num_probes;
+    const float inv_sqrt_d = 1.0f / sqrtf((float)d);
+    float *r = malloc(((size_t)P * d + P) * sizeof *r);
+    if (!r) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "probe head: out of memory");
+    float *score = r + (size_t)P * d;
+    for (uint32_t k = 0; k < P; k++) {
+        float *rk = r + (size_t)k * d;
+        if (p->sum[k] == 0) continue; /* no token reached this row (all PAD): left out */
+        double sq = 0;
+        for (uint32_t j = 0; j < d; j++) {
+            rk[j] = p->acc[(size_t)k * d + j] / p->sum[k];
+            sq += (double)rk[j] * rk[j];
+        }
+        const float scale = 1.0f / sqrtf((float)(sq / d) + 1e-6f) * h->gain[k];
+        for (uint32_t j = 0; j < d; j++) rk[j] *= scale;
+    }
+    for (uint32_t q = 0; q < h->queries; q++) {
+        const float *query = h->query + (size_t)q * d;
+        float mx = -INFINITY;
+        for (uint32_t k = 0; k < P; k++) {
+            score[k] = -INFINITY;
+            if (p->sum[k] == 0) continue;
+            score[k] = dot8(r + (size_t)k * d, query, d) * inv_sqrt_d +
+                       h->row_bias[(size_t)q * P + k];
+            if (score[k] > mx) mx = score[k];
+        }
+        double total = 0;
+        for (uint32_t k = 0; k < P; k++) {
+            score[k] = p->sum[k] == 0 ? 0.0f : expf(score[k] - mx);
+            total += score[k];
+        }
+        float *uq = u + (size_t)q * d;
+        memset(uq, 0, d * sizeof *uq);
+        for (uint32_t k = 0; k < P; k++) {
+            if (score[k] == 0) continue;
+            const float w = (float)(score[k] / total);
+            for (uint32_t j = 0; j < d; j++) uq[j] += w * r[(size_t)k * d + j];
+        }
+    }
+    free(r);
+    return NEEDLE_OK;
 }
 
 int head_pool_output(const head_pool *p, float *out) {
     if (!p->cells) return needle_fail(NEEDLE_ERR_STATE, "probe head: no cells pooled");
     const probe_head *h = p->head;
-    const uint32_t d = p->d, width = p->num_probes * d;
+    const uint32_t d = p->d, width = (h->rows ? h->queries : p->num_probes) * d;
     float *u = malloc(width * sizeof *u);
     if (!u) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "probe head: out of memory");
-    for (uint32_t k = 0; k < p->num_probes; k++)
-        for (uint32_t j = 0; j < d; j++)
-            u[(size_t)k * d + j] = p->acc[(size_t)k * d + j] / p->sum[k];
+    if (h->rows) {
+        int rc = second_stage(p, u);
+        if (rc) {
+            free(u);
+            return rc;
+        }
+    } else {
+        for (uint32_t k = 0; k < p->num_probes; k++)
+            for (uint32_t j = 0; j < d; j++)
+                u[(size_t)k * d + j] = p->acc[(size_t)k * d + j] / p->sum[k];
+    }
     double sq = 0;
     for (uint32_t o = 0; o < h->out_dim; o++) {
         const float *row = h->proj + (size_t)o * width;

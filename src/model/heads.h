@@ -11,10 +11,10 @@
  * A head_pool is small (P * (d + 2) floats) and plain data, so a layer above can copy it
  * to save and restore the pooling state along with a session checkpoint.
  *
- * Generations: a Needle 2 head pools every probe over all cells jointly (one stage). The
- * Needle 3 heads (NEEDLE3-NOTES §3) pool probe (l, k) over the tokens of cell l only, then
- * mix the L+1 results in a second stage: the same online softmax fed only the cells whose
- * index (head_pool_add's cell_index) is l, so they will share this streaming part. */
+ * Generations: a Needle 2 head pools every probe over all cells jointly (one stage). A
+ * Needle 3 head (NEEDLE3-NOTES §3, bound by heads3.c) pools probe (l, k) over the tokens of
+ * cell l only (the same online softmax, fed only the cells whose index is l), then
+ * head_pool_output mixes the (L+1) K results per query in a second stage. */
 #ifndef NEEDLE_MODEL_HEADS_H
 #define NEEDLE_MODEL_HEADS_H
 

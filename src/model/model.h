@@ -16,8 +16,16 @@
 typedef struct probe_head {
     uint32_t code, num_probes, out_dim;
     const float *probes; /* [P][d] */
-    const float *proj;   /* [out][P * d] */
+    const float *proj;   /* [out][P * d] (Needle 3: [out][queries * d]) */
     const float *bias;   /* [out] */
+    /* Needle 3 two-stage pooling (NEEDLE3-NOTES §3); rows == 0 for a Needle 2 head.
+     * Probe p pools only the cells of row p / per_row; row 0 is the embedding, row l the
+     * lane mean after file layer l - 1. */
+    uint32_t rows, per_row, queries;
+    const float *gain;        /* [rows][per_row] */
+    const float *query;       /* [queries][d] */
+    const float *row_bias;    /* [queries][rows][per_row] */
+    const float *calibration; /* the router's [3], else NULL */
 } probe_head;
 
 struct needle_model {
@@ -39,6 +47,7 @@ struct needle_model {
     float *rope_freq;                    /* [head_dim / 2] */
     int32_t depth;                       /* Needle 3 ladder rung asked for (0 = all) */
     void *v3;                            /* Needle 3 binding state (model3.c), or NULL */
+    void *heads3;                        /* Needle 3 head floats (heads3.c), or NULL */
 };
 
 /* Validates and binds an image that stays valid for the model's life. */
@@ -49,6 +58,11 @@ void model_unbind(struct needle_model *m);
  * m->w for the rung m->depth, and fills m->info. model3_unbind frees what it allocated. */
 int model3_bind(struct needle_model *m);
 void model3_unbind(struct needle_model *m);
+
+/* Needle 3 probe heads (heads3.c): the file's heads into m->probe_heads, CQ records
+ * dequantized once (they are small); none when a rung of the file is run in place. */
+int model3_bind_heads(struct needle_model *m);
+void model3_unbind_heads(struct needle_model *m);
 
 /* The first `n` layers of the official ladder order of an `L`-layer model (bisection:
  * 0, L-1, then the midpoint of the widest gap, leftmost first), sorted; n <= L <= 64. */

@@ -86,8 +86,9 @@ static void fill_info3(struct needle_model *m, const uint32_t *site_layers, uint
     info->rope_theta = h->rope_theta;
     info->group_size = m->file.group;
     info->has_tokenizer = m->file.tokenizer_index >= 0;
-    /* the Needle 3 probe heads are validated but not run (yet): none are offered */
-    info->num_probe_heads = 0;
+    info->num_probe_heads = m->n_probe_heads;
+    for (uint32_t k = 0; k < m->n_probe_heads; k++)
+        info->probe_head_codes[k] = m->probe_heads[k].code;
     info->generation = 3;
     info->out_vocab = m->w.out_vocab;
     info->qk_head_dim = h->qk_head_dim;
@@ -272,11 +273,14 @@ int model3_bind(struct needle_model *m) {
                                   &m->tok);
         if (rc) return rc;
     }
+    const int heads_rc = model3_bind_heads(m);
+    if (heads_rc) return heads_rc;
     fill_info3(m, site_layers, gmask);
     return NEEDLE_OK;
 }
 
 void model3_unbind(struct needle_model *m) {
+    model3_unbind_heads(m);
     model3_state *st = m->v3;
     if (!st) return;
     free(st->layers3);

@@ -171,7 +171,7 @@ void *session_extension(const struct needle_session *s);
  * its cells to fn(user, ...) (model/heads.h pools them). 0 or NEEDLE_ERR_OUT_OF_MEMORY. */
 int session_set_cell_observer(struct needle_session *s, session_cell_fn fn, void *user);
 
-/* The contrastive head's unit embedding (HEAD_EMBED_DIM floats, model/heads.h) of ids[0:n]
+/* The contrastive head's unit embedding (the head's out_dim floats, model/heads.h) of ids[0:n]
  * run from position 0 in the session's embedder (the session itself is untouched).
  * NEEDLE_ERR_STATE without a contrastive head, NEEDLE_ERR_CONTEXT_FULL when n exceeds the
  * context. */
