@@ -27,7 +27,11 @@ static float *hadamard_matrix(uint32_t group) {
 /* out[j] = sum_k in[k] * H[k][j] in the order of the BLAS kernel the exporter reaches.
  * The loops run over j innermost so they vectorize; fmaf keeps each step fused, which
  * is what makes the result exact (an FMA-capable clone is picked at run time on x86). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+/* Not under the sanitizers: the clone's ifunc resolver runs while the program is being
+ * relocated, before the sanitizer runtime is up (under ThreadSanitizer it crashed every
+ * program linking the exporter at start-up). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 static void
