@@ -38,6 +38,8 @@ static int is_demo_model(const char *path) {
     return 0;
 }
 
+#endif /* NEEDLE_HAVE_HTTP */
+
 static int run_serve(const cli_command *self, int argc, char **argv) {
     serve_config cfg = {.host = "127.0.0.1", .port = 8080, .parallel = 0, .queue = 64,
                         .max_body = 1 << 20, .max_depth = 64, .max_tools = 128,
@@ -60,6 +62,13 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
         {0}};
     const int st = cli_parse(self, argc, argv, opts, NULL, 0);
     if (st != CLI_GO) return st;
+#ifndef NEEDLE_HAVE_HTTP
+    /* the options are still parsed, so --help and a wrong option behave as in a full build */
+    (void)threads;
+    fprintf(stderr, "needle serve: this needle was built without HTTP support (libmicrohttpd "
+            "was not found when it was configured; install libmicrohttpd-dev and rebuild)\n");
+    return 1;
+#else
     const char *key_env = getenv("NEEDLE_API_KEY");
     if (!cfg.api_key && key_env && key_env[0]) cfg.api_key = key_env;
     if (cfg.api_key && !cfg.api_key[0]) cfg.api_key = NULL;
@@ -130,20 +139,9 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
     free(demo_tools);
     fprintf(stderr, "needle serve: stopped\n");
     return 0;
-}
-
-#else
-
-static int run_serve(const cli_command *self, int argc, char **argv) {
-    (void)self;
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "needle serve: this needle was built without HTTP support (libmicrohttpd "
-            "was not found when it was configured; install libmicrohttpd-dev and rebuild)\n");
-    return 1;
-}
-
 #endif
+}
+
 
 const cli_command cli_serve = {
     "serve", "an OpenAI-compatible HTTP server with a playground page",
