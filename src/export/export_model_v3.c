@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "export/export_common.h"
+#include "quant/mt19937.h"
 #include "util/error.h"
 
 #define ENGRAM_SUB_DIM 128u
@@ -172,37 +173,10 @@ uint32_t export3_effective_kv_window(const export3_config *c) {
 
 /* ---- numpy's legacy RandomState(seed).permutation(n) -------------------------------- */
 
-typedef struct mt {
-    uint32_t s[624];
-    int i;
-} mt;
-
-static void mt_seed(mt *m, uint32_t seed) {
-    m->s[0] = seed;
-    for (int i = 1; i < 624; i++) m->s[i] = 1812433253u * (m->s[i - 1] ^ (m->s[i - 1] >> 30)) + (uint32_t)i;
-    m->i = 624;
-}
-
-static uint32_t mt_next(mt *m) {
-    if (m->i >= 624) {
-        for (int k = 0; k < 624; k++) {
-            const uint32_t y = (m->s[k] & 0x80000000u) | (m->s[(k + 1) % 624] & 0x7fffffffu);
-            m->s[k] = m->s[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-        }
-        m->i = 0;
-    }
-    uint32_t y = m->s[m->i++];
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= y >> 18;
-    return y;
-}
-
 /* out[0..n) = offset + permutation of 0..n-1: arange, then the legacy Fisher-Yates shuffle
  * drawing each index by masked rejection (random_interval) */
 static int legacy_permutation(uint32_t seed, uint32_t n, uint32_t offset, float *out) {
-    mt m;
+    mt19937 m;
     mt_seed(&m, seed);
     uint32_t *p = malloc((size_t)n * sizeof *p + 1);
     if (!p) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");

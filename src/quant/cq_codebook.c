@@ -10,38 +10,12 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "quant/mt19937.h"
 #include "util/error.h"
 
 #define LM_SAMPLES 400000u
 #define LM_ITERS 200
 #define TERNARY_LEVEL 1.2240064
-
-typedef struct mt19937 {
-    uint32_t s[624];
-    int i;
-} mt19937;
-
-static void mt_seed(mt19937 *m, uint32_t seed) {
-    m->s[0] = seed;
-    for (int i = 1; i < 624; i++) m->s[i] = 1812433253u * (m->s[i - 1] ^ (m->s[i - 1] >> 30)) + (uint32_t)i;
-    m->i = 624;
-}
-
-static uint32_t mt_next(mt19937 *m) {
-    if (m->i >= 624) {
-        for (int k = 0; k < 624; k++) {
-            const uint32_t y = (m->s[k] & 0x80000000u) | (m->s[(k + 1) % 624] & 0x7fffffffu);
-            m->s[k] = m->s[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-        }
-        m->i = 0;
-    }
-    uint32_t y = m->s[m->i++];
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= y >> 18;
-    return y;
-}
 
 static double mt_double(mt19937 *m) {
     const uint32_t a = mt_next(m) >> 5, b = mt_next(m) >> 6;
