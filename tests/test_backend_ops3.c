@@ -12,7 +12,8 @@
  *                output rows and the KV cache within TOL = 1e-4 x max(1, max|ref|);
  *   monarch_mlp  every layer, 5 tokens and 1, within TOL;
  *   the forward  prefill and one-token steps of 40 tokens within 1e-3 x max|logit| (the
- *                parity tolerance) at every position, 12 identical greedy tokens.
+ *                parity tolerance) at every position, 12 identical greedy tokens;
+ *   KV types     the backend's session_init refuses an f16/int8 cache for Needle 3.
  * Models: v3a (qk < v, 3 taps, local + global, padding of the Kronecker MLP), v3b (qk > v,
  * 1 tap, 4 lanes), v3c (all local, 2 taps), v3a at depth 3 (a rung: reordered mHC rows).
  * Parity of these implementations with the official forward: test_v3. */
@@ -219,6 +220,31 @@ static void test_forward_on(const needle_model *m, const needle_backend_ops *ops
     needle_session_free(d);
 }
 
+/* The ops read an f32 cache: the backend itself refuses a Needle 3 session with another
+ * (whatever the session layer allows the CPU). */
+static void test_kv_type_on(const needle_model *m, const needle_backend_ops *ops,
+                            const char *name) {
+    const int32_t types[] = {NEEDLE_KV_F16, NEEDLE_KV_INT8, NEEDLE_KV_F32};
+    for (size_t k = 0; k < 3; k++) {
+        backend_ctx b;
+        memset(&b, 0, sizeof b);
+        b.m = &m->w;
+        b.device_weights = m->device_weights;
+        b.chunk = 16;
+        b.kv_type = types[k];
+        const int rc = ops->session_init(&b);
+        if (types[k] == NEEDLE_KV_F32) {
+            CHECK_MSG(rc == NEEDLE_OK && b.dev != NULL, "%s: f32 session: %s", name,
+                      needle_last_error());
+        } else {
+            CHECK_MSG(rc == NEEDLE_ERR_INVALID_ARGUMENT && b.dev == NULL &&
+                          strstr(needle_last_error(), "f32") != NULL,
+                      "%s: kv_type %d: %d %s", name, types[k], rc, needle_last_error());
+        }
+        if (b.dev) ops->session_free(&b);
+    }
+}
+
 static void run_impl(const needle_backend_ops *ops, const char *name) {
     static const struct {
         const char *file;
@@ -240,6 +266,8 @@ static void run_impl(const needle_backend_ops *ops, const char *name) {
             loaded = 1;
         }
         char label[160];
+        snprintf(label, sizeof label, "%s/%s@%d", name, models[k].file, models[k].depth);
+        test_kv_type_on(m, ops, label);
         snprintf(label, sizeof label, "%s/%s@%d full", name, models[k].file, models[k].depth);
         test_attention3_on(m, ops, label, -1, 0);
         snprintf(label, sizeof label, "%s/%s@%d window %d, 2 sinks", name, models[k].file,

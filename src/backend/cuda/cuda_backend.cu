@@ -167,6 +167,9 @@ static int cu_session_init(backend_ctx *s) {
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: the model's weights are not on the device");
     if (m->n_lanes > MAX_LANES)
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: %u lanes exceed %u", m->n_lanes, MAX_LANES);
+    if (m->generation == 3 && s->kv_type != NEEDLE_KV_F32) /* k_attend3 reads f32 rows */
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "cuda: Needle 3 sessions keep an f32 KV "
+                           "cache (kv_type %d is not supported on CUDA)", s->kv_type);
     cuda_session *c = new (std::nothrow) cuda_session();
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "cuda: out of memory");
     s->dev = c;

@@ -113,6 +113,9 @@ static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 static int mt_session_init(backend_ctx *s) {
     const model_weights *m = s->m;
+    if (m->generation == 3 && s->kv_type != NEEDLE_KV_F32) /* nk_attend3 reads f32 rows */
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "metal: Needle 3 sessions keep an f32 "
+                           "KV cache (kv_type %d is not supported on Metal)", s->kv_type);
     nk_session *ns = calloc(1, sizeof *ns);
     if (!ns) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "metal: out of memory");
     s->dev = ns;
