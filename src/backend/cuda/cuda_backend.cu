@@ -189,7 +189,8 @@ static int cu_session_init(backend_ctx *s) {
     c->argmax = (int32_t *)cu_alloc(s, C * sizeof(int32_t));
     int tapped_failed = 0;
     if (m->generation == 3 && m->conv_taps) {
-        const size_t row = (size_t)m->n_heads * m->qk_dim + (size_t)m->n_kv_heads * (m->qk_dim + m->v_dim);
+        const size_t row = (size_t)m->n_heads * m->qk_dim +
+                           (size_t)m->n_kv_heads * (m->qk_dim + m->v_dim);
         c->tapped = (float *)cu_alloc(s, C * row * sizeof(float));
         tapped_failed = !c->tapped;
     }
