@@ -8,9 +8,13 @@
 #   4. the parity suite forced onto CUDA (NEEDLE_BACKEND=cuda tests/test_parity: logits
 #      within 1e-3 x max|logit| of the official JAX reference at every position, by
 #      prefill and by one-token steps, identical greedy continuations);
-#   5. the whole ctest suite (auto selection picks CUDA);
-#   6. `needle bench` on CPU and on CUDA.
-# Exit 0 only if 1-5 passed. Usage: bash scripts/gpu-check.sh [MODEL.cact]
+#   5. Needle 3 on CUDA: the v3 ops (attention3, monarch_mlp) against the CPU's and the
+#      whole forward on the v3 fixtures (tests/test_backend_ops3.c), then parity with the
+#      official 3.2.8 forward on every v3 model and rung forced onto CUDA (test_v3's
+#      test_parity_gpu; also the released geometry when NEEDLE_V3_PARITY_DIR holds it);
+#   6. the whole ctest suite (auto selection picks CUDA);
+#   7. `needle bench` on CPU and on CUDA (Needle 2 and a Needle 3 file).
+# Exit 0 only if 1-6 passed. Usage: bash scripts/gpu-check.sh [MODEL.cact]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NEEDLE_FIXTURES="$PWD/tests/fixtures"
@@ -40,10 +44,15 @@ timeout 300 ./build-cuda/tests/test_backend_ops
 echo "== 4. parity on CUDA =="
 NEEDLE_BACKEND=cuda timeout 300 ./build-cuda/tests/test_parity
 
-echo "== 5. the whole suite (auto selection: cuda) =="
+echo "== 5. Needle 3 on CUDA: ops vs CPU, parity with the official forward =="
+timeout 300 ./build-cuda/tests/test_backend_ops3
+# exits 77 (all skipped) if CUDA found no device: that is a failure here
+NEEDLE_TEST_FILTER=test_parity_gpu timeout 300 ./build-cuda/tests/test_v3
+
+echo "== 6. the whole suite (auto selection: cuda) =="
 (cd build-cuda && timeout 400 ctest --output-on-failure -j 4)
 
-echo "== 6. bench =="
+echo "== 7. bench =="
 model=${1:-}
 if [ -z "$model" ]; then
   model=tests/fixtures/full_mixed.cact
@@ -53,5 +62,13 @@ for b in cpu cuda; do
   echo "-- $b: $model"
   NEEDLE_BACKEND=$b timeout 120 ./build-cuda/needle bench --weights "$model" --prompt-len 256 \
     --gen 64 --runs 3 || echo "bench on $b failed (exit $?)"
+done
+model3=tests/fixtures/v3/v3a.cact
+[ -n "${NEEDLE_V3_PARITY_DIR:-}" ] && [ -f "$NEEDLE_V3_PARITY_DIR/released.cact" ] &&
+  model3=$NEEDLE_V3_PARITY_DIR/released.cact
+for b in cpu cuda; do
+  echo "-- $b: $model3"
+  NEEDLE_BACKEND=$b timeout 120 ./build-cuda/needle bench --weights "$model3" --prompt-len 96 \
+    --gen 32 --runs 3 || echo "bench on $b failed (exit $?)"
 done
 echo "gpu-check: all checks passed"

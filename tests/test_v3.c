@@ -7,7 +7,9 @@
  * by one-token steps; ids at or past out_vocab get -inf; the argmax at every position and
  * the greedy continuation equal the reference's. A rung (needle_model_params.depth) of a
  * parent file equals the official rung export's reference. Prints the worst relative
- * error per fixture (the figures of the parity claim). */
+ * error per fixture (the figures of the parity claim). The same parity runs through the
+ * Metal kernels compiled as C (metal_ops.c over metal_emu.c) and through every compiled-in
+ * GPU backend that finds a device (tests/test_backend_ops3.c checks their ops). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,7 +17,12 @@
 
 #include "harness.h"
 #include "model/model.h"
+#include "model/session.h"
 #include "needle.h"
+
+#ifdef NEEDLE_TEST_METAL_C
+extern const needle_backend_ops nk_backend_ops; /* metal_ops.c over metal_emu.c */
+#endif
 
 #define TOLERANCE 1e-3
 
@@ -32,6 +39,12 @@ typedef struct v3_case {
  * models make_v3_fixtures.py writes on request (the released geometry, 35 MB, not
  * committed; test_parity_extra). */
 static const char *g_extra_dir;
+
+/* What check_parity runs on: the backend opened by name, and ops given explicitly to the
+ * sessions (NULL: that backend's). */
+static const char *g_backend = "cpu";
+static const needle_backend_ops *g_ops;
+static const char *g_ops_name;
 
 static const char *v3_path(const char *name) {
     static char buf[4][1024];
@@ -128,7 +141,7 @@ static void check_parity(const char *name, const char *model_file, int32_t depth
     const uint32_t n_cases = load_cases(name, cases, 4);
     needle_model_params mp = needle_model_default_params();
     mp.depth = depth;
-    mp.backend = "cpu";
+    mp.backend = g_backend;
     needle_model *m = NULL;
     if (!n_cases || needle_model_open(v3_path(model_file), &mp, &m) != NEEDLE_OK) {
         CHECK_MSG(0, "fixture %s / %s: %s", name, model_file, needle_last_error());
@@ -148,7 +161,9 @@ static void check_parity(const char *name, const char *model_file, int32_t depth
         float *logits = malloc((size_t)(c->n + 1) * V * sizeof *logits);
         needle_session_params sp = needle_session_default_params();
         needle_session *s = NULL;
-        CHECK_EQ_INT(needle_session_create(m, &sp, &s), NEEDLE_OK);
+        CHECK_EQ_INT(g_ops ? session_create_with_ops(m, &sp, g_ops, &s)
+                           : needle_session_create(m, &sp, &s),
+                     NEEDLE_OK);
         if (!s) {
             free(logits);
             continue;
@@ -175,8 +190,9 @@ static void check_parity(const char *name, const char *model_file, int32_t depth
         needle_session_free(s);
         free(logits);
     }
-    printf("  %-12s %-16s depth %-2d layers %u: worst |err|/max|logit| prefill %.3g, steps %.3g\n",
-           name, model_file, depth, info.num_layers, worst_prefill, worst_steps);
+    printf("  %-8s %-12s %-16s depth %-2d layers %u: worst |err|/max|logit| prefill %.3g, steps %.3g\n",
+           g_ops ? g_ops_name : needle_model_backend(m), name, model_file, depth, info.num_layers,
+           worst_prefill, worst_steps);
     CHECK_MSG(worst_prefill <= TOLERANCE, "%s prefill error %g", name, worst_prefill);
     CHECK_MSG(worst_steps <= TOLERANCE, "%s step error %g", name, worst_steps);
     needle_model_free(m);
@@ -207,6 +223,45 @@ static void test_parity_rungs(void) {
     check_parity("v3a_rung3", "v3a.cact", 3);
     check_parity("v3c_rung2", "v3c_rung2.cact", 0);
     check_parity("v3c_rung2", "v3c.cact", 2);
+}
+
+/* Every model and rung on the Metal kernels compiled as C. */
+static void test_parity_metal_c(void) {
+#ifdef NEEDLE_TEST_METAL_C
+    g_ops = &nk_backend_ops;
+    g_ops_name = "metal-c";
+    test_parity_models();
+    test_parity_rungs();
+    g_ops = NULL;
+#else
+    harness_skip("the Metal kernels as C are not built (NEEDLE_METAL build)");
+#endif
+}
+
+/* Every model and rung on each compiled-in GPU backend with a device (and the released
+ * geometry when NEEDLE_V3_PARITY_DIR holds it). */
+static void test_parity_gpu(void) {
+    size_t n = 0, ran = 0;
+    const needle_backend_impl *const *table = backend_table(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(table[i]->name, "cpu")) continue;
+        if (!table[i]->probe() || table[i]->device_count() <= 0) {
+            printf("  %s: compiled in, but no device on this machine\n", table[i]->name);
+            continue;
+        }
+        g_backend = table[i]->name;
+        test_parity_models();
+        test_parity_rungs();
+        const char *dir = getenv("NEEDLE_V3_PARITY_DIR");
+        if (dir && *dir) {
+            g_extra_dir = dir;
+            check_parity("released", "released.cact", 0);
+            g_extra_dir = NULL;
+        }
+        g_backend = "cpu";
+        ran++;
+    }
+    if (!ran) harness_skip("no GPU backend with a device here");
 }
 
 /* Record `name` of model m: its bytes in `img` (NULL if absent). */
@@ -305,7 +360,15 @@ static void test_depth_rejected(void) {
 
 static void test_info_and_sessions(void) {
     needle_model_params mp = needle_model_default_params();
-    needle_model *m = NULL;
+    needle_model *m = NULL, *m2 = NULL;
+    /* every backend runs Needle 3: the automatic choice is the one a Needle 2 file gets */
+    CHECK_EQ_INT(needle_model_open(fixture_path("v3/v3a.cact"), &mp, &m), NEEDLE_OK);
+    CHECK_EQ_INT(needle_model_open(fixture_path("tiny_cq4.cact"), &mp, &m2), NEEDLE_OK);
+    if (m && m2) CHECK(strcmp(needle_model_backend(m), needle_model_backend(m2)) == 0);
+    needle_model_free(m);
+    needle_model_free(m2);
+    m = NULL;
+    mp.backend = "cpu"; /* the refusals below are the CPU's (a backend without W·A8 says so) */
     CHECK_EQ_INT(needle_model_open(fixture_path("v3/v3a.cact"), &mp, &m), NEEDLE_OK);
     if (!m) return;
     needle_model_info info = {.size = sizeof info};
@@ -425,5 +488,7 @@ int main(void) {
     RUN(test_tokenizer_ids);
     RUN(test_tool_calling);
     RUN(test_parity_extra);
+    RUN(test_parity_metal_c);
+    RUN(test_parity_gpu);
     return test_summary();
 }

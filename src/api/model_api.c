@@ -22,9 +22,10 @@ needle_model_params needle_model_default_params(void) {
     return p;
 }
 
-/* The Needle 3 forward runs where the backend has its ops (attention3, monarch_mlp; the
- * CPU today). A backend chosen automatically gives way to the CPU; one the caller forced
- * (parameter or environment) is an error, never a silent switch. */
+/* The Needle 3 forward runs where the backend has its ops (attention3, monarch_mlp: the
+ * CPU, CUDA and Metal all do; backend.h keeps them optional). A backend without them,
+ * chosen automatically, gives way to the CPU; one the caller forced (parameter or
+ * environment) is an error, never a silent switch. */
 static int backend_for_needle3(needle_model *m, const char *asked) {
     const char *env[] = {"NEEDLE_BACKEND", "JAX_PLATFORMS", "JAX_PLATFORM_NAME"};
     int forced = asked && *asked;

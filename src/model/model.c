@@ -32,8 +32,10 @@ int model_site_of(const struct needle_model *m, uint32_t layer) {
 }
 
 /* Widens every FP16/FP32 tensor into one arena: they are small (0.1M values for Needle 2)
- * and read on every token. */
-static int widen_float_tensors(struct needle_model *m) {
+ * and read on every token. `extra` zeroed floats follow them, for floats the binding
+ * derives (Needle 3's rung-ordered mHC scalars): a device backend uploads the arena as
+ * one block, so every float an op reads must live in it. */
+static int widen_float_tensors(struct needle_model *m, size_t extra) {
     const cact_file *f = &m->file;
     size_t total = 0;
     for (uint32_t i = 0; i < f->num_tensors; i++) {
@@ -41,7 +43,8 @@ static int widen_float_tensors(struct needle_model *m) {
         if (t->dtype == CACT_FP16) total += t->nbytes / 2;
         else if (t->dtype == CACT_FP32) total += t->nbytes / 4;
     }
-    m->w.arena = malloc((total ? total : 1) * sizeof(float));
+    total += extra;
+    m->w.arena = calloc(total ? total : 1, sizeof(float));
     m->w.arena_floats = total;
     m->fp = calloc(f->num_tensors, sizeof *m->fp);
     if (!m->w.arena || !m->fp) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
@@ -119,7 +122,7 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
     m->w.codebooks_bytes = sizeof m->file.codebooks;
     m->w.group = m->file.group;
     if (m->file.generation == 3) {
-        if ((rc = widen_float_tensors(m))) return rc;
+        if ((rc = widen_float_tensors(m, model3_arena_extra(&m->file)))) return rc;
         return model3_bind(m);
     }
     if (m->depth)
@@ -161,7 +164,7 @@ static int bind_v2(struct needle_model *m) {
     }
     if (m->w.n_orders) m->w.seed_stride = m->w.n_tables / m->w.n_orders;
 
-    if ((rc = widen_float_tensors(m))) return rc;
+    if ((rc = widen_float_tensors(m, 0))) return rc;
     m->w.layers = calloc(m->w.n_layers, sizeof *m->w.layers);
     m->rope_freq = malloc(m->w.head_dim / 2 * sizeof *m->rope_freq);
     if (!m->w.layers || !m->rope_freq)

@@ -57,6 +57,9 @@ void model_unbind(struct needle_model *m);
 /* Needle 3 (model3.c): binds a validated generation-3 file (widened floats in m->fp) into
  * m->w for the rung m->depth, and fills m->info. model3_unbind frees what it allocated. */
 int model3_bind(struct needle_model *m);
+/* Floats model3_bind keeps at the end of the model's arena (the mHC scalars in rung
+ * order), reserved by the arena's allocation before it runs. */
+size_t model3_arena_extra(const cact_file *f);
 void model3_unbind(struct needle_model *m);
 
 /* Needle 3 probe heads (heads3.c): the file's heads into m->probe_heads, CQ records

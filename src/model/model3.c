@@ -20,7 +20,9 @@ typedef struct model3_state {
     layer3_weights *layers3;
     uint32_t *file_layer;
     uint32_t *perms;    /* [2][hada_n] */
-    float *mhc;         /* rung-ordered a_pre | a_post | a_res | b_pre | b_post | b_res */
+    float *mhc;         /* rung-ordered a_pre | a_post | a_res | b_pre | b_post | b_res, in
+                         * the tail of the model's arena (model3_arena_extra) so that a
+                         * device backend finds them in its copy of the arena */
 } model3_state;
 
 void model3_ladder_layers(uint32_t L, uint32_t n, uint32_t *out) {
@@ -101,6 +103,11 @@ static void fill_info3(struct needle_model *m, const uint32_t *site_layers, uint
     for (uint32_t i = 0; i < m->w.n_layers; i++) info->layers_run |= 1ull << m->w.file_layer[i];
 }
 
+size_t model3_arena_extra(const cact_file *f) {
+    const uint32_t nl = f->h3.mhc_lanes;
+    return (size_t)f->h3.num_layers * (3 + 2 * nl + nl * nl);
+}
+
 int model3_bind(struct needle_model *m) {
     const cact_file *f = &m->file;
     const cact3_header *h = &f->h3;
@@ -112,11 +119,11 @@ int model3_bind(struct needle_model *m) {
     model3_state *st = calloc(1, sizeof *st);
     if (!st) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
     m->v3 = st;
-    const size_t mhc_floats = (size_t)n * (3 + 2 * nl + nl * nl);
     st->layers3 = calloc(n, sizeof *st->layers3);
     st->file_layer = calloc(n, sizeof *st->file_layer);
     st->perms = malloc(2 * (size_t)h->hada_n * sizeof *st->perms);
-    st->mhc = malloc(mhc_floats * sizeof *st->mhc);
+    /* the reserved tail; a rung uses the first n * (3 + 2nl + nl^2) of its L * (...) */
+    st->mhc = m->w.arena + (m->w.arena_floats - model3_arena_extra(f));
     m->w.layers = calloc(n, sizeof *m->w.layers);
     m->rope_freq = malloc(h->qk_head_dim / 2 * sizeof *m->rope_freq);
     if (!st->layers3 || !st->file_layer || !st->perms || !st->mhc || !m->w.layers ||
@@ -286,7 +293,6 @@ void model3_unbind(struct needle_model *m) {
     free(st->layers3);
     free(st->file_layer);
     free(st->perms);
-    free(st->mhc);
     free(st);
     m->v3 = NULL;
 }

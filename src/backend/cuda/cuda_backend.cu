@@ -17,6 +17,10 @@
  *                 global scratch, block max/sum, then one thread per output channel.
  *   k_lane_write  lanes + log-space Sinkhorn (one thread, n <= 64) + the lane mix.
  *   k_argmax      first maximal logit per token.
+ *   Needle 3 (cuda_kernels3.cuh): the conv taps (a block per token, then the history
+ *                 ring), k_attend3 (as k_attend, f32 cache, qk != v, local spans), and
+ *                 k_monarch (a block per token, the Kronecker products in shared memory;
+ *                 the permutations uploaded with the weights).
  * Reductions run in a different order than the CPU, so results agree to float rounding
  * (tests/test_backend_ops.c states the tolerances).
  *
@@ -35,6 +39,9 @@ extern "C" {
 }
 
 #include "backend/cuda/cuda_kernels.cuh"
+#include "backend/cuda/cuda_kernels3.cuh"
+
+static_assert(COND_RANK == MODEL3_COND_RANK, "k_monarch's rank is the model's");
 
 /* ---- weights on the device ------------------------------------------------------------- */
 
@@ -42,6 +49,7 @@ struct cuda_weights {
     uint8_t *image;       /* device copy of the validated .cact bytes */
     float *arena;         /* device copy of the widened float tensors */
     float *codebooks;     /* [6][16] */
+    uint32_t *perms;      /* Needle 3: the Monarch permutations [2][hada_n], else NULL */
     const uint8_t *host_image;
     size_t image_size;
     const float *host_arena;
@@ -95,6 +103,7 @@ struct cuda_session {
     float *out_rot;     /* [chunk][d padded] */
     float *logits;      /* [chunk][vocab] */
     int32_t *argmax;    /* [chunk] */
+    float *tapped;      /* Needle 3 with conv taps: [chunk][H*qk + KV*qk + KV*v] */
 };
 
 static cuda_session *cs_of(const backend_ctx *s) { return (cuda_session *)s->dev; }
@@ -144,7 +153,8 @@ static void cu_session_free(backend_ctx *s) {
     cuda_session *c = cs_of(s);
     if (!c) return;
     cudaStreamSynchronize(c->stream);
-    void *bufs[] = {c->e, c->rope, c->slots, c->tokens, c->out_rot, c->logits, c->argmax};
+    void *bufs[] = {c->e, c->rope, c->slots, c->tokens, c->out_rot, c->logits, c->argmax,
+                    c->tapped};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaStreamDestroy(c->stream);
     delete c;
@@ -157,6 +167,9 @@ static int cu_session_init(backend_ctx *s) {
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: the model's weights are not on the device");
     if (m->n_lanes > MAX_LANES)
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: %u lanes exceed %u", m->n_lanes, MAX_LANES);
+    if (m->generation == 3 && s->kv_type != NEEDLE_KV_F32) /* k_attend3 reads f32 rows */
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "cuda: Needle 3 sessions keep an f32 KV "
+                           "cache (kv_type %d is not supported on CUDA)", s->kv_type);
     cuda_session *c = new (std::nothrow) cuda_session();
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "cuda: out of memory");
     s->dev = c;
@@ -174,7 +187,15 @@ static int cu_session_init(backend_ctx *s) {
     c->out_rot = (float *)cu_alloc(s, C * m->embedding.cols_pad * sizeof(float));
     c->logits = (float *)cu_alloc(s, C * m->vocab * sizeof(float));
     c->argmax = (int32_t *)cu_alloc(s, C * sizeof(int32_t));
-    if (!c->e || !c->rope || !c->slots || !c->tokens || !c->out_rot || !c->logits || !c->argmax) {
+    int tapped_failed = 0;
+    if (m->generation == 3 && m->conv_taps) {
+        const size_t row = (size_t)m->n_heads * m->qk_dim +
+                           (size_t)m->n_kv_heads * (m->qk_dim + m->v_dim);
+        c->tapped = (float *)cu_alloc(s, C * row * sizeof(float));
+        tapped_failed = !c->tapped;
+    }
+    if (!c->e || !c->rope || !c->slots || !c->tokens || !c->out_rot || !c->logits || !c->argmax ||
+        tapped_failed) {
         cu_session_free(s);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "cuda: out of device memory for a session");
     }
@@ -351,6 +372,109 @@ static void cu_logits(backend_ctx *s, const float *lanes, uint32_t count, float 
     if (argmax) cu_download(s, argmax, c->argmax, count * sizeof(int32_t));
 }
 
+/* ---- Needle 3 -------------------------------------------------------------------------------- */
+
+/* The order of cpu_attention3 as launches: the conv taps of the whole chunk (earlier
+ * positions from the history ring, read before this chunk's rows are stored in it), per
+ * head norm and RoPE, then token by token the cache store and the attention (a later
+ * token's store may reuse a ring slot an earlier one reads), then gate and rotation. */
+static void cu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
+                          const float *rope_cs, float *q, float *k, float *v,
+                          const float *gate, float *o) {
+    cuda_session *c = cs_of(s);
+    const model_weights *m = s->m;
+    const layer_weights *l = &m->layers[li];
+    const layer3_weights *l3 = &m->layers3[li];
+    const uint32_t H = m->n_heads, KV = m->n_kv_heads, qk = m->qk_dim, vd = m->v_dim;
+    const uint32_t Wq = H * qk, Wk = KV * qk, Wv = KV * vd, row = Wq + Wk + Wv;
+    cu_upload(s, c->rope, rope_cs, (size_t)n * qk * sizeof(float));
+    if (m->conv_taps) {
+        conv3_args a;
+        a.q_taps = devf(s, l3->q_taps);
+        a.k_taps = devf(s, l3->k_taps);
+        a.v_taps = devf(s, l3->v_taps);
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.hist = s->qkv_hist + (size_t)li * s->qkv_ring * row;
+        a.tapped = c->tapped;
+        a.wq = Wq;
+        a.wk = Wk;
+        a.wv = Wv;
+        a.taps = m->conv_taps;
+        a.lwin = l3->window;
+        a.ring = s->qkv_ring;
+        a.p0 = p0;
+        k_qkv_conv<<<n, NT, 0, c->stream>>>(a);
+        after_launch(s);
+        const uint32_t keep = n < s->qkv_ring ? n : s->qkv_ring;
+        k_qkv_ring_store<<<keep, NT, 0, c->stream>>>(a, n - keep);
+        after_launch(s);
+        k_qkv_take<<<n, NT, 0, c->stream>>>(a);
+        after_launch(s);
+    }
+    dim3 g1(n, H + KV);
+    k_qk_norm_rope<<<g1, NT, smem(qk), c->stream>>>(q, k, devf(s, l->q_norm), devf(s, l->k_norm),
+                                                    c->rope, H, qk, Wq, Wk);
+    after_launch(s);
+    kv3_args a;
+    a.k_cache = (float *)s->k_cache;
+    a.v_cache = (float *)s->v_cache;
+    a.kvd = m->kv_dim;
+    a.slots = s->kv_slots;
+    a.layer = li;
+    a.n_sinks = s->n_sinks;
+    a.window = s->window;
+    a.lwin = l3->window;
+    a.qk = qk;
+    a.vd = vd;
+    a.wk = Wk;
+    a.wv = Wv;
+    dcq wo = to_dcq(s, &l->out_proj);
+    for (uint32_t i = 0; i < n; i++) {
+        k_kv_store3<<<1, NT, 0, c->stream>>>(a, k + (size_t)i * Wk, v + (size_t)i * Wv, p0 + i);
+        after_launch(s);
+        k_attend3<<<H, NT, 0, c->stream>>>(a, q + (size_t)i * Wq, p0 + i, H / KV, s->scores,
+                                          o + (size_t)i * wo.cols_pad);
+        after_launch(s);
+    }
+    k_gate_rotate<<<n, NT, smem(wo.cols_pad), c->stream>>>(wo, o, gate, H * vd);
+    after_launch(s);
+}
+
+/* Shared memory of k_monarch: z, y, tmp and the conditioning weights. */
+static size_t monarch_smem(const model_weights *m) { return smem(3 * m->hada_n + COND_RANK); }
+
+static void cu_monarch_mlp(backend_ctx *s, uint32_t li, uint32_t n, const float *h,
+                           float *out) {
+    const model_weights *m = s->m;
+    const layer_weights *l = &m->layers[li];
+    const layer3_weights *l3 = &m->layers3[li];
+    const cuda_weights *w = weights_of(s);
+    monarch_args a;
+    a.d1 = devf(s, l->d1);
+    a.d2 = devf(s, l->d2);
+    a.d3 = devf(s, l->d3);
+    a.b2 = devf(s, l3->b2);
+    a.d4 = devf(s, l3->d4);
+    a.w1a = devf(s, l3->w1a);
+    a.w2a = devf(s, l3->w2a);
+    a.w3a = devf(s, l3->w3a);
+    a.w1b = devf(s, l3->w1b);
+    a.w2b = devf(s, l3->w2b);
+    a.w3b = devf(s, l3->w3b);
+    a.cond_v = devf(s, l3->cond_v);
+    a.cond_u = devf(s, l3->cond_u);
+    a.perm1 = w->perms;
+    a.perm2 = w->perms + m->hada_n;
+    a.d = m->d;
+    a.N = m->hada_n;
+    a.ba = m->hada_ba;
+    a.bb = m->hada_bb;
+    k_monarch<<<n, NT, monarch_smem(m), cs_of(s)->stream>>>(a, h, out);
+    after_launch(s);
+}
+
 static int cu_finish(backend_ctx *s) {
     cuda_session *c = cs_of(s);
     note(s, cudaStreamSynchronize(c->stream));
@@ -369,6 +493,7 @@ static void cu_model_unload(void *device_weights) {
     cudaFree(w->image);
     cudaFree(w->arena);
     cudaFree(w->codebooks);
+    cudaFree(w->perms);
     delete w;
 }
 
@@ -392,6 +517,18 @@ static int cu_model_load(const model_weights *m, void **device_weights) {
     const size_t big = smem(m->phi_pre.cols_pad);
     if (e == cudaSuccess && big > 48 * 1024)
         e = cudaFuncSetAttribute(k_lane_norm, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)big);
+    if (e == cudaSuccess && m->generation == 3) {
+        /* the Monarch permutations: the model's copy is host memory */
+        const size_t pbytes = 2 * (size_t)m->hada_n * sizeof(uint32_t);
+        e = cudaMalloc((void **)&w->perms, pbytes);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(w->perms, m->perm1, pbytes / 2, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(w->perms + m->hada_n, m->perm2, pbytes / 2, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess && monarch_smem(m) > 48 * 1024)
+            e = cudaFuncSetAttribute(k_monarch, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)monarch_smem(m));
+    }
     if (e != cudaSuccess) {
         cu_model_unload(w);
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: cannot upload the weights (%zu bytes): %s",
@@ -434,8 +571,7 @@ static const needle_backend_ops cuda_ops = {
     cu_engram_gather, cu_engram_conv,   cu_lane_norm,    cu_lane_read,    cu_attention,
     cu_attn_residual, cu_hadamard_mlp,  cu_lane_write,   cu_logits,       cu_finish,
     nullptr, /* matmul_a8: no W·A8 mode on CUDA */
-    /* Needle 3 (attention3, monarch_mlp): not on CUDA yet; a Needle 3 model runs on the CPU */
-    NULL,             NULL,
+    cu_attention3,    cu_monarch_mlp,
     NULL /* logits_rows: the caller masks the full logits */, NULL /* thread_stats */,
 };
 

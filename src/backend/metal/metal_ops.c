@@ -23,10 +23,13 @@ typedef struct nk_session {
     float *out_rot;     /* [chunk][embedding cols_pad] */
     float *logits;      /* [chunk][vocab] */
     int32_t *argmax;    /* [chunk] */
+    uint32_t *perms;    /* Needle 3: the Monarch permutations [2][hada_n], else NULL */
     const float *rope_src; /* the host angles last uploaded, with their position */
     uint32_t rope_p0, rope_n;
     int error;          /* first device error, reported by finish */
 } nk_session;
+
+_Static_assert(NK_COND_RANK == MODEL3_COND_RANK, "nk_monarch's rank is the model's");
 
 static nk_session *ns_of(const backend_ctx *s) { return (nk_session *)s->dev; }
 
@@ -96,7 +99,7 @@ static void mt_session_free(backend_ctx *s) {
     if (!ns) return;
     if (ns->dev) {
         void *bufs[] = {ns->scratch, ns->e, ns->tokens, ns->slots, ns->rope, ns->out_rot,
-                        ns->logits, ns->argmax};
+                        ns->logits, ns->argmax, ns->perms};
         nk_dev_sync(ns->dev);
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) nk_dev_release(ns->dev, bufs[i]);
@@ -110,6 +113,9 @@ static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 static int mt_session_init(backend_ctx *s) {
     const model_weights *m = s->m;
+    if (m->generation == 3 && s->kv_type != NEEDLE_KV_F32) /* nk_attend3 reads f32 rows */
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "metal: Needle 3 sessions keep an f32 "
+                           "KV cache (kv_type %d is not supported on Metal)", s->kv_type);
     nk_session *ns = calloc(1, sizeof *ns);
     if (!ns) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "metal: out of memory");
     s->dev = ns;
@@ -125,6 +131,11 @@ static int mt_session_init(backend_ctx *s) {
     uint32_t scr = max_u32(m->embedding.cols_pad, m->hada_n);
     scr = max_u32(scr, nl * nl + nl + nd);
     if (m->n_sites) scr = max_u32(scr, m->n_tables * m->sites[0].tables.cols_pad);
+    if (m->generation == 3) {
+        /* the tapped q|k|v row; the Monarch MLP's z, y, tmp and conditioning weights */
+        scr = max_u32(scr, m->n_heads * m->qk_dim + m->n_kv_heads * (m->qk_dim + m->v_dim));
+        scr = max_u32(scr, 3 * m->hada_n + MODEL3_COND_RANK);
+    }
     ns->scr_ld = scr;
     const size_t C = s->chunk;
     const size_t e_ld = m->n_sites ? m->sites[0].key_proj.cols_pad : 1;
@@ -136,8 +147,19 @@ static int mt_session_init(backend_ctx *s) {
     ns->out_rot = nk_dev_alloc(ns->dev, C * m->embedding.cols_pad * sizeof(float));
     ns->logits = nk_dev_alloc(ns->dev, C * m->vocab * sizeof(float));
     ns->argmax = nk_dev_alloc(ns->dev, C * sizeof(int32_t));
+    /* the kernels read the permutations from a buffer (the model's copy is host memory) */
+    int perms_failed = 0;
+    if (m->generation == 3) {
+        ns->perms = nk_dev_alloc(ns->dev, 2 * (size_t)m->hada_n * sizeof(uint32_t));
+        if (ns->perms) {
+            memcpy(ns->perms, m->perm1, m->hada_n * sizeof(uint32_t));
+            memcpy(ns->perms + m->hada_n, m->perm2, m->hada_n * sizeof(uint32_t));
+        } else {
+            perms_failed = 1;
+        }
+    }
     if (!ns->scratch || !ns->e || !ns->tokens || !ns->slots || !ns->rope || !ns->out_rot ||
-        !ns->logits || !ns->argmax) {
+        !ns->logits || !ns->argmax || perms_failed) {
         mt_session_free(s);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "metal: out of memory for a session");
     }
@@ -238,6 +260,18 @@ static void mt_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *l
     run(s, NK_K_lane_read, &a, n, (void *)lanes, (void *)mix, (void *)ek, (void *)ev, u, bx, h, hr);
 }
 
+/* Uploads the chunk's RoPE angles (host [n][head_dim]) unless this chunk's are there. */
+static void upload_rope(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
+                        const float *rope_cs) {
+    nk_session *ns = ns_of(s);
+    if (ns->rope_src != rope_cs || ns->rope_p0 != p0 || ns->rope_n != n || li == 0) {
+        mt_upload(s, ns->rope, rope_cs, (size_t)n * s->m->head_dim * sizeof(float));
+        ns->rope_src = rope_cs;
+        ns->rope_p0 = p0;
+        ns->rope_n = n;
+    }
+}
+
 static void mt_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
                          const float *rope_cs, float *q, float *k, const float *v,
                          const float *gate, float *o) {
@@ -245,12 +279,7 @@ static void mt_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
     const model_weights *m = s->m;
     const layer_weights *l = &m->layers[li];
     const uint32_t hd = m->head_dim, A = m->attn_dim, kvd = m->kv_dim;
-    if (ns->rope_src != rope_cs || ns->rope_p0 != p0 || ns->rope_n != n || li == 0) {
-        mt_upload(s, ns->rope, rope_cs, (size_t)n * hd * sizeof(float));
-        ns->rope_src = rope_cs;
-        ns->rope_p0 = p0;
-        ns->rope_n = n;
-    }
+    upload_rope(s, li, p0, n, rope_cs);
     nk_args a = args0();
     a.H = m->n_heads;
     a.hd = hd;
@@ -347,6 +376,104 @@ static void mt_logits(backend_ctx *s, const float *lanes, uint32_t count, float 
     if (argmax) memcpy(argmax, ns->argmax, count * sizeof(int32_t));
 }
 
+/* ---- Needle 3 ------------------------------------------------------------------------- */
+
+/* The order of cpu_attention3, split into dispatches: the conv taps of the whole chunk
+ * (reading earlier positions from the history ring before this chunk's rows are stored
+ * in it), per-head norm and RoPE, then token by token the cache store and the attention
+ * (a later token's store may reuse a ring slot an earlier one reads), then the gate and
+ * the rotation for out_proj. */
+static void mt_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
+                          const float *rope_cs, float *q, float *k, float *v,
+                          const float *gate, float *o) {
+    nk_session *ns = ns_of(s);
+    const model_weights *m = s->m;
+    const layer_weights *l = &m->layers[li];
+    const layer3_weights *l3 = &m->layers3[li];
+    const uint32_t H = m->n_heads, KV = m->n_kv_heads, qk = m->qk_dim, vd = m->v_dim;
+    const uint32_t Wq = H * qk, Wk = KV * qk, Wv = KV * vd, row = Wq + Wk + Wv;
+    upload_rope(s, li, p0, n, rope_cs);
+    nk_args a = args0();
+    a.wq = Wq;
+    a.wk = Wk;
+    a.wv = Wv;
+    a.qk = qk;
+    a.vd = vd;
+    a.lwin = l3->window;
+    a.p0 = p0;
+    if (m->conv_taps) {
+        float *hist = s->qkv_hist + (size_t)li * s->qkv_ring * row;
+        a.taps = m->conv_taps;
+        a.ring_n = s->qkv_ring;
+        a.scr_ld = ns->scr_ld;
+        a.o_a = wf_off(s, l3->q_taps);
+        a.o_b = wf_off(s, l3->k_taps);
+        a.o_c = wf_off(s, l3->v_taps);
+        run(s, NK_K_qkv_conv, &a, n * row, q, k, v, hist, ns->scratch, NULL, NULL, NULL);
+        const uint32_t keep = n < s->qkv_ring ? n : s->qkv_ring;
+        a.first = n - keep;
+        run(s, NK_K_qkv_ring_store, &a, keep * row, q, k, v, hist, NULL, NULL, NULL, NULL);
+        run(s, NK_K_qkv_take, &a, n * row, q, k, v, NULL, ns->scratch, NULL, NULL, NULL);
+    }
+    /* the Needle 2 kernel with q rows of H*qk and k rows of KV*qk */
+    nk_args r = args0();
+    r.H = H;
+    r.hd = qk;
+    r.A = Wq;
+    r.kvd = Wk;
+    r.o_a = wf_off(s, l->q_norm);
+    r.o_b = wf_off(s, l->k_norm);
+    run(s, NK_K_qk_norm_rope, &r, n * (H + KV), q, k, ns->rope, NULL, NULL, NULL, NULL, NULL);
+
+    a.reps = H / KV;
+    a.kvd = m->kv_dim;
+    a.slots = s->kv_slots;
+    a.layer = li;
+    a.n_layers = m->n_layers;
+    a.n_sinks = s->n_sinks;
+    a.window = s->window;
+    const uint32_t o_ld = l->out_proj.cols_pad;
+    for (uint32_t i = 0; i < n; i++) {
+        a.t = p0 + i;
+        run(s, NK_K_kv_store3, &a, Wk + Wv, s->k_cache, s->v_cache, NULL, k + (size_t)i * Wk,
+            v + (size_t)i * Wv, NULL, NULL, NULL);
+        run(s, NK_K_attend3, &a, H, s->k_cache, s->v_cache, NULL, q + (size_t)i * Wq, s->scores,
+            o + (size_t)i * o_ld, NULL, NULL);
+    }
+    nk_args g = args0();
+    g.w = to_nk(&l->out_proj);
+    g.A = H * vd;
+    run(s, NK_K_gate_rotate, &g, n, o, (void *)gate, NULL, NULL, NULL, NULL, NULL, NULL);
+}
+
+static void mt_monarch_mlp(backend_ctx *s, uint32_t li, uint32_t n, const float *h,
+                           float *out) {
+    nk_session *ns = ns_of(s);
+    const model_weights *m = s->m;
+    const layer_weights *l = &m->layers[li];
+    const layer3_weights *l3 = &m->layers3[li];
+    nk_args a = args0();
+    a.d = m->d;
+    a.N = m->hada_n;
+    a.hd = m->hada_ba;
+    a.reps = m->hada_bb;
+    a.scr_ld = ns->scr_ld;
+    a.ow[NK_MONARCH_D1] = wf_off(s, l->d1);
+    a.ow[NK_MONARCH_D2] = wf_off(s, l->d2);
+    a.ow[NK_MONARCH_D3] = wf_off(s, l->d3);
+    a.ow[NK_MONARCH_B2] = wf_off(s, l3->b2);
+    a.ow[NK_MONARCH_D4] = wf_off(s, l3->d4);
+    a.ow[NK_MONARCH_W1A] = wf_off(s, l3->w1a);
+    a.ow[NK_MONARCH_W1B] = wf_off(s, l3->w1b);
+    a.ow[NK_MONARCH_W2A] = wf_off(s, l3->w2a);
+    a.ow[NK_MONARCH_W2B] = wf_off(s, l3->w2b);
+    a.ow[NK_MONARCH_W3A] = wf_off(s, l3->w3a);
+    a.ow[NK_MONARCH_W3B] = wf_off(s, l3->w3b);
+    a.ow[NK_MONARCH_COND_V] = wf_off(s, l3->cond_v);
+    a.ow[NK_MONARCH_COND_U] = wf_off(s, l3->cond_u);
+    run(s, NK_K_monarch, &a, n, (void *)h, out, ns->scratch, ns->perms, NULL, NULL, NULL, NULL);
+}
+
 static int mt_finish(backend_ctx *s) {
     nk_session *ns = ns_of(s);
     sync_now(s);
@@ -376,4 +503,6 @@ const needle_backend_ops nk_backend_ops = {
     .lane_write = mt_lane_write,
     .logits = mt_logits,
     .finish = mt_finish,
+    .attention3 = mt_attention3,
+    .monarch_mlp = mt_monarch_mlp,
 };

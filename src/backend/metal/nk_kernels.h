@@ -32,6 +32,10 @@ typedef struct nk_args {
     uint N, vocab;
     uint o_a, o_b, o_c, o_d;      /* offsets into wf */
     float f0;                     /* a scalar weight (attn_gate, sqrt(d)) */
+    /* Needle 3: q|k|v row widths (H*qk, KV*qk, KV*v), per-head widths, the layer's local
+     * window (0: global) and the Monarch MLP's tensors (offsets into wf, NK_MONARCH_*) */
+    uint wq, wk, wv, qk, vd, lwin;
+    uint ow[13];
 } nk_args;
 
 #define NK_KV_F32 0u
@@ -383,10 +387,186 @@ NK_FN void nk_argmax(NK_PARAMS) {
     ((NK_DEVICE int *)b1)[gid] = (int)best;
 }
 
+/* ---- Needle 3 (NEEDLE3-NOTES.md §2; the CPU reference is backend/cpu_ops3.c) ----------- */
+
+/* Raw projection value c of the q|k|v row of position p: this chunk's rows (b0 q [n][wq],
+ * b1 k [n][wk], b2 v [n][wv]) for p >= p0, else the layer's history ring b3
+ * [ring_n][wq+wk+wv] (positions before this chunk). */
+NK_FN float nk_qkv_raw(NK_CONST const nk_args *a, NK_DEVICE uchar *b0, NK_DEVICE uchar *b1,
+                       NK_DEVICE uchar *b2, NK_DEVICE uchar *b3, uint p, uint c) {
+    if (p >= a->p0) {
+        const ulong i = p - a->p0;
+        if (c < a->wq) return NK_F(b0)[i * a->wq + c];
+        if (c < a->wq + a->wk) return NK_F(b1)[i * a->wk + (c - a->wq)];
+        return NK_F(b2)[i * a->wv + (c - a->wq - a->wk)];
+    }
+    return NK_F(b3)[(ulong)(p % a->ring_n) * (a->wq + a->wk + a->wv) + c];
+}
+
+/* The causal conv taps: b4 tapped [n][scr_ld] column c = sum_{j < taps, j <= t, j < lwin}
+ * taps[j][c] * raw(t - j), in j order; wf: o_a q_taps, o_b k_taps, o_c v_taps.
+ * gid: i * (wq + wk + wv) + c. */
+NK_FN void nk_qkv_conv(NK_PARAMS) {
+    const uint row = a->wq + a->wk + a->wv, i = gid / row, c = gid % row, t = a->p0 + i;
+    uint w = a->wq, cc = c, off = a->o_a;
+    if (c >= a->wq + a->wk) {
+        w = a->wv;
+        cc = c - a->wq - a->wk;
+        off = a->o_c;
+    } else if (c >= a->wq) {
+        w = a->wk;
+        cc = c - a->wq;
+        off = a->o_b;
+    }
+    float out = 0.0f;
+    for (uint j = 0; j < a->taps && j <= t && (a->lwin == 0u || j < a->lwin); j++)
+        out += wf[off + j * w + cc] * nk_qkv_raw(a, b0, b1, b2, b3, t - j, c);
+    NK_F(b4)[(ulong)i * a->scr_ld + c] = out;
+}
+
+/* b0..b2 raw q, k, v, b3 history ring: ring[t % ring_n] = raw row of token
+ * i = first + gid / row. */
+NK_FN void nk_qkv_ring_store(NK_PARAMS) {
+    const uint row = a->wq + a->wk + a->wv, i = a->first + gid / row, c = gid % row;
+    NK_F(b3)[(ulong)((a->p0 + i) % a->ring_n) * row + c] =
+        nk_qkv_raw(a, b0, b1, b2, b3, a->p0 + i, c);
+}
+
+/* b0..b2 q, k, v := b4 tapped [n][scr_ld]. gid: i * (wq + wk + wv) + c. */
+NK_FN void nk_qkv_take(NK_PARAMS) {
+    const uint row = a->wq + a->wk + a->wv, i = gid / row, c = gid % row;
+    const float x = NK_F(b4)[(ulong)i * a->scr_ld + c];
+    if (c < a->wq) NK_F(b0)[(ulong)i * a->wq + c] = x;
+    else if (c < a->wq + a->wk) NK_F(b1)[(ulong)i * a->wk + (c - a->wq)] = x;
+    else NK_F(b2)[(ulong)i * a->wv + (c - a->wq - a->wk)] = x;
+}
+
+/* b0 k cache, b1 v cache (f32 rows of kvd), b3 k row [wk], b4 v row [wv]: stores position
+ * t. gid: column of k, then of v. */
+NK_FN void nk_kv_store3(NK_PARAMS) {
+    const ulong at = nk_kv_row(a, nk_kv_slot(a, a->t));
+    if (gid < a->wk) NK_F(b0)[at + gid] = NK_F(b3)[gid];
+    else NK_F(b1)[at + (gid - a->wk)] = NK_F(b4)[gid - a->wk];
+}
+
+/* b0 k cache, b1 v cache, b3 q row [wq], b4 scores [H][slots], b5 o row: attention of the
+ * token at position t over its layer's span (a local layer: its last lwin positions; a
+ * global one: the sinks and the session's window). gid: query head. */
+NK_FN void nk_attend3(NK_PARAMS) {
+    const uint head = gid, b = head / a->reps, qk = a->qk, vd = a->vd, t = a->t;
+    const float inv_scale = 1.0f / NK_SQRT((float)qk);
+    uint n_sink = 0u, tail0 = t + 1u > a->lwin ? t + 1u - a->lwin : 0u;
+    if (a->lwin == 0u) {
+        const nm_span span = nm_attention_span(t, a->n_sinks, a->window);
+        n_sink = span.n_sink;
+        tail0 = span.tail0;
+    }
+    NK_DEVICE const float *qa = NK_F(b3) + head * qk;
+    NK_DEVICE float *sc = NK_F(b4) + (ulong)head * a->slots;
+    uint n_pos = 0;
+    for (uint pass = 0; pass < 2u; pass++) {
+        const uint p_begin = pass ? tail0 : 0u, p_end = pass ? t + 1u : n_sink;
+        for (uint p = p_begin; p < p_end; p++) {
+            NK_DEVICE const float *kr = NK_F(b0) + nk_kv_row(a, nk_kv_slot(a, p)) + b * qk;
+            float dot = 0.0f;
+            for (uint c = 0; c < qk; c++) dot += qa[c] * kr[c];
+            sc[n_pos++] = dot * inv_scale;
+        }
+    }
+    const float sum = nm_softmax_exp(sc, n_pos);
+    NK_DEVICE float *oa = NK_F(b5) + head * vd;
+    for (uint c = 0; c < vd; c++) oa[c] = 0.0f;
+    uint k = 0;
+    for (uint pass = 0; pass < 2u; pass++) {
+        const uint p_begin = pass ? tail0 : 0u, p_end = pass ? t + 1u : n_sink;
+        for (uint p = p_begin; p < p_end; p++, k++) {
+            NK_DEVICE const float *vr = NK_F(b1) + nk_kv_row(a, nk_kv_slot(a, p)) + b * vd;
+            const float wgt = sc[k] / sum;
+            for (uint c = 0; c < vd; c++) oa[c] += wgt * vr[c];
+        }
+    }
+}
+
+/* The Monarch MLP's tensors: offsets into wf, at a->ow[NK_MONARCH_*]. */
+#define NK_MONARCH_D1 0u
+#define NK_MONARCH_D2 1u
+#define NK_MONARCH_D3 2u
+#define NK_MONARCH_B2 3u
+#define NK_MONARCH_D4 4u
+#define NK_MONARCH_W1A 5u
+#define NK_MONARCH_W1B 6u
+#define NK_MONARCH_W2A 7u
+#define NK_MONARCH_W2B 8u
+#define NK_MONARCH_W3A 9u
+#define NK_MONARCH_W3B 10u
+#define NK_MONARCH_COND_V 11u
+#define NK_MONARCH_COND_U 12u
+#define NK_COND_RANK 8u /* MODEL3_COND_RANK */
+
+/* z := vec(A^T reshape(z, ba, bb) B), A [ba][ba], B [bb][bb]; tmp [ba*bb]. The sums run
+ * in the order of cpu_ops3.c's kron_apply. */
+NK_FN void nk_kron(NK_DEVICE float *z, NK_DEVICE const float *A, uint ba,
+                   NK_DEVICE const float *B, uint bb, NK_DEVICE float *tmp) {
+    for (uint i = 0; i < ba; i++) {
+        NK_DEVICE float *t = tmp + i * bb;
+        for (uint l = 0; l < bb; l++) t[l] = 0.0f;
+        for (uint j = 0; j < bb; j++) {
+            const float zij = z[i * bb + j];
+            for (uint l = 0; l < bb; l++) t[l] += zij * B[j * bb + l];
+        }
+    }
+    for (uint k = 0; k < ba; k++) {
+        NK_DEVICE float *o = z + k * bb;
+        for (uint l = 0; l < bb; l++) o[l] = 0.0f;
+        for (uint i = 0; i < ba; i++) {
+            const float aik = A[i * ba + k];
+            for (uint l = 0; l < bb; l++) o[l] += aik * tmp[i * bb + l];
+        }
+    }
+}
+
+/* b0 h [n][d], b1 out [n][d], b2 scratch [n][scr_ld] (3N + 8 used), b3 perms (uint [2][N]);
+ * a->hd = ba, a->reps = bb (the Kronecker factor sizes). gid: token. */
+NK_FN void nk_monarch(NK_PARAMS) {
+    const uint N = a->N, d = a->d, ba = a->hd, bb = a->reps;
+    NK_DEVICE const float *h = NK_F(b0) + (ulong)gid * d;
+    NK_DEVICE float *out = NK_F(b1) + (ulong)gid * d;
+    NK_DEVICE float *z = NK_F(b2) + (ulong)gid * a->scr_ld, *y = z + N, *tmp = y + N;
+    NK_DEVICE float *sm = tmp + N;
+    NK_DEVICE const uint *perm1 = (NK_DEVICE const uint *)b3, *perm2 = perm1 + N;
+    NK_DEVICE const float *cond_v = wf + a->ow[NK_MONARCH_COND_V];
+    NK_DEVICE const float *cond_u = wf + a->ow[NK_MONARCH_COND_U];
+    NK_DEVICE const float *d1 = wf + a->ow[NK_MONARCH_D1], *d2 = wf + a->ow[NK_MONARCH_D2];
+    NK_DEVICE const float *d3 = wf + a->ow[NK_MONARCH_D3], *d4 = wf + a->ow[NK_MONARCH_D4];
+    NK_DEVICE const float *bias2 = wf + a->ow[NK_MONARCH_B2];
+    for (uint r = 0; r < NK_COND_RANK; r++) sm[r] = 0.0f;
+    for (uint k = 0; k < d; k++)
+        for (uint r = 0; r < NK_COND_RANK; r++) sm[r] += h[k] * cond_v[k * NK_COND_RANK + r];
+    const float sum = nm_softmax_exp(sm, NK_COND_RANK);
+    for (uint r = 0; r < NK_COND_RANK; r++) sm[r] /= sum;
+
+    for (uint i = 0; i < N; i++) z[i] = i < d ? d1[i] * h[i] : 0.0f;
+    nk_kron(z, wf + a->ow[NK_MONARCH_W1A], ba, wf + a->ow[NK_MONARCH_W1B], bb, tmp);
+    for (uint i = 0; i < N; i++) y[i] = z[perm1[i]];
+    for (uint i = 0; i < N; i++) tmp[i] = 0.0f;
+    for (uint r = 0; r < NK_COND_RANK; r++)
+        for (uint i = 0; i < N; i++) tmp[i] += sm[r] * cond_u[r * N + i];
+    for (uint i = 0; i < N; i++) {
+        const float pre = d2[i] * (1.0f + tmp[i]) * y[i] + bias2[i];
+        y[i] = pre * nm_sigmoid(pre);
+    }
+    nk_kron(y, wf + a->ow[NK_MONARCH_W2A], ba, wf + a->ow[NK_MONARCH_W2B], bb, tmp);
+    for (uint i = 0; i < N; i++) z[i] = y[perm2[i]];
+    for (uint i = 0; i < N; i++) z[i] *= d3[i];
+    nk_kron(z, wf + a->ow[NK_MONARCH_W3A], ba, wf + a->ow[NK_MONARCH_W3B], bb, tmp);
+    for (uint i = 0; i < d; i++) out[i] = d4[i] * z[i];
+}
+
 /* The kernels, in the order of their ids (metal_ops.h NK_K_*). */
 #define NK_KERNEL_LIST(X)                                                                   \
     X(embed) X(matmul) X(engram_gather) X(rotate_rows) X(engram_conv) X(ring_store)         \
     X(lane_norm) X(lane_read) X(qk_norm_rope) X(kv_store) X(attend) X(gate_rotate)          \
-    X(attn_residual) X(hadamard) X(lane_write) X(final) X(argmax)
+    X(attn_residual) X(hadamard) X(lane_write) X(final) X(argmax) X(qkv_conv)              \
+    X(qkv_ring_store) X(qkv_take) X(kv_store3) X(attend3) X(monarch)
 
 #endif
