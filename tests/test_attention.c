@@ -267,7 +267,9 @@ static void test_v_width_differs(void) {
             for (uint32_t head = 1; head < 3; head++) {
                 const uint32_t nq = head == 1 ? 3 : 2, col0 = head * hd, v_col0 = head * vd;
                 attn_kv kv = view(&c, col0);
-                const size_t elem = types[ti] == NEEDLE_KV_F32 ? 4 : types[ti] == NEEDLE_KV_F16 ? 2 : 1;
+                const size_t elem = types[ti] == NEEDLE_KV_F32   ? 4
+                                    : types[ti] == NEEDLE_KV_F16 ? 2
+                                                                 : 1;
                 kv.v = (const char *)c.v + v_col0 * elem;
                 kv.v_dim = vd;
                 kv.v_col0 = v_col0;

@@ -106,13 +106,17 @@ static void test_mul_add(void) {
             levels[L]->mul_add(out, a, b, n);
             for (uint32_t i = 0; i < n; i++) {
                 const double exact = (double)init[i] + (double)a[i] * b[i];
-                const double lim = 2.0 * ldexp(fabs(init[i]) + fabs((double)a[i] * b[i]), -24) + 1e-30;
-                CHECK_MSG(fabs(out[i] - exact) <= lim, "%s mul_add n %u at %u", levels[L]->name, n, i);
+                const double lim =
+                    2.0 * ldexp(fabs(init[i]) + fabs((double)a[i] * b[i]), -24) + 1e-30;
+                CHECK_MSG(fabs(out[i] - exact) <= lim, "%s mul_add n %u at %u", levels[L]->name,
+                          n, i);
                 if (L == 0) {
                     const float prod = a[i] * b[i];
                     CHECK_MSG(out[i] == init[i] + prod, "plain mul_add is not the original loop");
                 }
-                if (plain) CHECK_MSG(fabs(out[i] - plain[i]) <= 2 * lim, "%s mul_add vs plain", levels[L]->name);
+                if (plain)
+                    CHECK_MSG(fabs(out[i] - plain[i]) <= 2 * lim, "%s mul_add vs plain",
+                              levels[L]->name);
             }
             CHECK(out[n] == 777.0f);
             if (!plain) plain = out;

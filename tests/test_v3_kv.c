@@ -51,7 +51,8 @@ static uint32_t load_cases(const char *name, kv_case *out, uint32_t cap) {
         k->n = (uint32_t)cJSON_GetArraySize(toks);
         k->cols = (uint32_t)cJSON_GetObjectItem(c, "cols")->valueint;
         k->tokens = malloc(k->n * sizeof *k->tokens);
-        for (uint32_t i = 0; i < k->n; i++) k->tokens[i] = cJSON_GetArrayItem(toks, (int)i)->valueint;
+        for (uint32_t i = 0; i < k->n; i++)
+            k->tokens[i] = cJSON_GetArrayItem(toks, (int)i)->valueint;
         snprintf(rel, sizeof rel, "v3/%s", cJSON_GetObjectItem(c, "logits")->valuestring);
         k->ref = (float *)(void *)read_file(fixture_path(rel), &size);
         if (k->ref && size != (size_t)k->n * k->cols * 4) {
