@@ -66,7 +66,7 @@ void needle_session_free(needle_session *s) {
 /* What a Needle 3 session needs beyond a Needle 2 one: the backend's Needle 3 ops and a
  * KV window that holds every local window. */
 static int session3_check(const needle_model *m, const needle_backend_ops *ops,
-                          const needle_session_params *p, uint32_t window) {
+                          uint32_t window) {
     if (!ops->attention3 || !ops->monarch_mlp)
         return needle_fail(NEEDLE_ERR_BACKEND, "session_create: this backend cannot run Needle 3 "
                            "models");
@@ -171,7 +171,7 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
                            "(activations = A8 or NEEDLE_A8=1) is not implemented for Needle 3 "
                            "models yet");
     if (gen3) {
-        int rc3 = session3_check(m, ops, &p, window);
+        int rc3 = session3_check(m, ops, window);
         if (rc3) return rc3;
     }
     if (p.n_sinks > n_ctx)
