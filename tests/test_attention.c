@@ -7,7 +7,8 @@
  * plus a tail, and of a tail that wraps around the ring (three runs), with and without
  * the output gate (arguments up to +-120, where the sigmoid saturates). Scores span from
  * tiny to very large (scaled queries), so the exp of the softmax sees arguments down to
- * far below the float range.
+ * far below the float range. Needle 3's V heads of another width than K (attn_kv.v_dim)
+ * at their own columns.
  *
  * Tolerances: o is a convex combination of value rows, so errors are measured relative to
  * max |v| (the cache's dequantised values, which both sides read exactly):
@@ -115,9 +116,20 @@ static attn_kv view(const cache *c, uint32_t col0) {
 }
 
 /* Softmax attention in double over the float image of the cache. */
+static void reference2(const cache *c, uint32_t col0, uint32_t v_col0, uint32_t vd,
+                       const attn_run *runs, uint32_t n_runs, const float *q, uint32_t nq,
+                       uint32_t hd, float scale, double *o, double *smax);
+
 static void reference(const cache *c, uint32_t col0, const attn_run *runs, uint32_t n_runs,
                       const float *q, uint32_t nq, uint32_t hd, float scale, double *o,
                       double *smax) {
+    reference2(c, col0, col0, hd, runs, n_runs, q, nq, hd, scale, o, smax);
+}
+
+/* The same with V heads of vd values starting at column v_col0 (o: [nq][vd]). */
+static void reference2(const cache *c, uint32_t col0, uint32_t v_col0, uint32_t vd,
+                       const attn_run *runs, uint32_t n_runs, const float *q, uint32_t nq,
+                       uint32_t hd, float scale, double *o, double *smax) {
     *smax = 0;
     uint32_t n = 0;
     for (uint32_t r = 0; r < n_runs; r++) n += runs[r].count;
@@ -136,12 +148,12 @@ static void reference(const cache *c, uint32_t col0, const attn_run *runs, uint3
             }
         double sum = 0;
         for (p = 0; p < n; p++) sum += s[p] = exp(s[p] - mx);
-        for (uint32_t j = 0; j < hd; j++) o[a * hd + j] = 0;
+        for (uint32_t j = 0; j < vd; j++) o[a * vd + j] = 0;
         p = 0;
         for (uint32_t r = 0; r < n_runs; r++)
             for (uint32_t i = 0; i < runs[r].count; i++, p++) {
-                const float *v = c->vf + (size_t)(runs[r].slot + i) * c->row + col0;
-                for (uint32_t j = 0; j < hd; j++) o[a * hd + j] += s[p] / sum * v[j];
+                const float *v = c->vf + (size_t)(runs[r].slot + i) * c->row + v_col0;
+                for (uint32_t j = 0; j < vd; j++) o[a * vd + j] += s[p] / sum * v[j];
             }
     }
     free(s);
@@ -238,6 +250,77 @@ static void test_every_level_every_shape(void) {
         }
 }
 
+/* Needle 3's heads: V rows of another width than K (attn_kv.v_dim), wider and narrower,
+ * multiples of 8 and not, the V head at its own column (on and off a scale group), every
+ * precision and level, gated and not; against the double reference and the plain kernel
+ * with the tolerance above. */
+static void test_v_width_differs(void) {
+    const uint32_t shapes[][2] = {{16, 8}, {8, 24}, {40, 32}, {32, 72}, {12, 20}, {64, 48}};
+    const int32_t types[] = {NEEDLE_KV_F32, NEEDLE_KV_F16, NEEDLE_KV_INT8};
+    const uint32_t slots = 120;
+    const attn_run runs[] = {{0, 2}, {70, 50}, {2, 30}};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const uint32_t hd = shapes[si][0], vd = shapes[si][1];
+            const uint32_t row = 3 * (hd > vd ? hd : vd);
+            cache c = make_cache(types[ti], slots, row);
+            for (uint32_t head = 1; head < 3; head++) {
+                const uint32_t nq = head == 1 ? 3 : 2, col0 = head * hd, v_col0 = head * vd;
+                attn_kv kv = view(&c, col0);
+                const size_t elem = types[ti] == NEEDLE_KV_F32   ? 4
+                                    : types[ti] == NEEDLE_KV_F16 ? 2
+                                                                 : 1;
+                kv.v = (const char *)c.v + v_col0 * elem;
+                kv.v_dim = vd;
+                kv.v_col0 = v_col0;
+                float *q = malloc((size_t)nq * hd * sizeof *q);
+                float *gate = malloc((size_t)nq * vd * sizeof *gate);
+                double *ref = malloc((size_t)nq * vd * sizeof *ref);
+                for (uint32_t i = 0; i < nq * hd; i++) q[i] = rnd_float() * 3.0f;
+                const float scale = 1.0f / sqrtf((float)hd);
+                double smax;
+                reference2(&c, col0, v_col0, vd, runs, 3, q, nq, hd, scale, ref, &smax);
+                const int gated = head == 2;
+                for (uint32_t i = 0; i < nq * vd; i++) {
+                    gate[i] = rnd_float() * 4.0f;
+                    if (gated) ref[i] *= 1.0 / (1.0 + exp(-(double)gate[i]));
+                }
+                const double vmax = fmax(1.0, max_abs(c.vf, (size_t)slots * row));
+                const double lim = vmax * (TOL + SCORE_TOL * smax);
+                float *plain_o = NULL;
+                for (int L = 0; L < n_levels; L++) {
+                    float *w = malloc((size_t)nq * slots * sizeof *w);
+                    /* one float past o's end: a kernel writing hd-wide rows would touch it */
+                    float *o = malloc(((size_t)nq * vd + 1) * sizeof *o);
+                    float *tmp = malloc((hd > vd ? hd : vd) * sizeof *tmp);
+                    o[(size_t)nq * vd] = 12345.0f;
+                    levels[L]->attend(&kv, runs, 3, q, nq, hd, scale, gated ? gate : NULL, w,
+                                      slots, o, tmp);
+                    double err = 0, err_plain = 0;
+                    for (uint32_t i = 0; i < nq * vd; i++) {
+                        err = fmax(err, fabs(o[i] - ref[i]));
+                        if (plain_o) err_plain = fmax(err_plain, fabs(o[i] - plain_o[i]));
+                    }
+                    CHECK_MSG(err <= lim, "%s kv%d qk %u v %u head %u: |o - ref| %.3g > %.3g",
+                              levels[L]->name, types[ti], hd, vd, head, err, lim);
+                    CHECK_MSG(err_plain <= lim, "%s kv%d qk %u v %u head %u: |o - plain| %.3g",
+                              levels[L]->name, types[ti], hd, vd, head, err_plain);
+                    CHECK_MSG(o[(size_t)nq * vd] == 12345.0f, "%s: wrote past o",
+                              levels[L]->name);
+                    if (!plain_o) plain_o = o;
+                    else free(o);
+                    free(w);
+                    free(tmp);
+                }
+                free(plain_o);
+                free(ref);
+                free(gate);
+                free(q);
+            }
+            free_cache(&c);
+        }
+}
+
 /* The same call twice gives the same bits (no state carried between calls), and a
  * kernel reads only the head's own columns: poisoning the neighbours changes nothing. */
 static void test_reads_only_its_head(void) {
@@ -266,5 +349,6 @@ int main(void) {
     find_levels();
     RUN(test_every_level_every_shape);
     RUN(test_reads_only_its_head);
+    RUN(test_v_width_differs);
     return test_summary();
 }

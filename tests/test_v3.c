@@ -387,10 +387,6 @@ static void test_info_and_sessions(void) {
     CHECK(strcmp(needle_model_backend(m), "cpu") == 0);
     needle_session_params sp = needle_session_default_params();
     needle_session *s = NULL;
-    sp.kv_type = NEEDLE_KV_F16;
-    CHECK_EQ_INT(needle_session_create(m, &sp, &s), NEEDLE_ERR_INVALID_ARGUMENT);
-    CHECK(s == NULL && strstr(needle_last_error(), "f32") != NULL);
-    sp.kv_type = NEEDLE_KV_F32;
     sp.kv_window = 4; /* shorter than the local window */
     CHECK_EQ_INT(needle_session_create(m, &sp, &s), NEEDLE_ERR_INVALID_ARGUMENT);
     CHECK(s == NULL);

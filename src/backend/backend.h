@@ -176,7 +176,9 @@ typedef struct needle_backend_ops {
     /* For tokens at t = p0 + i, in order (NEEDLE3-NOTES.md §2): the causal conv taps over
      * the raw projections (earlier positions from s->qkv_hist, which this op keeps), per
      * head ZC norm and RoPE of q and k (rope_cs: host [n][qk_dim] = cos | sin), K and V
-     * into the cache (f32 rows of kv_dim), attention of a local layer over its last
+     * into the cache (rows of kv_dim in kv_type, K using KV*qk and V KV*v of them; int8:
+     * scale groups from column 0, the last ending at that used width), attention of a
+     * local layer over its last
      * `window` positions, of a global one over the sinks and the session's window (or the
      * whole context), scores scaled by 1/sqrt(qk_dim); o *= sigmoid(gate), o rotated for
      * out_proj (ld out_proj.cols_pad). q: [n][H*qk], k: [n][KV*qk], v: [n][KV*v],

@@ -146,6 +146,7 @@ static int cpu_session_init(backend_ctx *s) {
     size_t tmp = m->group;
     if (tmp < 2 * d) tmp = 2 * d;
     if (tmp < 2 * kvd) tmp = 2 * kvd;
+    if (m->generation == 3 && tmp < cpu_ops3_scratch_floats(m)) tmp = cpu_ops3_scratch_floats(m);
     /* engram header fields are only validated (and meaningful) when there are sites */
     c->eng_e = calloc(m->n_sites ? (size_t)m->n_tables * m->sub_dim : 1, sizeof(float));
     c->out_rot = calloc((size_t)s->chunk * m->embedding.cols_pad, sizeof(float));
@@ -641,6 +642,16 @@ static void cpu_thread_stats(const backend_ctx *s, uint64_t *dispatches, double 
     cpu_pool_sync_stats(cs_of(s)->pool, dispatches, &ns);
     *sync_ms = (double)ns / 1e6;
 }
+
+/* ---- what the Needle 3 ops (cpu_ops3.c) share of this file ------------------------ */
+
+void cpu_par_for(backend_ctx *s, uint32_t n, cpu_item_fn body, const void *ctx) {
+    par_for(s, n, body, ctx);
+}
+
+float *cpu_thread_tmp(const backend_ctx *s, int thread) { return cs_of(s)->th[thread].tmp; }
+
+const cpu_kernels *cpu_session_kernels(const backend_ctx *s) { return cs_of(s)->kern; }
 
 const needle_backend_ops cpu_backend_ops = {
     .model_load = NULL,

@@ -1,74 +1,161 @@
-/* The CPU's Needle 3 operations (backend.h: attention3, monarch_mlp), plain C float32
- * over host memory, following the official forward (NEEDLE3-NOTES.md §2).
+/* The CPU's Needle 3 operations (backend.h: attention3, monarch_mlp), float32 over host
+ * memory, following the official forward (NEEDLE3-NOTES.md §2).
  *
  * Everything else a Needle 3 layer does (lanes, engram, the CQ products, the residual
- * norms, logits) goes through the ops Needle 2 uses. These two run token by token on the
- * calling thread with the kernels' dot/axpy/rotate; the KV cache of a Needle 3 session is
- * f32 (session.c refuses other cache types), K rows holding KV*qk values and V rows KV*v
- * of the kv_dim-wide cache rows. Attention must stay in token order: token i's conv
- * history and K/V are stored before token i reads them. */
+ * norms, logits) goes through the ops Needle 2 uses. These two share their work among
+ * the session's pool threads as cpu_ops.c does: attention one item per K/V head (or
+ * range of them), the Monarch MLP one item per token. Each item is computed by one
+ * thread with the same arithmetic whichever it is, so results do not depend on the
+ * thread count. The vector work goes through the kernels of the session's level (the
+ * attention kernel of kernels/cpu/attn.h with V heads of v_dim values; the row
+ * combinations of kernels/cpu/monarch.h).
+ *
+ * The KV cache is in the session's kv_type (f32, f16, or int8 with a float scale per
+ * KV_SCALE_GROUP values of a row, as Needle 2's): K rows hold KV*qk values and V rows
+ * KV*v of the kv_dim-wide cache rows. Within a K/V head attention stays in token order:
+ * token i's conv history and K/V are stored before token i reads them, and a later
+ * token's store (which may overwrite a ring slot) after. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "backend/cpu_ops3.h"
+#include "kernels/cpu/monarch.h"
+#include "util/fp16.h"
 
-/* ---- attention ------------------------------------------------------------------------ */
+static const v3_kernels *v3_kernels_of(const backend_ctx *s) {
+    const v3_kernels *k = v3_kernels_named(cpu_session_kernels(s)->name);
+    return k ? k : &v3_kernels_scalar;
+}
 
-/* out = sum_{j < taps, j <= t, j < local window} taps[j] * raw(t - j), summed in j order as
- * the reference does; raw rows come from the ring `hist` (row stride `ld`, width `w`). */
-static void conv_taps(const float *taps, uint32_t n_taps, uint32_t window, const float *hist,
-                      uint32_t ring, size_t ld, uint32_t t, uint32_t w, float *out) {
-    memset(out, 0, w * sizeof *out);
-    for (uint32_t j = 0; j < n_taps && j <= t && (!window || j < window); j++) {
-        const float *src = hist + (size_t)((t - j) % ring) * ld;
-        const float *tap = taps + (size_t)j * w;
-        for (uint32_t c = 0; c < w; c++) out[c] += tap[c] * src[c];
+/* ---- the KV cache ----------------------------------------------------------------------- */
+
+/* Stores values [off, off + n) of one token's K (which = 0) or V (1) row, x[0..n), into
+ * cache row (layer, slot); `width` is the row's used width (KV*qk or KV*v). int8: `off`
+ * starts a scale group and the slice ends on a group boundary or at `width`, so the
+ * groups it writes are its own. */
+static void kv3_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot, uint32_t off,
+                      uint32_t n, uint32_t width, const float *x) {
+    const uint32_t kvd = s->m->kv_dim;
+    const size_t row = (size_t)layer * s->kv_slots + slot, at = row * kvd + off;
+    void *base = which ? s->v_cache : s->k_cache;
+    if (s->kv_type == NEEDLE_KV_F32) {
+        memcpy((float *)base + at, x, n * sizeof(float));
+    } else if (s->kv_type == NEEDLE_KV_F16) {
+        uint16_t *dst = (uint16_t *)base + at;
+        for (uint32_t i = 0; i < n; i++) dst[i] = f32_to_fp16(x[i]);
+    } else {
+        int8_t *dst = (int8_t *)base + at;
+        float *scales = s->kv_scales +
+                        ((size_t)which * s->m->n_layers * s->kv_slots + row) * KV_SCALE_GROUPS(kvd);
+        for (uint32_t c0 = off; c0 < off + n; c0 += KV_SCALE_GROUP) {
+            const uint32_t c1 = width - c0 < KV_SCALE_GROUP ? width : c0 + KV_SCALE_GROUP;
+            float amax = 0.0f;
+            for (uint32_t i = c0; i < c1; i++) amax = fmaxf(amax, fabsf(x[i - off]));
+            const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+            scales[c0 / KV_SCALE_GROUP] = scale;
+            for (uint32_t i = c0; i < c1; i++) dst[i - off] = (int8_t)lrintf(x[i - off] / scale);
+        }
     }
 }
 
-void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
-                    const float *rope_cs, float *q_all, float *k_all, float *v_all,
-                    const float *gate_all, float *o_all) {
+/* The cache slots of positions [0, n_sink) and [tail0, t] in position order, as runs of
+ * consecutive slots (the tail wraps around the ring at most once). Returns the count. */
+static uint32_t runs_of(const backend_ctx *s, uint32_t n_sink, uint32_t tail0, uint32_t t,
+                        attn_run *runs) {
+    uint32_t nr = 0;
+    if (n_sink) runs[nr++] = (attn_run){0, n_sink};
+    for (uint32_t p = tail0; p <= t;) {
+        const uint32_t slot = nm_kv_slot(p, s->n_sinks, s->window);
+        uint32_t run = t + 1 - p;
+        if (s->window && slot + run > s->n_sinks + s->window) run = s->n_sinks + s->window - slot;
+        runs[nr++] = (attn_run){slot, run};
+        p += run;
+    }
+    return nr;
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+/* out[c] = sum_{j < taps, j <= t, j < local window} taps[j][c] * raw(t - j)[c], summed in
+ * j order as the reference does; raw rows come from the ring `hist` (row stride `ld`),
+ * tap rows are `tap_ld` apart; w columns. */
+static void conv_taps(const v3_kernels *vk, const float *taps, size_t tap_ld, uint32_t n_taps,
+                      uint32_t window, const float *hist, uint32_t ring, size_t ld, uint32_t t,
+                      uint32_t w, float *out) {
+    memset(out, 0, w * sizeof *out);
+    for (uint32_t j = 0; j < n_taps && j <= t && (!window || j < window); j++)
+        vk->mul_add(out, taps + (size_t)j * tap_ld, hist + (size_t)((t - j) % ring) * ld, w);
+}
+
+typedef struct attend3_args {
+    uint32_t layer, p0, n;
+    uint32_t kv_per_item; /* K/V heads per item */
+    const float *rope_cs; /* [n][qk] cos | sin */
+    float *q, *k, *v;     /* [n][H*qk], [n][KV*qk], [n][KV*v]: tapped, normed in place */
+    const float *gate;    /* [n][H*v] */
+    float *o;             /* [n][o_ld] */
+    size_t o_ld;
+} attend3_args;
+
+/* K/V heads [b0, b1) of every token of the chunk in order: the conv taps of their q, k,
+ * v columns, k ZC norm and RoPE, the K/V store, then for each query head of those K/V
+ * heads q ZC norm and RoPE and the attention over the layer's span with the gate. */
+static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int thread) {
+    const attend3_args *x = ctx;
     const model_weights *m = s->m;
-    const layer_weights *l = &m->layers[li];
-    const layer3_weights *l3 = &m->layers3[li];
-    const cpu_kernels *kern = cpu_kernels_best();
+    const layer_weights *l = &m->layers[x->layer];
+    const layer3_weights *l3 = &m->layers3[x->layer];
+    const cpu_kernels *kern = cpu_session_kernels(s);
+    const v3_kernels *vk = v3_kernels_of(s);
     const uint32_t H = m->n_heads, KV = m->n_kv_heads, qk = m->qk_dim, vd = m->v_dim;
-    const uint32_t Wq = H * qk, Wk = KV * qk, Wv = KV * vd, reps = H / KV;
+    const uint32_t Wq = H * qk, Wk = KV * qk, Wv = KV * vd, reps = H / KV, kvd = m->kv_dim;
+    const uint32_t b0 = item * x->kv_per_item;
+    const uint32_t b1 = b0 + x->kv_per_item < KV ? b0 + x->kv_per_item : KV;
+    const uint32_t window = l3->window;
     const size_t hist_ld = (size_t)Wq + Wk + Wv;
-    const uint32_t o_ld = l->out_proj.cols_pad, window = l3->window;
     const float inv_scale = 1.0f / sqrtf((float)qk);
-    float *hist = s->qkv_hist ? s->qkv_hist + (size_t)li * s->qkv_ring * hist_ld : NULL;
-    float *tapped = s->scratch3; /* [hist_ld] */
-    for (uint32_t i = 0; i < n; i++) {
-        const uint32_t t = p0 + i;
-        float *q = q_all + (size_t)i * Wq, *k = k_all + (size_t)i * Wk;
-        float *v = v_all + (size_t)i * Wv;
+    float *hist = s->qkv_hist ? s->qkv_hist + (size_t)x->layer * s->qkv_ring * hist_ld : NULL;
+    /* this item's columns of q, k, v */
+    const uint32_t qc = b0 * reps * qk, qn = (b1 - b0) * reps * qk;
+    const uint32_t kc = b0 * qk, kn = (b1 - b0) * qk, vc = b0 * vd, vn = (b1 - b0) * vd;
+    const size_t elem = s->kv_type == NEEDLE_KV_F32 ? 4 : s->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    const int int8 = s->kv_type == NEEDLE_KV_INT8;
+    const size_t layer_row = (size_t)x->layer * s->kv_slots;
+    const size_t groups = KV_SCALE_GROUPS(kvd);
+    attn_kv kv = {.type = s->kv_type,
+                  .ld = kvd,
+                  .k_scales = int8 ? s->kv_scales + layer_row * groups : NULL,
+                  .v_scales = int8 ? s->kv_scales + ((size_t)m->n_layers * s->kv_slots +
+                                                     layer_row) * groups
+                                   : NULL,
+                  .scales_ld = groups,
+                  .group = KV_SCALE_GROUP,
+                  .v_dim = vd};
+    for (uint32_t i = 0; i < x->n; i++) {
+        const uint32_t t = x->p0 + i;
+        float *q = x->q + (size_t)i * Wq, *k = x->k + (size_t)i * Wk;
+        float *v = x->v + (size_t)i * Wv;
         if (m->conv_taps) {
             float *row = hist + (size_t)(t % s->qkv_ring) * hist_ld;
-            memcpy(row, q, Wq * sizeof *q);
-            memcpy(row + Wq, k, Wk * sizeof *k);
-            memcpy(row + Wq + Wk, v, Wv * sizeof *v);
-            conv_taps(l3->q_taps, m->conv_taps, window, hist, s->qkv_ring, hist_ld, t, Wq,
-                      tapped);
-            memcpy(q, tapped, Wq * sizeof *q);
-            conv_taps(l3->k_taps, m->conv_taps, window, hist + Wq, s->qkv_ring, hist_ld, t,
-                      Wk, tapped);
-            memcpy(k, tapped, Wk * sizeof *k);
-            conv_taps(l3->v_taps, m->conv_taps, window, hist + Wq + Wk, s->qkv_ring, hist_ld,
-                      t, Wv, tapped);
-            memcpy(v, tapped, Wv * sizeof *v);
+            memcpy(row + qc, q + qc, qn * sizeof *q);
+            memcpy(row + Wq + kc, k + kc, kn * sizeof *k);
+            memcpy(row + Wq + Wk + vc, v + vc, vn * sizeof *v);
+            conv_taps(vk, l3->q_taps + qc, Wq, m->conv_taps, window, hist + qc, s->qkv_ring,
+                      hist_ld, t, qn, q + qc);
+            conv_taps(vk, l3->k_taps + kc, Wk, m->conv_taps, window, hist + Wq + kc,
+                      s->qkv_ring, hist_ld, t, kn, k + kc);
+            conv_taps(vk, l3->v_taps + vc, Wv, m->conv_taps, window, hist + Wq + Wk + vc,
+                      s->qkv_ring, hist_ld, t, vn, v + vc);
         }
-        const float *cs = rope_cs + (size_t)i * qk;
-        for (uint32_t b = 0; b < KV; b++) {
+        const float *cs = x->rope_cs + (size_t)i * qk;
+        for (uint32_t b = b0; b < b1; b++) {
             nm_zc_norm(k + b * qk, l->k_norm, qk, k + b * qk);
             nm_rope(k + b * qk, qk, cs);
         }
         const uint32_t slot = nm_kv_slot(t, s->n_sinks, s->window);
-        const size_t row_at = ((size_t)li * s->kv_slots + slot) * m->kv_dim;
-        memcpy((float *)s->k_cache + row_at, k, Wk * sizeof *k);
-        memcpy((float *)s->v_cache + row_at, v, Wv * sizeof *v);
+        kv3_store(s, 0, x->layer, slot, kc, kn, Wk, k + kc);
+        kv3_store(s, 1, x->layer, slot, vc, vn, Wv, v + vc);
 
         /* positions attended: a local layer its last `window` (no sinks, as the reference
          * has none); a global one the sinks and the session's window, or everything */
@@ -81,69 +168,67 @@ void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
             n_sink = span.n_sink;
             tail0 = span.tail0;
         }
-        float *o = o_all + (size_t)i * o_ld;
-        for (uint32_t a = 0; a < H; a++) {
-            const uint32_t b = a / reps;
-            float *qa = q + (size_t)a * qk;
-            nm_zc_norm(qa, l->q_norm, qk, qa);
-            nm_rope(qa, qk, cs);
-            float *scores = s->scores + (size_t)a * s->kv_slots;
-            uint32_t n_pos = 0;
-            for (uint32_t pass = 0; pass < 2; pass++) {
-                const uint32_t p_begin = pass ? tail0 : 0, p_end = pass ? t + 1 : n_sink;
-                for (uint32_t p = p_begin; p < p_end; p++) {
-                    const size_t at = ((size_t)li * s->kv_slots +
-                                       nm_kv_slot(p, s->n_sinks, s->window)) * m->kv_dim;
-                    scores[n_pos++] =
-                        kern->dot(qa, (const float *)s->k_cache + at + (size_t)b * qk, qk) *
-                        inv_scale;
-                }
+        attn_run runs[3];
+        const uint32_t n_runs = runs_of(s, n_sink, tail0, t, runs);
+        for (uint32_t b = b0; b < b1; b++) {
+            float *qb = q + (size_t)b * reps * qk;
+            for (uint32_t a = 0; a < reps; a++) {
+                nm_zc_norm(qb + a * qk, l->q_norm, qk, qb + a * qk);
+                nm_rope(qb + a * qk, qk, cs);
             }
-            const float sum = nm_softmax_exp(scores, n_pos);
-            float *oa = o + (size_t)a * vd;
-            memset(oa, 0, vd * sizeof *oa);
-            uint32_t kk = 0;
-            for (uint32_t pass = 0; pass < 2; pass++) {
-                const uint32_t p_begin = pass ? tail0 : 0, p_end = pass ? t + 1 : n_sink;
-                for (uint32_t p = p_begin; p < p_end; p++, kk++) {
-                    const size_t at = ((size_t)li * s->kv_slots +
-                                       nm_kv_slot(p, s->n_sinks, s->window)) * m->kv_dim;
-                    kern->axpy(oa, scores[kk] / sum,
-                               (const float *)s->v_cache + at + (size_t)b * vd, vd);
-                }
-            }
-            const float *ga = gate_all + (size_t)i * H * vd + (size_t)a * vd;
-            for (uint32_t j = 0; j < vd; j++) oa[j] *= nm_sigmoid(ga[j]);
+            kv.k = (const char *)s->k_cache + (layer_row * kvd + (size_t)b * qk) * elem;
+            kv.v = (const char *)s->v_cache + (layer_row * kvd + (size_t)b * vd) * elem;
+            kv.col0 = b * qk;
+            kv.v_col0 = b * vd;
+            kern->attend(&kv, runs, n_runs, qb, reps, qk, inv_scale,
+                         x->gate + (size_t)i * H * vd + (size_t)b * reps * vd,
+                         s->scores + (size_t)b * reps * s->kv_slots, s->kv_slots,
+                         x->o + (size_t)i * x->o_ld + (size_t)b * reps * vd,
+                         cpu_thread_tmp(s, thread));
         }
-        kern->rotate(&l->out_proj, o, o);
     }
+}
+
+typedef struct rotate3_args {
+    const cq_matrix *w;
+    float *o;
+    size_t o_ld;
+} rotate3_args;
+
+static void out_rotate3_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
+    (void)thread;
+    const rotate3_args *r = ctx;
+    float *o = r->o + (size_t)i * r->o_ld;
+    cpu_session_kernels(s)->rotate(r->w, o, o);
+}
+
+void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
+                    const float *rope_cs, float *q_all, float *k_all, float *v_all,
+                    const float *gate_all, float *o_all) {
+    const model_weights *m = s->m;
+    const layer_weights *l = &m->layers[li];
+    /* int8: a head whose K or V columns do not fill whole scale groups shares a group
+     * with its neighbour, so its rows can only be stored whole: then one item does all */
+    const int split = s->kv_type != NEEDLE_KV_INT8 ||
+                      (m->qk_dim % KV_SCALE_GROUP == 0 && m->v_dim % KV_SCALE_GROUP == 0);
+    const uint32_t per = split ? 1 : m->n_kv_heads;
+    const attend3_args a = {li, p0, n, per, rope_cs, q_all, k_all, v_all, gate_all, o_all,
+                            l->out_proj.cols_pad};
+    cpu_par_for(s, m->n_kv_heads / per, attend3_kv_heads, &a);
+    const rotate3_args r = {&l->out_proj, o_all, l->out_proj.cols_pad};
+    cpu_par_for(s, n, out_rotate3_token, &r);
 }
 
 /* ---- the Monarch MLP ------------------------------------------------------------------ */
 
 /* z := vec(a^T reshape(z, ba, bb) b) (row-major), a [ba][ba], b [bb][bb]; tmp [ba*bb].
- * Rows are accumulated whole (contiguous, vectorizable inner loops); each output still
- * sums its terms in index order. */
-static void kron_apply(float *z, const float *a, uint32_t ba, const float *b, uint32_t bb,
-                       float *tmp) {
-    for (uint32_t i = 0; i < ba; i++) {
-        float *t = tmp + (size_t)i * bb;
-        memset(t, 0, bb * sizeof *t);
-        for (uint32_t j = 0; j < bb; j++) {
-            const float zij = z[(size_t)i * bb + j];
-            const float *bj = b + (size_t)j * bb;
-            for (uint32_t l = 0; l < bb; l++) t[l] += zij * bj[l];
-        }
-    }
-    for (uint32_t k = 0; k < ba; k++) {
-        float *o = z + (size_t)k * bb;
-        memset(o, 0, bb * sizeof *o);
-        for (uint32_t i = 0; i < ba; i++) {
-            const float aik = a[(size_t)i * ba + k];
-            const float *t = tmp + (size_t)i * bb;
-            for (uint32_t l = 0; l < bb; l++) o[l] += aik * t[l];
-        }
-    }
+ * Whole rows are combined (contiguous vector work); each output sums its terms in index
+ * order in the plain kernel. */
+static void kron_apply(const v3_kernels *vk, float *z, const float *a, uint32_t ba,
+                       const float *b, uint32_t bb, float *tmp) {
+    for (uint32_t i = 0; i < ba; i++)
+        vk->combine(tmp + (size_t)i * bb, z + (size_t)i * bb, 1, b, bb, bb);
+    for (uint32_t k = 0; k < ba; k++) vk->combine(z + (size_t)k * bb, a + k, ba, tmp, ba, bb);
 }
 
 /* dst[i] = src[perm[i]] */
@@ -151,42 +236,44 @@ static void gather(float *dst, const float *src, const uint32_t *perm, uint32_t 
     for (uint32_t i = 0; i < n; i++) dst[i] = src[perm[i]];
 }
 
+typedef struct monarch_args {
+    uint32_t li;
+    const float *h_all;
+    float *out_all;
+} monarch_args;
+
+static void monarch_token(backend_ctx *s, const void *ctx, uint32_t t, int thread) {
+    const monarch_args *x = ctx;
+    const model_weights *m = s->m;
+    const layer_weights *l = &m->layers[x->li];
+    const layer3_weights *l3 = &m->layers3[x->li];
+    const v3_kernels *vk = v3_kernels_of(s);
+    const uint32_t N = m->hada_n, d = m->d, ba = m->hada_ba, bb = m->hada_bb;
+    float *z = cpu_thread_tmp(s, thread), *y = z + N, *tmp = y + N, *sm = tmp + N;
+    const float *h = x->h_all + (size_t)t * d;
+    float *out = x->out_all + (size_t)t * d;
+    /* cond = 1 + softmax(h cond_v) cond_u, the softmax over the rank axis */
+    vk->combine(sm, h, 1, l3->cond_v, d, MODEL3_COND_RANK);
+    const float sum = nm_softmax_exp(sm, MODEL3_COND_RANK);
+    for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) sm[r] /= sum;
+
+    for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
+    kron_apply(vk, z, l3->w1a, ba, l3->w1b, bb, tmp);
+    gather(y, z, m->perm1, N);
+    vk->combine(tmp, sm, 1, l3->cond_u, MODEL3_COND_RANK, N);
+    for (uint32_t i = 0; i < N; i++) {
+        const float pre = l->d2[i] * (1.0f + tmp[i]) * y[i] + l3->b2[i];
+        y[i] = pre * nm_sigmoid(pre);
+    }
+    kron_apply(vk, y, l3->w2a, ba, l3->w2b, bb, tmp);
+    gather(z, y, m->perm2, N);
+    for (uint32_t i = 0; i < N; i++) z[i] *= l->d3[i];
+    kron_apply(vk, z, l3->w3a, ba, l3->w3b, bb, tmp);
+    for (uint32_t i = 0; i < d; i++) out[i] = l3->d4[i] * z[i];
+}
+
 void cpu_monarch_mlp(backend_ctx *s, uint32_t li, uint32_t n, const float *h_all,
                      float *out_all) {
-    const model_weights *m = s->m;
-    const layer_weights *l = &m->layers[li];
-    const layer3_weights *l3 = &m->layers3[li];
-    const uint32_t N = m->hada_n, d = m->d, ba = m->hada_ba, bb = m->hada_bb;
-    float *z = s->scratch3, *y = z + N, *tmp = y + N, *sm = tmp + N;
-    for (uint32_t t = 0; t < n; t++) {
-        const float *h = h_all + (size_t)t * d;
-        float *out = out_all + (size_t)t * d;
-        /* cond = 1 + softmax(h cond_v) cond_u, the softmax over the rank axis */
-        for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) sm[r] = 0.0f;
-        for (uint32_t k = 0; k < d; k++) {
-            const float hk = h[k], *v = l3->cond_v + (size_t)k * MODEL3_COND_RANK;
-            for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) sm[r] += hk * v[r];
-        }
-        const float sum = nm_softmax_exp(sm, MODEL3_COND_RANK);
-        for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) sm[r] /= sum;
-
-        for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
-        kron_apply(z, l3->w1a, ba, l3->w1b, bb, tmp);
-        gather(y, z, m->perm1, N);
-        /* tmp := softmax . cond_u, rank by rank (contiguous rows) */
-        memset(tmp, 0, N * sizeof *tmp);
-        for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) {
-            const float w = sm[r], *u = l3->cond_u + (size_t)r * N;
-            for (uint32_t i = 0; i < N; i++) tmp[i] += w * u[i];
-        }
-        for (uint32_t i = 0; i < N; i++) {
-            const float pre = l->d2[i] * (1.0f + tmp[i]) * y[i] + l3->b2[i];
-            y[i] = pre * nm_sigmoid(pre);
-        }
-        kron_apply(y, l3->w2a, ba, l3->w2b, bb, tmp);
-        gather(z, y, m->perm2, N);
-        for (uint32_t i = 0; i < N; i++) z[i] *= l->d3[i];
-        kron_apply(z, l3->w3a, ba, l3->w3b, bb, tmp);
-        for (uint32_t i = 0; i < d; i++) out[i] = l3->d4[i] * z[i];
-    }
+    const monarch_args a = {li, h_all, out_all};
+    cpu_par_for(s, n, monarch_token, &a);
 }

@@ -1,13 +1,34 @@
 /* The CPU backend's Needle 3 operations (cpu_ops3.c); see backend.h (attention3,
- * monarch_mlp) for what they compute. Declared for the CPU ops table in cpu_ops.c. */
+ * monarch_mlp) for what they compute. Declared for the CPU ops table in cpu_ops.c, with
+ * what cpu_ops.c shares with them: its work sharing over the session's pool and the
+ * pool threads' scratch. */
 #ifndef NEEDLE_BACKEND_CPU_OPS3_H
 #define NEEDLE_BACKEND_CPU_OPS3_H
 
 #include "backend/backend.h"
+#include "kernels/cpu/cpu.h"
 
 void cpu_attention3(backend_ctx *s, uint32_t layer, uint32_t p0, uint32_t n,
                     const float *rope_cs, float *q, float *k, float *v, const float *gate,
                     float *o);
 void cpu_monarch_mlp(backend_ctx *s, uint32_t layer, uint32_t n, const float *h, float *out);
+
+/* Floats of per-thread scratch (cpu_thread_tmp) the Needle 3 ops need. */
+static inline size_t cpu_ops3_scratch_floats(const model_weights *m) {
+    return 3 * (size_t)m->hada_n + 16;
+}
+
+/* One item of a parallel loop; `thread` (0 = the caller) selects the scratch. */
+typedef void (*cpu_item_fn)(backend_ctx *s, const void *ctx, uint32_t item, int thread);
+
+/* Runs body(s, ctx, i, thread) for every i in [0, n) on the session's pool (cpu_ops.c). */
+void cpu_par_for(backend_ctx *s, uint32_t n, cpu_item_fn body, const void *ctx);
+
+/* Pool thread `thread`'s scratch: at least cpu_ops3_scratch_floats(m) and 2 * kv_dim
+ * floats. */
+float *cpu_thread_tmp(const backend_ctx *s, int thread);
+
+/* The kernel level of the session's pool. */
+const cpu_kernels *cpu_session_kernels(const backend_ctx *s);
 
 #endif

@@ -63,16 +63,13 @@ void needle_session_free(needle_session *s) {
     free(s);
 }
 
-/* What a Needle 3 session needs beyond a Needle 2 one: the backend's Needle 3 ops, an f32
- * cache (cpu_ops3.c reads f32 rows), and a KV window that holds every local window. */
+/* What a Needle 3 session needs beyond a Needle 2 one: the backend's Needle 3 ops and a
+ * KV window that holds every local window. */
 static int session3_check(const needle_model *m, const needle_backend_ops *ops,
-                          const needle_session_params *p, uint32_t window) {
+                          uint32_t window) {
     if (!ops->attention3 || !ops->monarch_mlp)
         return needle_fail(NEEDLE_ERR_BACKEND, "session_create: this backend cannot run Needle 3 "
                            "models");
-    if (p->kv_type != NEEDLE_KV_F32)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: Needle 3 sessions keep "
-                           "an f32 KV cache (kv_type %d is not supported yet)", p->kv_type);
     for (uint32_t i = 0; i < m->w.n_layers; i++)
         if (window && m->w.layers3[i].window > window)
             return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: kv_window %u is "
@@ -174,7 +171,7 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
                            "(activations = A8 or NEEDLE_A8=1) is not implemented for Needle 3 "
                            "models yet");
     if (gen3) {
-        int rc3 = session3_check(m, ops, &p, window);
+        int rc3 = session3_check(m, ops, window);
         if (rc3) return rc3;
     }
     if (p.n_sinks > n_ctx)

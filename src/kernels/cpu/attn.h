@@ -30,7 +30,19 @@ typedef struct attn_kv {
     size_t scales_ld;
     uint32_t col0;          /* int8: the head's first column in the cache row */
     uint32_t group;         /* int8: values per scale group (a multiple of 8) */
+    /* V heads of another width than K (Needle 3's v_head_dim != qk_head_dim): v_dim
+     * values per V row, the head's first column v_col0 of the V cache row (int8). 0 (the
+     * zero initialiser) means V has K's layout: v_dim = hd, v_col0 = col0. */
+    uint32_t v_dim, v_col0;
 } attn_kv;
+
+/* The V width and first V column a kernel uses (see attn_kv.v_dim). */
+static inline uint32_t attn_v_dim(const attn_kv *kv, uint32_t hd) {
+    return kv->v_dim ? kv->v_dim : hd;
+}
+static inline uint32_t attn_v_col0(const attn_kv *kv) {
+    return kv->v_dim ? kv->v_col0 : kv->col0;
+}
 
 /* `count` consecutive cache slots from `slot`. */
 typedef struct attn_run {
@@ -41,8 +53,9 @@ typedef struct attn_run {
  *   w[a][p] = exp(scale * <q[a], k_p> - max_p(...)), o[a] = sum_p (w[a][p] / sum w[a]) v_p
  * for the positions p of runs[0..n_runs) in order (at least one position), then, when
  * gate is not NULL, o[a][j] *= sigmoid(gate[a][j]) (the output gate, §3.6).
- * q, o, gate: [nq][hd] (o is overwritten); w: [nq] rows of ld_w floats (ld_w >=
- * positions), scratch left holding the numerators; tmp: at least hd floats of scratch. */
+ * q: [nq][hd]; o, gate: [nq][vd], vd = attn_v_dim(kv, hd) (o is overwritten); w: [nq]
+ * rows of ld_w floats (ld_w >= positions), scratch left holding the numerators; tmp: at
+ * least max(hd, vd) floats of scratch. */
 typedef void (*attn_fn)(const attn_kv *kv, const attn_run *runs, uint32_t n_runs,
                         const float *q, uint32_t nq, uint32_t hd, float scale,
                         const float *gate, float *w, size_t ld_w, float *o, float *tmp);

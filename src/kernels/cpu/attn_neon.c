@@ -173,25 +173,28 @@ NEON_INLINE void values_block(int32_t type, const attn_kv *kv, const attn_run *r
 NEON_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *runs,
                               uint32_t n_runs, const float *q, uint32_t nq, uint32_t hd,
                               float scale, float *w, size_t ld_w, float *o) {
-    /* int8: the scale group of each 8-column block (a division per block costs more than
-     * the block's arithmetic) */
-    uint32_t gi[ATTN_MAX_BLOCKS];
-    if (type == NEEDLE_KV_INT8)
+    const uint32_t vd = attn_v_dim(kv, hd), v_col0 = attn_v_col0(kv);
+    /* int8: the scale group of each 8-column block of K (gi) and of V (gv) (a division
+     * per block costs more than the block's arithmetic) */
+    uint32_t gi[ATTN_MAX_BLOCKS], gv[ATTN_MAX_BLOCKS];
+    if (type == NEEDLE_KV_INT8) {
         for (uint32_t j = 0; j + 8 <= hd; j += 8) gi[j / 8] = (kv->col0 + j) / kv->group;
+        for (uint32_t j = 0; j + 8 <= vd; j += 8) gv[j / 8] = (v_col0 + j) / kv->group;
+    }
     uint32_t n = 0;
     for (uint32_t r = 0; r < n_runs; r++) n += runs[r].count;
     for (uint32_t a0 = 0; a0 < nq; a0 += 4)
         scores4(type, kv, runs, n_runs, gi, q, a0, nq - a0 < 4 ? nq - a0 : 4, hd, scale, w, ld_w);
-    const uint32_t hd8 = hd & ~7u;
+    const uint32_t vd8 = vd & ~7u;
     for (uint32_t a0 = 0; a0 < nq; a0 += 2) {
         const uint32_t na = nq - a0 < 2 ? nq - a0 : 2;
         float inv[2] = {0.0f, 0.0f};
         for (uint32_t a = 0; a < na; a++) inv[a] = softmax_row(w + (size_t)(a0 + a) * ld_w, n);
-        for (uint32_t c0 = 0; c0 < hd8; c0 += 16) {
-            const uint32_t nc = (hd8 - c0) / 8 < 2 ? (hd8 - c0) / 8 : 2;
-            values_block(type, kv, runs, n_runs, gi, a0, na, c0, nc, hd, w, ld_w, inv, o);
+        for (uint32_t c0 = 0; c0 < vd8; c0 += 16) {
+            const uint32_t nc = (vd8 - c0) / 8 < 2 ? (vd8 - c0) / 8 : 2;
+            values_block(type, kv, runs, n_runs, gv, a0, na, c0, nc, vd, w, ld_w, inv, o);
         }
-        for (uint32_t j = hd8; j < hd; j++)
+        for (uint32_t j = vd8; j < vd; j++)
             for (uint32_t a = 0; a < na; a++) {
                 const float *wa = w + (size_t)(a0 + a) * ld_w;
                 float acc = 0.0f;
@@ -202,9 +205,9 @@ NEON_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *r
                         const void *row = row_at(type, kv->v, (size_t)slot * kv->ld);
                         const float *sc =
                             kv->v_scales ? kv->v_scales + (size_t)slot * kv->scales_ld : NULL;
-                        acc += wa[p] * inv[a] * load1(type, row, sc, kv->col0, kv->group, j);
+                        acc += wa[p] * inv[a] * load1(type, row, sc, v_col0, kv->group, j);
                     }
-                o[(size_t)(a0 + a) * hd + j] = acc;
+                o[(size_t)(a0 + a) * vd + j] = acc;
             }
     }
 }
@@ -232,13 +235,14 @@ void attn_neon(const attn_kv *kv, const attn_run *runs, uint32_t n_runs,
         attend_typed(NEEDLE_KV_F16, kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o);
         break;
     default:
-        if (kv->col0 % 8 || kv->group % 8 || hd / 8 > ATTN_MAX_BLOCKS) {
+        if (kv->col0 % 8 || attn_v_col0(kv) % 8 || kv->group % 8 || hd / 8 > ATTN_MAX_BLOCKS ||
+            attn_v_dim(kv, hd) / 8 > ATTN_MAX_BLOCKS) {
             attn_plain(kv, runs, n_runs, q, nq, hd, scale, NULL, w, ld_w, o, tmp);
             break;
         }
         attend_typed(NEEDLE_KV_INT8, kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o);
     }
-    if (gate) gate_neon(o, gate, nq * hd);
+    if (gate) gate_neon(o, gate, nq * attn_v_dim(kv, hd));
 }
 
 #else

@@ -1,0 +1,27 @@
+/* The plain Needle 3 kernels (see monarch.h) and the choice of a table by level. */
+#include <string.h>
+
+#include "kernels/cpu/monarch.h"
+
+static void combine_plain(float *out, const float *c, size_t c_ld, const float *x, uint32_t n,
+                          uint32_t w) {
+    memset(out, 0, w * sizeof *out);
+    for (uint32_t r = 0; r < n; r++) {
+        const float cr = c[(size_t)r * c_ld], *xr = x + (size_t)r * w;
+        for (uint32_t l = 0; l < w; l++) out[l] += cr * xr[l];
+    }
+}
+
+static void mul_add_plain(float *out, const float *a, const float *b, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) out[i] += a[i] * b[i];
+}
+
+const v3_kernels v3_kernels_scalar = {"scalar", combine_plain, mul_add_plain};
+
+const v3_kernels *v3_kernels_named(const char *name) {
+    if (!name) return NULL;
+    if (!strcmp(name, "scalar")) return &v3_kernels_scalar;
+    if (!strcmp(name, "avx2")) return v3_kernels_avx2();
+    if (!strcmp(name, "neon")) return v3_kernels_neon();
+    return NULL;
+}
