@@ -187,6 +187,7 @@ static void test_parity_models(void) {
     check_parity("v3a", "v3a.cact", 0);
     check_parity("v3b", "v3b.cact", 0);
     check_parity("v3c", "v3c.cact", 0);
+    check_parity("v3d", "v3d.cact", 0); /* binary, ternary, CQ2, CQ3, CQ4 records */
 }
 
 /* The released geometry, when NEEDLE_V3_PARITY_DIR holds it (see v3_path). */
