@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_ops3.h"
+#include "kernels/cpu/a8.h"
 
 /* ---- attention ------------------------------------------------------------------------ */
 
@@ -24,6 +25,18 @@ static void conv_taps(const float *taps, uint32_t n_taps, uint32_t window, const
         const float *src = hist + (size_t)((t - j) % ring) * ld;
         const float *tap = taps + (size_t)j * w;
         for (uint32_t c = 0; c < w; c++) out[c] += tap[c] * src[c];
+    }
+}
+
+/* W·A8 (official maybe_quant_query, and maybe_quant_kv at kv_bits 8, which session.c
+ * requires): each of `heads` rows of `hd` values becomes s·q, its int8 quantization, as
+ * the QAT model fake-quantizes them. */
+static void a8_fake_quant_heads(float *x, uint32_t heads, uint32_t hd) {
+    int16_t q[A8_MAX_COLS]; /* session.c: head dims <= A8_MAX_COLS under W·A8 */
+    for (uint32_t h = 0; h < heads; h++) {
+        float *row = x + (size_t)h * hd;
+        const float scale = a8_quantize(row, hd, hd, q);
+        for (uint32_t k = 0; k < hd; k++) row[k] = scale * (float)q[k];
     }
 }
 
@@ -65,6 +78,10 @@ void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
             nm_zc_norm(k + b * qk, l->k_norm, qk, k + b * qk);
             nm_rope(k + b * qk, qk, cs);
         }
+        if (s->a8) {
+            a8_fake_quant_heads(k, KV, qk);
+            a8_fake_quant_heads(v, KV, vd);
+        }
         const uint32_t slot = nm_kv_slot(t, s->n_sinks, s->window);
         const size_t row_at = ((size_t)li * s->kv_slots + slot) * m->kv_dim;
         memcpy((float *)s->k_cache + row_at, k, Wk * sizeof *k);
@@ -87,6 +104,7 @@ void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
             float *qa = q + (size_t)a * qk;
             nm_zc_norm(qa, l->q_norm, qk, qa);
             nm_rope(qa, qk, cs);
+            if (s->a8) a8_fake_quant_heads(qa, 1, qk);
             float *scores = s->scores + (size_t)a * s->kv_slots;
             uint32_t n_pos = 0;
             for (uint32_t pass = 0; pass < 2; pass++) {
@@ -115,7 +133,7 @@ void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
             const float *ga = gate_all + (size_t)i * H * vd + (size_t)a * vd;
             for (uint32_t j = 0; j < vd; j++) oa[j] *= nm_sigmoid(ga[j]);
         }
-        kern->rotate(&l->out_proj, o, o);
+        cpu_act_rotate(s, &l->out_proj, o, o); /* W·A8: the gated output's QAT point */
     }
 }
 
