@@ -222,7 +222,7 @@ typedef struct needle_tensor_info {
     uint64_t offset;
     uint64_t nbytes;
     uint32_t group_size;
-    uint32_t bits; /* 2, 3, 4, or 5 = ternary; 0 for non-CQ */
+    uint32_t bits; /* 2, 3, 4, or 5 = ternary, 1 = binary (Needle 3); 0 for non-CQ */
 } needle_tensor_info;
 
 NEEDLE_API int needle_model_get_tensor(const needle_model *model, uint32_t index,

@@ -103,6 +103,7 @@ static void free_matrix(test_matrix *t) {
 
 static uint32_t code_of(const cq_matrix *w, uint32_t r, uint32_t k) {
     const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
+    if (w->bits == 1) return (row[k / 8] >> (k % 8)) & 1u;
     if (w->bits == 2 || w->bits == 5) return (row[k / 4] >> (2 * (k % 4))) & 3u;
     if (w->bits == 4) return (row[k / 2] >> (4 * (k % 2))) & 15u;
     const uint32_t bit = 3 * k;
@@ -197,8 +198,8 @@ static void check_shape(uint32_t rows, uint32_t cols, uint32_t group, uint32_t b
 }
 
 static void test_kernels_every_width(void) {
-    const uint32_t bits[] = {2, 3, 4, 5};
-    for (int b = 0; b < 4; b++)
+    const uint32_t bits[] = {1, 2, 3, 4, 5}; /* 1: Needle 3 binary */
+    for (int b = 0; b < 5; b++)
         for (int book = 0; book < 2; book++) {
             check_shape(7, 96, 128, bits[b], book, 1);    /* one padded group */
             check_shape(13, 300, 128, bits[b], book, 3);  /* padded last group, odd rows */

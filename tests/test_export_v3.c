@@ -318,6 +318,63 @@ static void test_requantize(void) {
 
 /* `needle quantize --depth` writes the official rung file; a v2 file is refused and
  * nothing is written; `needle export --v3` writes the official file */
+/* Every record kind is decoded as the reader does before re-quantizing: v3d (binary,
+ * ternary, CQ2-4 records) re-quantized at CQ4 keeps each CQ tensor within CQ4's error of
+ * what the engine decodes from the input (a kind decoded wrongly, e.g. binary as zeros,
+ * would be 100% off). */
+static void test_requantize_every_record_kind(void) {
+    size_t size = 0;
+    uint8_t *image = read_file(fixture_path("v3/v3d.cact"), &size);
+    CHECK(image != NULL);
+    if (!image) return;
+    bits_map map;
+    CHECK(bits_map_parse("4", &map) == 0);
+    cact_writer w;
+    cw_init(&w);
+    uint8_t *out = NULL;
+    size_t out_size = 0;
+    CHECK_MSG(cact_requantize_image(image, size, &map, NULL, NULL, &w) == 0, "%s", needle_last_error());
+    CHECK(cw_serialize(&w, &out, &out_size) == 0);
+    needle_model *a = NULL, *b = NULL;
+    CHECK_EQ_INT(needle_model_open_blob(image, size, NULL, &a), NEEDLE_OK);
+    CHECK_EQ_INT(out ? needle_model_open_blob(out, out_size, NULL, &b) : -1, NEEDLE_OK);
+    needle_model_info info = {.size = sizeof info};
+    uint32_t kinds = 0, checked = 0;
+    if (a && b && needle_model_get_info(a, &info) == NEEDLE_OK)
+        for (uint32_t i = 0; i < info.num_tensors; i++) {
+            needle_tensor_info ta = {.size = sizeof ta}, tb = {.size = sizeof tb};
+            if (needle_model_get_tensor(a, i, &ta) || needle_model_get_tensor(b, i, &tb) ||
+                ta.dtype != NEEDLE_DTYPE_CQ)
+                continue;
+            CHECK_EQ_INT(tb.bits, 4);
+            kinds |= 1u << ta.bits;
+            size_t n = 0;
+            CHECK_EQ_INT(needle_model_decode_tensor(a, i, NULL, 0, &n), NEEDLE_ERR_BUFFER_TOO_SMALL);
+            float *wa = malloc(n * sizeof *wa), *wb = malloc(n * sizeof *wb);
+            size_t na = 0, nb = 0;
+            CHECK_EQ_INT(needle_model_decode_tensor(a, i, wa, n, &na), NEEDLE_OK);
+            CHECK_EQ_INT(needle_model_decode_tensor(b, i, wb, n, &nb), NEEDLE_OK);
+            double err = 0, ref = 0;
+            for (size_t k = 0; k < n && na == n && nb == n; k++) {
+                err += ((double)wb[k] - wa[k]) * ((double)wb[k] - wa[k]);
+                ref += (double)wa[k] * wa[k];
+            }
+            const double rel = ref > 0 ? sqrt(err / ref) : 1.0;
+            CHECK_MSG(rel < 0.2, "%s (bits %u) re-quantized at CQ4: relative error %.3f", ta.name,
+                      ta.bits, rel);
+            checked++;
+            free(wa);
+            free(wb);
+        }
+    CHECK_EQ_INT(kinds, (1u << 1) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5));
+    CHECK(checked >= 5);
+    needle_model_free(a);
+    needle_model_free(b);
+    free(out);
+    cw_release(&w);
+    free(image);
+}
+
 static void test_cli(void) {
     char tmp[] = "/tmp/needle_export_v3_XXXXXX", cmd[4096], path[256];
     CHECK(mkdtemp(tmp) != NULL);
@@ -360,6 +417,7 @@ int main(void) {
     RUN(test_rung_identity);
     RUN(test_round_trip);
     RUN(test_requantize);
+    RUN(test_requantize_every_record_kind);
     RUN(test_cli);
     return test_summary();
 }

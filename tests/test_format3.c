@@ -4,6 +4,7 @@
  * permutation, huge counts, and a Whistle (speech) file. Each must either be refused with
  * NEEDLE_ERR_FORMAT (or another error code) and a message, or load into a model that
  * runs; under ASan/UBSan (scripts/test.sh) none may read out of bounds. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -262,6 +263,87 @@ static void test_whistle_refused(void) {
     free(src);
 }
 
+/* The image must open and evaluate three tokens with finite logits. */
+static void expect_usable(const uint8_t *img, size_t size, uint32_t record) {
+    needle_model *m = NULL;
+    needle_session *s = NULL;
+    uint8_t *buf = NULL;
+    int rc = open_copy(img, size, &m, &buf);
+    CHECK_MSG(rc == NEEDLE_OK, "record %u: a defined code stream was refused: %s", record,
+              needle_last_error());
+    if (rc == NEEDLE_OK) rc = needle_session_create(m, NULL, &s);
+    const int32_t toks[3] = {5, 17, 300};
+    if (rc == NEEDLE_OK) rc = needle_session_eval(s, toks, 3, NULL, 0);
+    CHECK_MSG(rc == NEEDLE_OK, "record %u: eval failed: %s", record, needle_last_error());
+    const float *logits = rc == NEEDLE_OK ? needle_session_logits(s) : NULL;
+    int finite = logits != NULL;
+    for (int i = 0; logits && i < 384; i++) finite &= isfinite(logits[i]) != 0; /* v3d: vocab 384 */
+    CHECK_MSG(finite, "record %u: non-finite logits", record);
+    needle_session_free(s);
+    needle_model_free(m);
+    free(buf);
+}
+
+/* Every CQ record kind of v3d.cact (binary bits 1, CQ2-4, ternary bits 5): widths the
+ * format does not define are refused, a width that does not match the record's size is
+ * refused, any code stream of a defined width (ternary crumb 2, which the exporter never
+ * writes, included) loads and runs, and truncation inside any blob is refused. A Needle 2
+ * file may not use bits 1 (binary is a Needle 3 record). */
+static void test_record_kinds(void) {
+    size_t size;
+    uint8_t *src = read_file(fixture_path("v3/v3d.cact"), &size);
+    if (!src) {
+        harness_skip("no v3d fixture");
+        return;
+    }
+    uint8_t *w = malloc(size);
+    const uint32_t n = rd_u32(src + 4);
+    uint32_t seen[6] = {0};
+    for (uint32_t r = 0; r < n; r++) {
+        const uint8_t *rec = src + DIR3_OFFSET + (size_t)RECORD_BYTES * r;
+        if (rec[0] != 3) continue; /* CQ records only */
+        const uint32_t bits = rd_u32(rec + 40);
+        CHECK(bits >= 1 && bits <= 5);
+        if (bits < 1 || bits > 5) continue;
+        seen[bits]++;
+        const uint32_t bad[] = {0, 6, 7, 0xFFFFFFFFu};
+        for (size_t k = 0; k < 4; k++) {
+            memcpy(w, src, size);
+            put_u32(w + DIR3_OFFSET + (size_t)RECORD_BYTES * r + 40, bad[k]);
+            expect_reject(w, size, "bits", "undefined CQ width");
+        }
+        /* binary <-> 4 bits changes the code bytes per row 4x: the size check refuses */
+        memcpy(w, src, size);
+        put_u32(w + DIR3_OFFSET + (size_t)RECORD_BYTES * r + 40, bits == 1 ? 4 : 1);
+        expect_reject(w, size, "bytes", "width against size");
+        /* every code byte 0xAA (binary 0/1 alternating, ternary crumb 2) or 0xFF */
+        const uint64_t off = rd_u64(rec + 20), rows = rd_u32(rec + 4), cols = rd_u32(rec + 8);
+        const uint64_t G = rd_u32(rec + 36), pad = (cols + G - 1) / G * G;
+        const uint64_t code_bytes = rows * (bits == 5 ? pad / 4 : pad * bits / 8);
+        for (int v = 0; v < 2; v++) {
+            memcpy(w, src, size);
+            memset(w + off, v ? 0xFF : 0xAA, (size_t)code_bytes);
+            expect_usable(w, size, r);
+        }
+        /* cut inside this blob */
+        const uint64_t nbytes = rd_u64(rec + 28);
+        expect_reject(src, (size_t)(off + nbytes / 2), NULL, "truncated blob");
+    }
+    for (uint32_t b = 1; b <= 5; b++) CHECK_MSG(seen[b] > 0, "v3d has no bits-%u record", b);
+    free(w);
+    free(src);
+
+    uint8_t *v2 = read_file(fixture_path("tiny_cq4.cact"), &size);
+    CHECK(v2 != NULL);
+    if (!v2) return;
+    /* record 0 (the embedding, CQ) of the 120-byte-header Needle 2 directory */
+    uint8_t *bits0 = v2 + 120 + 4 * 28 + 40;
+    CHECK_EQ_INT((int)rd_u32(bits0), 4);
+    put_u32(bits0, 1);
+    expect_reject(v2, size, "bits must be 2, 3, 4 or 5", "binary in a Needle 2 file");
+    free(v2);
+}
+
 static void test_summary_counts(void) {
     printf("  hostile v3 images: %d refused, %d loaded and ran\n", g_rejected, g_accepted);
     CHECK(g_rejected > 100);
@@ -275,6 +357,7 @@ int main(void) {
     RUN(test_random_flips);
     RUN(test_bad_permutation);
     RUN(test_whistle_refused);
+    RUN(test_record_kinds);
     RUN(test_summary_counts);
     free(g_img);
     return test_summary();

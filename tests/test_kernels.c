@@ -159,8 +159,8 @@ static void check_shape(uint32_t rows, uint32_t cols, uint32_t group, uint32_t b
 }
 
 static void test_cq_kernels_all_bit_widths(void) {
-    const uint32_t bits[] = {2, 3, 4, 5};
-    for (size_t b = 0; b < 4; b++) {
+    const uint32_t bits[] = {1, 2, 3, 4, 5}; /* 1: Needle 3 binary */
+    for (size_t b = 0; b < 5; b++) {
         check_shape(7, 200, 128, bits[b]);  /* padded last group */
         check_shape(5, 96, 128, bits[b]);   /* a single padded group */
         check_shape(3, 256, 64, bits[b]);   /* several exact groups */

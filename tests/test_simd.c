@@ -166,11 +166,11 @@ static void test_dispatch(void) {
 }
 
 static void test_matmul_every_shape(void) {
-    const uint32_t bits[] = {2, 3, 4, 5};
+    const uint32_t bits[] = {1, 2, 3, 4, 5}; /* 1: Needle 3 binary */
     const uint32_t groups[] = {16, 32, 64, 128, 256};
     const uint32_t toks[] = {1, 2, 3, 4, 5, 8, 13, 40};
     for (int li = 0; li < n_levels; li++)
-        for (size_t b = 0; b < 4; b++)
+        for (size_t b = 0; b < 5; b++)
             for (size_t g = 0; g < 5; g++) {
                 const uint32_t G = groups[g];
                 /* exact groups, a padded last group, a single short group */
@@ -207,7 +207,7 @@ static void test_transforms_bit_identical(void) {
             free(b);
         }
         for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
-            for (uint32_t bits = 2; bits <= 5; bits++) {
+            for (uint32_t bits = 1; bits <= 5; bits++) {
                 const uint32_t G = groups[g], cols = 2 * G + G / 2 + 3;
                 test_matrix tm;
                 make_matrix(&tm, 3, cols, G, bits);
@@ -361,7 +361,7 @@ static void test_threaded_matmul_equals_one_thread(void) {
         test_matrix tm[NJOBS];
         uint32_t cols = 1000, ntoks[] = {1, 7, 32};
         for (int j = 0; j < NJOBS; j++) {
-            const uint32_t bits = 2 + (uint32_t)j % 4, G = 64u << (j % 3);
+            const uint32_t bits = 1 + (uint32_t)j % 5, G = 64u << (j % 3);
             make_matrix(&tm[j], 1 + rnd() % 300, cols, G, bits);
         }
         for (size_t ti = 0; ti < 3; ti++) {

@@ -67,11 +67,14 @@ def _check_backend(backend: Optional[str]) -> Optional[str]:
 # Models: shared per path (immutable and thread-safe in the engine), reference counted
 
 class _Model:
-    def __init__(self, key: tuple, handle: ctypes.c_void_p, window: int, backend: str):
+    def __init__(self, key: tuple, handle: ctypes.c_void_p, window: int, backend: str,
+                 generation: int, layers: int):
         self.key = key
         self.handle = handle
         self.kv_window = window
         self.backend = backend
+        self.generation = generation
+        self.layers = layers  # layers that run: the rung's at a Needle 3 depth
         self.refs = 0
 
 
@@ -186,15 +189,30 @@ def _resolve_weights(weights: Optional[str]) -> str:
     return os.path.realpath(weights)
 
 
-def _acquire_model(path: str, backend: Optional[str] = None) -> _Model:
-    """The shared model of `path` on `backend` (None: the engine's choice)."""
+def _check_depth(depth: Optional[int]) -> int:
+    """``depth=``: None (every layer) or a layer count, passed to the engine as
+    needle_model_params.depth (0 = every layer), which checks it against the file."""
+    if depth is None:
+        return 0
+    if isinstance(depth, bool) or not isinstance(depth, int):
+        raise TypeError(f"depth must be an int or None, not {type(depth).__name__}")
+    if not 0 <= depth < 1 << 31:
+        raise NeedleError(f"depth={depth}: a Needle 3 ladder depth is a layer count from 2 "
+                          "to the file's layers (0 or None: every layer)", -1)
+    return depth
+
+
+def _acquire_model(path: str, backend: Optional[str] = None, depth: int = 0) -> _Model:
+    """The shared model of `path` on `backend` (None: the engine's choice), running the
+    `depth`-layer rung of a Needle 3 file (0: every layer)."""
     L = lib()
-    key = (path, backend)
+    key = (path, backend, depth)
     with _models_lock:
         m = _models.get(key)
         if m is None:
             params = L.needle_model_default_params()
             params.backend = backend.encode() if backend else None
+            params.depth = depth
             h = ctypes.c_void_p()
             check(L.needle_model_open(path.encode(), ctypes.byref(params), ctypes.byref(h)))
             info = _lib._new(_lib.ModelInfo)
@@ -205,7 +223,8 @@ def _acquire_model(path: str, backend: Optional[str] = None) -> _Model:
             # a Needle 3 session attends over its whole context (max_seq_len bounds it),
             # so its header kv_window must not unbound the context
             window = int(info.kv_window) if info.generation != 3 else 0
-            m = _Model(key, h, window, L.needle_model_backend(h).decode())
+            m = _Model(key, h, window, L.needle_model_backend(h).decode(),
+                       int(info.generation), int(info.num_layers))
             _models[key] = m
         m.refs += 1
         return m
@@ -348,8 +367,12 @@ class Needle:
     auto_date: put today's local date before the system facts (see _with_date). Default
         False, unlike the official client: the demo model was trained without it, and
         it makes the output depend on the clock.
-    generation: the Needle generation to run; this engine runs generation 2 (None or 2),
-        other values raise NeedleError.
+    generation: the Needle generation of the weights (None: whatever the file is; 2 or 3
+        must match the file, other values raise NeedleError).
+    depth: a Needle 3 ladder rung: run the `depth`-layer model of the file's ladder (the
+        official bisection order; the CLI's --depth, needle_model_params.depth). None:
+        every layer. NeedleError (status -1) unless it is in [2, the file's layers], or
+        for a Needle 2 file. ``self.depth`` is the number of layers the model runs.
     stateless: forget the conversation before every query (every ``run`` and every
         query turn of ``complete``), as if ``reset()`` were called.
     min_confidence: a reply whose calls have a "confidence" below this comes back as
@@ -364,13 +387,15 @@ class Needle:
                  weights: Optional[str] = None, tool_index_path: Optional[str] = None,
                  backend: Optional[str] = None, *, buffer_size: int = _ENVELOPE_CAP,
                  auto_date: bool = False, generation: Optional[int] = None,
-                 stateless: bool = False, min_confidence: float = 0.0):
+                 stateless: bool = False, min_confidence: float = 0.0,
+                 depth: Optional[int] = None):
         self._session: Optional[_Session] = None
         self._model: Optional[_Model] = None
         backend = _check_backend(backend)
-        if generation is not None and generation != 2:
-            raise NeedleError(f"generation={generation!r}: this engine runs Needle 2 models "
-                              "only (generation 2)")
+        depth_param = _check_depth(depth)
+        if generation is not None and (isinstance(generation, bool) or generation not in (2, 3)):
+            raise NeedleError(f"generation={generation!r}: this engine runs Needle 2 and "
+                              "Needle 3 models (generation 2 or 3)")
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or \
                 buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
@@ -395,9 +420,13 @@ class Needle:
                           "or tools='tools.json'", UserWarning, stacklevel=2)
         # Names, duplicates and schemas are validated by the engine (NEEDLE_ERR_SCHEMA).
         self._lock = threading.RLock()
-        self._model = _acquire_model(self.weights, backend)
+        self._model = _acquire_model(self.weights, backend, depth_param)
         self.backend = self._model.backend
+        self.depth = self._model.layers
         try:
+            if generation is not None and generation != self._model.generation:
+                raise NeedleError(f"generation={generation}: {self.weights} is a Needle "
+                                  f"{self._model.generation} model")
             self._session = _Session(self._model, self.system, self.tools, buffer_size,
                                      tool_index_path, min_confidence)
         except BaseException:
@@ -612,11 +641,12 @@ def _extract_with(model: _Model, text: str, schema: Any, system: Optional[str],
 
 
 def extract(text: str, schema: Any, system: Optional[str] = None,
-            weights: Optional[str] = None, max_new_tokens: int = 256) -> Any:
+            weights: Optional[str] = None, max_new_tokens: int = 256, *,
+            depth: Optional[int] = None) -> Any:
     """Extracts the fields of `schema` (a tool spec: function, pydantic model, dataclass,
     dict or JSON schema) from `text`; returns the arguments dict (a pydantic instance for
-    pydantic models)."""
-    m = _acquire_model(_resolve_weights(weights))
+    pydantic models). `depth`: a Needle 3 ladder rung, as for Needle."""
+    m = _acquire_model(_resolve_weights(weights), None, _check_depth(depth))
     try:
         return _extract_with(m, text, schema, system, max_new_tokens)
     finally:

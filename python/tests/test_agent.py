@@ -343,7 +343,7 @@ def test_threads_each_own_agent(cq4, cq2):
 def test_model_cache_refcount(cq4):
     import needle.agent as agent_mod
     fn, _ = make_weather()
-    path = (os.path.realpath(cq4), None)  # keyed by file and requested backend
+    path = (os.path.realpath(cq4), None, 0)  # keyed by file, requested backend, depth
     a = needle.Needle(weights=cq4, tools=[fn])
     b = needle.Needle(weights=cq4, tools=[fn])
     assert agent_mod._models[path].refs >= 2

@@ -43,8 +43,9 @@ typedef struct cpu_session {
 
 static cpu_session *cs_of(const backend_ctx *s) { return (cpu_session *)s->dev; }
 
-/* Rotates x for products with w, or under W·A8 (a QAT point) writes its quantized row. */
-static void act_rotate(const backend_ctx *s, const cq_matrix *w, const float *x, float *out) {
+/* Rotates x for products with w, or under W·A8 (a QAT point) writes its quantized row
+ * (declared in cpu_ops3.h for the Needle 3 attention output). */
+void cpu_act_rotate(const backend_ctx *s, const cq_matrix *w, const float *x, float *out) {
     const cpu_session *c = cs_of(s);
     if (s->a8) c->a8->rotate(w, x, out);
     else c->kern->rotate(w, x, out);
@@ -169,7 +170,8 @@ static int cpu_session_init(backend_ctx *s) {
     if (!c->a8) c->a8 = &a8_kernels_scalar;
     if (s->a8) {
         const cq_matrix *act[] = {&m->layers[0].q_proj, &m->layers[0].out_proj, &m->embedding,
-                                  m->n_sites ? &m->sites[0].key_proj : &m->embedding};
+                                  m->n_sites ? &m->sites[0].key_proj : &m->embedding,
+                                  m->generation == 3 ? &m->phi_pre : &m->embedding};
         for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
             if (!a8_supported(act[i])) {
                 cpu_session_free(s);
@@ -177,6 +179,11 @@ static int cpu_session_init(backend_ctx *s) {
                                    "groups of 8..%u and inputs of at most %u columns",
                                    A8_MAX_GROUP, A8_MAX_COLS);
             }
+        if (m->generation == 3 && (m->qk_dim > A8_MAX_COLS || m->v_dim > A8_MAX_COLS)) {
+            cpu_session_free(s);
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session: W·A8 needs head dims "
+                               "of at most %u", A8_MAX_COLS);
+        }
     }
     return NEEDLE_OK;
 }
@@ -283,7 +290,7 @@ static void cpu_engram_gather(backend_ctx *s, const engram_site *es,
             if (slot == ENGRAM_MASKED) memset(dst, 0, m->sub_dim * sizeof *dst);
             else c->kern->dequant_row(&es->tables, j * m->slots + slot, dst, c->th[0].tmp);
         }
-        act_rotate(s, &es->key_proj, e, er + (size_t)i * ecols);
+        cpu_act_rotate(s, &es->key_proj, e, er + (size_t)i * ecols);
     }
 }
 
@@ -318,7 +325,10 @@ static void lane_norm_token(backend_ctx *s, const void *ctx, uint32_t i, int thr
     const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad;
     float *out = a->nx + (size_t)i * ld;
     nm_rms_unit(a->lanes + (size_t)i * nd, nd, out);
-    cs_of(s)->kern->rotate(&m->phi_pre, out, out);
+    /* Needle 3 quantizes the normed lanes for the phi products (a QAT point); Needle 2
+     * does not */
+    if (m->generation == 3) cpu_act_rotate(s, &m->phi_pre, out, out);
+    else cs_of(s)->kern->rotate(&m->phi_pre, out, out);
 }
 
 static void cpu_lane_norm(backend_ctx *s, const float *lanes, uint32_t n, float *nx) {
@@ -362,7 +372,7 @@ static void lane_read_token(backend_ctx *s, const void *ctx, uint32_t i, int thr
     }
     float *h = a->h_all + (size_t)i * d;
     nm_zc_norm(bx, l->norm_in, d, h);
-    act_rotate(s, &l->q_proj, h, a->hr + (size_t)i * h_ld);
+    cpu_act_rotate(s, &l->q_proj, h, a->hr + (size_t)i * h_ld);
 }
 
 static void cpu_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *lanes,
@@ -449,7 +459,7 @@ static void out_rotate_token(backend_ctx *s, const void *ctx, uint32_t i, int th
     (void)thread;
     const out_rotate_args *r = ctx;
     float *o = r->o + (size_t)i * r->o_ld;
-    act_rotate(s, r->w, o, o); /* W·A8: the QAT point of the gated attention output */
+    cpu_act_rotate(s, r->w, o, o); /* W·A8: the QAT point of the gated attention output */
 }
 
 static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
@@ -591,7 +601,7 @@ static void final_hidden_token(backend_ctx *s, const void *ctx, uint32_t i,
         xbar[k] = acc / (float)nl;
     }
     nm_zc_norm(xbar, m->final_norm, d, xbar);
-    act_rotate(s, &m->embedding, xbar, c->out_rot + (size_t)i * m->embedding.cols_pad);
+    cpu_act_rotate(s, &m->embedding, xbar, c->out_rot + (size_t)i * m->embedding.cols_pad);
 }
 
 static void cpu_logits(backend_ctx *s, const float *lanes, uint32_t count, float *out,

@@ -22,6 +22,7 @@
 #include "backend/cpu_ops3.h"
 #include "kernels/cpu/monarch.h"
 #include "util/fp16.h"
+#include "kernels/cpu/a8.h"
 
 static const v3_kernels *v3_kernels_of(const backend_ctx *s) {
     const v3_kernels *k = v3_kernels_named(cpu_session_kernels(s)->name);
@@ -56,6 +57,18 @@ static void kv3_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot, 
             scales[c0 / KV_SCALE_GROUP] = scale;
             for (uint32_t i = c0; i < c1; i++) dst[i - off] = (int8_t)lrintf(x[i - off] / scale);
         }
+    }
+}
+
+/* W·A8 (official maybe_quant_query, and maybe_quant_kv at kv_bits 8, which session.c
+ * requires): each of `heads` rows of `hd` values becomes s·q, its int8 quantization, as
+ * the QAT model fake-quantizes them. */
+static void a8_fake_quant_heads(float *x, uint32_t heads, uint32_t hd) {
+    int16_t q[A8_MAX_COLS]; /* session.c: head dims <= A8_MAX_COLS under W·A8 */
+    for (uint32_t h = 0; h < heads; h++) {
+        float *row = x + (size_t)h * hd;
+        const float scale = a8_quantize(row, hd, hd, q);
+        for (uint32_t k = 0; k < hd; k++) row[k] = scale * (float)q[k];
     }
 }
 
@@ -153,6 +166,10 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
             nm_zc_norm(k + b * qk, l->k_norm, qk, k + b * qk);
             nm_rope(k + b * qk, qk, cs);
         }
+        if (s->a8) {
+            a8_fake_quant_heads(k + kc, b1 - b0, qk);
+            a8_fake_quant_heads(v + vc, b1 - b0, vd);
+        }
         const uint32_t slot = nm_kv_slot(t, s->n_sinks, s->window);
         kv3_store(s, 0, x->layer, slot, kc, kn, Wk, k + kc);
         kv3_store(s, 1, x->layer, slot, vc, vn, Wv, v + vc);
@@ -175,6 +192,7 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
             for (uint32_t a = 0; a < reps; a++) {
                 nm_zc_norm(qb + a * qk, l->q_norm, qk, qb + a * qk);
                 nm_rope(qb + a * qk, qk, cs);
+                if (s->a8) a8_fake_quant_heads(qb + a * qk, 1, qk);
             }
             kv.k = (const char *)s->k_cache + (layer_row * kvd + (size_t)b * qk) * elem;
             kv.v = (const char *)s->v_cache + (layer_row * kvd + (size_t)b * vd) * elem;
@@ -199,7 +217,7 @@ static void out_rotate3_token(backend_ctx *s, const void *ctx, uint32_t i, int t
     (void)thread;
     const rotate3_args *r = ctx;
     float *o = r->o + (size_t)i * r->o_ld;
-    cpu_session_kernels(s)->rotate(r->w, o, o);
+    cpu_act_rotate(s, r->w, o, o); /* W·A8: the gated output's QAT point */
 }
 
 void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,

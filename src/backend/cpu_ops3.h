@@ -12,6 +12,8 @@ void cpu_attention3(backend_ctx *s, uint32_t layer, uint32_t p0, uint32_t n,
                     const float *rope_cs, float *q, float *k, float *v, const float *gate,
                     float *o);
 void cpu_monarch_mlp(backend_ctx *s, uint32_t layer, uint32_t n, const float *h, float *out);
+/* cpu_ops.c: x rotated for products with w, or under W·A8 its quantized row. */
+void cpu_act_rotate(const backend_ctx *s, const cq_matrix *w, const float *x, float *out);
 
 /* Floats of per-thread scratch (cpu_thread_tmp) the Needle 3 ops need. */
 static inline size_t cpu_ops3_scratch_floats(const model_weights *m) {

@@ -15,10 +15,13 @@ int cact_requantize(const cact_file *in, const bits_map *map, export_progress_fn
     int st = cq_codebooks_init(&cb, in->group ? in->group : 128);
     if (st) return st;
     /* decode with the codebooks the input file carries; the ternary levels are not in the
-     * file, and the reader computes them as the exporter does */
+     * file, and the reader computes them as the exporter does; Needle 3's binary levels
+     * are analytic too, the loader's */
     file_cb = cb;
     for (uint32_t b = 2; b <= 4; b++)
         for (uint32_t k = 0; k < 16; k++) file_cb.levels[b][k] = in->codebooks[b][k];
+    file_cb.levels[CACT3_BITS_BINARY][0] = in->codebooks[CACT3_BITS_BINARY][0];
+    file_cb.levels[CACT3_BITS_BINARY][1] = in->codebooks[CACT3_BITS_BINARY][1];
     if (in->generation == 3) cact3_writer_header(in, w);
     else w->h = in->h;
     for (uint32_t b = 2, k = 0; b <= 4; b++)

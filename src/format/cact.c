@@ -229,7 +229,9 @@ int cact_check_record(cact_file *f, uint32_t i, const cact_expected *e) {
             snprintf(msg, sizeof msg, "%s has dtype %u, expected CQ", e->name, t->dtype);
             return fail("cact:", i, msg);
         }
-        if (t->bits < 2 || t->bits > 5)
+        if (f->generation == 3 && (t->bits < 1 || t->bits > 5))
+            return fail("cact3:", i, "CQ bits must be 1 (binary), 2, 3, 4 or 5 (ternary)");
+        if (f->generation != 3 && (t->bits < 2 || t->bits > 5))
             return fail("cact:", i, "CQ bits must be 2, 3, 4 or 5 (ternary)");
         if (!cact_is_pow2(t->group) || t->group < 16 || t->group > MAX_GROUP)
             return fail("cact:", i, "CQ group size must be a power of two in [16, 4096]");
@@ -350,7 +352,7 @@ int cact_read_directory(cact_file *f, uint64_t dir, uint64_t dir_end) {
     return NEEDLE_OK;
 }
 
-void cact_set_ternary_levels(cact_file *f) {
+void cact_set_analytic_levels(cact_file *f) {
     if (f->group) {
         /* Ternary levels are analytic (not stored): {-c, 0, +c}/sqrt(G). The table is
          * indexed by the raw 2-bit crumb (codes 3, 0, 1 stand for -c, 0, +c), so ternary
@@ -361,6 +363,15 @@ void cact_set_ternary_levels(cact_file *f) {
         f->codebooks[CACT_BITS_TERNARY][1] = level;
         f->codebooks[CACT_BITS_TERNARY][2] = 0.0f;
         f->codebooks[CACT_BITS_TERNARY][3] = -level;
+        /* Needle 3's binary records (bits 1): the 2-level Lloyd-Max points of a unit
+         * Gaussian, +-sqrt(2/pi), scaled like every codebook; computed in double and
+         * rounded once, as the official float64 numpy codebook is. Code 0 is the negative
+         * level (the official codebook is sorted). */
+        if (f->generation == 3) {
+            double b = sqrt(2.0 / 3.14159265358979323846) / sqrt((double)f->group);
+            f->codebooks[CACT3_BITS_BINARY][0] = (float)-b;
+            f->codebooks[CACT3_BITS_BINARY][1] = (float)b;
+        }
     }
 }
 
@@ -409,7 +420,7 @@ int cact_parse(const uint8_t *data, size_t size, cact_file *out) {
     uint32_t extra = h->num_tensors - base_count - (f.tokenizer_index >= 0 ? 1u : 0u);
     if ((rc = check_probe_heads(&f, base_count, extra))) goto error;
 
-    cact_set_ternary_levels(&f);
+    cact_set_analytic_levels(&f);
     *out = f;
     needle_clear_error();
     return NEEDLE_OK;

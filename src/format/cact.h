@@ -29,6 +29,7 @@
 #define CACT_CODEBOOK_LEN 28u
 #define CACT_BITS_TERNARY 5u
 #define CACT_TERNARY_LEVEL 1.2240064f /* unit-variance 3-level Lloyd-Max point, §2.2 */
+#define CACT3_BITS_BINARY 1u /* Needle 3 only: 8 codes a byte, levels {-1, +1} sqrt(2/pi)/sqrt(G) */
 
 enum cact_dtype { CACT_FP16 = 1, CACT_FP32 = 2, CACT_CQ = 3, CACT_RAW = 4 };
 
@@ -69,7 +70,7 @@ typedef struct cact_tensor {
     uint64_t offset;
     uint64_t nbytes;
     uint32_t group;    /* CQ only */
-    uint32_t bits;     /* CQ only: 2, 3, 4 or 5 (ternary) */
+    uint32_t bits;     /* CQ only: 2, 3, 4 or 5 (ternary); Needle 3 also 1 (binary) */
     const uint8_t *data;
 } cact_tensor;
 
@@ -89,7 +90,8 @@ typedef struct cact_file {
     cact_header h;          /* generation 2 */
     cact3_header h3;        /* generation 3 */
     cact3_layout l3;        /* generation 3 */
-    float codebooks[6][16]; /* [bits] -> levels; [5] = ternary {-c, 0, +c}/sqrt(G) */
+    float codebooks[6][16]; /* [bits] -> levels; [5] = ternary {-c, 0, +c}/sqrt(G);
+                             * [1] = binary (Needle 3) {-b, +b}/sqrt(G), b = sqrt(2/pi) */
     uint32_t group;         /* the CQ group size shared by the file's CQ tensors (0: none) */
     cact_tensor *tensors;   /* num_tensors records, malloc'd */
     uint32_t num_tensors;

@@ -342,7 +342,7 @@ int cact3_parse(const uint8_t *data, size_t size, cact_file *out) {
     const uint32_t extra = h->num_tensors - base_count - (f.tokenizer_index >= 0 ? 1u : 0u);
     if ((rc = check_heads3(&f, base_count, extra))) goto error;
 
-    cact_set_ternary_levels(&f);
+    cact_set_analytic_levels(&f);
     *out = f;
     needle_clear_error();
     return NEEDLE_OK;

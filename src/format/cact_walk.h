@@ -46,8 +46,8 @@ int cact_check_record(cact_file *f, uint32_t i, const cact_expected *e);
 int cact_read_codebooks(cact_file *f, size_t at);
 /* Fills f->tensors[0, f->num_tensors) from the records at [dir, dir_end). */
 int cact_read_directory(cact_file *f, uint64_t dir, uint64_t dir_end);
-/* The analytic ternary levels, once f->group is known. */
-void cact_set_ternary_levels(cact_file *f);
+/* The analytic ternary (and, in Needle 3, binary) levels, once f->group is known. */
+void cact_set_analytic_levels(cact_file *f);
 
 /* The Needle 3 reader (cact3.c), reached from cact_parse by the tag. */
 int cact3_parse(const uint8_t *data, size_t size, cact_file *out);

@@ -17,8 +17,9 @@
 #include "util/clock.h"
 #include "util/error.h"
 
-/* A product over activations that the QAT model quantizes (spec §5.3, points 1-3). */
-static void act_matmul(struct needle_session *s, const float *xr, size_t ld_x, uint32_t n,
+/* A product over activations that the QAT model quantizes (spec §5.3, points 1-3; in
+ * Needle 3 also the mHC phi products). */
+void forward_act_matmul(struct needle_session *s, const float *xr, size_t ld_x, uint32_t n,
                        const cq_job *jobs, uint32_t njobs) {
     if (s->bk.a8) s->ops->matmul_a8(&s->bk, xr, ld_x, n, jobs, njobs);
     else s->ops->matmul(&s->bk, xr, ld_x, n, jobs, njobs);
@@ -74,7 +75,7 @@ static void engram_chunk(struct needle_session *s, const int32_t *tokens, uint32
         TIMED(engram_ms, ops->engram_gather(&s->bk, es, s->eng_slots, n, s->eng_er));
         float *ek = s->eng_k + (size_t)site * s->bk.chunk * d;
         const cq_job kv[] = {{&es->key_proj, 0, d, ek, d}, {&es->value_proj, 0, d, s->eng_vhat, d}};
-        TIMED(matmul_ms, act_matmul(s, s->eng_er, es->key_proj.cols_pad, n, kv, 2));
+        TIMED(matmul_ms, forward_act_matmul(s, s->eng_er, es->key_proj.cols_pad, n, kv, 2));
         /* depthwise causal conv over pre-conv values at offsets 0, dil, 2*dil, ... */
         TIMED(engram_ms, ops->engram_conv(&s->bk, es, s->ev_hist + (size_t)site * s->bk.ev_ring * d,
                                           s->eng_vhat, p0, n,
@@ -108,11 +109,11 @@ static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint
     /* attention */
     const cq_job qkvg[] = {{&l->q_proj, 0, A, s->q, A}, {&l->k_proj, 0, kvd, s->k, kvd},
                            {&l->v_proj, 0, kvd, s->v, kvd}, {&l->gate_proj, 0, A, s->gate, A}};
-    TIMED(matmul_ms, act_matmul(s, s->hr, l->q_proj.cols_pad, n, qkvg, 4));
+    TIMED(matmul_ms, forward_act_matmul(s, s->hr, l->q_proj.cols_pad, n, qkvg, 4));
     TIMED(attention_ms,
           ops->attention(&s->bk, li, p0, n, s->rope_cs, s->q, s->k, s->v, s->gate, s->o));
     const cq_job out[] = {{&l->out_proj, 0, d, s->attn, d}};
-    TIMED(matmul_ms, act_matmul(s, s->o, l->out_proj.cols_pad, n, out, 1));
+    TIMED(matmul_ms, forward_act_matmul(s, s->o, l->out_proj.cols_pad, n, out, 1));
 
     /* x2 = bx + gate * ZC(attn), h = ZC(x2), attn := MLP(h), then the lane write */
     TIMED(attention_ms, ops->attn_residual(&s->bk, li, n, s->attn, s->bx, s->x2, s->h));

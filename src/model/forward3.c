@@ -7,6 +7,8 @@
  * products of different widths (q, k: heads x qk_dim; v: kv heads x v_dim; gate: heads x
  * v_dim); attention3 applies the conv taps, norms, RoPE, the layer's span and the gate;
  * out_proj; the attention residual as in Needle 2; the Monarch MLP; the lane write.
+ * Under W·A8 the inputs of the phi, q/k/v/gate and out_proj products are A8 rows (the
+ * official quant=True points; attention3 quantizes the heads).
  * The mHC phi rows are those of the file layer this layer runs (a ladder rung skips
  * layers; everything else is already in rung order in m->w). */
 #include <math.h>
@@ -28,7 +30,7 @@ void forward3_layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, ui
     const cq_job phi[] = {{&m->w.phi_pre, fl * nl, nl, s->mix, mix_ld},
                           {&m->w.phi_post, fl * nl, nl, s->mix + nl, mix_ld},
                           {&m->w.phi_res, fl * nl * nl, nl * nl, s->mix + 2 * nl, mix_ld}};
-    TIMED(matmul_ms, ops->matmul(&s->bk, s->nx, m->w.phi_pre.cols_pad, n, phi, 3));
+    TIMED(matmul_ms, forward_act_matmul(s, s->nx, m->w.phi_pre.cols_pad, n, phi, 3));
 
     const float *ek = site >= 0 ? s->eng_k + (size_t)site * s->bk.chunk * d : NULL;
     const float *ev = site >= 0 ? s->eng_v + (size_t)site * s->bk.chunk * d : NULL;
@@ -39,11 +41,11 @@ void forward3_layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, ui
                            {&l->k_proj, 0, KV * qk, s->k, KV * qk},
                            {&l->v_proj, 0, KV * vd, s->v, KV * vd},
                            {&l->gate_proj, 0, H * vd, s->gate, H * vd}};
-    TIMED(matmul_ms, ops->matmul(&s->bk, s->hr, l->q_proj.cols_pad, n, qkvg, 4));
+    TIMED(matmul_ms, forward_act_matmul(s, s->hr, l->q_proj.cols_pad, n, qkvg, 4));
     TIMED(attention_ms,
           ops->attention3(&s->bk, li, p0, n, s->rope_cs, s->q, s->k, s->v, s->gate, s->o));
     const cq_job out[] = {{&l->out_proj, 0, d, s->attn, d}};
-    TIMED(matmul_ms, ops->matmul(&s->bk, s->o, l->out_proj.cols_pad, n, out, 1));
+    TIMED(matmul_ms, forward_act_matmul(s, s->o, l->out_proj.cols_pad, n, out, 1));
 
     TIMED(attention_ms, ops->attn_residual(&s->bk, li, n, s->attn, s->bx, s->x2, s->h));
     TIMED(hadamard_ms, ops->monarch_mlp(&s->bk, li, n, s->h, s->attn));

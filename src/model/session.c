@@ -166,10 +166,16 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
      * local layers keep their own sliding window inside the cache) */
     const int gen3 = m->w.generation == 3;
     uint32_t window = p.kv_window < 0 ? (gen3 ? 0 : m->info.kv_window) : (uint32_t)p.kv_window;
-    if (gen3 && a8)
+    /* Needle 3 W·A8 also quantizes the query, key and value heads inside the CPU's
+     * attention3, at the file's kv_bits; only 8 (per-head int8, what the exporter writes)
+     * is implemented, not the CQ-quantized KV of kv_bits 2-4 */
+    if (gen3 && a8 && ops != &cpu_backend_ops)
+        return needle_fail(NEEDLE_ERR_BACKEND, "session_create: the W·A8 mode (activations "
+                           "= A8 or NEEDLE_A8=1) runs Needle 3 models on the CPU backend only");
+    if (gen3 && a8 && m->info.kv_bits != 8)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: the W·A8 mode "
-                           "(activations = A8 or NEEDLE_A8=1) is not implemented for Needle 3 "
-                           "models yet");
+                           "(activations = A8 or NEEDLE_A8=1) supports Needle 3 files made for "
+                           "an 8-bit KV cache; this one has kv_bits %u", m->info.kv_bits);
     if (gen3) {
         int rc3 = session3_check(m, ops, window);
         if (rc3) return rc3;

@@ -104,6 +104,11 @@ struct needle_session {
         s->stats.field += util_clock_ms() - t0_;    \
     } while (0)
 
+/* A product whose input rows are at a QAT point (forward.c): under W·A8 (s->bk.a8) `xr`
+ * holds A8 rows and the backend's matmul_a8 runs, else rotated floats and matmul. */
+void forward_act_matmul(struct needle_session *s, const float *xr, size_t ld_x, uint32_t n,
+                        const cq_job *jobs, uint32_t njobs);
+
 /* Needle 3 (forward3.c): one layer over the chunk at p0, and the logits of ids past
  * out_vocab (input-only rows) set to -inf in `count` rows of `vocab` (no-op for Needle 2). */
 void forward3_layer_chunk(struct needle_session *s, uint32_t layer, uint32_t p0, uint32_t n);

@@ -15,7 +15,8 @@
 
 typedef struct cq_codebooks {
     uint32_t group;
-    float levels[6][16]; /* [2], [3], [4]: 2^b sorted levels; [5]: ternary {-c, 0, +c} */
+    float levels[6][16]; /* [2], [3], [4]: 2^b sorted levels; [5]: ternary {-c, 0, +c};
+                          * [1]: Needle 3 binary, set only to decode (cact_requantize) */
 } cq_codebooks;
 
 /* Fills every codebook for group size `group` (a power of two). Returns 0, or a negative

@@ -182,6 +182,8 @@ int cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t r
     const uint64_t pad = ((uint64_t)cols + G - 1) / G * G, ngroups = pad / G;
     const uint64_t rb = row_bytes(pad, bits);
     const uint32_t width = bits == CQ_TERNARY ? 2 : bits;
+    /* bits 1: Needle 3 binary records, decoded only (levels [1] set by the caller) */
+    const uint32_t n_levels = bits == 1 ? 2u : cq_levels(bits);
     const float *levels = cb->levels[bits];
     float *hm = hadamard_matrix(G);
     if (!hm) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
@@ -195,7 +197,7 @@ int cq_dequantize_matrix(const cq_codebooks *cb, const uint8_t *blob, uint32_t r
             for (uint32_t k = 0; k < G; k++) {
                 uint32_t code = get_code(row, gi * G + k, width);
                 if (bits == CQ_TERNARY) code = code == 3 ? 0 : code + 1;
-                scaled[k] = levels[code < cq_levels(bits) ? code : 0] * nf;
+                scaled[k] = levels[code < n_levels ? code : 0] * nf;
             }
             rotate_group(scaled, deq, G, hm, ngroups == 1);
             for (uint32_t k = 0; k < G && gi * G + k < cols; k++) w[(uint64_t)r * cols + gi * G + k] = deq[k];

@@ -8,7 +8,9 @@ Everything numeric comes from the official package:
   three probe heads); every leaf is then filled with seeded random values;
 * the `.cact` files are written by the official exporter `needle.model.export.write_export`
   (its CQ packer is only told which width to use per tensor: the package writes CQ4 only,
-  the shipped file is CQ2 with CQ4 embedding, mHC phi and heads);
+  the shipped file is CQ2 with CQ4 embedding, mHC phi and heads; the package has no
+  writer for the ternary records its reader and format comment define, so those are
+  packed here by that definition, see pack_ternary);
 * the file is read back with the official reader `read_export`, the decoded tensors are put
   back into the parameter tree, and the reference logits are the official full-sequence
   forward `SimpleAttentionNetwork.apply` in float32 on CPU;
@@ -69,6 +71,15 @@ MODELS = {
                           global_layers=(), qkv_conv_taps=2, mhc_lanes=2,
                           engram_orders=(2,), engram_slots=31, engram_layers=()),
                 group=32, bits="cq2", heads=False, rungs=(2,), seed=13),
+    # Every weight record kind the format defines: binary (bits 1), CQ2, CQ3, CQ4 and
+    # ternary (bits 5) in turn over the tensors, so each kind lands on projections, the
+    # tied embedding, mHC phi and engram tables.
+    "v3d": dict(geom=dict(vocab_size=384, out_vocab=0, d_model=80, num_heads=4,
+                          num_kv_heads=2, num_layers=3, qk_head_dim=16, v_head_dim=16,
+                          max_seq_len=64, rope_theta=10000.0, sliding_window=6,
+                          global_layers=(2,), qkv_conv_taps=2, mhc_lanes=2,
+                          engram_orders=(2,), engram_slots=31, engram_layers=(1,)),
+                group=64, bits="every", heads=False, rungs=(), seed=14),
 }
 # The released needle3.cact geometry (NEEDLE3-NOTES.md), CQ2 with CQ4 embedding, mHC phi
 # and heads like the shipped file; ~35 MB, so only made on request (--only released) into
@@ -237,12 +248,40 @@ def random_params(cfg, seed, heads):
 
 # ---- the exporter, told the CQ width per tensor -----------------------------------------
 
+# The record widths "every" cycles through: binary, ternary, CQ3, CQ2, CQ4.
+EVERY_KIND = (1, E.TERNARY_RECORD_BITS, 3, 2, 4)
+
+
+def pack_ternary(w, group):
+    """A ternary record as export.py's format comment defines it (the package reads these,
+    `read_export`, but has no writer): the official CQ rotation and nearest-level choice
+    over the 3-level codebook, each trit index 0, 1, 2 stored as the 2-bit crumb 3, 0, 1
+    in the official LSB-first packing, then the f16 group norms."""
+    cb = E._cq_codebook_np(E.TERNARY_BITS, group)
+    H = E._cq_hadamard_np(group)
+    out, D = w.shape
+    pad = (-D) % group
+    wp = np.pad(w, ((0, 0), (0, pad))) if pad else w
+    in_pad = wp.shape[1]
+    g = wp.reshape(out, in_pad // group, group).astype(np.float32)
+    rot = g @ H
+    norm = np.sqrt((rot ** 2).sum(-1, keepdims=True))
+    unit = rot / np.maximum(norm, 1e-12)
+    idx = E._nearest_idx(unit, cb).reshape(out, in_pad)
+    crumbs = np.array([3, 0, 1], np.uint8)[idx]
+    return E._pack_lsb(crumbs, 2), norm[:, :, 0].astype(np.float16)
+
+
 def export(params, cfg, path, bits, group, tokenizer):
-    """write_export with the width chosen per tensor: 'cq4', 'cq2', or 'mixed' (CQ2 with
-    CQ4 embedding, mHC phi and heads, like the shipped needle3.cact)."""
+    """write_export with the width chosen per tensor: 'cq4', 'cq2', 'mixed' (CQ2 with
+    CQ4 embedding, mHC phi and heads, like the shipped needle3.cact) or 'every' (the
+    record kinds of EVERY_KIND in turn)."""
     orig_pack, orig_q = E._cq_pack, E._q
+    count = [0]
 
     def pack(w, b, g):
+        if b == E.TERNARY_RECORD_BITS:
+            return pack_ternary(w, g)
         saved = E.WEIGHT_BITS
         E.WEIGHT_BITS = b
         try:
@@ -251,7 +290,10 @@ def export(params, cfg, path, bits, group, tokenizer):
             E.WEIGHT_BITS = saved
 
     def q(name, mat, b, g):
-        if bits == "cq2" or (bits == "mixed" and not (
+        if bits == "every":
+            b = EVERY_KIND[count[0] % len(EVERY_KIND)]
+            count[0] += 1
+        elif bits == "cq2" or (bits == "mixed" and not (
                 name == "embedding" or name.startswith("mhc_phi") or "_head." in name)):
             b = 2
         return orig_q(name, mat, b, g)

@@ -29,6 +29,7 @@ __device__ __forceinline__ float h2f(uint16_t u) { return __half2float(__ushort_
 
 /* Code k of a packed row (LSB-first streams, spec §1.7). */
 __device__ __forceinline__ uint32_t cq_code(const uint8_t *row, uint32_t bits, uint32_t k) {
+    if (bits == 1) return (row[k >> 3] >> (k & 7u)) & 1u; /* Needle 3 binary */
     if (bits == 4) return (row[k >> 1] >> ((k & 1u) * 4u)) & 15u;
     if (bits == 3) {
         const uint8_t *p = row + (k >> 3) * 3u;

@@ -55,6 +55,7 @@ typedef struct nk_args {
 
 /* Code k of a packed row (LSB-first streams). */
 NK_FN uint nk_code(NK_DEVICE const uchar *row, uint bits, uint k) {
+    if (bits == 1u) return ((uint)row[k >> 3] >> (k & 7u)) & 1u; /* Needle 3 binary */
     if (bits == 4u) return ((uint)row[k >> 1] >> ((k & 1u) * 4u)) & 15u;
     if (bits == 3u) {
         NK_DEVICE const uchar *p = row + (k >> 3) * 3u;

@@ -83,6 +83,12 @@ void a8_rotate_natural(const cq_matrix *w, const float *x, float *row) {
 void a8_unpack_codes(const cq_matrix *w, const uint8_t *row, uint32_t k0, uint32_t n,
                          uint8_t *codes) {
     switch (w->bits) {
+    case 1: /* Needle 3 binary: 8 codes a byte */
+        for (uint32_t k = 0; k < n; k += 8) {
+            const uint8_t b = row[(k0 + k) / 8];
+            for (uint32_t i = 0; i < 8; i++) codes[k + i] = (b >> i) & 1u;
+        }
+        break;
     case 2:
     case 5:
         for (uint32_t k = 0; k < n; k += 4) {

@@ -19,7 +19,7 @@
  * row is decoded once, norms folded in, into the scratch and multiplied against the
  * tokens in 2-row x 4-token register tiles, which keeps the FMA units busy.
  *
- * Everything else (3 bits, smaller groups, no scratch) takes the "natural order" path:
+ * Everything else (1 and 3 bits, smaller groups, no scratch) takes the "natural order" path:
  * 8 consecutive codes are broadcast, shifted into lanes with vpsrlvd and looked up with
  * vpermilps / vpermps, in column order.
  *
@@ -359,6 +359,7 @@ AVX2 static void tile_tok1(const float *w0, const float *xp, uint32_t cols_pad, 
 /* ---- natural order: any bits, any group (a multiple of 8), no scratch -------------- */
 
 typedef struct natural_tables {
+    __m256 t2;     /* 1 bit: the 2 levels four times (vpermilps reads index bits 0-1) */
     __m256 t4;     /* 2 bits / ternary: the 4 levels twice (vpermilps) */
     __m256 lo, hi; /* 3 and 4 bits: levels 0-7 and 8-15 (vpermps) */
 } natural_tables;
@@ -366,6 +367,11 @@ typedef struct natural_tables {
 /* The 8 levels of columns [c, c + 8) of a row, in column order. */
 AVX2_INLINE __m256 decode8(const uint8_t *codes, uint32_t bits, uint32_t c,
                            const natural_tables *nt) {
+    if (bits == 1) {
+        const __m256i s = _mm256_srlv_epi32(_mm256_set1_epi32(codes[c / 8]),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        return _mm256_permutevar_ps(nt->t2, s);
+    }
     if (bits == 2 || bits == 5) {
         const uint32_t u = (uint32_t)codes[c / 4] | (uint32_t)codes[c / 4 + 1] << 8;
         const __m256i s = _mm256_srlv_epi32(_mm256_set1_epi32((int)u),
@@ -396,6 +402,7 @@ AVX2 static void matmul_natural(const cq_matrix *w, uint32_t row0, uint32_t nrow
     const uint32_t G = w->group, bits = w->bits;
     const float *cb = w->codebook;
     natural_tables nt;
+    nt.t2 = _mm256_setr_ps(cb[0], cb[1], cb[0], cb[1], cb[0], cb[1], cb[0], cb[1]);
     nt.t4 = _mm256_setr_ps(cb[0], cb[1], cb[2], cb[3], cb[0], cb[1], cb[2], cb[3]);
     nt.lo = _mm256_loadu_ps(cb);
     nt.hi = _mm256_loadu_ps(cb + 8);

@@ -54,7 +54,9 @@ static void byte_tables(const float *cb, uint32_t levels, uint8x16_t T[4]) {
     for (int k = 0; k < 4; k++) T[k] = vld1q_u8(b[k]);
 }
 
-static uint32_t levels_of(uint32_t bits) { return bits == 3 ? 8 : bits == 4 ? 16 : 4; }
+static uint32_t levels_of(uint32_t bits) {
+    return bits == 1 ? 2 : bits == 3 ? 8 : bits == 4 ? 16 : 4;
+}
 
 static inline float norm_of(const uint16_t *norms, uint32_t g) {
     return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(norms[g]))), 0);
@@ -62,10 +64,10 @@ static inline float norm_of(const uint16_t *norms, uint32_t g) {
 
 /* Constants that spread packed codes into one byte per column (see decode16). */
 typedef struct spread_tables {
-    uint8x16_t idx;    /* 2, 4 bits: the byte holding each column's code; 3 bits: the two
+    uint8x16_t idx;    /* 1, 2, 4 bits: the byte holding each column's code; 3 bits: the two
                         * bytes of the 16-bit window holding each of codes 0-7 */
     uint8x16_t idx_hi; /* 3 bits: the windows of codes 8-15 (3 bytes on) */
-    int8x16_t shift;   /* 2, 4 bits: minus the code's bit offset in its byte */
+    int8x16_t shift;   /* 1, 2, 4 bits: minus the code's bit offset in its byte */
     int16x8_t shift3;  /* 3 bits: minus the code's bit offset in its window */
     uint8x16_t mask;
 } spread_tables;
@@ -75,7 +77,10 @@ static void spread_tables_init(uint32_t bits, spread_tables *st) {
     int8_t sh[16];
     int16_t sh3[8];
     for (int i = 0; i < 16; i++) {
-        if (bits == 4) {
+        if (bits == 1) {
+            idx[i] = (uint8_t)(i / 8);
+            sh[i] = (int8_t)(-(i % 8));
+        } else if (bits == 4) {
             idx[i] = (uint8_t)(i / 2);
             sh[i] = (int8_t)(-4 * (i % 2));
         } else if (bits == 3) {
@@ -98,6 +103,12 @@ static void spread_tables_init(uint32_t bits, spread_tables *st) {
  * exactly the code bytes of those columns (c a multiple of 16). */
 static inline uint8x16_t codes16(const uint8_t *codes, uint32_t bits, uint32_t c,
                                  const spread_tables *st) {
+    if (bits == 1) {
+        uint16_t u;
+        memcpy(&u, codes + c / 8, sizeof u);
+        const uint8x16_t v = vqtbl1q_u8(vreinterpretq_u8_u16(vdupq_n_u16(u)), st->idx);
+        return vandq_u8(vshlq_u8(v, st->shift), st->mask);
+    }
     if (bits == 4) {
         uint64_t u;
         memcpy(&u, codes + c / 2, sizeof u);

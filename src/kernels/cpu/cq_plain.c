@@ -25,6 +25,14 @@ void cq_group_levels(const cq_matrix *w, uint32_t r, uint32_t g, float *out) {
     const float *cb = w->codebook;
     const uint32_t G = w->group;
     switch (w->bits) {
+    case 1: { /* Needle 3 binary: 8 codes a byte, LSB first */
+        const uint8_t *p = row + (size_t)g * G / 8;
+        for (uint32_t k = 0; k < G; k += 8) {
+            uint8_t b = *p++;
+            for (uint32_t i = 0; i < 8; i++) out[k + i] = cb[(b >> i) & 1];
+        }
+        break;
+    }
     case 2:
     case 5: {
         const uint8_t *p = row + (size_t)g * G / 4;
