@@ -120,23 +120,46 @@ static void permute(int layout, const float *xr, size_t ld_x, uint32_t ntok, uin
         a3 = _mm256_fmadd_ps((f)[3], _mm256_load_ps((x) + 24), a3);                        \
     } while (0)
 
+/* 2-bit weights without assemble(): vpermilps reads only the low 2 bits of each dword of
+ * its control, so with the 4 levels in both halves of `t4` it turns one code per dword
+ * into its level directly. One vpshufb first transposes each 128-bit half as a 4x4 byte
+ * matrix, so that dword e holds the 4 code bytes whose codes layout slots 8q + e (q =
+ * 0..3) need; shifting by 8q + 2h then brings code h of byte q to the bottom. Per 128
+ * weights: 1 byte shuffle, 15 shifts and 16 lane permutes instead of 48 shuffles, and
+ * the same levels land in the same slots, so the products and sums are unchanged. */
+AVX2_INLINE __m256 c2_levels(const float *cb) {
+    return _mm256_setr_ps(cb[0], cb[1], cb[2], cb[3], cb[0], cb[1], cb[2], cb[3]);
+}
+
+AVX2_INLINE __m256i c2_transpose(__m256i v) {
+    const __m256i tr = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                        0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm256_shuffle_epi8(v, tr);
+}
+
+/* The 8 levels of layout slots 32h + 8q .. + 7 of a transposed block t. */
+#define C2_LEVELS(t, q, h) _mm256_permutevar_ps(t4, _mm256_srli_epi32((t), 8 * (q) + 2 * (h)))
+
 /* 128 columns of one row (32 code bytes `v` at 2 bits) against xp block x, into the
- * accumulators a0..a3 (a macro so that they stay in registers). */
+ * accumulators a0..a3 (a macro so that they stay in registers), each in slot order h =
+ * 0..3 as the multi-token decode stores them. */
+#define C2_STEP(t, x, h)                                                                   \
+    do {                                                                                   \
+        a0 = _mm256_fmadd_ps(C2_LEVELS(t, 0, h), _mm256_load_ps((x) + 32 * (h)), a0);       \
+        a1 = _mm256_fmadd_ps(C2_LEVELS(t, 1, h), _mm256_load_ps((x) + 32 * (h) + 8), a1);   \
+        a2 = _mm256_fmadd_ps(C2_LEVELS(t, 2, h), _mm256_load_ps((x) + 32 * (h) + 16), a2);  \
+        a3 = _mm256_fmadd_ps(C2_LEVELS(t, 3, h), _mm256_load_ps((x) + 32 * (h) + 24), a3);  \
+    } while (0)
 #define C2_BLOCK(v, x)                                                                     \
     do {                                                                                   \
-        const __m256i m3_ = _mm256_set1_epi8(3);                                           \
-        __m256 f_[4];                                                                      \
-        assemble(_mm256_and_si256((v), m3_), T, f_);                                       \
-        DOT4(f_, (x));                                                                     \
-        assemble(_mm256_and_si256(_mm256_srli_epi16((v), 2), m3_), T, f_);                 \
-        DOT4(f_, (x) + 32);                                                                \
-        assemble(_mm256_and_si256(_mm256_srli_epi16((v), 4), m3_), T, f_);                 \
-        DOT4(f_, (x) + 64);                                                                \
-        assemble(_mm256_and_si256(_mm256_srli_epi16((v), 6), m3_), T, f_);                 \
-        DOT4(f_, (x) + 96);                                                                \
+        const __m256i t_ = c2_transpose(v);                                                \
+        C2_STEP(t_, (x), 0);                                                               \
+        C2_STEP(t_, (x), 1);                                                               \
+        C2_STEP(t_, (x), 2);                                                               \
+        C2_STEP(t_, (x), 3);                                                               \
     } while (0)
 
-AVX2 static float row_c2(const cq_matrix *w, uint32_t r, const float *xp, const __m256i T[4]) {
+AVX2 static float row_c2(const cq_matrix *w, uint32_t r, const float *xp, const __m256 t4) {
     const uint8_t *codes = w->codes + (size_t)r * w->row_bytes;
     const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
     const uint32_t G = w->group;
@@ -243,7 +266,7 @@ AVX2 static float row_lut2(const cq_matrix *w, uint32_t r, const float *lut) {
 
 /* row_c2(r) and row_lut2(r + 1) interleaved; the same arithmetic as each alone. */
 AVX2 static void rows_c2_lut2(const cq_matrix *w, uint32_t r, const float *xp, const float *lut,
-                              const __m256i T[4], float *ya, float *yb) {
+                              const __m256 t4, float *ya, float *yb) {
     const uint8_t *ca = w->codes + (size_t)r * w->row_bytes, *cb = ca + w->row_bytes;
     const uint16_t *na = w->norms + (size_t)r * w->ngroups, *nb = na + w->ngroups;
     const uint32_t G = w->group;
@@ -279,16 +302,19 @@ AVX2 static void decode_row_scaled(const cq_matrix *w, int layout, uint32_t r,
     const uint32_t G = w->group;
     __m256 f[4];
     if (layout == LAYOUT_C2) {
-        const __m256i m3 = _mm256_set1_epi8(3);
+        const __m256 t4 = c2_levels(w->codebook);
         for (uint32_t c = 0; c < w->cols_pad; c += 128) {
             const __m256 nb = _mm256_set1_ps(norm_of(norms, c / G));
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(codes + c / 4));
-            for (int h = 0; h < 4; h++) {
-                const __m256i sh = _mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * h));
-                assemble(_mm256_and_si256(sh, m3), T, f);
-                for (int q = 0; q < 4; q++)
-                    _mm256_store_ps(out + c + 32 * h + 8 * q, _mm256_mul_ps(f[q], nb));
-            }
+            const __m256i t = c2_transpose(_mm256_loadu_si256((const __m256i *)(codes + c / 4)));
+            float *o = out + c;
+#define C2_STORE(q, h) _mm256_store_ps(o + 32 * (h) + 8 * (q), _mm256_mul_ps(C2_LEVELS(t, q, h), nb))
+#define C2_STORE4(h) (C2_STORE(0, h), C2_STORE(1, h), C2_STORE(2, h), C2_STORE(3, h))
+            C2_STORE4(0);
+            C2_STORE4(1);
+            C2_STORE4(2);
+            C2_STORE4(3);
+#undef C2_STORE4
+#undef C2_STORE
         }
     } else {
         const __m256i m15 = _mm256_set1_epi8(15);
@@ -464,15 +490,16 @@ AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, 
         sc->src_layout |= want;
     }
     __m256i T[4];
-    byte_tables(w->codebook, layout == LAYOUT_C2 ? 4 : 16, T);
+    byte_tables(w->codebook, 16, T); /* the 4-bit tables (2 bits go through c2_levels) */
+    const __m256 t4 = c2_levels(w->codebook);
     if (ntok == 1 && lut) {
         const float *table = xp + w->cols_pad;
         for (uint32_t r = row0; r < row0 + nrows;) {
             if (r % 2 == 0 && r + 1 < row0 + nrows) {
-                rows_c2_lut2(w, r, xp, table, T, &y[r - row0], &y[r + 1 - row0]);
+                rows_c2_lut2(w, r, xp, table, t4, &y[r - row0], &y[r + 1 - row0]);
                 r += 2;
             } else {
-                y[r - row0] = r % 2 ? row_lut2(w, r, table) : row_c2(w, r, xp, T);
+                y[r - row0] = r % 2 ? row_lut2(w, r, table) : row_c2(w, r, xp, t4);
                 r++;
             }
         }
@@ -480,7 +507,7 @@ AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, 
     }
     if (ntok == 1) {
         for (uint32_t r = row0; r < row0 + nrows; r++)
-            y[r - row0] = layout == LAYOUT_C2 ? row_c2(w, r, xp, T) : row_c4(w, r, xp, T);
+            y[r - row0] = layout == LAYOUT_C2 ? row_c2(w, r, xp, t4) : row_c4(w, r, xp, T);
         return;
     }
     float *w0 = xp + (size_t)ntok * w->cols_pad, *w1 = w0 + w->cols_pad;
