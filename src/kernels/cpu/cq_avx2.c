@@ -7,17 +7,20 @@
  * Weight decoding. A codebook level is a float, and a float is four bytes, so a 16-entry
  * codebook is four 16-byte tables (byte k of every level). vpshufb looks up 32 codes at
  * once in each table and three rounds of unpacking interleave the bytes back into 32
- * floats (assemble()). The floats come out in a fixed order that is not column order;
- * instead of reordering weights, the kernels reorder the activations once per batch
- * into the same order ("layout", see permute()) and keep a per-thread copy in the
- * caller's cq_scratch. A block is the 32 code bytes one vector holds: 128 columns at 2
- * bits (ternary crumbs too), 64 at 4 bits; this path needs whole blocks per group.
+ * floats (assemble()). At 2 bits the 4 levels fit one vpermilps table instead (see
+ * c2_transpose), which fills the same slots with fewer shuffles. The floats come out in
+ * a fixed order that is not column order; instead of reordering weights, the kernels
+ * reorder the activations once per batch into the same order ("layout", see permute())
+ * and keep a per-thread copy in the caller's cq_scratch. A block is the 32 code bytes
+ * one vector holds: 128 columns at 2 bits (ternary crumbs too), 64 at 4 bits; this path
+ * needs whole blocks per group.
  *
- * One token (decode): weights are decoded in registers and multiplied at once; at 2 bits
- * every other row instead goes through a table of activation sums per code byte (see
- * build_lut2), which runs on the scalar units alongside. Several tokens (prefill): each
- * row is decoded once, norms folded in, into the scratch and multiplied against the
- * tokens in 2-row x 4-token register tiles, which keeps the FMA units busy.
+ * One token (decode): weights are decoded in registers and multiplied at once (a table
+ * of activation sums per code byte, looked up on the scalar units for every other row,
+ * was slower than this once the 2-bit decoding needed 3 instructions per 8 weights).
+ * Several tokens (prefill): each row is decoded once, norms folded in, into the scratch
+ * and multiplied against the tokens in 2-row x 4-token register tiles, which keeps the
+ * FMA units busy.
  *
  * Everything else (3 bits, smaller groups, no scratch) takes the "natural order" path:
  * 8 consecutive codes are broadcast, shifted into lanes with vpsrlvd and looked up with
@@ -43,7 +46,7 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-enum { LAYOUT_NATURAL = 0, LAYOUT_C2 = 1, LAYOUT_C4 = 2, LAYOUT_LUT = 4 };
+enum { LAYOUT_NATURAL = 0, LAYOUT_C2 = 1, LAYOUT_C4 = 2 };
 
 static int layout_of(const cq_matrix *w) {
     if ((w->bits == 2 || w->bits == 5) && w->group % 128 == 0) return LAYOUT_C2;
@@ -196,96 +199,6 @@ AVX2 static float row_c4(const cq_matrix *w, uint32_t r, const float *xp, const 
         total = _mm256_fmadd_ps(s, _mm256_set1_ps(norm_of(norms, g)), total);
     }
     return hsum(total);
-}
-
-/* ---- one token, 2 bits: every other row through a table of byte sums --------------
- *
- * The vector path above is bound by shuffles; a table lookup per code byte uses the
- * scalar load and integer units instead, so one row of each kind interleaved keeps both
- * busy. lut[j][b] = sum_m level(b >> 2m & 3) * x[4j + m] for the 4 columns of byte j
- * (natural column order), built once per activation vector: 1 KiB per byte position,
- * so only for inputs of up to CQ_LUT_MAX_COLS columns (the table stays in L2). Even rows
- * take the vector path and odd rows the table, whichever rows a call covers. */
-
-AVX2 static void build_lut2(const float *cb, const float *x, uint32_t cols_pad, float *lut) {
-    const __m256 cbv = _mm256_setr_ps(cb[0], cb[1], cb[2], cb[3], cb[0], cb[1], cb[2], cb[3]);
-    const __m256 cba = _mm256_setr_ps(cb[0], cb[0], cb[0], cb[0], cb[1], cb[1], cb[1], cb[1]);
-    const __m256 cbb = _mm256_setr_ps(cb[2], cb[2], cb[2], cb[2], cb[3], cb[3], cb[3], cb[3]);
-    float q[16] __attribute__((aligned(32)));
-    for (uint32_t j = 0; j < cols_pad / 4; j++) {
-        const float *xx = x + 4 * j;
-        const __m256 x0 = _mm256_set1_ps(xx[0]), x1 = _mm256_set1_ps(xx[1]);
-        const __m256 x2 = _mm256_set1_ps(xx[2]), x3 = _mm256_set1_ps(xx[3]);
-        /* low nibble lo: level(lo & 3) x0 + level(lo >> 2) x1; high nibble likewise */
-        const __m256 p0 = _mm256_fmadd_ps(cba, x1, _mm256_mul_ps(cbv, x0));
-        const __m256 p1 = _mm256_fmadd_ps(cbb, x1, _mm256_mul_ps(cbv, x0));
-        _mm256_store_ps(q, _mm256_fmadd_ps(cba, x3, _mm256_mul_ps(cbv, x2)));
-        _mm256_store_ps(q + 8, _mm256_fmadd_ps(cbb, x3, _mm256_mul_ps(cbv, x2)));
-        float *t = lut + 256 * (size_t)j;
-        for (int hi = 0; hi < 16; hi++) {
-            const __m256 qb = _mm256_set1_ps(q[hi]);
-            _mm256_store_ps(t + 16 * hi, _mm256_add_ps(p0, qb));
-            _mm256_store_ps(t + 16 * hi + 8, _mm256_add_ps(p1, qb));
-        }
-    }
-}
-
-/* 32 code bytes (128 columns) at p through the table rows of those bytes, into the
- * scalar accumulators s0..s3 (bytes shifted out one at a time: a serial chain the
- * compiler leaves scalar). */
-#define LUT2_BLOCK(p, lut)                                                                 \
-    do {                                                                                   \
-        for (int i_ = 0; i_ < 32; i_ += 8) {                                               \
-            uint64_t u_;                                                                   \
-            memcpy(&u_, (p) + i_, sizeof u_);                                              \
-            const float *t_ = (lut) + 256 * i_;                                            \
-            s0 += t_[0 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s1 += t_[1 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s2 += t_[2 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s3 += t_[3 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s0 += t_[4 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s1 += t_[5 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s2 += t_[6 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s3 += t_[7 * 256 + u_];                                                        \
-        }                                                                                  \
-    } while (0)
-
-AVX2 static float row_lut2(const cq_matrix *w, uint32_t r, const float *lut) {
-    const uint8_t *codes = w->codes + (size_t)r * w->row_bytes;
-    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
-    const uint32_t G = w->group;
-    float total = 0.0f;
-    for (uint32_t g = 0; g < w->ngroups; g++) {
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        for (uint32_t c = g * G; c < (g + 1) * G; c += 128)
-            LUT2_BLOCK(codes + c / 4, lut + 64 * (size_t)c);
-        total += norm_of(norms, g) * ((s0 + s1) + (s2 + s3));
-    }
-    return total;
-}
-
-/* row_c2(r) and row_lut2(r + 1) interleaved; the same arithmetic as each alone. */
-AVX2 static void rows_c2_lut2(const cq_matrix *w, uint32_t r, const float *xp, const float *lut,
-                              const __m256 t4, float *ya, float *yb) {
-    const uint8_t *ca = w->codes + (size_t)r * w->row_bytes, *cb = ca + w->row_bytes;
-    const uint16_t *na = w->norms + (size_t)r * w->ngroups, *nb = na + w->ngroups;
-    const uint32_t G = w->group;
-    __m256 total = _mm256_setzero_ps();
-    float total_b = 0.0f;
-    for (uint32_t g = 0; g < w->ngroups; g++) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        for (uint32_t c = g * G; c < (g + 1) * G; c += 128) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(ca + c / 4));
-            C2_BLOCK(v, xp + c);
-            LUT2_BLOCK(cb + c / 4, lut + 64 * (size_t)c);
-        }
-        const __m256 sum = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-        total = _mm256_fmadd_ps(sum, _mm256_set1_ps(norm_of(na, g)), total);
-        total_b += norm_of(nb, g) * ((s0 + s1) + (s2 + s3));
-    }
-    *ya = hsum(total);
-    *yb = total_b;
 }
 
 /* ---- fast path: several tokens, rows decoded once into a buffer -------------------
@@ -466,45 +379,19 @@ AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, 
         return;
     }
     float *xp = (float *)(((uintptr_t)sc->buf + 31) & ~(uintptr_t)31);
-    /* the byte-sum table (see build_lut2) for one token of a 2-bit product */
-    const int lut = layout == LAYOUT_C2 && ntok == 1 && w->cols_pad <= CQ_LUT_MAX_COLS &&
-                    sc->cap >= 65 * (size_t)w->cols_pad + 16;
-    const uint32_t want = (uint32_t)layout | (lut ? LAYOUT_LUT : 0);
     if (!(sc->valid && sc->src == xr && sc->src_ld == ld_x && sc->src_ntok == ntok &&
-          sc->src_cols == w->cols_pad && (sc->src_layout & want) == want &&
-          (!lut || sc->src_codebook == w->codebook))) {
-        if (!(sc->valid && sc->src == xr && sc->src_ld == ld_x && sc->src_ntok == ntok &&
-              sc->src_cols == w->cols_pad && (sc->src_layout & 3) == (uint32_t)layout)) {
-            permute(layout, xr, ld_x, ntok, w->cols_pad, xp);
-            sc->src_layout = 0;
-        }
-        if (lut) {
-            build_lut2(w->codebook, xr, w->cols_pad, xp + w->cols_pad);
-            sc->src_codebook = w->codebook;
-        }
+          sc->src_cols == w->cols_pad && sc->src_layout == (uint32_t)layout)) {
+        permute(layout, xr, ld_x, ntok, w->cols_pad, xp);
         sc->valid = 1;
         sc->src = xr;
         sc->src_ld = ld_x;
         sc->src_ntok = ntok;
         sc->src_cols = w->cols_pad;
-        sc->src_layout |= want;
+        sc->src_layout = (uint32_t)layout;
     }
     __m256i T[4];
     byte_tables(w->codebook, 16, T); /* the 4-bit tables (2 bits go through c2_levels) */
     const __m256 t4 = c2_levels(w->codebook);
-    if (ntok == 1 && lut) {
-        const float *table = xp + w->cols_pad;
-        for (uint32_t r = row0; r < row0 + nrows;) {
-            if (r % 2 == 0 && r + 1 < row0 + nrows) {
-                rows_c2_lut2(w, r, xp, table, t4, &y[r - row0], &y[r + 1 - row0]);
-                r += 2;
-            } else {
-                y[r - row0] = r % 2 ? row_lut2(w, r, table) : row_c2(w, r, xp, t4);
-                r++;
-            }
-        }
-        return;
-    }
     if (ntok == 1) {
         for (uint32_t r = row0; r < row0 + nrows; r++)
             y[r - row0] = layout == LAYOUT_C2 ? row_c2(w, r, xp, t4) : row_c4(w, r, xp, T);
