@@ -285,6 +285,46 @@ AVX2 static void tile_tok4(const float *w0, const float *w1, const float *xp, ui
     y[(t + 3) * ld_y + yi] = hsum(a3);
 }
 
+/* Rows w0, w1, w2 against tokens [t, t + 4): y[t + i][yi .. yi + 2]. Per 8 columns 3
+ * weight and 4 activation loads feed 12 FMAs (the 2-row tile: 6 for 8); each (row,
+ * token) pair keeps its one accumulator over the columns in order, so the values are
+ * the 2-row tile's. */
+AVX2 static void tile3_tok4(const float *w0, const float *w1, const float *w2, const float *xp,
+                            uint32_t cols_pad, uint32_t t, float *y, size_t ld_y, uint32_t yi) {
+    const float *x0 = xp + (size_t)t * cols_pad, *x1 = x0 + cols_pad, *x2 = x1 + cols_pad,
+                *x3 = x2 + cols_pad;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
+    for (uint32_t c = 0; c < cols_pad; c += 8) {
+        const __m256 u = _mm256_load_ps(w0 + c), v = _mm256_load_ps(w1 + c);
+        const __m256 z = _mm256_load_ps(w2 + c);
+        __m256 x = _mm256_load_ps(x0 + c);
+        a0 = _mm256_fmadd_ps(u, x, a0);
+        b0 = _mm256_fmadd_ps(v, x, b0);
+        c0 = _mm256_fmadd_ps(z, x, c0);
+        x = _mm256_load_ps(x1 + c);
+        a1 = _mm256_fmadd_ps(u, x, a1);
+        b1 = _mm256_fmadd_ps(v, x, b1);
+        c1 = _mm256_fmadd_ps(z, x, c1);
+        x = _mm256_load_ps(x2 + c);
+        a2 = _mm256_fmadd_ps(u, x, a2);
+        b2 = _mm256_fmadd_ps(v, x, b2);
+        c2 = _mm256_fmadd_ps(z, x, c2);
+        x = _mm256_load_ps(x3 + c);
+        a3 = _mm256_fmadd_ps(u, x, a3);
+        b3 = _mm256_fmadd_ps(v, x, b3);
+        c3 = _mm256_fmadd_ps(z, x, c3);
+    }
+    float *o = y + (size_t)t * ld_y + yi;
+    o[0] = hsum(a0), o[1] = hsum(b0), o[2] = hsum(c0);
+    o += ld_y;
+    o[0] = hsum(a1), o[1] = hsum(b1), o[2] = hsum(c1);
+    o += ld_y;
+    o[0] = hsum(a2), o[1] = hsum(b2), o[2] = hsum(c2);
+    o += ld_y;
+    o[0] = hsum(a3), o[1] = hsum(b3), o[2] = hsum(c3);
+}
+
 /* Row w0 against token t: y[t][yi]. */
 AVX2 static void tile_tok1(const float *w0, const float *xp, uint32_t cols_pad, uint32_t t,
                            float *y, size_t ld_y, uint32_t yi) {
@@ -397,8 +437,22 @@ AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, 
             y[r - row0] = layout == LAYOUT_C2 ? row_c2(w, r, xp, t4) : row_c4(w, r, xp, T);
         return;
     }
-    float *w0 = xp + (size_t)ntok * w->cols_pad, *w1 = w0 + w->cols_pad;
-    for (uint32_t r = row0; r < row0 + nrows; r += 2) {
+    float *w0 = xp + (size_t)ntok * w->cols_pad, *w1 = w0 + w->cols_pad, *w2 = w1 + w->cols_pad;
+    uint32_t r = row0;
+    if (ntok >= 4 && sc->cap >= ((size_t)ntok + 3) * w->cols_pad + 16)
+        for (; r + 3 <= row0 + nrows; r += 3) {
+            decode_row_scaled(w, layout, r, T, w0);
+            decode_row_scaled(w, layout, r + 1, T, w1);
+            decode_row_scaled(w, layout, r + 2, T, w2);
+            uint32_t t = 0;
+            for (; t + 4 <= ntok; t += 4)
+                tile3_tok4(w0, w1, w2, xp, w->cols_pad, t, y, ld_y, r - row0);
+            for (; t < ntok; t++)
+                for (uint32_t i = 0; i < 3; i++)
+                    tile_tok1(w0 + (size_t)i * w->cols_pad, xp, w->cols_pad, t, y, ld_y,
+                              r + i - row0);
+        }
+    for (; r < row0 + nrows; r += 2) {
         const int pair = r + 1 < row0 + nrows;
         decode_row_scaled(w, layout, r, T, w0);
         if (pair) decode_row_scaled(w, layout, r + 1, T, w1);

@@ -38,8 +38,8 @@ const cpu_kernels cpu_kernels_scalar = {
 };
 
 size_t cq_scratch_floats(uint32_t cols_pad, uint32_t ntok) {
-    /* permuted activations of every token plus two decoded weight rows; alignment slack */
-    return ((size_t)ntok + 2) * cols_pad + 16;
+    /* permuted activations of every token plus three decoded weight rows; alignment slack */
+    return ((size_t)ntok + 3) * cols_pad + 16;
 }
 
 const cpu_kernels *cpu_kernels_named(const char *name) {
