@@ -42,7 +42,6 @@ typedef struct cq_scratch {
     const float *src;
     size_t src_ld;
     uint32_t src_ntok, src_cols, src_layout;
-    const float *src_codebook; /* levels a cached table of activation sums was built with */
 } cq_scratch;
 
 typedef struct cpu_kernels {
@@ -84,10 +83,6 @@ const cpu_kernels *cpu_kernels_named(const char *name);
  * (needle_last_error) naming the variable: NEEDLE_ERR_BACKEND for a kernel level,
  * NEEDLE_ERR_INVALID_ARGUMENT for a thread count. Called when a model is opened. */
 int cpu_check_env(void);
-
-/* Widest input for which a kernel may build a 1 KiB-per-4-columns table of activation
- * sums (one-token 2-bit products, see cq_avx2.c). */
-#define CQ_LUT_MAX_COLS 1024u
 
 /* Floats of scratch a kernel needs to take its fast path for `ntok` tokens over matrices
  * of up to `cols_pad` padded columns. */

@@ -7,17 +7,20 @@
  * Weight decoding. A codebook level is a float, and a float is four bytes, so a 16-entry
  * codebook is four 16-byte tables (byte k of every level). vpshufb looks up 32 codes at
  * once in each table and three rounds of unpacking interleave the bytes back into 32
- * floats (assemble()). The floats come out in a fixed order that is not column order;
- * instead of reordering weights, the kernels reorder the activations once per batch
- * into the same order ("layout", see permute()) and keep a per-thread copy in the
- * caller's cq_scratch. A block is the 32 code bytes one vector holds: 128 columns at 2
- * bits (ternary crumbs too), 64 at 4 bits; this path needs whole blocks per group.
+ * floats (assemble()). At 2 bits the 4 levels fit one vpermilps table instead (see
+ * c2_transpose), which fills the same slots with fewer shuffles. The floats come out in
+ * a fixed order that is not column order; instead of reordering weights, the kernels
+ * reorder the activations once per batch into the same order ("layout", see permute())
+ * and keep a per-thread copy in the caller's cq_scratch. A block is the 32 code bytes
+ * one vector holds: 128 columns at 2 bits (ternary crumbs too), 64 at 4 bits; this path
+ * needs whole blocks per group.
  *
- * One token (decode): weights are decoded in registers and multiplied at once; at 2 bits
- * every other row instead goes through a table of activation sums per code byte (see
- * build_lut2), which runs on the scalar units alongside. Several tokens (prefill): each
- * row is decoded once, norms folded in, into the scratch and multiplied against the
- * tokens in 2-row x 4-token register tiles, which keeps the FMA units busy.
+ * One token (decode): weights are decoded in registers and multiplied at once (a table
+ * of activation sums per code byte, looked up on the scalar units for every other row,
+ * was slower than this once the 2-bit decoding needed 3 instructions per 8 weights).
+ * Several tokens (prefill): each row is decoded once, norms folded in, into the scratch
+ * and multiplied against the tokens in 2-row x 4-token register tiles, which keeps the
+ * FMA units busy.
  *
  * Everything else (1 and 3 bits, smaller groups, no scratch) takes the "natural order" path:
  * 8 consecutive codes are broadcast, shifted into lanes with vpsrlvd and looked up with
@@ -43,7 +46,7 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-enum { LAYOUT_NATURAL = 0, LAYOUT_C2 = 1, LAYOUT_C4 = 2, LAYOUT_LUT = 4 };
+enum { LAYOUT_NATURAL = 0, LAYOUT_C2 = 1, LAYOUT_C4 = 2 };
 
 static int layout_of(const cq_matrix *w) {
     if ((w->bits == 2 || w->bits == 5) && w->group % 128 == 0) return LAYOUT_C2;
@@ -120,23 +123,46 @@ static void permute(int layout, const float *xr, size_t ld_x, uint32_t ntok, uin
         a3 = _mm256_fmadd_ps((f)[3], _mm256_load_ps((x) + 24), a3);                        \
     } while (0)
 
+/* 2-bit weights without assemble(): vpermilps reads only the low 2 bits of each dword of
+ * its control, so with the 4 levels in both halves of `t4` it turns one code per dword
+ * into its level directly. One vpshufb first transposes each 128-bit half as a 4x4 byte
+ * matrix, so that dword e holds the 4 code bytes whose codes layout slots 8q + e (q =
+ * 0..3) need; shifting by 8q + 2h then brings code h of byte q to the bottom. Per 128
+ * weights: 1 byte shuffle, 15 shifts and 16 lane permutes instead of 48 shuffles, and
+ * the same levels land in the same slots, so the products and sums are unchanged. */
+AVX2_INLINE __m256 c2_levels(const float *cb) {
+    return _mm256_setr_ps(cb[0], cb[1], cb[2], cb[3], cb[0], cb[1], cb[2], cb[3]);
+}
+
+AVX2_INLINE __m256i c2_transpose(__m256i v) {
+    const __m256i tr = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                        0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm256_shuffle_epi8(v, tr);
+}
+
+/* The 8 levels of layout slots 32h + 8q .. + 7 of a transposed block t. */
+#define C2_LEVELS(t, q, h) _mm256_permutevar_ps(t4, _mm256_srli_epi32((t), 8 * (q) + 2 * (h)))
+
 /* 128 columns of one row (32 code bytes `v` at 2 bits) against xp block x, into the
- * accumulators a0..a3 (a macro so that they stay in registers). */
+ * accumulators a0..a3 (a macro so that they stay in registers), each in slot order h =
+ * 0..3 as the multi-token decode stores them. */
+#define C2_STEP(t, x, h)                                                                   \
+    do {                                                                                   \
+        a0 = _mm256_fmadd_ps(C2_LEVELS(t, 0, h), _mm256_load_ps((x) + 32 * (h)), a0);       \
+        a1 = _mm256_fmadd_ps(C2_LEVELS(t, 1, h), _mm256_load_ps((x) + 32 * (h) + 8), a1);   \
+        a2 = _mm256_fmadd_ps(C2_LEVELS(t, 2, h), _mm256_load_ps((x) + 32 * (h) + 16), a2);  \
+        a3 = _mm256_fmadd_ps(C2_LEVELS(t, 3, h), _mm256_load_ps((x) + 32 * (h) + 24), a3);  \
+    } while (0)
 #define C2_BLOCK(v, x)                                                                     \
     do {                                                                                   \
-        const __m256i m3_ = _mm256_set1_epi8(3);                                           \
-        __m256 f_[4];                                                                      \
-        assemble(_mm256_and_si256((v), m3_), T, f_);                                       \
-        DOT4(f_, (x));                                                                     \
-        assemble(_mm256_and_si256(_mm256_srli_epi16((v), 2), m3_), T, f_);                 \
-        DOT4(f_, (x) + 32);                                                                \
-        assemble(_mm256_and_si256(_mm256_srli_epi16((v), 4), m3_), T, f_);                 \
-        DOT4(f_, (x) + 64);                                                                \
-        assemble(_mm256_and_si256(_mm256_srli_epi16((v), 6), m3_), T, f_);                 \
-        DOT4(f_, (x) + 96);                                                                \
+        const __m256i t_ = c2_transpose(v);                                                \
+        C2_STEP(t_, (x), 0);                                                               \
+        C2_STEP(t_, (x), 1);                                                               \
+        C2_STEP(t_, (x), 2);                                                               \
+        C2_STEP(t_, (x), 3);                                                               \
     } while (0)
 
-AVX2 static float row_c2(const cq_matrix *w, uint32_t r, const float *xp, const __m256i T[4]) {
+AVX2 static float row_c2(const cq_matrix *w, uint32_t r, const float *xp, const __m256 t4) {
     const uint8_t *codes = w->codes + (size_t)r * w->row_bytes;
     const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
     const uint32_t G = w->group;
@@ -175,96 +201,6 @@ AVX2 static float row_c4(const cq_matrix *w, uint32_t r, const float *xp, const 
     return hsum(total);
 }
 
-/* ---- one token, 2 bits: every other row through a table of byte sums --------------
- *
- * The vector path above is bound by shuffles; a table lookup per code byte uses the
- * scalar load and integer units instead, so one row of each kind interleaved keeps both
- * busy. lut[j][b] = sum_m level(b >> 2m & 3) * x[4j + m] for the 4 columns of byte j
- * (natural column order), built once per activation vector: 1 KiB per byte position,
- * so only for inputs of up to CQ_LUT_MAX_COLS columns (the table stays in L2). Even rows
- * take the vector path and odd rows the table, whichever rows a call covers. */
-
-AVX2 static void build_lut2(const float *cb, const float *x, uint32_t cols_pad, float *lut) {
-    const __m256 cbv = _mm256_setr_ps(cb[0], cb[1], cb[2], cb[3], cb[0], cb[1], cb[2], cb[3]);
-    const __m256 cba = _mm256_setr_ps(cb[0], cb[0], cb[0], cb[0], cb[1], cb[1], cb[1], cb[1]);
-    const __m256 cbb = _mm256_setr_ps(cb[2], cb[2], cb[2], cb[2], cb[3], cb[3], cb[3], cb[3]);
-    float q[16] __attribute__((aligned(32)));
-    for (uint32_t j = 0; j < cols_pad / 4; j++) {
-        const float *xx = x + 4 * j;
-        const __m256 x0 = _mm256_set1_ps(xx[0]), x1 = _mm256_set1_ps(xx[1]);
-        const __m256 x2 = _mm256_set1_ps(xx[2]), x3 = _mm256_set1_ps(xx[3]);
-        /* low nibble lo: level(lo & 3) x0 + level(lo >> 2) x1; high nibble likewise */
-        const __m256 p0 = _mm256_fmadd_ps(cba, x1, _mm256_mul_ps(cbv, x0));
-        const __m256 p1 = _mm256_fmadd_ps(cbb, x1, _mm256_mul_ps(cbv, x0));
-        _mm256_store_ps(q, _mm256_fmadd_ps(cba, x3, _mm256_mul_ps(cbv, x2)));
-        _mm256_store_ps(q + 8, _mm256_fmadd_ps(cbb, x3, _mm256_mul_ps(cbv, x2)));
-        float *t = lut + 256 * (size_t)j;
-        for (int hi = 0; hi < 16; hi++) {
-            const __m256 qb = _mm256_set1_ps(q[hi]);
-            _mm256_store_ps(t + 16 * hi, _mm256_add_ps(p0, qb));
-            _mm256_store_ps(t + 16 * hi + 8, _mm256_add_ps(p1, qb));
-        }
-    }
-}
-
-/* 32 code bytes (128 columns) at p through the table rows of those bytes, into the
- * scalar accumulators s0..s3 (bytes shifted out one at a time: a serial chain the
- * compiler leaves scalar). */
-#define LUT2_BLOCK(p, lut)                                                                 \
-    do {                                                                                   \
-        for (int i_ = 0; i_ < 32; i_ += 8) {                                               \
-            uint64_t u_;                                                                   \
-            memcpy(&u_, (p) + i_, sizeof u_);                                              \
-            const float *t_ = (lut) + 256 * i_;                                            \
-            s0 += t_[0 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s1 += t_[1 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s2 += t_[2 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s3 += t_[3 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s0 += t_[4 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s1 += t_[5 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s2 += t_[6 * 256 + (u_ & 255)], u_ >>= 8;                                      \
-            s3 += t_[7 * 256 + u_];                                                        \
-        }                                                                                  \
-    } while (0)
-
-AVX2 static float row_lut2(const cq_matrix *w, uint32_t r, const float *lut) {
-    const uint8_t *codes = w->codes + (size_t)r * w->row_bytes;
-    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
-    const uint32_t G = w->group;
-    float total = 0.0f;
-    for (uint32_t g = 0; g < w->ngroups; g++) {
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        for (uint32_t c = g * G; c < (g + 1) * G; c += 128)
-            LUT2_BLOCK(codes + c / 4, lut + 64 * (size_t)c);
-        total += norm_of(norms, g) * ((s0 + s1) + (s2 + s3));
-    }
-    return total;
-}
-
-/* row_c2(r) and row_lut2(r + 1) interleaved; the same arithmetic as each alone. */
-AVX2 static void rows_c2_lut2(const cq_matrix *w, uint32_t r, const float *xp, const float *lut,
-                              const __m256i T[4], float *ya, float *yb) {
-    const uint8_t *ca = w->codes + (size_t)r * w->row_bytes, *cb = ca + w->row_bytes;
-    const uint16_t *na = w->norms + (size_t)r * w->ngroups, *nb = na + w->ngroups;
-    const uint32_t G = w->group;
-    __m256 total = _mm256_setzero_ps();
-    float total_b = 0.0f;
-    for (uint32_t g = 0; g < w->ngroups; g++) {
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        for (uint32_t c = g * G; c < (g + 1) * G; c += 128) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(ca + c / 4));
-            C2_BLOCK(v, xp + c);
-            LUT2_BLOCK(cb + c / 4, lut + 64 * (size_t)c);
-        }
-        const __m256 sum = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-        total = _mm256_fmadd_ps(sum, _mm256_set1_ps(norm_of(na, g)), total);
-        total_b += norm_of(nb, g) * ((s0 + s1) + (s2 + s3));
-    }
-    *ya = hsum(total);
-    *yb = total_b;
-}
-
 /* ---- fast path: several tokens, rows decoded once into a buffer -------------------
  *
  * Each row is decoded with its group norms folded in (level * norm, layout order), then
@@ -279,16 +215,19 @@ AVX2 static void decode_row_scaled(const cq_matrix *w, int layout, uint32_t r,
     const uint32_t G = w->group;
     __m256 f[4];
     if (layout == LAYOUT_C2) {
-        const __m256i m3 = _mm256_set1_epi8(3);
+        const __m256 t4 = c2_levels(w->codebook);
         for (uint32_t c = 0; c < w->cols_pad; c += 128) {
             const __m256 nb = _mm256_set1_ps(norm_of(norms, c / G));
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(codes + c / 4));
-            for (int h = 0; h < 4; h++) {
-                const __m256i sh = _mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * h));
-                assemble(_mm256_and_si256(sh, m3), T, f);
-                for (int q = 0; q < 4; q++)
-                    _mm256_store_ps(out + c + 32 * h + 8 * q, _mm256_mul_ps(f[q], nb));
-            }
+            const __m256i t = c2_transpose(_mm256_loadu_si256((const __m256i *)(codes + c / 4)));
+            float *o = out + c;
+#define C2_STORE(q, h) _mm256_store_ps(o + 32 * (h) + 8 * (q), _mm256_mul_ps(C2_LEVELS(t, q, h), nb))
+#define C2_STORE4(h) (C2_STORE(0, h), C2_STORE(1, h), C2_STORE(2, h), C2_STORE(3, h))
+            C2_STORE4(0);
+            C2_STORE4(1);
+            C2_STORE4(2);
+            C2_STORE4(3);
+#undef C2_STORE4
+#undef C2_STORE
         }
     } else {
         const __m256i m15 = _mm256_set1_epi8(15);
@@ -344,6 +283,46 @@ AVX2 static void tile_tok4(const float *w0, const float *w1, const float *xp, ui
     y[(t + 1) * ld_y + yi] = hsum(a1);
     y[(t + 2) * ld_y + yi] = hsum(a2);
     y[(t + 3) * ld_y + yi] = hsum(a3);
+}
+
+/* Rows w0, w1, w2 against tokens [t, t + 4): y[t + i][yi .. yi + 2]. Per 8 columns 3
+ * weight and 4 activation loads feed 12 FMAs (the 2-row tile: 6 for 8); each (row,
+ * token) pair keeps its one accumulator over the columns in order, so the values are
+ * the 2-row tile's. */
+AVX2 static void tile3_tok4(const float *w0, const float *w1, const float *w2, const float *xp,
+                            uint32_t cols_pad, uint32_t t, float *y, size_t ld_y, uint32_t yi) {
+    const float *x0 = xp + (size_t)t * cols_pad, *x1 = x0 + cols_pad, *x2 = x1 + cols_pad,
+                *x3 = x2 + cols_pad;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
+    for (uint32_t c = 0; c < cols_pad; c += 8) {
+        const __m256 u = _mm256_load_ps(w0 + c), v = _mm256_load_ps(w1 + c);
+        const __m256 z = _mm256_load_ps(w2 + c);
+        __m256 x = _mm256_load_ps(x0 + c);
+        a0 = _mm256_fmadd_ps(u, x, a0);
+        b0 = _mm256_fmadd_ps(v, x, b0);
+        c0 = _mm256_fmadd_ps(z, x, c0);
+        x = _mm256_load_ps(x1 + c);
+        a1 = _mm256_fmadd_ps(u, x, a1);
+        b1 = _mm256_fmadd_ps(v, x, b1);
+        c1 = _mm256_fmadd_ps(z, x, c1);
+        x = _mm256_load_ps(x2 + c);
+        a2 = _mm256_fmadd_ps(u, x, a2);
+        b2 = _mm256_fmadd_ps(v, x, b2);
+        c2 = _mm256_fmadd_ps(z, x, c2);
+        x = _mm256_load_ps(x3 + c);
+        a3 = _mm256_fmadd_ps(u, x, a3);
+        b3 = _mm256_fmadd_ps(v, x, b3);
+        c3 = _mm256_fmadd_ps(z, x, c3);
+    }
+    float *o = y + (size_t)t * ld_y + yi;
+    o[0] = hsum(a0), o[1] = hsum(b0), o[2] = hsum(c0);
+    o += ld_y;
+    o[0] = hsum(a1), o[1] = hsum(b1), o[2] = hsum(c1);
+    o += ld_y;
+    o[0] = hsum(a2), o[1] = hsum(b2), o[2] = hsum(c2);
+    o += ld_y;
+    o[0] = hsum(a3), o[1] = hsum(b3), o[2] = hsum(c3);
 }
 
 /* Row w0 against token t: y[t][yi]. */
@@ -447,51 +426,40 @@ AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, 
         return;
     }
     float *xp = (float *)(((uintptr_t)sc->buf + 31) & ~(uintptr_t)31);
-    /* the byte-sum table (see build_lut2) for one token of a 2-bit product */
-    const int lut = layout == LAYOUT_C2 && ntok == 1 && w->cols_pad <= CQ_LUT_MAX_COLS &&
-                    sc->cap >= 65 * (size_t)w->cols_pad + 16;
-    const uint32_t want = (uint32_t)layout | (lut ? LAYOUT_LUT : 0);
     if (!(sc->valid && sc->src == xr && sc->src_ld == ld_x && sc->src_ntok == ntok &&
-          sc->src_cols == w->cols_pad && (sc->src_layout & want) == want &&
-          (!lut || sc->src_codebook == w->codebook))) {
-        if (!(sc->valid && sc->src == xr && sc->src_ld == ld_x && sc->src_ntok == ntok &&
-              sc->src_cols == w->cols_pad && (sc->src_layout & 3) == (uint32_t)layout)) {
-            permute(layout, xr, ld_x, ntok, w->cols_pad, xp);
-            sc->src_layout = 0;
-        }
-        if (lut) {
-            build_lut2(w->codebook, xr, w->cols_pad, xp + w->cols_pad);
-            sc->src_codebook = w->codebook;
-        }
+          sc->src_cols == w->cols_pad && sc->src_layout == (uint32_t)layout)) {
+        permute(layout, xr, ld_x, ntok, w->cols_pad, xp);
         sc->valid = 1;
         sc->src = xr;
         sc->src_ld = ld_x;
         sc->src_ntok = ntok;
         sc->src_cols = w->cols_pad;
-        sc->src_layout |= want;
+        sc->src_layout = (uint32_t)layout;
     }
     __m256i T[4];
-    byte_tables(w->codebook, layout == LAYOUT_C2 ? 4 : 16, T);
-    if (ntok == 1 && lut) {
-        const float *table = xp + w->cols_pad;
-        for (uint32_t r = row0; r < row0 + nrows;) {
-            if (r % 2 == 0 && r + 1 < row0 + nrows) {
-                rows_c2_lut2(w, r, xp, table, T, &y[r - row0], &y[r + 1 - row0]);
-                r += 2;
-            } else {
-                y[r - row0] = r % 2 ? row_lut2(w, r, table) : row_c2(w, r, xp, T);
-                r++;
-            }
-        }
-        return;
-    }
+    byte_tables(w->codebook, 16, T); /* the 4-bit tables (2 bits go through c2_levels) */
+    const __m256 t4 = c2_levels(w->codebook);
     if (ntok == 1) {
         for (uint32_t r = row0; r < row0 + nrows; r++)
-            y[r - row0] = layout == LAYOUT_C2 ? row_c2(w, r, xp, T) : row_c4(w, r, xp, T);
+            y[r - row0] = layout == LAYOUT_C2 ? row_c2(w, r, xp, t4) : row_c4(w, r, xp, T);
         return;
     }
-    float *w0 = xp + (size_t)ntok * w->cols_pad, *w1 = w0 + w->cols_pad;
-    for (uint32_t r = row0; r < row0 + nrows; r += 2) {
+    float *w0 = xp + (size_t)ntok * w->cols_pad, *w1 = w0 + w->cols_pad, *w2 = w1 + w->cols_pad;
+    uint32_t r = row0;
+    if (ntok >= 4 && sc->cap >= ((size_t)ntok + 3) * w->cols_pad + 16)
+        for (; r + 3 <= row0 + nrows; r += 3) {
+            decode_row_scaled(w, layout, r, T, w0);
+            decode_row_scaled(w, layout, r + 1, T, w1);
+            decode_row_scaled(w, layout, r + 2, T, w2);
+            uint32_t t = 0;
+            for (; t + 4 <= ntok; t += 4)
+                tile3_tok4(w0, w1, w2, xp, w->cols_pad, t, y, ld_y, r - row0);
+            for (; t < ntok; t++)
+                for (uint32_t i = 0; i < 3; i++)
+                    tile_tok1(w0 + (size_t)i * w->cols_pad, xp, w->cols_pad, t, y, ld_y,
+                              r + i - row0);
+        }
+    for (; r < row0 + nrows; r += 2) {
         const int pair = r + 1 < row0 + nrows;
         decode_row_scaled(w, layout, r, T, w0);
         if (pair) decode_row_scaled(w, layout, r + 1, T, w1);

@@ -38,12 +38,8 @@ const cpu_kernels cpu_kernels_scalar = {
 };
 
 size_t cq_scratch_floats(uint32_t cols_pad, uint32_t ntok) {
-    /* permuted activations of every token plus two decoded weight rows, or for one token
-     * the activations plus the byte-sum table; alignment slack */
-    const size_t rows = ((size_t)ntok + 2) * cols_pad;
-    const uint32_t lut_cols = cols_pad < CQ_LUT_MAX_COLS ? cols_pad : CQ_LUT_MAX_COLS;
-    const size_t table = cols_pad + 64 * (size_t)lut_cols;
-    return (rows > table ? rows : table) + 16;
+    /* permuted activations of every token plus three decoded weight rows; alignment slack */
+    return ((size_t)ntok + 3) * cols_pad + 16;
 }
 
 const cpu_kernels *cpu_kernels_named(const char *name) {
