@@ -409,6 +409,11 @@ typedef struct needle_complete_params {
      * with "type":"low_confidence": its calls move to "suppressed_calls" and
      * "function_calls" is [] (nothing to execute). 0 (default) never suppresses. */
     float min_confidence;
+    /* The repetition guard: a string value whose tail keeps repeating one piece or a
+     * cycle of up to 4 pieces (24 tokens of it) is closed there and the call goes on,
+     * instead of running to max_new_tokens. 0 (default): on unless the environment
+     * variable NEEDLE_REPEAT_GUARD is "0"; 1: on; -1: off. */
+    int32_t repeat_guard;
 } needle_complete_params;
 
 NEEDLE_API needle_complete_params needle_complete_default_params(void);

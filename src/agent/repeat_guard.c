@@ -1,0 +1,91 @@
+/* The repetition guard (repeat_guard.h): a detector over the tokens of one string value,
+ * and the grammar side that follows values and finds the tokens that end one. */
+#include "agent/repeat_guard.h"
+
+#include <string.h>
+
+#include "util/error.h"
+
+void repeat_guard_reset(repeat_guard *rg) { memset(rg, 0, sizeof *rg); }
+
+int repeat_guard_push(repeat_guard *rg, int32_t tok) {
+    const uint32_t P = REPEAT_GUARD_MAX_PERIOD;
+    for (uint32_t p = 1; p <= P; p++) {
+        /* recent[(count - p) % P] is still the token p places back: the slot written
+         * below held the one P places back */
+        if (rg->count >= p && rg->recent[(rg->count - p) % P] == tok) rg->run[p - 1]++;
+        else rg->run[p - 1] = 0;
+        /* a tail periodic with period p over run + p tokens: the first p tokens of the
+         * cycle, then run tokens that repeat it */
+        if (rg->run[p - 1] + p >= REPEAT_GUARD_MIN_TOKENS) rg->fired = 1;
+    }
+    rg->recent[rg->count % P] = tok;
+    rg->count++;
+    return rg->fired;
+}
+
+int repeat_guard_accept(repeat_guard *rg, const grammar *g, grammar_state *st, int32_t tok,
+                        const char *bytes, size_t n) {
+    const uint32_t d0 = grammar_string_depth(g, st);
+    grammar_state tmp;
+    grammar_state_copy(&tmp, st);
+    int inside = d0 != 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!grammar_accept_byte(g, &tmp, (uint8_t)bytes[i])) return 0;
+        if (grammar_string_depth(g, &tmp) != d0) inside = 0;
+    }
+    grammar_state_copy(st, &tmp);
+    if (inside && n) {
+        if (rg->depth != d0) { /* not followed yet: from here on */
+            repeat_guard_reset(rg);
+            rg->depth = d0;
+        }
+        repeat_guard_push(rg, tok);
+    } else {
+        /* the token left the string followed, or opened one: its bytes inside the new
+         * string are a fragment, not counted */
+        repeat_guard_reset(rg);
+        rg->depth = grammar_string_depth(g, st);
+    }
+    return 1;
+}
+
+/* Length of the bytes of `ending` that finish the string at `depth` from st (the byte
+ * that closes it included); 0 if they do not within n bytes. */
+static size_t string_ending(const grammar *g, const grammar_state *st, uint32_t depth,
+                            const char *ending, size_t n) {
+    grammar_state probe;
+    grammar_state_copy(&probe, st);
+    for (size_t i = 0; i < n; i++) {
+        if (!grammar_accept_byte(g, &probe, (uint8_t)ending[i])) return 0;
+        if (grammar_string_depth(g, &probe) != depth) return i + 1;
+    }
+    return 0;
+}
+
+/* Whether token id's bytes agree with the ending: one is a prefix of the other. */
+static int agrees(const tokenizer *tok, int32_t id, const char *ending, size_t n_ending) {
+    const char *b;
+    size_t n;
+    if (tokenizer_token_bytes(tok, id, &b, &n) != NEEDLE_OK || n == 0) return 0;
+    return !memcmp(b, ending, n < n_ending ? n : n_ending);
+}
+
+uint32_t repeat_guard_restrict(const repeat_guard *rg, const grammar *g, const grammar_state *st,
+                               const tokenizer *tok, uint8_t *allowed, uint32_t vocab,
+                               uint32_t n_allowed, char *scratch, size_t cap) {
+    if (!rg->fired || !rg->depth || grammar_string_depth(g, st) != rg->depth) return n_allowed;
+    size_t n = 0;
+    const int rc = grammar_complete(g, st, scratch, cap, &n);
+    /* a prefix of a long completion is enough when it closes the string */
+    if (rc != NEEDLE_OK && rc != NEEDLE_ERR_BUFFER_TOO_SMALL) return n_allowed;
+    const size_t n_ending = string_ending(g, st, rg->depth, scratch, n);
+    if (!n_ending) return n_allowed;
+    uint32_t kept = 0;
+    for (uint32_t v = 0; v < vocab; v++)
+        kept += allowed[v] && agrees(tok, (int32_t)v, scratch, n_ending);
+    if (!kept) return n_allowed;
+    for (uint32_t v = 0; v < vocab; v++)
+        if (allowed[v] && !agrees(tok, (int32_t)v, scratch, n_ending)) allowed[v] = 0;
+    return kept;
+}
