@@ -462,6 +462,11 @@ typedef struct needle_session_stats {
      * calling thread beyond its own share (publishing, then waiting for the workers). */
     uint64_t pool_dispatches;
     double pool_sync_ms;
+    /* Decoding guards (needle_session_complete): turns the token budget ended (its verified
+     * ending took over the call array, or max_new_tokens was reached), and string values
+     * the repetition guard closed (needle_complete_params.repeat_guard). */
+    uint64_t budget_endings;
+    uint64_t repeat_guard_closes;
 } needle_session_stats;
 
 NEEDLE_API int needle_session_get_stats(const needle_session *session, needle_session_stats *out);

@@ -332,6 +332,7 @@ typedef struct turn {
     size_t min_json;      /* bytes of the shortest call array from the start */
     size_t plan_len, plan_pos; /* the verified ending in chat.plan_buf, and how far it ran */
     int closing;          /* following the plan to the end */
+    int budget_ended;     /* closing was needed at some point of the turn */
     uint32_t think_tokens, newline_index;
     int guard;            /* the repetition guard is on (needle_complete_params.repeat_guard) */
     repeat_guard rg;
@@ -480,9 +481,11 @@ static void advance(needle_session *s, turn *t, int32_t tok) {
             const char *b;
             size_t n;
             tokenizer_token_bytes(c->tok, tok, &b, &n);
+            const int fired = t->rg.fired;
             if (t->guard) repeat_guard_accept(&t->rg, t->g, &t->gs, tok, b, n);
             else grammar_accept_bytes(t->g, &t->gs, b, n);
             strbuf_put(&t->calls, b, n);
+            session_stats(s)->repeat_guard_closes += !fired && t->rg.fired;
         }
         break;
     case PH_CLOSE: t->phase = PH_DONE; break;
@@ -726,7 +729,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                 } else {
                     /* tok would leave too few tokens to finish: take the verified ending,
                      * which fits by construction, from here on */
-                    t.closing = 1;
+                    t.closing = t.budget_ended = 1;
                     tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos,
                                         t.plan_len - t.plan_pos);
                 }
@@ -781,6 +784,8 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     /* a run cut short by the budget or the context: evaluate it, as single steps would
      * have (the failed turn is rolled back anyway) */
     if (n_pend && rc == NEEDLE_OK) rc = run_pending(s, pend, n_pend, 0, c->vocab, rows);
+    if (t.budget_ended || generated >= (uint32_t)p.max_new_tokens)
+        session_stats(s)->budget_endings++;
     double t_decode = util_clock_ms() - t1;
     e.decode_tps = t_decode > 0 ? generated / (t_decode / 1e3) : 0;
 
