@@ -134,6 +134,64 @@ static void test_follows_string_values(void) {
     grammar_free(g);
 }
 
+/* The restriction on the demo model's vocabulary: nothing before the guard fires or
+ * inside a character; at a character boundary only tokens that begin with the closing
+ * quote (the shortest ending of an unconstrained string). */
+static void test_restrict_to_ending(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/needle-demo.cact", NEEDLE_SOURCE_DIR);
+    needle_model *m = NULL;
+    grammar *g = NULL;
+    CHECK_EQ_INT(needle_model_open(path, NULL, &m), NEEDLE_OK);
+    CHECK_EQ_INT(grammar_compile(NOTE_TOOLS, strlen(NOTE_TOOLS), NULL, &g), NEEDLE_OK);
+    if (!m || !g) {
+        grammar_free(g);
+        needle_model_free(m);
+        return;
+    }
+    const uint32_t V = tokenizer_vocab(m->tok);
+    uint8_t *allowed = malloc(V);
+    char scratch[256];
+    grammar_state st;
+    grammar_state_init(g, &st);
+    repeat_guard rg;
+    repeat_guard_reset(&rg);
+    CHECK(accept(&rg, g, &st, 1, "[{\"name\":\"create_note\",\"arguments\":{\"title\":\"z"));
+    for (uint32_t i = 0; i + 1 < REPEAT_GUARD_MIN_TOKENS; i++) CHECK(accept(&rg, g, &st, 2, "z"));
+    memset(allowed, 1, V);
+    CHECK_EQ_INT(repeat_guard_restrict(&rg, g, &st, m->tok, allowed, V, V, scratch, sizeof scratch),
+                 V); /* not fired yet */
+    CHECK(accept(&rg, g, &st, 2, "z") && rg.fired);
+    /* inside a character: left to the model */
+    grammar_state mid = st;
+    CHECK(grammar_accept_byte(g, &mid, 0xE6));
+    CHECK_EQ_INT(repeat_guard_restrict(&rg, g, &mid, m->tok, allowed, V, V, scratch, sizeof scratch),
+                 V);
+    /* at a boundary: every token kept starts with the quote, and some are kept */
+    const uint32_t kept =
+        repeat_guard_restrict(&rg, g, &st, m->tok, allowed, V, V, scratch, sizeof scratch);
+    uint32_t counted = 0, bad = 0;
+    for (uint32_t v = 0; v < V; v++) {
+        if (!allowed[v]) continue;
+        const char *b;
+        size_t n;
+        counted++;
+        bad += tokenizer_token_bytes(m->tok, (int32_t)v, &b, &n) != NEEDLE_OK || !n || b[0] != '"';
+    }
+    CHECK_MSG(kept > 0 && kept < V && kept == counted && bad == 0, "kept %u (%u counted, %u bad)",
+              kept, counted, bad);
+    /* a string the guard does not follow is left alone */
+    repeat_guard other = rg;
+    other.depth = rg.depth + 1;
+    memset(allowed, 1, V);
+    CHECK_EQ_INT(repeat_guard_restrict(&other, g, &st, m->tok, allowed, V, V, scratch,
+                                       sizeof scratch),
+                 V);
+    free(allowed);
+    grammar_free(g);
+    needle_model_free(m);
+}
+
 /* ---- end to end ------------------------------------------------------------------------ */
 
 typedef struct loop_hook {
@@ -260,6 +318,7 @@ int main(void) {
     RUN(test_cycles_fire_at_threshold);
     RUN(test_legitimate_repeats_pass);
     RUN(test_follows_string_values);
+    RUN(test_restrict_to_ending);
     RUN(test_looping_model);
     return test_summary();
 }

@@ -75,6 +75,9 @@ uint32_t repeat_guard_restrict(const repeat_guard *rg, const grammar *g, const g
                                const tokenizer *tok, uint8_t *allowed, uint32_t vocab,
                                uint32_t n_allowed, char *scratch, size_t cap) {
     if (!rg->fired || !rg->depth || grammar_string_depth(g, st) != rg->depth) return n_allowed;
+    /* inside a character (byte pieces) or an escape: the model finishes it first, so the
+     * shortest ending does not pick the rest of a character for it */
+    if (!grammar_string_between_chars(g, st)) return n_allowed;
     size_t n = 0;
     const int rc = grammar_complete(g, st, scratch, cap, &n);
     /* a prefix of a long completion is enough when it closes the string */

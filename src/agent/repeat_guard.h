@@ -56,7 +56,8 @@ int repeat_guard_accept(repeat_guard *rg, const grammar *g, grammar_state *st, i
  * from st) whose bytes agree with the shortest ending of the string followed, found with
  * grammar_complete in scratch[0..cap). Returns the number kept. When the string followed
  * is no longer open, or no allowed token agrees (or the ending does not fit in cap),
- * allowed is left as it was and n_allowed is returned. */
+ * allowed is left as it was and n_allowed is returned; so it is while st is inside a
+ * character or an escape (the string ends at the next character boundary). */
 uint32_t repeat_guard_restrict(const repeat_guard *rg, const grammar *g, const grammar_state *st,
                                const tokenizer *tok, uint8_t *allowed, uint32_t vocab,
                                uint32_t n_allowed, char *scratch, size_t cap);

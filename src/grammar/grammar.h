@@ -120,6 +120,10 @@ int grammar_is_complete(const grammar *g, const grammar_state *st);
  * stayed in one string (the repetition guard, agent/repeat_guard.h, follows values so). */
 uint32_t grammar_string_depth(const grammar *g, const grammar_state *st);
 
+/* 1 when grammar_string_depth is not 0 and st is between two characters of that string:
+ * not inside an escape sequence or a multi-byte UTF-8 character. */
+int grammar_string_between_chars(const grammar *g, const grammar_state *st);
+
 /* Writes to out a short continuation that takes st to a complete call array (st itself
  * is not changed), for a decoder that must stop: at most cap bytes, length in *n_out.
  * Every open value is finished with little text (required properties, minItems,

@@ -631,6 +631,10 @@ uint32_t grammar_string_depth(const grammar *g, const grammar_state *st) {
     return f->kind == GRAM_FR_STRING && f->phase != STR_OPEN ? st->depth : 0;
 }
 
+int grammar_string_between_chars(const grammar *g, const grammar_state *st) {
+    return grammar_string_depth(g, st) && st->frames[st->depth - 1].phase == STR_BODY;
+}
+
 int grammar_accept_byte(const grammar *g, grammar_state *st, uint8_t byte) {
     grammar_state tmp;
     grammar_state_copy(&tmp, st);
