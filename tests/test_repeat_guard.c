@@ -124,19 +124,20 @@ static void test_follows_string_values(void) {
     CHECK(accept(&rg, g, &st, 5, "\",\"text\":\"z"));
     CHECK(rg.depth == depth && rg.count == 0 && !rg.fired);
     for (uint32_t i = 0; i < REPEAT_GUARD_MIN_TOKENS; i++) CHECK(accept(&rg, g, &st, 3, "z"));
-    CHECK(rg.fired);
+    CHECK(rg.fired && rg.closes == 1);
     /* an escape and a multi-byte character stay inside the value */
     CHECK(accept(&rg, g, &st, 6, "\\n") && accept(&rg, g, &st, 7, "\xc5\x81"));
     CHECK(rg.depth == depth && rg.count == REPEAT_GUARD_MIN_TOKENS + 2);
     CHECK(accept(&rg, g, &st, 8, "\"}"));
-    CHECK(rg.depth == 0 && !rg.fired && rg.count == 0);
+    CHECK(rg.depth == 0 && !rg.fired && rg.count == 0 && rg.closes == 1);
     CHECK(accept(&rg, g, &st, 9, "}]") && grammar_is_complete(g, &st));
     grammar_free(g);
 }
 
 /* The restriction on the demo model's vocabulary: nothing before the guard fires or
  * inside a character; at a character boundary only tokens that begin with the closing
- * quote (the shortest ending of an unconstrained string). */
+ * quote (the shortest ending of an unconstrained string); after the call that holds the
+ * cut value only the end of the array. */
 static void test_restrict_to_ending(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/needle-demo.cact", NEEDLE_SOURCE_DIR);
@@ -183,8 +184,30 @@ static void test_restrict_to_ending(void) {
     /* a string the guard does not follow is left alone */
     repeat_guard other = rg;
     other.depth = rg.depth + 1;
+    other.closes = 0;
     memset(allowed, 1, V);
     CHECK_EQ_INT(repeat_guard_restrict(&other, g, &st, m->tok, allowed, V, V, scratch,
+                                       sizeof scratch),
+                 V);
+    /* once the call is complete, the array ends: tokens that begin with "]" */
+    CHECK(accept(&rg, g, &st, 3, "\",\"text\":\"ok\"}}") && grammar_between_calls(g, &st));
+    const uint32_t kept_end =
+        repeat_guard_restrict(&rg, g, &st, m->tok, allowed, V, V, scratch, sizeof scratch);
+    bad = counted = 0;
+    for (uint32_t v = 0; v < V; v++) {
+        if (!allowed[v]) continue;
+        const char *b;
+        size_t n;
+        counted++;
+        bad += tokenizer_token_bytes(m->tok, (int32_t)v, &b, &n) != NEEDLE_OK || !n || b[0] != ']';
+    }
+    CHECK_MSG(kept_end > 0 && kept_end == counted && bad == 0, "kept %u (%u counted, %u bad)",
+              kept_end, counted, bad);
+    /* no value was cut in a decode: another call may follow */
+    repeat_guard clean;
+    repeat_guard_reset(&clean);
+    memset(allowed, 1, V);
+    CHECK_EQ_INT(repeat_guard_restrict(&clean, g, &st, m->tok, allowed, V, V, scratch,
                                        sizeof scratch),
                  V);
     free(allowed);
@@ -293,6 +316,7 @@ static void test_looping_model(void) {
                   title ? title : "(none)", want);
         CHECK_MSG(text && !strcmp(text, want), "period %u: text \"%s\", want \"%s\"", period,
                   text ? text : "(none)", want);
+        CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(on, "function_calls")), 1);
         CHECK_MSG(gen_on < gen_off / 2, "guard on: %llu tokens, off: %llu",
                   (unsigned long long)gen_on, (unsigned long long)gen_off);
         cJSON_Delete(off);

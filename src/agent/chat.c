@@ -383,9 +383,9 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
     case PH_JSON: {
         double t0 = util_clock_ms();
         uint32_t n = grammar_mask(t->g, &t->gs, c->trie, a);
-        /* a string caught repeating itself ends here (the verified ending, when the
-         * budget already follows it, ends it anyway) */
-        if (t->guard && t->rg.fired && !t->closing)
+        /* a string caught repeating itself ends here, and the array after its call (the
+         * verified ending, when the budget already follows it, ends them anyway) */
+        if (t->guard && (t->rg.fired || t->rg.closes) && !t->closing)
             n = repeat_guard_restrict(&t->rg, t->g, &t->gs, c->tok, a, V, n, c->close_buf,
                                       c->close_cap);
         session_stats(s)->grammar_ms += util_clock_ms() - t0;
@@ -481,11 +481,11 @@ static void advance(needle_session *s, turn *t, int32_t tok) {
             const char *b;
             size_t n;
             tokenizer_token_bytes(c->tok, tok, &b, &n);
-            const int fired = t->rg.fired;
+            const uint32_t closes = t->rg.closes;
             if (t->guard) repeat_guard_accept(&t->rg, t->g, &t->gs, tok, b, n);
             else grammar_accept_bytes(t->g, &t->gs, b, n);
             strbuf_put(&t->calls, b, n);
-            session_stats(s)->repeat_guard_closes += !fired && t->rg.fired;
+            session_stats(s)->repeat_guard_closes += t->rg.closes - closes;
         }
         break;
     case PH_CLOSE: t->phase = PH_DONE; break;

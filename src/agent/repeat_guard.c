@@ -8,6 +8,15 @@
 
 void repeat_guard_reset(repeat_guard *rg) { memset(rg, 0, sizeof *rg); }
 
+/* Stops following a string (and starts on the one at `depth`, if not 0); the decode's
+ * count of cut strings stays. */
+static void follow(repeat_guard *rg, uint32_t depth) {
+    const uint32_t closes = rg->closes;
+    repeat_guard_reset(rg);
+    rg->closes = closes;
+    rg->depth = depth;
+}
+
 int repeat_guard_push(repeat_guard *rg, int32_t tok) {
     const uint32_t P = REPEAT_GUARD_MAX_PERIOD;
     for (uint32_t p = 1; p <= P; p++) {
@@ -17,7 +26,10 @@ int repeat_guard_push(repeat_guard *rg, int32_t tok) {
         else rg->run[p - 1] = 0;
         /* a tail periodic with period p over run + p tokens: the first p tokens of the
          * cycle, then run tokens that repeat it */
-        if (rg->run[p - 1] + p >= REPEAT_GUARD_MIN_TOKENS) rg->fired = 1;
+        if (rg->run[p - 1] + p >= REPEAT_GUARD_MIN_TOKENS && !rg->fired) {
+            rg->fired = 1;
+            rg->closes++;
+        }
     }
     rg->recent[rg->count % P] = tok;
     rg->count++;
@@ -36,16 +48,12 @@ int repeat_guard_accept(repeat_guard *rg, const grammar *g, grammar_state *st, i
     }
     grammar_state_copy(st, &tmp);
     if (inside && n) {
-        if (rg->depth != d0) { /* not followed yet: from here on */
-            repeat_guard_reset(rg);
-            rg->depth = d0;
-        }
+        if (rg->depth != d0) follow(rg, d0); /* not followed yet: from here on */
         repeat_guard_push(rg, tok);
     } else {
         /* the token left the string followed, or opened one: its bytes inside the new
          * string are a fragment, not counted */
-        repeat_guard_reset(rg);
-        rg->depth = grammar_string_depth(g, st);
+        follow(rg, grammar_string_depth(g, st));
     }
     return 1;
 }
@@ -74,15 +82,19 @@ static int agrees(const tokenizer *tok, int32_t id, const char *ending, size_t n
 uint32_t repeat_guard_restrict(const repeat_guard *rg, const grammar *g, const grammar_state *st,
                                const tokenizer *tok, uint8_t *allowed, uint32_t vocab,
                                uint32_t n_allowed, char *scratch, size_t cap) {
-    if (!rg->fired || !rg->depth || grammar_string_depth(g, st) != rg->depth) return n_allowed;
+    const int in_string = rg->fired && rg->depth && grammar_string_depth(g, st) == rg->depth;
+    const int after_call = rg->closes && grammar_between_calls(g, st);
+    if (!in_string && !after_call) return n_allowed;
     /* inside a character (byte pieces) or an escape: the model finishes it first, so the
      * shortest ending does not pick the rest of a character for it */
-    if (!grammar_string_between_chars(g, st)) return n_allowed;
+    if (in_string && !grammar_string_between_chars(g, st)) return n_allowed;
     size_t n = 0;
     const int rc = grammar_complete(g, st, scratch, cap, &n);
     /* a prefix of a long completion is enough when it closes the string */
     if (rc != NEEDLE_OK && rc != NEEDLE_ERR_BUFFER_TOO_SMALL) return n_allowed;
-    const size_t n_ending = string_ending(g, st, rg->depth, scratch, n);
+    /* after a call the completion is the array's "]" */
+    const size_t n_ending =
+        in_string ? string_ending(g, st, rg->depth, scratch, n) : rc == NEEDLE_OK ? n : 0;
     if (!n_ending) return n_allowed;
     uint32_t kept = 0;
     for (uint32_t v = 0; v < vocab; v++)

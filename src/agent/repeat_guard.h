@@ -8,11 +8,15 @@
  * ends the string the way the budget logic ends a turn: only tokens that begin the
  * grammar's shortest ending of that string (its closing quote, or what a pattern or
  * minLength still needs, then the quote) stay allowed. What was written stays, the JSON
- * stays valid and the model goes on with the rest of the call.
+ * stays valid and the model goes on with the rest of the call. That call is the last one:
+ * once it is complete only the end of the array is allowed, because a model caught
+ * looping in one value tends to go on writing calls full of the same loop (seen on the
+ * demo model: call after call of "H H H ..." until the budget).
  *
  * The threshold is set far above the repeats of real values: measured on the demo model's
- * data (train/README.md), no expected value comes near it, so a value the guard cuts is
- * one that was already wrong. Tokens count, not characters: "1000000" or "aaa" are a few
+ * data (README.md, "Repetition guard"), no expected value comes near it, so a value the
+ * guard cuts was already wrong, and so was the answer that holds it: ending that answer
+ * early cannot make a right answer wrong. Tokens count, not characters: "1000000" or "aaa" are a few
  * repeats and are never touched.
  *
  * Plain data, no allocation; one guard per decode. */
@@ -35,14 +39,16 @@ typedef struct repeat_guard {
     /* run[p - 1]: trailing tokens each equal to the token p places before it */
     uint32_t run[REPEAT_GUARD_MAX_PERIOD];
     int fired;      /* the string followed must end now */
+    uint32_t closes; /* strings of this decode the guard fired in */
 } repeat_guard;
 
-/* Forgets everything (outside any string). */
+/* Forgets everything (outside any string; no string of the decode cut yet). */
 void repeat_guard_reset(repeat_guard *rg);
 
 /* Model-free detector: adds the next token of one string value. Returns 1 when the tail
  * of the value is a cycle of p <= REPEAT_GUARD_MAX_PERIOD tokens whose repeats cover at
- * least REPEAT_GUARD_MIN_TOKENS tokens (then rg->fired is set), else 0. */
+ * least REPEAT_GUARD_MIN_TOKENS tokens (then rg->fired is set and, the first time for
+ * this string, rg->closes counts it), else 0. */
 int repeat_guard_push(repeat_guard *rg, int32_t tok);
 
 /* Steps st over the n bytes of token tok, as grammar_accept_bytes does (1 accepted; on 0
@@ -54,10 +60,11 @@ int repeat_guard_accept(repeat_guard *rg, const grammar *g, grammar_state *st, i
 
 /* The allowed tokens after the guard fired: keeps those (already allowed by the grammar
  * from st) whose bytes agree with the shortest ending of the string followed, found with
- * grammar_complete in scratch[0..cap). Returns the number kept. When the string followed
- * is no longer open, or no allowed token agrees (or the ending does not fit in cap),
- * allowed is left as it was and n_allowed is returned; so it is while st is inside a
- * character or an escape (the string ends at the next character boundary). */
+ * grammar_complete in scratch[0..cap); and after a call that holds a cut value, those
+ * that agree with the end of the array. Returns the number kept. Anywhere else, or when
+ * no allowed token agrees (or the ending does not fit in cap), allowed is left as it was
+ * and n_allowed is returned; so it is while st is inside a character or an escape (the
+ * string ends at the next character boundary). */
 uint32_t repeat_guard_restrict(const repeat_guard *rg, const grammar *g, const grammar_state *st,
                                const tokenizer *tok, uint8_t *allowed, uint32_t vocab,
                                uint32_t n_allowed, char *scratch, size_t cap);

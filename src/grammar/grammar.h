@@ -124,6 +124,9 @@ uint32_t grammar_string_depth(const grammar *g, const grammar_state *st);
  * not inside an escape sequence or a multi-byte UTF-8 character. */
 int grammar_string_between_chars(const grammar *g, const grammar_state *st);
 
+/* 1 right after a complete call, where "," (another call) or "]" may follow. */
+int grammar_between_calls(const grammar *g, const grammar_state *st);
+
 /* Writes to out a short continuation that takes st to a complete call array (st itself
  * is not changed), for a decoder that must stop: at most cap bytes, length in *n_out.
  * Every open value is finished with little text (required properties, minItems,

@@ -635,6 +635,11 @@ int grammar_string_between_chars(const grammar *g, const grammar_state *st) {
     return grammar_string_depth(g, st) && st->frames[st->depth - 1].phase == STR_BODY;
 }
 
+int grammar_between_calls(const grammar *g, const grammar_state *st) {
+    (void)g;
+    return st->depth == 1 && !st->complete && st->frames[0].phase == ROOT_AFTER;
+}
+
 int grammar_accept_byte(const grammar *g, grammar_state *st, uint8_t byte) {
     grammar_state tmp;
     grammar_state_copy(&tmp, st);
