@@ -189,10 +189,24 @@ static void test_restrict_to_ending(void) {
     CHECK_EQ_INT(repeat_guard_restrict(&other, g, &st, m->tok, allowed, V, V, scratch,
                                        sizeof scratch),
                  V);
-    /* once the call is complete, the array ends: tokens that begin with "]" */
+    /* once the call is complete, the array ends: of the tokens the grammar allows there,
+     * those that begin with "]" */
     CHECK(accept(&rg, g, &st, 3, "\",\"text\":\"ok\"}}") && grammar_between_calls(g, &st));
+    const char **bytes = malloc(V * sizeof *bytes);
+    size_t *lens = malloc(V * sizeof *lens);
+    grammar_trie *trie = NULL;
+    for (uint32_t v = 0; v < V; v++)
+        if (tokenizer_token_bytes(m->tok, (int32_t)v, &bytes[v], &lens[v]) != NEEDLE_OK ||
+            (tokenizer_piece_type(m->tok, (int32_t)v) != TOKENIZER_BYTE &&
+             tokenizer_piece_type(m->tok, (int32_t)v) != TOKENIZER_NORMAL)) {
+            bytes[v] = "";
+            lens[v] = 0;
+        }
+    CHECK_EQ_INT(grammar_trie_build(bytes, lens, V, &trie), NEEDLE_OK);
+    const uint32_t n_mask = trie ? grammar_mask(g, &st, trie, allowed) : 0;
     const uint32_t kept_end =
-        repeat_guard_restrict(&rg, g, &st, m->tok, allowed, V, V, scratch, sizeof scratch);
+        repeat_guard_restrict(&rg, g, &st, m->tok, allowed, V, n_mask, scratch, sizeof scratch);
+    CHECK(kept_end < n_mask);
     bad = counted = 0;
     for (uint32_t v = 0; v < V; v++) {
         if (!allowed[v]) continue;
@@ -206,10 +220,37 @@ static void test_restrict_to_ending(void) {
     /* no value was cut in a decode: another call may follow */
     repeat_guard clean;
     repeat_guard_reset(&clean);
-    memset(allowed, 1, V);
-    CHECK_EQ_INT(repeat_guard_restrict(&clean, g, &st, m->tok, allowed, V, V, scratch,
+    const uint32_t n_again = trie ? grammar_mask(g, &st, trie, allowed) : 0;
+    CHECK_EQ_INT(repeat_guard_restrict(&clean, g, &st, m->tok, allowed, V, n_again, scratch,
                                        sizeof scratch),
-                 V);
+                 n_again);
+    /* inside a call, a token that would end it and start the next one ("}},{") is out,
+     * its other tokens stay */
+    grammar_state in_call;
+    grammar_state_init(g, &in_call);
+    const char *open_call = "[{\"name\":\"create_note\",\"arguments\":{\"title\":\"a\","
+                            "\"text\":\"b\"";
+    CHECK(grammar_accept_bytes(g, &in_call, open_call, strlen(open_call)));
+    uint32_t with_comma = 0, crossing = 0;
+    const uint32_t n_in = trie ? grammar_mask(g, &in_call, trie, allowed) : 0;
+    for (uint32_t v = 0; v < V; v++)
+        if (allowed[v] && memchr(bytes[v], ',', lens[v])) {
+            with_comma++;
+            grammar_state probe = in_call;
+            for (size_t k = 0; k < lens[v]; k++) {
+                if (bytes[v][k] == ',' && grammar_between_calls(g, &probe)) crossing++;
+                grammar_accept_byte(g, &probe, (uint8_t)bytes[v][k]);
+            }
+        }
+    printf("    in a call: %u allowed, %u with a comma, %u cross into another call\n", n_in,
+           with_comma, crossing);
+    const uint32_t kept_in =
+        repeat_guard_restrict(&rg, g, &in_call, m->tok, allowed, V, n_in, scratch, sizeof scratch);
+    CHECK_MSG(kept_in == n_in - crossing && kept_in > 0, "%u allowed, %u with a comma, %u "
+              "cross into another call, %u kept", n_in, with_comma, crossing, kept_in);
+    grammar_trie_free(trie);
+    free(bytes);
+    free(lens);
     free(allowed);
     grammar_free(g);
     needle_model_free(m);

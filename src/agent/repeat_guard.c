@@ -71,36 +71,54 @@ static size_t string_ending(const grammar *g, const grammar_state *st, uint32_t 
     return 0;
 }
 
-/* Whether token id's bytes agree with the ending: one is a prefix of the other. */
-static int agrees(const tokenizer *tok, int32_t id, const char *ending, size_t n_ending) {
+/* Whether the n bytes b, read from st, start another call: a "," right after a complete
+ * call. Only tokens holding a comma can; the others are not walked. */
+static int starts_another_call(const grammar *g, const grammar_state *st, const char *b,
+                               size_t n) {
+    if (!memchr(b, ',', n)) return 0;
+    grammar_state probe;
+    grammar_state_copy(&probe, st);
+    for (size_t i = 0; i < n; i++) {
+        if (b[i] == ',' && grammar_between_calls(g, &probe)) return 1;
+        if (!grammar_accept_byte(g, &probe, (uint8_t)b[i])) return 0;
+    }
+    return 0;
+}
+
+/* Whether token id may follow: its bytes agree with the string's ending (one is a prefix
+ * of the other; n_ending = 0: no ending to agree with) and, once a value was cut, they
+ * start no other call. */
+static int agrees(const repeat_guard *rg, const grammar *g, const grammar_state *st,
+                  const tokenizer *tok, int32_t id, const char *ending, size_t n_ending) {
     const char *b;
     size_t n;
-    if (tokenizer_token_bytes(tok, id, &b, &n) != NEEDLE_OK || n == 0) return 0;
-    return !memcmp(b, ending, n < n_ending ? n : n_ending);
+    if (tokenizer_token_bytes(tok, id, &b, &n) != NEEDLE_OK) return 0;
+    if (n == 0) return n_ending == 0; /* ends nothing, starts nothing */
+    if (n_ending && memcmp(b, ending, n < n_ending ? n : n_ending)) return 0;
+    return !rg->closes || !starts_another_call(g, st, b, n);
 }
 
 uint32_t repeat_guard_restrict(const repeat_guard *rg, const grammar *g, const grammar_state *st,
                                const tokenizer *tok, uint8_t *allowed, uint32_t vocab,
                                uint32_t n_allowed, char *scratch, size_t cap) {
     const int in_string = rg->fired && rg->depth && grammar_string_depth(g, st) == rg->depth;
-    const int after_call = rg->closes && grammar_between_calls(g, st);
-    if (!in_string && !after_call) return n_allowed;
-    /* inside a character (byte pieces) or an escape: the model finishes it first, so the
+    if (!in_string && !rg->closes) return n_allowed;
+    size_t n_ending = 0;
+    /* inside a character (byte pieces) or an escape the model finishes it first, so the
      * shortest ending does not pick the rest of a character for it */
-    if (in_string && !grammar_string_between_chars(g, st)) return n_allowed;
-    size_t n = 0;
-    const int rc = grammar_complete(g, st, scratch, cap, &n);
-    /* a prefix of a long completion is enough when it closes the string */
-    if (rc != NEEDLE_OK && rc != NEEDLE_ERR_BUFFER_TOO_SMALL) return n_allowed;
-    /* after a call the completion is the array's "]" */
-    const size_t n_ending =
-        in_string ? string_ending(g, st, rg->depth, scratch, n) : rc == NEEDLE_OK ? n : 0;
-    if (!n_ending) return n_allowed;
+    if (in_string && grammar_string_between_chars(g, st)) {
+        size_t n = 0;
+        const int rc = grammar_complete(g, st, scratch, cap, &n);
+        /* a prefix of a long completion is enough when it closes the string */
+        if (rc == NEEDLE_OK || rc == NEEDLE_ERR_BUFFER_TOO_SMALL)
+            n_ending = string_ending(g, st, rg->depth, scratch, n);
+    }
+    if (!n_ending && !rg->closes) return n_allowed;
     uint32_t kept = 0;
     for (uint32_t v = 0; v < vocab; v++)
-        kept += allowed[v] && agrees(tok, (int32_t)v, scratch, n_ending);
+        kept += allowed[v] && agrees(rg, g, st, tok, (int32_t)v, scratch, n_ending);
     if (!kept) return n_allowed;
     for (uint32_t v = 0; v < vocab; v++)
-        if (allowed[v] && !agrees(tok, (int32_t)v, scratch, n_ending)) allowed[v] = 0;
+        if (allowed[v] && !agrees(rg, g, st, tok, (int32_t)v, scratch, n_ending)) allowed[v] = 0;
     return kept;
 }

@@ -60,11 +60,12 @@ int repeat_guard_accept(repeat_guard *rg, const grammar *g, grammar_state *st, i
 
 /* The allowed tokens after the guard fired: keeps those (already allowed by the grammar
  * from st) whose bytes agree with the shortest ending of the string followed, found with
- * grammar_complete in scratch[0..cap); and after a call that holds a cut value, those
- * that agree with the end of the array. Returns the number kept. Anywhere else, or when
- * no allowed token agrees (or the ending does not fit in cap), allowed is left as it was
- * and n_allowed is returned; so it is while st is inside a character or an escape (the
- * string ends at the next character boundary). */
+ * grammar_complete in scratch[0..cap), and, once a value of the decode was cut, none
+ * whose bytes start another call (a "," after a complete call, also inside a longer
+ * token such as "}},{"). Returns the number kept. When nothing applies, or no allowed
+ * token would be kept, allowed is left as it was and n_allowed is returned. Inside a
+ * character or an escape the string is not ended yet (it ends at the next character
+ * boundary). */
 uint32_t repeat_guard_restrict(const repeat_guard *rg, const grammar *g, const grammar_state *st,
                                const tokenizer *tok, uint8_t *allowed, uint32_t vocab,
                                uint32_t n_allowed, char *scratch, size_t cap);
