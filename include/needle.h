@@ -409,6 +409,11 @@ typedef struct needle_complete_params {
      * with "type":"low_confidence": its calls move to "suppressed_calls" and
      * "function_calls" is [] (nothing to execute). 0 (default) never suppresses. */
     float min_confidence;
+    /* The repetition guard: a string value whose tail keeps repeating one piece or a
+     * cycle of up to 4 pieces (24 tokens of it) is closed there and the call goes on,
+     * instead of running to max_new_tokens. 0 (default): on unless the environment
+     * variable NEEDLE_REPEAT_GUARD is "0"; 1: on; -1: off. */
+    int32_t repeat_guard;
 } needle_complete_params;
 
 NEEDLE_API needle_complete_params needle_complete_default_params(void);
@@ -457,6 +462,11 @@ typedef struct needle_session_stats {
      * calling thread beyond its own share (publishing, then waiting for the workers). */
     uint64_t pool_dispatches;
     double pool_sync_ms;
+    /* Decoding guards (needle_session_complete): turns the token budget ended (its verified
+     * ending took over the call array, or max_new_tokens was reached), and string values
+     * the repetition guard closed (needle_complete_params.repeat_guard). */
+    uint64_t budget_endings;
+    uint64_t repeat_guard_closes;
 } needle_session_stats;
 
 NEEDLE_API int needle_session_get_stats(const needle_session *session, needle_session_stats *out);

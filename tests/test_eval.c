@@ -238,6 +238,90 @@ static void test_metrics(void) {
     eval_metrics_free(&m);
 }
 
+/* Categories from the expected answers, their own ratios, non-ASCII values copied and
+ * the token-limit count, in the struct and in the JSON. */
+static void test_categories(void) {
+    const char *timer5 = "[{\"name\":\"set_timer\",\"arguments\":{\"minutes\":5}}]";
+    const char *lodz = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"\xc5\x81\xc3\xb3\x64\xc5\xba\","
+                       "\"unit\":\"celsius\"}}]";
+    const char *lodz_ascii = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Lodz\","
+                             "\"unit\":\"celsius\"}}]";
+    const char *two = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Z\xc3\xb6\x65\"}},"
+                      "{\"name\":\"set_timer\",\"arguments\":{\"minutes\":5}}]";
+    const char *two_wrong = "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Zoe\"}},"
+                            "{\"name\":\"set_timer\",\"arguments\":{\"minutes\":5}}]";
+    struct { const char *pred, *exp; int hit_limit; } rows[] = {
+        {timer5, timer5, 0},         /* single, exact */
+        {lodz, lodz, 0},             /* single + non-ASCII, copied */
+        {lodz_ascii, lodz, 1},       /* single + non-ASCII, mangled (and cut by the budget) */
+        {two_wrong, two, 0},         /* multi + non-ASCII: names right, the city not copied */
+        {two, two, 0},               /* multi + non-ASCII, exact */
+        {"[]", "[]", 0},             /* refusal, right */
+        {timer5, "[]", 0},           /* refusal, missed */
+        {NULL, timer5, 1},           /* single, failed at max_new_tokens */
+    };
+    eval_metrics m;
+    eval_metrics_init(&m);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        eval_result r = score(rows[i].pred, rows[i].exp);
+        r.hit_limit = rows[i].hit_limit;
+        CHECK_EQ_INT(eval_metrics_add(&m, &r, 1), 0);
+    }
+    const eval_category *single = &m.cat[EVAL_CAT_SINGLE], *multi = &m.cat[EVAL_CAT_MULTI];
+    const eval_category *refusal = &m.cat[EVAL_CAT_REFUSAL], *na = &m.cat[EVAL_CAT_NON_ASCII];
+    CHECK_EQ_INT(single->examples, 4);
+    CHECK_EQ_INT(single->exact, 2);
+    CHECK_EQ_INT(single->names_match, 3);
+    CHECK_EQ_INT(single->args_correct, 1 + 2 + 1); /* timer; city, unit; unit */
+    CHECK_EQ_INT(single->args_predicted, 5);
+    CHECK_EQ_INT(single->args_expected, 6);
+    CHECK_EQ_INT(multi->examples, 2);
+    CHECK_EQ_INT(multi->exact, 1);
+    CHECK_EQ_INT(multi->names_match, 2);
+    CHECK_EQ_INT(refusal->examples, 2);
+    CHECK_EQ_INT(refusal->exact, 1);
+    CHECK_EQ_INT(na->examples, 4);
+    CHECK_EQ_INT(na->exact, 2);
+    CHECK_EQ_INT(na->names_match, 4);
+    CHECK_EQ_INT(m.non_ascii_values, 4);
+    CHECK_EQ_INT(m.non_ascii_copied, 2);
+    CHECK_EQ_INT(m.limit_hits, 2);
+    eval_category_summary c = eval_category_summarize(single);
+    CHECK_NEAR(c.exact_match, 0.5);
+    CHECK_NEAR(c.tool_name_accuracy, 0.75);
+    const double p = 4.0 / 5, rec = 4.0 / 6;
+    CHECK_NEAR(c.arg_f1, 2 * p * rec / (p + rec));
+    c = eval_category_summarize(refusal); /* no arguments expected, one call predicted */
+    CHECK_NEAR(c.arg_f1, 0);
+    eval_category empty = {0};
+    c = eval_category_summarize(&empty);
+    CHECK(c.exact_match < 0 && c.tool_name_accuracy < 0 && c.arg_f1 < 0);
+    cJSON *j = eval_metrics_json(&m);
+    const cJSON *cats = cJSON_GetObjectItem(j, "categories");
+    CHECK(cJSON_GetArraySize(cats) == EVAL_CATEGORIES);
+    CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(cats, "multi"),
+                                                        "exact_match")), 0.5);
+    CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(cats, "non_ascii"),
+                                                        "examples")), 4);
+    CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(cats, "refusal"),
+                                                        "exact_matches")), 1);
+    CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "non_ascii_copy_rate")), 0.5);
+    CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "token_limit_hits")), 2);
+    cJSON_Delete(j);
+    eval_metrics_free(&m);
+    /* nothing non-ASCII: the rate is null, the category empty */
+    eval_metrics_init(&m);
+    eval_result r = score(timer5, timer5);
+    CHECK(!r.non_ascii && r.non_ascii_values == 0);
+    eval_metrics_add(&m, &r, 1);
+    j = eval_metrics_json(&m);
+    CHECK(j && cJSON_IsNull(cJSON_GetObjectItem(j, "non_ascii_copy_rate")));
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "categories"),
+                                                               "non_ascii"), "exact_match")));
+    cJSON_Delete(j);
+    eval_metrics_free(&m);
+}
+
 static void test_example_parse(void) {
     eval_example ex;
     char err[256];
@@ -506,6 +590,14 @@ static void test_cli_end_to_end(void) {
         CHECK_NEAR(num(j, "well_formed_rate"), 1);
         CHECK_NEAR(num(j, "turn_errors"), 0);
         CHECK_NEAR(num(j, "skipped_lines"), 0);
+        /* the categories partition the examples by their expected answers */
+        const cJSON *cats = cJSON_GetObjectItem(j, "categories");
+        CHECK_NEAR(num(cJSON_GetObjectItem(cats, "single"), "examples") +
+                       num(cJSON_GetObjectItem(cats, "multi"), "examples"), 3);
+        CHECK_NEAR(num(cJSON_GetObjectItem(cats, "refusal"), "examples"), 1);
+        CHECK_NEAR(num(cJSON_GetObjectItem(cats, "refusal"), "exact_matches"), refused);
+        const double limit = num(j, "token_limit_hits");
+        CHECK(limit >= 0 && limit <= 4);
         const cJSON *lat = cJSON_GetObjectItem(j, "latency_ms");
         CHECK(num(lat, "mean") > 0 && num(lat, "p50") > 0 && num(lat, "p95") >= num(lat, "p50"));
     }
@@ -611,6 +703,7 @@ int main(void) {
     RUN(test_refusals);
     RUN(test_malformed);
     RUN(test_metrics);
+    RUN(test_categories);
     RUN(test_example_parse);
     RUN(test_cli_end_to_end);
     RUN(test_cli_bad_input);

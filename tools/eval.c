@@ -189,8 +189,10 @@ static void print_json_compact(FILE *f, const cJSON *v) {
     free(s);
 }
 
-static void print_mismatch(const example *e, const cJSON *pred, const char *turn_error) {
-    fprintf(stderr, "line %ld: %s\n  expected:  ", e->line, e->ex.query);
+static void print_mismatch(const example *e, const cJSON *pred, const char *turn_error,
+                           int hit_limit) {
+    fprintf(stderr, "line %ld: %s%s\n  expected:  ", e->line, e->ex.query,
+            hit_limit ? "  (the token budget ended it)" : "");
     print_json_compact(stderr, e->ex.expected);
     fprintf(stderr, "\n  predicted: ");
     if (turn_error) fprintf(stderr, "(turn error: %s)", turn_error);
@@ -221,6 +223,24 @@ static void print_table(const eval_options *o, eval_metrics *m, long skipped) {
     else printf("%-20s mean %.1f ms, p50 %.1f ms, p95 %.1f ms\n", "latency", s.latency_mean_ms,
                 s.latency_p50_ms, s.latency_p95_ms);
     printf("%-20s %ld\n", "turn errors", m->turn_errors);
+    printf("%-20s %ld\n", "token limit reached", m->limit_hits);
+    print_ratio("non-ASCII copied", m->non_ascii_values ? (double)m->non_ascii_copied /
+                                                              (double)m->non_ascii_values
+                                                        : -1,
+                m->non_ascii_copied, m->non_ascii_values);
+    static const char *const labels[EVAL_CATEGORIES] = {"single call", "multi-call (2+)",
+                                                        "refusal ([])", "non-ASCII values"};
+    printf("\n%-20s %8s %8s %8s %8s\n", "by category", "examples", "exact", "names", "arg F1");
+    for (int i = 0; i < EVAL_CATEGORIES; i++) {
+        const eval_category_summary c = eval_category_summarize(&m->cat[i]);
+        printf("%-20s %8ld", labels[i], m->cat[i].examples);
+        const double v[3] = {c.exact_match, c.tool_name_accuracy, c.arg_f1};
+        for (int k = 0; k < 3; k++) {
+            if (v[k] < 0) printf(" %8s", "n/a");
+            else printf(" %8.4f", v[k]);
+        }
+        putchar('\n');
+    }
 }
 
 static int print_json(const eval_options *o, eval_metrics *m, long skipped) {
@@ -241,16 +261,22 @@ static int print_json(const eval_options *o, eval_metrics *m, long skipped) {
 /* ---- the command ----------------------------------------------------------------------- */
 
 /* Runs one example; returns the envelope's function_calls (owned by *env) or NULL with a
- * reason in err. */
+ * reason in err. *hit_limit: the token budget ended the turn (a cut answer, or the turn
+ * failed at max_new_tokens). */
 static const cJSON *run_turn(needle_session *s, const eval_options *o, const char *query,
-                             char *buf, cJSON **env, double *ms, char *err, size_t cap) {
+                             char *buf, cJSON **env, double *ms, int *hit_limit, char *err,
+                             size_t cap) {
     needle_complete_params p = needle_complete_default_params();
     if (o->n_new_set) p.max_new_tokens = (int32_t)o->n_new;
     p.turn = NEEDLE_TURN_QUERY;
     size_t len = 0;
+    needle_session_stats before = {.size = sizeof before}, after = {.size = sizeof after};
+    const int stats = needle_session_get_stats(s, &before) == NEEDLE_OK;
     const double t0 = cli_now_ms();
     const int rc = needle_session_complete(s, query, &p, buf, EVAL_ENVELOPE, &len);
     *ms = cli_now_ms() - t0;
+    *hit_limit = stats && needle_session_get_stats(s, &after) == NEEDLE_OK &&
+                 after.budget_endings > before.budget_endings;
     *env = NULL;
     if (rc != NEEDLE_OK) {
         snprintf(err, cap, "%s: %s", needle_status_string(rc), needle_last_error());
@@ -315,10 +341,12 @@ static int run_eval(const cli_command *self, int argc, char **argv) {
         cJSON *env = NULL;
         const cJSON *pred = NULL;
         double ms = -1; /* stays -1 when the turn never ran */
+        int hit_limit = 0;
         needle_session *s =
             session_for(slots, m, &sp, &e->ex, (unsigned long)i + 1, err, sizeof err);
-        if (s) pred = run_turn(s, &o, e->ex.query, buf, &env, &ms, err, sizeof err);
-        const eval_result r = eval_score(pred, e->ex.expected, e->ex.tools);
+        if (s) pred = run_turn(s, &o, e->ex.query, buf, &env, &ms, &hit_limit, err, sizeof err);
+        eval_result r = eval_score(pred, e->ex.expected, e->ex.tools);
+        r.hit_limit = hit_limit;
         if (!pred) metrics.turn_errors++;
         if (eval_metrics_add(&metrics, &r, ms)) {
             fprintf(stderr, "needle: out of memory\n");
@@ -331,7 +359,7 @@ static int run_eval(const cli_command *self, int argc, char **argv) {
         if (first_error)
             fprintf(stderr, "needle: %s:%ld: turn error: %s (--verbose lists every one)\n",
                     o.data, e->line, err);
-        if (o.verbose && !r.exact) print_mismatch(e, pred, pred ? NULL : err);
+        if (o.verbose && !r.exact) print_mismatch(e, pred, pred ? NULL : err, hit_limit);
         cJSON_Delete(env);
         if (ms >= 0) sum_ms += ms;
         if (bar) progress(i + 1, d.n, &metrics, sum_ms);
@@ -382,5 +410,12 @@ const cli_command cli_eval = {
     "                      refusals: [] predicted where calls were expected\n"
     "  well-formed rate    output is an array of {\"name\": a declared tool, \"arguments\": {}}\n"
     "                      (a failed turn is not; it scores as wrong everywhere)\n"
-    "  latency             needle_session_complete() per example: mean, p50, p95\n",
+    "  latency             needle_session_complete() per example: mean, p50, p95\n"
+    "  token limit reached examples whose turn the token budget ended (a cut answer, or a\n"
+    "                      turn that failed at max_new_tokens)\n"
+    "  non-ASCII copied    expected argument values holding a non-ASCII character that\n"
+    "                      the prediction has equal\n"
+    "  by category         exact, tool names and argument F1 over the examples expecting\n"
+    "                      one call, two or more, [] (refusal), and those whose expected\n"
+    "                      arguments hold a non-ASCII character (also in one of the others)\n",
     run_eval};

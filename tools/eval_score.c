@@ -283,6 +283,19 @@ int eval_well_formed(const cJSON *pred, const cJSON *tools) {
     return 1;
 }
 
+/* Whether a string inside v (v itself, or any array item or object member value) holds a
+ * byte outside ASCII. Recursion is bounded by cJSON's nesting limit. */
+static int has_non_ascii(const cJSON *v) {
+    if (cJSON_IsString(v)) {
+        for (const unsigned char *p = (const unsigned char *)v->valuestring; p && *p; p++)
+            if (*p >= 0x80) return 1;
+        return 0;
+    }
+    const cJSON *c;
+    cJSON_ArrayForEach(c, v) if (has_non_ascii(c)) return 1;
+    return 0;
+}
+
 static const char *call_name(const cJSON *call) {
     return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(call, "name"));
 }
@@ -297,8 +310,12 @@ eval_result eval_score(const cJSON *pred, const cJSON *expected, const cJSON *to
     const int n_exp = cJSON_GetArraySize(expected);
     r.calls_expected = n_exp;
     r.refusal_expected = n_exp == 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, expected) r.args_expected += cJSON_GetArraySize(call_args(e));
+    const cJSON *e, *kv;
+    cJSON_ArrayForEach(e, expected) {
+        r.args_expected += cJSON_GetArraySize(call_args(e));
+        cJSON_ArrayForEach(kv, call_args(e)) r.non_ascii_values += has_non_ascii(kv);
+    }
+    r.non_ascii = r.non_ascii_values > 0;
     r.well_formed = eval_well_formed(pred, tools);
     if (!r.well_formed) return r;
 
@@ -313,11 +330,13 @@ eval_result eval_score(const cJSON *pred, const cJSON *expected, const cJSON *to
             names = exact = 0;
             continue;
         }
-        const cJSON *pa = call_args(p), *ea = call_args(e), *kv;
+        const cJSON *pa = call_args(p), *ea = call_args(e);
         if (!eval_json_equal(pa, ea)) exact = 0;
         cJSON_ArrayForEach(kv, ea) {
-            if (kv->string && eval_json_equal(kv, cJSON_GetObjectItemCaseSensitive(pa, kv->string)))
+            if (kv->string && eval_json_equal(kv, cJSON_GetObjectItemCaseSensitive(pa, kv->string))) {
                 r.args_correct++;
+                r.non_ascii_copied += has_non_ascii(kv);
+            }
         }
     }
     r.names_match = names;
@@ -327,7 +346,19 @@ eval_result eval_score(const cJSON *pred, const cJSON *expected, const cJSON *to
 
 /* ---- accumulating ---------------------------------------------------------------------- */
 
+const char *const eval_category_names[EVAL_CATEGORIES] = {"single", "multi", "refusal",
+                                                          "non_ascii"};
+
 void eval_metrics_init(eval_metrics *m) { memset(m, 0, sizeof *m); }
+
+static void category_add(eval_category *c, const eval_result *r) {
+    c->examples++;
+    c->exact += r->exact;
+    c->names_match += r->names_match;
+    c->args_correct += r->args_correct;
+    c->args_predicted += r->args_predicted;
+    c->args_expected += r->args_expected;
+}
 
 void eval_metrics_free(eval_metrics *m) {
     if (!m) return;
@@ -352,6 +383,14 @@ int eval_metrics_add(eval_metrics *m, const eval_result *r, double latency_ms) {
     m->args_correct += r->args_correct;
     m->args_predicted += r->args_predicted;
     m->args_expected += r->args_expected;
+    category_add(&m->cat[r->calls_expected == 0   ? EVAL_CAT_REFUSAL
+                         : r->calls_expected == 1 ? EVAL_CAT_SINGLE
+                                                  : EVAL_CAT_MULTI],
+                 r);
+    if (r->non_ascii) category_add(&m->cat[EVAL_CAT_NON_ASCII], r);
+    m->non_ascii_values += r->non_ascii_values;
+    m->non_ascii_copied += r->non_ascii_copied;
+    m->limit_hits += r->hit_limit;
     if (r->refusal_expected) {
         m->refusal_examples++;
         m->refusals_correct += r->refused;
@@ -376,16 +415,32 @@ static double percentile(const double *v, size_t n, double p) {
 
 static double ratio(long num, long den) { return den ? (double)num / (double)den : -1; }
 
+/* Micro-averaged argument precision, recall and F1 (see eval_score.h). */
+static double arg_f1(long correct, long predicted, long expected, double *precision,
+                     double *recall) {
+    const double p = predicted ? (double)correct / (double)predicted : 1.0;
+    const double r = expected ? (double)correct / (double)expected : 1.0;
+    if (precision) *precision = p;
+    if (recall) *recall = r;
+    return p + r > 0 ? 2 * p * r / (p + r) : 0.0;
+}
+
+eval_category_summary eval_category_summarize(const eval_category *c) {
+    eval_category_summary s;
+    s.exact_match = ratio(c->exact, c->examples);
+    s.tool_name_accuracy = ratio(c->names_match, c->examples);
+    s.arg_f1 = c->examples ? arg_f1(c->args_correct, c->args_predicted, c->args_expected, NULL, NULL)
+                           : -1;
+    return s;
+}
+
 eval_summary eval_metrics_summary(eval_metrics *m) {
     eval_summary s;
     s.exact_match = ratio(m->exact, m->examples);
     s.tool_name_accuracy = ratio(m->names_match, m->examples);
     s.well_formed_rate = ratio(m->well_formed, m->examples);
-    s.arg_precision = m->args_predicted ? (double)m->args_correct / (double)m->args_predicted : 1.0;
-    s.arg_recall = m->args_expected ? (double)m->args_correct / (double)m->args_expected : 1.0;
-    s.arg_f1 = s.arg_precision + s.arg_recall > 0
-                   ? 2 * s.arg_precision * s.arg_recall / (s.arg_precision + s.arg_recall)
-                   : 0.0;
+    s.arg_f1 = arg_f1(m->args_correct, m->args_predicted, m->args_expected, &s.arg_precision,
+                      &s.arg_recall);
     s.refusal_accuracy = ratio(m->refusals_correct, m->refusal_examples);
     if (m->n_latency) qsort(m->latency_ms, m->n_latency, sizeof *m->latency_ms, cmp_double);
     double sum = 0;
@@ -399,6 +454,27 @@ eval_summary eval_metrics_summary(eval_metrics *m) {
 /* Adds a ratio, or null for "no data" (-1). */
 static int add_ratio(cJSON *o, const char *key, double v) {
     return (v < 0 ? cJSON_AddNullToObject(o, key) : cJSON_AddNumberToObject(o, key, v)) != NULL;
+}
+
+/* "categories": {"single": {...}, ...}, each with its counts and ratios. */
+static int add_categories(cJSON *o, const eval_metrics *m) {
+    cJSON *all = cJSON_AddObjectToObject(o, "categories");
+    int ok = all != NULL;
+    for (int i = 0; ok && i < EVAL_CATEGORIES; i++) {
+        const eval_category *c = &m->cat[i];
+        const eval_category_summary s = eval_category_summarize(c);
+        cJSON *j = cJSON_AddObjectToObject(all, eval_category_names[i]);
+        ok = j && cJSON_AddNumberToObject(j, "examples", (double)c->examples) &&
+             cJSON_AddNumberToObject(j, "exact_matches", (double)c->exact) &&
+             cJSON_AddNumberToObject(j, "name_matches", (double)c->names_match) &&
+             cJSON_AddNumberToObject(j, "args_correct", (double)c->args_correct) &&
+             cJSON_AddNumberToObject(j, "args_predicted", (double)c->args_predicted) &&
+             cJSON_AddNumberToObject(j, "args_expected", (double)c->args_expected) &&
+             add_ratio(j, "exact_match", s.exact_match) &&
+             add_ratio(j, "tool_name_accuracy", s.tool_name_accuracy) &&
+             add_ratio(j, "arg_f1", s.arg_f1);
+    }
+    return ok;
 }
 
 cJSON *eval_metrics_json(eval_metrics *m) {
@@ -418,6 +494,9 @@ cJSON *eval_metrics_json(eval_metrics *m) {
         {"refusals_correct", m->refusals_correct},
         {"false_refusals", m->false_refusals},
         {"turn_errors", m->turn_errors},
+        {"non_ascii_values", m->non_ascii_values},
+        {"non_ascii_copied", m->non_ascii_copied},
+        {"token_limit_hits", m->limit_hits},
     };
     for (size_t i = 0; ok && i < sizeof counts / sizeof counts[0]; i++)
         ok = cJSON_AddNumberToObject(o, counts[i].key, (double)counts[i].v) != NULL;
@@ -426,7 +505,9 @@ cJSON *eval_metrics_json(eval_metrics *m) {
          add_ratio(o, "arg_precision", s.arg_precision) &&
          add_ratio(o, "arg_recall", s.arg_recall) && add_ratio(o, "arg_f1", s.arg_f1) &&
          add_ratio(o, "refusal_accuracy", s.refusal_accuracy) &&
-         add_ratio(o, "well_formed_rate", s.well_formed_rate);
+         add_ratio(o, "well_formed_rate", s.well_formed_rate) &&
+         add_ratio(o, "non_ascii_copy_rate", ratio(m->non_ascii_copied, m->non_ascii_values)) &&
+         add_categories(o, m);
     ok = ok && (lat = cJSON_AddObjectToObject(o, "latency_ms")) != NULL &&
          add_ratio(lat, "mean", s.latency_mean_ms) && add_ratio(lat, "p50", s.latency_p50_ms) &&
          add_ratio(lat, "p95", s.latency_p95_ms);

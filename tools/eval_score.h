@@ -33,7 +33,17 @@
  *                   well-formed []. A false refusal is a well-formed [] where calls were
  *                   expected.
  *   latency         per example whose turn ran, in ms; mean, p50 and p95 (nearest rank);
- *                   -1 (n/a) when no turn ran. */
+ *                   -1 (n/a) when no turn ran.
+ *
+ * Categories, from the expected answers alone (no extra fields in the data): single call
+ * (one expected), multi-call (two or more), refusal ([]), and non-ASCII: some string in
+ * the expected arguments holds a character outside ASCII (an example is in one of the
+ * first three and may also be non-ASCII). Each has its own exact match, tool-name
+ * accuracy and argument F1, as above over its examples. Non-ASCII values copied: over
+ * the expected (call, key) values holding such a character, the fraction that the paired
+ * predicted call has equal (argument recall restricted to them). Token limit: examples
+ * whose turn the token budget had to end (eval.c sets hit_limit from the session's
+ * budget_endings); such an answer is cut, whatever it scores. */
 #ifndef NEEDLE_TOOLS_EVAL_SCORE_H
 #define NEEDLE_TOOLS_EVAL_SCORE_H
 
@@ -74,11 +84,25 @@ typedef struct eval_result {
     int refused;             /* well-formed [] predicted */
     int calls_expected;
     int args_correct, args_predicted, args_expected;
+    int non_ascii;           /* some expected string value holds a non-ASCII character */
+    int non_ascii_values, non_ascii_copied; /* such (call, key) values; copied exactly */
+    int hit_limit;           /* set by the caller: the token budget ended the turn */
 } eval_result;
 
 /* Scores `pred` (NULL when the turn produced nothing usable) against `expected` (a
  * normalized call array, as in eval_example). */
 eval_result eval_score(const cJSON *pred, const cJSON *expected, const cJSON *tools);
+
+enum { EVAL_CAT_SINGLE, EVAL_CAT_MULTI, EVAL_CAT_REFUSAL, EVAL_CAT_NON_ASCII, EVAL_CATEGORIES };
+
+/* Totals of one category (see "Categories" above). */
+typedef struct eval_category {
+    long examples, exact, names_match;
+    long args_correct, args_predicted, args_expected;
+} eval_category;
+
+/* Names of the categories, as the JSON output spells them ("single", ...). */
+extern const char *const eval_category_names[EVAL_CATEGORIES];
 
 /* Running totals over a dataset. Latencies are kept for the percentiles. */
 typedef struct eval_metrics {
@@ -87,6 +111,9 @@ typedef struct eval_metrics {
     long args_correct, args_predicted, args_expected;
     long refusal_examples, refusals_correct, false_refusals;
     long turn_errors; /* turns that failed inside the engine (set_tools, complete, envelope) */
+    eval_category cat[EVAL_CATEGORIES];
+    long non_ascii_values, non_ascii_copied;
+    long limit_hits;  /* examples whose turn the token budget ended */
     double *latency_ms;
     size_t n_latency, cap_latency;
 } eval_metrics;
@@ -105,6 +132,14 @@ typedef struct eval_summary {
     double refusal_accuracy; /* -1 when no example expects [] */
     double latency_mean_ms, latency_p50_ms, latency_p95_ms;
 } eval_summary;
+
+/* The ratios of one category: exact match, tool-name accuracy (-1 when it is empty) and
+ * argument F1, defined as for the whole set. */
+typedef struct eval_category_summary {
+    double exact_match, tool_name_accuracy, arg_f1;
+} eval_category_summary;
+
+eval_category_summary eval_category_summarize(const eval_category *c);
 
 /* Sorts the latencies in place (percentiles). */
 eval_summary eval_metrics_summary(eval_metrics *m);

@@ -115,6 +115,7 @@ class CompleteParams(ctypes.Structure):
         ("turn", ctypes.c_int32),
         ("extract", ctypes.c_int32),
         ("min_confidence", ctypes.c_float),
+        ("repeat_guard", ctypes.c_int32),
     ]
 
 

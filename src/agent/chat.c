@@ -27,6 +27,7 @@
 #include "agent/retrieval.h"
 #include "agent/envelope.h"
 #include "agent/prompt.h"
+#include "agent/repeat_guard.h"
 #include "grammar/grammar.h"
 #include "grammar/json_canon.h"
 #include "model/session.h"
@@ -331,7 +332,10 @@ typedef struct turn {
     size_t min_json;      /* bytes of the shortest call array from the start */
     size_t plan_len, plan_pos; /* the verified ending in chat.plan_buf, and how far it ran */
     int closing;          /* following the plan to the end */
+    int budget_ended;     /* closing was needed at some point of the turn */
     uint32_t think_tokens, newline_index;
+    int guard;            /* the repetition guard is on (needle_complete_params.repeat_guard) */
+    repeat_guard rg;
     grammar_state gs;
     strbuf reasoning_ids; /* int32 ids of the reasoning, as bytes */
     strbuf calls;         /* the call array text */
@@ -379,6 +383,11 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
     case PH_JSON: {
         double t0 = util_clock_ms();
         uint32_t n = grammar_mask(t->g, &t->gs, c->trie, a);
+        /* a string caught repeating itself ends here, and the array after its call (the
+         * verified ending, when the budget already follows it, ends them anyway) */
+        if (t->guard && (t->rg.fired || t->rg.closes) && !t->closing)
+            n = repeat_guard_restrict(&t->rg, t->g, &t->gs, c->tok, a, V, n, c->close_buf,
+                                      c->close_cap);
         session_stats(s)->grammar_ms += util_clock_ms() - t0;
         if (grammar_is_complete(t->g, &t->gs)) {
             a[c->id_end_call] = 1;
@@ -472,8 +481,11 @@ static void advance(needle_session *s, turn *t, int32_t tok) {
             const char *b;
             size_t n;
             tokenizer_token_bytes(c->tok, tok, &b, &n);
-            grammar_accept_bytes(t->g, &t->gs, b, n);
+            const uint32_t closes = t->rg.closes;
+            if (t->guard) repeat_guard_accept(&t->rg, t->g, &t->gs, tok, b, n);
+            else grammar_accept_bytes(t->g, &t->gs, b, n);
             strbuf_put(&t->calls, b, n);
+            session_stats(s)->repeat_guard_closes += t->rg.closes - closes;
         }
         break;
     case PH_CLOSE: t->phase = PH_DONE; break;
@@ -660,6 +672,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         t.g = c->g_extract;
     }
     grammar_state_init(t.g, &t.gs);
+    t.guard = p.repeat_guard > 0 || (p.repeat_guard == 0 && !env_is_zero("NEEDLE_REPEAT_GUARD"));
     t.min_json = t.plan_len = closing_bytes(t.g, &t.gs, c->plan_buf, (size_t)p.max_new_tokens);
     uint64_t rng = p.seed * 0x9E3779B97F4A7C15ULL + 1;
     uint32_t generated = 0;
@@ -716,7 +729,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                 } else {
                     /* tok would leave too few tokens to finish: take the verified ending,
                      * which fits by construction, from here on */
-                    t.closing = 1;
+                    t.closing = t.budget_ended = 1;
                     tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos,
                                         t.plan_len - t.plan_pos);
                 }
@@ -771,6 +784,8 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     /* a run cut short by the budget or the context: evaluate it, as single steps would
      * have (the failed turn is rolled back anyway) */
     if (n_pend && rc == NEEDLE_OK) rc = run_pending(s, pend, n_pend, 0, c->vocab, rows);
+    if (t.budget_ended || generated >= (uint32_t)p.max_new_tokens)
+        session_stats(s)->budget_endings++;
     double t_decode = util_clock_ms() - t1;
     e.decode_tps = t_decode > 0 ? generated / (t_decode / 1e3) : 0;
 

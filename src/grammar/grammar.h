@@ -113,6 +113,20 @@ int grammar_accept_bytes(const grammar *g, grammar_state *st, const void *bytes,
 /* 1 once a whole call array has been read; no byte is accepted after that. */
 int grammar_is_complete(const grammar *g, const grammar_state *st);
 
+/* 1-based depth of the innermost frame when it is a string (a value, or the key of a free
+ * object) whose opening quote has been read and whose closing quote has not; 0 otherwise.
+ * A byte that stays inside the string keeps the depth; the closing quote drops it, and a
+ * new string can only start after that, so a run of bytes that keeps one depth throughout
+ * stayed in one string (the repetition guard, agent/repeat_guard.h, follows values so). */
+uint32_t grammar_string_depth(const grammar *g, const grammar_state *st);
+
+/* 1 when grammar_string_depth is not 0 and st is between two characters of that string:
+ * not inside an escape sequence or a multi-byte UTF-8 character. */
+int grammar_string_between_chars(const grammar *g, const grammar_state *st);
+
+/* 1 right after a complete call, where "," (another call) or "]" may follow. */
+int grammar_between_calls(const grammar *g, const grammar_state *st);
+
 /* Writes to out a short continuation that takes st to a complete call array (st itself
  * is not changed), for a decoder that must stop: at most cap bytes, length in *n_out.
  * Every open value is finished with little text (required properties, minItems,

@@ -624,6 +624,22 @@ int gram_plain_string_budget(const grammar *g, const grammar_state *st, uint32_t
     return 1;
 }
 
+uint32_t grammar_string_depth(const grammar *g, const grammar_state *st) {
+    (void)g;
+    if (!st->depth || st->complete) return 0;
+    const grammar_frame *f = &st->frames[st->depth - 1];
+    return f->kind == GRAM_FR_STRING && f->phase != STR_OPEN ? st->depth : 0;
+}
+
+int grammar_string_between_chars(const grammar *g, const grammar_state *st) {
+    return grammar_string_depth(g, st) && st->frames[st->depth - 1].phase == STR_BODY;
+}
+
+int grammar_between_calls(const grammar *g, const grammar_state *st) {
+    (void)g;
+    return st->depth == 1 && !st->complete && st->frames[0].phase == ROOT_AFTER;
+}
+
 int grammar_accept_byte(const grammar *g, grammar_state *st, uint8_t byte) {
     grammar_state tmp;
     grammar_state_copy(&tmp, st);

@@ -417,9 +417,16 @@ int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all
     int rc = session_forward(s, tokens, n, all_logits);
     s->skip_logits = 0;
     s->stats.forward_ms += util_clock_ms() - t0;
+    if (rc == NEEDLE_OK && s->logits_hook && (want_logits || all_logits))
+        s->logits_hook(s->logits_hook_user, tokens, n, s->logits, s->m->w.vocab);
     if (rc == NEEDLE_OK) s->stats.tokens_evaluated += n;
     s->stats.forward_calls++;
     return rc;
+}
+
+void session_set_logits_hook(needle_session *s, session_logits_fn fn, void *user) {
+    s->logits_hook = fn;
+    s->logits_hook_user = user;
 }
 
 int session_run_rows(needle_session *s, const int32_t *tokens, uint32_t n, const int32_t *rows,

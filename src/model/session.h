@@ -43,6 +43,11 @@ typedef struct session_checkpoint {
     uint32_t kv_first, kv_rows;
 } session_checkpoint;
 
+/* A test's stand-in for a model's preferences: rewrites logits[vocab], the last
+ * position's, after a forward pass over tokens[0..n) that computed them. */
+typedef void (*session_logits_fn)(void *user, const int32_t *tokens, uint32_t n, float *logits,
+                                  uint32_t vocab);
+
 struct needle_session {
     const struct needle_model *m;
     const struct needle_backend_ops *ops; /* the model's backend (backend/backend.h) */
@@ -94,6 +99,9 @@ struct needle_session {
      * use, so that embedding a text never disturbs this conversation */
     struct needle_session *embedder;
     needle_callbacks cb; /* needle_session_set_callbacks; zeroed = none */
+    /* tests only (session_set_logits_hook) */
+    session_logits_fn logits_hook;
+    void *logits_hook_user;
 };
 
 /* Runs one backend operation and adds its wall time to the session's profile field. */
@@ -128,6 +136,11 @@ int session_run(struct needle_session *s, const int32_t *tokens, uint32_t n, flo
  * progress after each; NEEDLE_ERR_CANCELLED when the callback asks to stop (the chunks run
  * so far stay evaluated). Chunks of the forward pass's own size give the same numbers. */
 int session_prefill(struct needle_session *s, const int32_t *tokens, uint32_t n, int want_logits);
+
+/* Tests only: every later forward pass that computes logits passes them through fn before
+ * anything reads them (NULL removes it). The tests of the decoding guards use it to make a
+ * model loop on purpose. */
+void session_set_logits_hook(struct needle_session *s, session_logits_fn fn, void *user);
 
 /* Reports a decoded piece to the token callback, if any; NEEDLE_ERR_CANCELLED when it asks
  * to stop. */
