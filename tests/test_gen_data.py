@@ -8,6 +8,9 @@
   phrasings.
 * Every example is consistent with the tools it declares: calls name declared tools, use
   only their parameters and give every required one; refusal examples call nothing.
+* The second generation (train/compose.py): the held-out sets test2 and unseen share no
+  query, phrasing part, value-pool entry or tool combination with the training split, and
+  no training example declares an unseen tool; spoken forms map to canonical values.
 
     python3 tests/test_gen_data.py
 """
@@ -20,6 +23,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "train"))
 import gen_data as G  # noqa: E402
+import compose as C  # noqa: E402
 
 failures = 0
 
@@ -58,6 +62,96 @@ def consistent(ex):
     return None
 
 
+def string_values(rows):
+    out = set()
+    for ex in rows:
+        for call in ex["answers"]:
+            out.update(v for v in call["arguments"].values() if isinstance(v, str))
+    return out
+
+
+def words_of(rows):
+    out = set()
+    for ex in rows:
+        out.update(ex["query"].lower().split())
+    return out
+
+
+def check_second_generation(train, test2, unseen):
+    for split, rows in (("test2", test2), ("unseen", unseen)):
+        for i, ex in enumerate(rows):
+            why = consistent(ex)
+            check(why is None, f"{split} line {i + 1}: {why}")
+    queries = {ex["query"] for ex in train}
+    same = [ex["query"] for ex in test2 + unseen if ex["query"] in queries]
+    check(not same, f"held-out queries also in training: {same[:3]}")
+
+    # value pools: no string value of a held-out answer is a training answer's value,
+    # except the closed vocabularies every split shares (enums, units, languages, days)
+    shared = set(G.ROOM_TYPES + G.RIDE_TYPES + G.LANGUAGES + G.WEEKDAYS + G.CURRENCIES
+                 + [u for pair in G.UNITS for u in pair]
+                 + ["on", "off", "celsius", "fahrenheit", "driving", "walking", "transit",
+                    "cycling", "running", "swimming", "yoga", "today", "tomorrow", "tonight",
+                    "this weekend"])
+    train_values = string_values(train)
+    leaked = sorted(v for v in string_values(test2) - shared
+                    if v in train_values and not v.startswith("next "))
+    check(not leaked, f"test2 values also in training answers: {leaked[:5]}")
+    check(len(string_values(test2) & {v for v in C.INTL_FIRST + C.INTL_CITIES}) > 0 or any(
+        any(ord(ch) > 127 for ch in v) for v in string_values(test2)),
+        "test2 has values in other scripts")
+
+    # phrasing parts: no training query opens with a held-out opener or politeness
+    # phrase (alone or after an opener) or ends with a held-out closer
+    # (a made-up value may spell a part: "lights off in the ta" is a room named "ta")
+    plain = [q for q in train if not any(x.lower() in C.protected(q["answers"])
+                                          for x in C.CLOSERS + C.OPENERS)]
+    heads = [q["query"].lower() for q in plain]
+    tails = [q["query"].lower().rstrip(" .!?:)") for q in plain]
+    openers = [o.lower() for o in C.OPENERS]
+    for pool, where in ((C.OPENERS, "head"), (C.POLITE_BEFORE, "head"), (C.CLOSERS, "tail")):
+        held = [x.lower() for x in pool if G.is_heldout(x)]
+        check(held, "every part list has a held-out member")
+        train_side = [y.lower() for y in pool if not G.is_heldout(y)]
+        for x in held:
+            if where == "head":
+                starts = [x + " "] + [o + " " + x + " " for o in openers]
+                hits = [q for q in heads if any(q.startswith(s) for s in starts)
+                        and not any(q.startswith(y + " ") or any(q.startswith(o + " " + y + " ")
+                                    for o in openers) for y in train_side if x in y)]
+            else:
+                hits = [q for q in tails if (q.endswith(" " + x) or q.endswith("," + x))
+                        and not any(q.endswith(" " + y) for y in train_side if x in y)]
+            check(not hits, f"held-out part {x!r} in training: {hits[:2]}")
+
+    # tool combinations: a multi-call set of test2 is never the set of a training example
+    combos = lambda rows: {"+".join(sorted(c["name"] for c in ex["answers"]))
+                           for ex in rows if len(ex["answers"]) > 1}
+    check(combos(test2) and not combos(test2) & combos(train),
+          f"tool combinations shared: {sorted(combos(test2) & combos(train))[:3]}")
+    check(sum(len(ex["answers"]) == 3 for ex in train) > 0, "three-call requests in training")
+
+    # unseen tools: declared in every unseen request's answer, never in training
+    new = set(C.UNSEEN_TOOLS)
+    in_train = {t["name"] for ex in train for t in ex["tools"]} & new
+    check(not in_train, f"unseen tools declared in training: {sorted(in_train)}")
+    check(all(c["name"] in new for ex in unseen for c in ex["answers"]),
+          "unseen requests call only unseen tools")
+
+    # spoken forms: the query says it one way, the answer holds the canonical value
+    check(C.words(45) == "forty-five" and C.words(301) == "three hundred and one", "words")
+    check("an hour and a half" in C.duration_forms(90), "90 minutes as an hour and a half")
+    check("half past 7 in the evening" in C.clock_forms(7, 30, "pm"), "half past 7 pm")
+    check("19:30" in C.clock_forms(7, 30, "pm"), "19:30")
+    said = C.Said("7:30 pm", "19:30")
+    check("at {t}".format(t=said) == "at 19:30" and json.dumps(C.plain(said)) == '"7:30 pm"',
+          "Said: spoken in the query, canonical in the answer")
+    check(json.dumps(C.plain({"n": C.SaidInt(90, "ninety")})) == '{"n": 90}', "SaidInt")
+    timers = [c["arguments"]["minutes"] for ex in train for c in ex["answers"]
+              if c["name"] == "set_timer"]
+    check(timers and all(isinstance(m, int) for m in timers), "timer minutes are integers")
+
+
 def main():
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, os.path.join(ROOT, "train", "gen_data.py"),
@@ -71,6 +165,14 @@ def main():
               "train/data/test.jsonl (a training-only change altered the test draws)")
         train = [json.loads(line) for line in open(os.path.join(out, "train.jsonl"))]
         test = [json.loads(line) for line in committed.decode("utf-8").splitlines()]
+        for name in ("test2", "unseen"):
+            with open(os.path.join(out, name + ".jsonl"), "rb") as f:
+                fresh = f.read()
+            with open(os.path.join(ROOT, "train", "data", name + ".jsonl"), "rb") as f:
+                check(fresh == f.read(), f"the regenerated {name} split differs from the "
+                      f"committed train/data/{name}.jsonl")
+        test2 = [json.loads(line) for line in open(os.path.join(out, "test2.jsonl"))]
+        unseen = [json.loads(line) for line in open(os.path.join(out, "unseen.jsonl"))]
 
     check(len(train) == 4000 and len(test) == 600, "split sizes")
     for split, rows in (("train", train), ("test", test)):
@@ -94,6 +196,8 @@ def main():
     check(0.22 < share < 0.30, f"training refusal share {share:.3f}")
     share = sum(not ex["answers"] for ex in test) / len(test)
     check(0.12 < share < 0.24, f"test refusal share {share:.3f}")
+
+    check_second_generation(train, test2, unseen)
 
     print("test_gen_data:", "ok" if failures == 0 else f"{failures} failure(s)")
     return 1 if failures else 0

@@ -238,6 +238,13 @@ class Pools:
     def int_in(self, lo, hi):
         return self.draw(lambda r: r.randint(lo, hi))
 
+    def timer_minutes(self):
+        return self.int_in(1, 180)
+
+    def duration(self, m):
+        """How a request says a duration (compose.Pools2 says it in more ways)."""
+        return f"{m} minutes" if m != 1 else "1 minute"
+
     def clock(self):
         def make(r):
             h = r.randint(1, 12)
@@ -359,8 +366,8 @@ def _minutes_phrase(p, m):
       {"minutes": I("Duration in minutes", 1, 1440), "label": S("Optional name for the timer")},
       ["minutes"])
 def _timer(p):
-    m = p.int_in(1, 180)
-    dur = f"{m} minutes" if m != 1 else "1 minute"
+    m = p.timer_minutes()
+    dur = p.duration(m)
     if p.r.random() < 0.3:
         label = p.value(["pasta", "eggs", "laundry", "tea", "bread", "nap", "workout", "pizza",
                         "rice", "homework", "parking", "oven", "meditation", "cookies", "break"])
@@ -948,16 +955,29 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "data"))
     ap.add_argument("--train", type=int, default=60000)
     ap.add_argument("--test", type=int, default=600)
+    ap.add_argument("--test2", type=int, default=600)
+    ap.add_argument("--unseen", type=int, default=300)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--gen1", action="store_true",
+                    help="the first generation's training split (the shipped model's stage 2)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    train = make_split("train", a.train, a.seed)
+    import compose as C
+    if a.gen1:
+        train = make_split("train", a.train, a.seed)
+    else:
+        train = C.make_split2("train", a.train, a.seed)
     test = make_split("test", a.test, a.seed + 1000)
+    test2 = C.make_split2("test2", a.test2, a.seed + 2000)
+    unseen = C.make_split2("unseen", a.unseen, a.seed + 3000, make=C.example_unseen)
     write_jsonl(os.path.join(a.out, "train.jsonl"), train)
     write_jsonl(os.path.join(a.out, "test.jsonl"), test)
+    write_jsonl(os.path.join(a.out, "test2.jsonl"), test2)
+    write_jsonl(os.path.join(a.out, "unseen.jsonl"), unseen)
     with open(os.path.join(a.out, "tools.json"), "w") as f:
         json.dump([TOOLS[n] for n in sorted(TOOLS)], f, indent=1)
-    print(f"{len(TOOLS)} tools; wrote {len(train)} train and {len(test)} test examples to {a.out}")
+    print(f"{len(TOOLS)} tools; wrote {len(train)} train, {len(test)} test, {len(test2)} "
+          f"test2 and {len(unseen)} unseen-tool examples to {a.out}")
 
 
 if __name__ == "__main__":
