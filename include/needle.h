@@ -38,7 +38,7 @@ extern "C" {
  * Python package read these lines. The library's ABI stays compatible within a major
  * version (see "Struct sizes" below). */
 #define NEEDLE_VERSION_MAJOR 0
-#define NEEDLE_VERSION_MINOR 2
+#define NEEDLE_VERSION_MINOR 3
 #define NEEDLE_VERSION_PATCH 0
 /* "major.minor.patch" of the header, derived from the three lines above */
 #define NEEDLE_VERSION_STR_(x) #x
