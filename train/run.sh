@@ -43,8 +43,6 @@ cp train/data/tools.json models/needle-demo.tools.json
 for split in test test2 unseen; do
   ./build/needle eval --weights models/needle-demo.cact "train/data/$split.jsonl"
 done
-python3 train/eval_categories.py --weights models/needle-demo.cact \
-  train/data/test.jsonl train/data/test2.jsonl train/data/unseen.jsonl
 # the end-to-end cases of tests/test_demo.c: held-out queries this model answers exactly
 "$PY" train/pick_heldout.py --needle build/needle --weights models/needle-demo.cact \
   --data train/data/test2.jsonl
