@@ -675,6 +675,7 @@ int needle_session_get_stats(const needle_session *s, needle_session_stats *out)
     if (!s || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
     needle_session_stats full = s->stats;
     if (s->ops->thread_stats) s->ops->thread_stats(&s->bk, &full.pool_dispatches, &full.pool_sync_ms);
+    full.kv_bytes = session_kv_bytes(s);
     full.size = sizeof full;
     return struct_size_out(out, &full, sizeof full, "get_stats: needle_session_stats");
 }
