@@ -13,7 +13,9 @@
  * - Checkpoints: a local ring row is overwritten by position t + window, so a checkpoint
  *   (turn rollback, the tools-prefix base of needle_session_reset) must carry the rows a
  *   restore needs: going back after more than a window of positions and re-running gives
- *   the same logits as the first time, bit for bit. */
+ *   the same logits as the first time, bit for bit; on the CPU in every KV precision, and
+ *   through the Metal kernels compiled as C (metal_ops.c over metal_emu.c), whose cache
+ *   is laid out the same way. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,10 @@
 
 static const char *const fixtures[] = {"v3a", "v3b", "v3c", "v3d"};
 static const int32_t kv_types[] = {NEEDLE_KV_F32, NEEDLE_KV_F16, NEEDLE_KV_INT8};
+
+#ifdef NEEDLE_TEST_METAL_C
+extern const needle_backend_ops nk_backend_ops; /* metal_ops.c over metal_emu.c */
+#endif
 
 /* The uniform layout over the same CPU ops. */
 static needle_backend_ops uniform_ops;
@@ -198,11 +204,12 @@ static void test_same_as_uniform(void) {
 /* From a checkpoint at `at` (horizon: the rest of the prompt), the rest's logits by steps,
  * twice with a restore between, and once more after needle_session_reset to a base pinned
  * at `at`: all three equal a fresh session's run of the same prefill and steps. */
-static void checkpoint_round(needle_model *m, const needle_model_info *info, int32_t kv,
-                             const int32_t *tokens, uint32_t n, uint32_t at, const char *name) {
+static void checkpoint_round(needle_model *m, const needle_backend_ops *ops,
+                             const needle_model_info *info, int32_t kv, const int32_t *tokens,
+                             uint32_t n, uint32_t at, const char *name) {
     const uint32_t V = info->vocab, rest = n - at;
-    needle_session *fresh = open_session(m, &cpu_backend_ops, kv, -1, 0);
-    needle_session *s = open_session(m, &cpu_backend_ops, kv, -1, 0);
+    needle_session *fresh = open_session(m, ops, kv, -1, 0);
+    needle_session *s = open_session(m, ops, kv, -1, 0);
     /* the same split as below (a prefill of `at` then steps: a prefill's last bits may
      * differ from steps') */
     float *want = malloc((size_t)rest * V * sizeof *want);
@@ -262,7 +269,20 @@ static void test_checkpoints(void) {
         CHECK_MSG(win && n > at + 2 * win, "%s: prompt of %u tokens, local window %u",
                   fixtures[f], n, win);
         for (size_t t = 0; win && n > at + 2 * win && t < 3; t++)
-            checkpoint_round(m, &info, kv_types[t], tokens, n, at, fixtures[f]);
+            checkpoint_round(m, &cpu_backend_ops, &info, kv_types[t], tokens, n, at, fixtures[f]);
+#ifdef NEEDLE_TEST_METAL_C
+        /* the Metal kernels compiled as C lay the cache out per layer too (f32 only) */
+        if (win && n > at + 2 * win) {
+            char name[64];
+            snprintf(name, sizeof name, "metal-c %s", fixtures[f]);
+            checkpoint_round(m, &nk_backend_ops, &info, NEEDLE_KV_F32, tokens, n, at, name);
+            needle_session *c = open_session(m, &cpu_backend_ops, NEEDLE_KV_F32, -1, 0);
+            needle_session *g = open_session(m, &nk_backend_ops, NEEDLE_KV_F32, -1, 0);
+            CHECK(c && g && session_kv_bytes(c) == session_kv_bytes(g));
+            needle_session_free(c);
+            needle_session_free(g);
+        }
+#endif
         needle_model_free(m);
         free(tokens);
     }
