@@ -320,6 +320,25 @@ static void test_failed_turn_is_rolled_back(void) {
     failed_turn_is_rolled_back(NEEDLE_KV_INT8);
 }
 
+/* Needle 3: the same rollbacks on the v3a fixture, whose local layers keep a ring of only
+ * their 8-position window (session.c kv_layout) while the conversation runs to hundreds of
+ * positions: the failed turns overwrite ring rows the checkpoint must bring back, in every
+ * KV precision. */
+static void test_failed_turn_is_rolled_back_v3(void) {
+    needle_model *v2 = model, *v3 = NULL;
+    CHECK_EQ_INT(needle_model_open(fixture_path("v3/v3a.cact"), NULL, &v3), NEEDLE_OK);
+    if (!v3) return;
+    needle_model_info info = {.size = sizeof info};
+    needle_model_get_info(v3, &info);
+    CHECK(info.generation == 3 && info.sliding_window > 0 && info.sliding_window < 90);
+    model = v3;
+    failed_turn_is_rolled_back(NEEDLE_KV_F32);
+    failed_turn_is_rolled_back(NEEDLE_KV_F16);
+    failed_turn_is_rolled_back(NEEDLE_KV_INT8);
+    model = v2;
+    needle_model_free(v3);
+}
+
 static void test_long_conversation_bounded_memory(void) {
     needle_model_info info = {.size = sizeof info};
     needle_model_get_info(model, &info);
@@ -524,6 +543,7 @@ int main(void) {
     RUN(test_rebinding_tools_starts_afresh);
     RUN(test_multi_turn_reuses_the_cache);
     RUN(test_failed_turn_is_rolled_back);
+    RUN(test_failed_turn_is_rolled_back_v3);
     RUN(test_tight_budgets_are_safe_and_repeatable);
     RUN(test_long_conversation_bounded_memory);
     RUN(test_bad_input);
