@@ -307,6 +307,20 @@ static void failed_turn_is_rolled_back(int32_t kv_type) {
     CHECK_EQ_INT(complete(ref, q2, NEEDLE_TURN_QUERY, 0, 0, unbroken, sizeof unbroken), NEEDLE_OK);
     check_same_answer(out, unbroken, "the turn after");
     CHECK_EQ_INT(needle_session_position(s), needle_session_position(ref));
+    /* the same cache: a few more tokens give the same logits, bit for bit (a row the
+     * rollback failed to bring back changes them even where the answers survive) */
+    needle_model_info info = {.size = sizeof info};
+    needle_model_get_info(model, &info);
+    const int32_t probe[4] = {5, 6, 7, 8};
+    float *ls = malloc(4 * (size_t)info.vocab * sizeof *ls);
+    float *lr = malloc(4 * (size_t)info.vocab * sizeof *lr);
+    CHECK(ls && lr &&
+          needle_session_eval(s, probe, 4, ls, 4 * (size_t)info.vocab) == NEEDLE_OK &&
+          needle_session_eval(ref, probe, 4, lr, 4 * (size_t)info.vocab) == NEEDLE_OK);
+    CHECK_MSG(ls && lr && memcmp(ls, lr, 4 * (size_t)info.vocab * sizeof *ls) == 0,
+              "kv %d: logits after the conversation differ from the unbroken one's", kv_type);
+    free(ls);
+    free(lr);
 done:
     needle_session_free(s);
     needle_session_free(ref);
