@@ -112,7 +112,8 @@ static void test_layout_and_bytes(void) {
         const uint32_t kvd = info.num_kv_heads * (info.qk_head_dim > info.v_head_dim
                                                       ? info.qk_head_dim
                                                       : info.v_head_dim);
-        const struct { int32_t window; uint32_t sinks; } shapes[] = {{-1, 0}, {(int32_t)win + 3, 2}};
+        const struct { int32_t window; uint32_t sinks; } shapes[] = {{-1, 0},
+                                                                     {(int32_t)win + 3, 2}};
         for (size_t sh = 0; sh < 2; sh++)
             for (size_t t = 0; t < 3; t++) {
                 needle_session *s = open_session(m, &cpu_backend_ops, kv_types[t],
@@ -153,7 +154,8 @@ static void test_layout_and_bytes(void) {
                 CHECK(su.kv_bytes == 2 * (uint64_t)info.num_layers * global_slots * row);
                 CHECK(st.kv_bytes < su.kv_bytes);
                 if (sh == 0 && t == 0)
-                    printf("  %s: f32 KV cache %llu bytes by layer kind (uniform layout %llu)\n", fixtures[f],
+                    printf("  %s: f32 KV cache %llu bytes by layer kind (uniform layout "
+                           "%llu)\n", fixtures[f],
                            (unsigned long long)st.kv_bytes, (unsigned long long)su.kv_bytes);
                 needle_session_free(s);
                 needle_session_free(u);

@@ -50,7 +50,8 @@
  *
  * KV cache layout, per layer: `n_sinks` pinned slots for positions [0, n_sinks), then a
  * ring of `window` slots for later positions (nm_kv_slot in kernels/nmath.h); with no
- * window the ring is the whole context. */
+ * window the ring is the whole context. The layers' rows follow one another (kv_layers:
+ * a Needle 3 local layer may have a ring of its own window and no sinks). */
 typedef struct backend_ctx {
     const model_weights *m;
     void *device_weights; /* the model's ops->model_load result, or NULL */

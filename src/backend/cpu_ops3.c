@@ -12,7 +12,8 @@
  *
  * The KV cache is in the session's kv_type (f32, f16, or int8 with a float scale per
  * KV_SCALE_GROUP values of a row, as Needle 2's): K rows hold KV*qk values and V rows
- * KV*v of the kv_dim-wide cache rows. Within a K/V head attention stays in token order:
+ * KV*v of the kv_dim-wide cache rows, a layer's at s->kv_layers (a local layer's ring
+ * holds exactly its window). Within a K/V head attention stays in token order:
  * token i's conv history and K/V are stored before token i reads them, and a later
  * token's store (which may overwrite a ring slot) after. */
 #include <math.h>

@@ -139,8 +139,9 @@ static int kv_cache_alloc(needle_session *s, uint32_t slots, uint32_t n_sinks) {
     const size_t rows = kv_layout(s, slots, n_sinks, layers);
     if (rows > s->kv_cap_rows || slots > s->kv_cap_slots) {
         const size_t elems = rows * m->w.kv_dim + 1;
-        const size_t elem = s->bk.kv_type == NEEDLE_KV_F32 ? 4 : s->bk.kv_type == NEEDLE_KV_F16 ? 2 : 1;
-        const int int8 = s->bk.kv_type == NEEDLE_KV_INT8;
+        const int32_t type = s->bk.kv_type;
+        const size_t elem = type == NEEDLE_KV_F32 ? 4 : type == NEEDLE_KV_F16 ? 2 : 1;
+        const int int8 = type == NEEDLE_KV_INT8;
         void *k = ops->alloc(&s->bk, elems * elem), *v = ops->alloc(&s->bk, elems * elem);
         float *scores = ops->alloc(&s->bk, ((size_t)m->w.n_heads * slots + 1) * sizeof(float));
         float *scales = int8 ? ops->alloc(&s->bk, (2 * rows * KV_SCALE_GROUPS(m->w.kv_dim) + 1) *
