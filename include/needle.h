@@ -467,6 +467,10 @@ typedef struct needle_session_stats {
      * the repetition guard closed (needle_complete_params.repeat_guard). */
     uint64_t budget_endings;
     uint64_t repeat_guard_closes;
+    /* Bytes the KV cache reserves: K and V rows (int8: with their scales) of every layer.
+     * A Needle 3 local layer keeps only its sliding window's rows where the backend
+     * supports it (the CPU does); other layers the session's window or whole context. */
+    uint64_t kv_bytes;
 } needle_session_stats;
 
 NEEDLE_API int needle_session_get_stats(const needle_session *session, needle_session_stats *out);

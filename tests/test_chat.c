@@ -307,6 +307,20 @@ static void failed_turn_is_rolled_back(int32_t kv_type) {
     CHECK_EQ_INT(complete(ref, q2, NEEDLE_TURN_QUERY, 0, 0, unbroken, sizeof unbroken), NEEDLE_OK);
     check_same_answer(out, unbroken, "the turn after");
     CHECK_EQ_INT(needle_session_position(s), needle_session_position(ref));
+    /* the same cache: a few more tokens give the same logits, bit for bit (a row the
+     * rollback failed to bring back changes them even where the answers survive) */
+    needle_model_info info = {.size = sizeof info};
+    needle_model_get_info(model, &info);
+    const int32_t probe[4] = {5, 6, 7, 8};
+    float *ls = malloc(4 * (size_t)info.vocab * sizeof *ls);
+    float *lr = malloc(4 * (size_t)info.vocab * sizeof *lr);
+    CHECK(ls && lr &&
+          needle_session_eval(s, probe, 4, ls, 4 * (size_t)info.vocab) == NEEDLE_OK &&
+          needle_session_eval(ref, probe, 4, lr, 4 * (size_t)info.vocab) == NEEDLE_OK);
+    CHECK_MSG(ls && lr && memcmp(ls, lr, 4 * (size_t)info.vocab * sizeof *ls) == 0,
+              "kv %d: logits after the conversation differ from the unbroken one's", kv_type);
+    free(ls);
+    free(lr);
 done:
     needle_session_free(s);
     needle_session_free(ref);
@@ -318,6 +332,25 @@ static void test_failed_turn_is_rolled_back(void) {
     CHECK(info.kv_window > 0 && info.kv_window < 90); /* a turn here is ~90 positions */
     failed_turn_is_rolled_back(NEEDLE_KV_F32);
     failed_turn_is_rolled_back(NEEDLE_KV_INT8);
+}
+
+/* Needle 3: the same rollbacks on the v3a fixture, whose local layers keep a ring of only
+ * their 8-position window (session.c kv_layout) while the conversation runs to hundreds of
+ * positions: the failed turns overwrite ring rows the checkpoint must bring back, in every
+ * KV precision. */
+static void test_failed_turn_is_rolled_back_v3(void) {
+    needle_model *v2 = model, *v3 = NULL;
+    CHECK_EQ_INT(needle_model_open(fixture_path("v3/v3a.cact"), NULL, &v3), NEEDLE_OK);
+    if (!v3) return;
+    needle_model_info info = {.size = sizeof info};
+    needle_model_get_info(v3, &info);
+    CHECK(info.generation == 3 && info.sliding_window > 0 && info.sliding_window < 90);
+    model = v3;
+    failed_turn_is_rolled_back(NEEDLE_KV_F32);
+    failed_turn_is_rolled_back(NEEDLE_KV_F16);
+    failed_turn_is_rolled_back(NEEDLE_KV_INT8);
+    model = v2;
+    needle_model_free(v3);
 }
 
 static void test_long_conversation_bounded_memory(void) {
@@ -524,6 +557,7 @@ int main(void) {
     RUN(test_rebinding_tools_starts_afresh);
     RUN(test_multi_turn_reuses_the_cache);
     RUN(test_failed_turn_is_rolled_back);
+    RUN(test_failed_turn_is_rolled_back_v3);
     RUN(test_tight_budgets_are_safe_and_repeatable);
     RUN(test_long_conversation_bounded_memory);
     RUN(test_bad_input);

@@ -468,6 +468,27 @@ static void test_bench_reports_peak_and_gflops(void) {
     CHECK_MSG(h && strtod(h + strlen("\"handoffs_per_token\":["), NULL) > 0.0, "%s", out);
 }
 
+/* `needle bench` reports the KV cache its session reserves: on a Needle 3 file with local
+ * layers, what the library's session stats say (each local layer only its window). */
+static void test_bench_reports_kv_size(void) {
+    static char out[1 << 14];
+    char cmd[2048];
+    const char *v3 = fixture_path("v3/v3a.cact");
+    snprintf(cmd, sizeof cmd, "%s bench --weights %s --prompt-len 6 --gen 2 --runs 1 --json",
+             cli_path(), v3);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    needle_model *m = NULL;
+    needle_session *s = NULL;
+    needle_session_stats st = {.size = sizeof st};
+    CHECK_EQ_INT(needle_model_open(v3, NULL, &m), NEEDLE_OK);
+    if (m) CHECK_EQ_INT(needle_session_create(m, NULL, &s), NEEDLE_OK);
+    if (s) CHECK_EQ_INT(needle_session_get_stats(s, &st), NEEDLE_OK);
+    CHECK_MSG(st.kv_bytes > 0 && fabs(json_number(out, "kv_mb") - (double)st.kv_bytes / 1e6) < 6e-4,
+              "kv_mb vs %llu bytes: %s", (unsigned long long)st.kv_bytes, out);
+    needle_session_free(s);
+    needle_model_free(m);
+}
+
 int main(void) {
     RUN(test_help_lists_every_command);
     RUN(test_version_build_info);
@@ -485,5 +506,6 @@ int main(void) {
     RUN(test_seed_budget_and_empty_query);
     RUN(test_chat_commands_and_modes);
     RUN(test_bench_reports_peak_and_gflops);
+    RUN(test_bench_reports_kv_size);
     return test_summary();
 }

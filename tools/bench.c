@@ -87,6 +87,9 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         return cli_lib_error("session", rc);
     }
     const double session_ms = cli_now_ms() - t0;
+    needle_session_stats kv_stats = {.size = sizeof kv_stats};
+    const double kv_mb = needle_session_get_stats(s, &kv_stats) == NEEDLE_OK
+                             ? (double)kv_stats.kv_bytes / 1e6 : 0.0;
 
     int32_t *ids = malloc((size_t)prompt_len * sizeof *ids);
     double *prefill = malloc((size_t)runs * sizeof *prefill);
@@ -189,6 +192,7 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
                prompt_len, gen, runs, threads, load_ms, session_ms, med_ttft,
                med_prefill, med_decode, rss_mb, last);
         printf(",\"kv\":\"%s\"", kv_type == NEEDLE_KV_INT8 ? "int8" : kv_type == NEEDLE_KV_F16 ? "f16" : "f32");
+        printf(",\"kv_mb\":%.3f", kv_mb);
         printf(",\"threads_used\":%ld,\"fma_peak_gflops\":%.2f,\"fma_peak_1t_gflops\":%.2f,"
                "\"prefill_gflops\":%.2f,\"decode_gflops\":%.2f,\"matmul_gflops\":[%.2f,%.2f],"
                "\"attention_gflops\":[%.2f,%.2f]",
@@ -212,6 +216,7 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         if (threads) printf("threads    %ld\n", threads);
         else printf("threads    NEEDLE_THREADS or the online cores\n");
         printf("load       %.1f ms (+ session %.1f ms)\n", load_ms, session_ms);
+        printf("kv cache   %.2f MB reserved (%u positions)\n", kv_mb, info.max_seq_len);
         printf("ttft       %.1f ms for a %ld-token prompt\n", med_ttft, prompt_len);
         printf("prefill    %.1f tok/s\n", med_prefill);
         printf("decode     %.1f tok/s (%ld tokens)\n", med_decode, gen);

@@ -50,7 +50,8 @@
  *
  * KV cache layout, per layer: `n_sinks` pinned slots for positions [0, n_sinks), then a
  * ring of `window` slots for later positions (nm_kv_slot in kernels/nmath.h); with no
- * window the ring is the whole context. */
+ * window the ring is the whole context. The layers' rows follow one another (kv_layers:
+ * a Needle 3 local layer may have a ring of its own window and no sinks). */
 typedef struct backend_ctx {
     const model_weights *m;
     void *device_weights; /* the model's ops->model_load result, or NULL */
@@ -60,10 +61,10 @@ typedef struct backend_ctx {
 
     uint32_t window;      /* 0 = full causal attention */
     uint32_t n_sinks;
-    uint32_t kv_slots;    /* per layer */
+    uint32_t kv_slots;    /* per global layer (the most any layer has) */
     int32_t kv_type;      /* needle_kv_type */
-    void *k_cache, *v_cache; /* [layer][slot][kv_dim] in kv_type */
-    float *kv_scales;     /* int8 cache: [2][layer][slot][KV_SCALE_GROUPS(kv_dim)] */
+    void *k_cache, *v_cache; /* [kv_rows][kv_dim] in kv_type, by layer (kv_layers) */
+    float *kv_scales;     /* int8 cache: [2][kv_rows][KV_SCALE_GROUPS(kv_dim)] */
     float *scores;        /* [n_heads][kv_slots] attention scratch */
 
     uint32_t ev_ring;     /* engram ring length: (taps - 1) * dilation + 1 */
@@ -79,7 +80,22 @@ typedef struct backend_ctx {
                            * ev_hist, so checkpoints carry it) */
     uint32_t qkv_ring;    /* conv_taps (>= 1) */
     float *scratch3;      /* [scratch3_floats(m)] for the Needle 3 ops */
+    /* Where each layer's rows are: layer l's positions t live in cache rows
+     * kv_layers[l].row0 + nm_kv_slot(t, kv_layers[l].n_sinks, kv_layers[l].window), and
+     * kv_rows is the sum of the layers' slots (int8 scales: [2][kv_rows][groups]). The
+     * uniform layout gives layer l rows [l * kv_slots, (l + 1) * kv_slots) with the
+     * session's sinks and window; with ops->kv_per_layer a Needle 3 local layer gets a
+     * ring of exactly its own window instead (session.c kv_cache_alloc). Host memory. */
+    const struct kv_layer_layout *kv_layers; /* [n_layers] */
+    size_t kv_rows;
 } backend_ctx;
+
+typedef struct kv_layer_layout {
+    size_t row0;      /* first cache row of the layer */
+    uint32_t slots;   /* its rows */
+    uint32_t n_sinks; /* its pinned positions, then a ring of `window` (0: no ring) */
+    uint32_t window;
+} kv_layer_layout;
 
 /* Floats of backend_ctx.scratch3 a Needle 3 session needs. */
 static inline size_t backend_scratch3_floats(const model_weights *m) {
@@ -201,6 +217,10 @@ typedef struct needle_backend_ops {
     /* Optional: the session's thread hand-offs so far (dispatches to worker threads and
      * the milliseconds they cost the caller beyond its own share of the work). */
     void (*thread_stats)(const backend_ctx *s, uint64_t *dispatches, double *sync_ms);
+
+    /* 1: the Needle 3 ops address the cache by backend_ctx.kv_layers, so a session gives
+     * each local (sliding-window) layer only its window's slots; 0: the uniform layout. */
+    int kv_per_layer;
 } needle_backend_ops;
 
 typedef struct needle_backend_impl {

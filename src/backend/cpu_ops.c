@@ -688,4 +688,5 @@ const needle_backend_ops cpu_backend_ops = {
     .monarch_mlp = cpu_monarch_mlp,
     .logits_rows = cpu_logits_rows,
     .thread_stats = cpu_thread_stats,
+    .kv_per_layer = 1,
 };

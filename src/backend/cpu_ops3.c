@@ -12,7 +12,8 @@
  *
  * The KV cache is in the session's kv_type (f32, f16, or int8 with a float scale per
  * KV_SCALE_GROUP values of a row, as Needle 2's): K rows hold KV*qk values and V rows
- * KV*v of the kv_dim-wide cache rows. Within a K/V head attention stays in token order:
+ * KV*v of the kv_dim-wide cache rows, a layer's at s->kv_layers (a local layer's ring
+ * holds exactly its window). Within a K/V head attention stays in token order:
  * token i's conv history and K/V are stored before token i reads them, and a later
  * token's store (which may overwrite a ring slot) after. */
 #include <math.h>
@@ -38,7 +39,7 @@ static const v3_kernels *v3_kernels_of(const backend_ctx *s) {
 static void kv3_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot, uint32_t off,
                       uint32_t n, uint32_t width, const float *x) {
     const uint32_t kvd = s->m->kv_dim;
-    const size_t row = (size_t)layer * s->kv_slots + slot, at = row * kvd + off;
+    const size_t row = s->kv_layers[layer].row0 + slot, at = row * kvd + off;
     void *base = which ? s->v_cache : s->k_cache;
     if (s->kv_type == NEEDLE_KV_F32) {
         memcpy((float *)base + at, x, n * sizeof(float));
@@ -48,7 +49,7 @@ static void kv3_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot, 
     } else {
         int8_t *dst = (int8_t *)base + at;
         float *scales = s->kv_scales +
-                        ((size_t)which * s->m->n_layers * s->kv_slots + row) * KV_SCALE_GROUPS(kvd);
+                        ((size_t)which * s->kv_rows + row) * KV_SCALE_GROUPS(kvd);
         for (uint32_t c0 = off; c0 < off + n; c0 += KV_SCALE_GROUP) {
             const uint32_t c1 = width - c0 < KV_SCALE_GROUP ? width : c0 + KV_SCALE_GROUP;
             float amax = 0.0f;
@@ -72,16 +73,17 @@ static void a8_fake_quant_heads(float *x, uint32_t heads, uint32_t hd) {
     }
 }
 
-/* The cache slots of positions [0, n_sink) and [tail0, t] in position order, as runs of
- * consecutive slots (the tail wraps around the ring at most once). Returns the count. */
-static uint32_t runs_of(const backend_ctx *s, uint32_t n_sink, uint32_t tail0, uint32_t t,
+/* The slots of layer L of positions [0, n_sink) and [tail0, t] in position order, as
+ * runs of consecutive slots (the tail wraps around the ring at most once). Returns the
+ * count. */
+static uint32_t runs_of(const kv_layer_layout *L, uint32_t n_sink, uint32_t tail0, uint32_t t,
                         attn_run *runs) {
     uint32_t nr = 0;
     if (n_sink) runs[nr++] = (attn_run){0, n_sink};
     for (uint32_t p = tail0; p <= t;) {
-        const uint32_t slot = nm_kv_slot(p, s->n_sinks, s->window);
+        const uint32_t slot = nm_kv_slot(p, L->n_sinks, L->window);
         uint32_t run = t + 1 - p;
-        if (s->window && slot + run > s->n_sinks + s->window) run = s->n_sinks + s->window - slot;
+        if (L->window && slot + run > L->n_sinks + L->window) run = L->n_sinks + L->window - slot;
         runs[nr++] = (attn_run){slot, run};
         p += run;
     }
@@ -134,13 +136,13 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
     const uint32_t kc = b0 * qk, kn = (b1 - b0) * qk, vc = b0 * vd, vn = (b1 - b0) * vd;
     const size_t elem = s->kv_type == NEEDLE_KV_F32 ? 4 : s->kv_type == NEEDLE_KV_F16 ? 2 : 1;
     const int int8 = s->kv_type == NEEDLE_KV_INT8;
-    const size_t layer_row = (size_t)x->layer * s->kv_slots;
+    const kv_layer_layout *L = &s->kv_layers[x->layer];
+    const size_t layer_row = L->row0;
     const size_t groups = KV_SCALE_GROUPS(kvd);
     attn_kv kv = {.type = s->kv_type,
                   .ld = kvd,
                   .k_scales = int8 ? s->kv_scales + layer_row * groups : NULL,
-                  .v_scales = int8 ? s->kv_scales + ((size_t)m->n_layers * s->kv_slots +
-                                                     layer_row) * groups
+                  .v_scales = int8 ? s->kv_scales + (s->kv_rows + layer_row) * groups
                                    : NULL,
                   .scales_ld = groups,
                   .group = KV_SCALE_GROUP,
@@ -170,7 +172,7 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
             a8_fake_quant_heads(k + kc, b1 - b0, qk);
             a8_fake_quant_heads(v + vc, b1 - b0, vd);
         }
-        const uint32_t slot = nm_kv_slot(t, s->n_sinks, s->window);
+        const uint32_t slot = nm_kv_slot(t, L->n_sinks, L->window);
         kv3_store(s, 0, x->layer, slot, kc, kn, Wk, k + kc);
         kv3_store(s, 1, x->layer, slot, vc, vn, Wv, v + vc);
 
@@ -181,12 +183,12 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
             n_sink = 0;
             tail0 = t + 1 > window ? t + 1 - window : 0;
         } else {
-            const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
+            const nm_span span = nm_attention_span(t, L->n_sinks, L->window);
             n_sink = span.n_sink;
             tail0 = span.tail0;
         }
         attn_run runs[3];
-        const uint32_t n_runs = runs_of(s, n_sink, tail0, t, runs);
+        const uint32_t n_runs = runs_of(L, n_sink, tail0, t, runs);
         for (uint32_t b = b0; b < b1; b++) {
             float *qb = q + (size_t)b * reps * qk;
             for (uint32_t a = 0; a < reps; a++) {

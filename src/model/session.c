@@ -52,6 +52,7 @@ void needle_session_free(needle_session *s) {
         s->ops->release(&s->bk, s->bk.v_cache);
         s->ops->session_free(&s->bk);
     }
+    free(s->kv_layers);
     free(s->logits);
     free(s->rope_cs);
     free(s->eng_slots);
@@ -92,35 +93,89 @@ static uint32_t kv_slots_for(uint32_t window, uint32_t n_sinks, uint32_t n_ctx) 
     return slots > n_ctx ? n_ctx : (uint32_t)slots;
 }
 
-/* (Re)allocates the KV cache, its int8 scales and the attention scores for `slots`
- * positions per layer in backend memory; on failure the session keeps its old buffers. */
-static int kv_cache_alloc(needle_session *s, uint32_t slots) {
+/* Bytes of one cache row of K or V (with its int8 scales). */
+static size_t kv_row_bytes(const backend_ctx *b) {
+    const size_t elem = b->kv_type == NEEDLE_KV_F32 ? 4 : b->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    size_t row = b->m->kv_dim * elem;
+    if (b->kv_type == NEEDLE_KV_INT8) row += KV_SCALE_GROUPS(b->m->kv_dim) * sizeof(float);
+    return row;
+}
+
+/* The layers' rows for `slots` slots per global layer with `n_sinks` sinks (backend.h
+ * kv_layers). A Needle 3 local layer only ever reads its last `window` positions, so
+ * where the backend addresses rows by layer it gets a ring of just that many (position
+ * t in slot t % window, no sinks); every other layer the session's sinks and window.
+ * Returns the rows of all layers. */
+static size_t kv_layout(const needle_session *s, uint32_t slots, uint32_t n_sinks,
+                        kv_layer_layout *out) {
+    const model_weights *w = &s->m->w;
+    size_t rows = 0;
+    for (uint32_t l = 0; l < w->n_layers; l++) {
+        const uint32_t local = s->ops->kv_per_layer && w->generation == 3 ? w->layers3[l].window
+                                                                            : 0;
+        out[l].row0 = rows;
+        if (local) {
+            out[l].slots = local < s->n_ctx ? local : s->n_ctx;
+            out[l].n_sinks = 0;
+            out[l].window = local;
+        } else {
+            out[l].slots = slots;
+            out[l].n_sinks = n_sinks;
+            out[l].window = s->bk.window;
+        }
+        rows += out[l].slots;
+    }
+    return rows;
+}
+
+/* (Re)lays out the KV cache for `slots` positions per global layer and `n_sinks` sinks,
+ * growing its buffers (K, V, int8 scales, attention scores) in backend memory when they
+ * are too small; on failure the session keeps its old layout and buffers. */
+static int kv_cache_alloc(needle_session *s, uint32_t slots, uint32_t n_sinks) {
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
-    const size_t elems = (size_t)m->w.n_layers * slots * m->w.kv_dim + 1;
-    const size_t elem = s->bk.kv_type == NEEDLE_KV_F32 ? 4 : s->bk.kv_type == NEEDLE_KV_F16 ? 2 : 1;
-    const int int8 = s->bk.kv_type == NEEDLE_KV_INT8;
-    void *k = ops->alloc(&s->bk, elems * elem), *v = ops->alloc(&s->bk, elems * elem);
-    float *scores = ops->alloc(&s->bk, ((size_t)m->w.n_heads * slots + 1) * sizeof(float));
-    float *scales = int8 ? ops->alloc(&s->bk, (2 * (size_t)m->w.n_layers * slots *
-                                          KV_SCALE_GROUPS(m->w.kv_dim) + 1) * sizeof(float))
-                         : NULL;
-    if (!k || !v || !scores || (int8 && !scales)) {
-        ops->release(&s->bk, k);
-        ops->release(&s->bk, v);
-        ops->release(&s->bk, scores);
-        ops->release(&s->bk, scales);
-        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory for a KV cache of %u "
-                           "positions", slots);
+    kv_layer_layout *layers = malloc((m->w.n_layers ? m->w.n_layers : 1) * sizeof *layers);
+    if (!layers) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory for a KV layout");
+    const size_t rows = kv_layout(s, slots, n_sinks, layers);
+    if (rows > s->kv_cap_rows || slots > s->kv_cap_slots) {
+        const size_t elems = rows * m->w.kv_dim + 1;
+        const int32_t type = s->bk.kv_type;
+        const size_t elem = type == NEEDLE_KV_F32 ? 4 : type == NEEDLE_KV_F16 ? 2 : 1;
+        const int int8 = type == NEEDLE_KV_INT8;
+        void *k = ops->alloc(&s->bk, elems * elem), *v = ops->alloc(&s->bk, elems * elem);
+        float *scores = ops->alloc(&s->bk, ((size_t)m->w.n_heads * slots + 1) * sizeof(float));
+        float *scales = int8 ? ops->alloc(&s->bk, (2 * rows * KV_SCALE_GROUPS(m->w.kv_dim) + 1) *
+                                                      sizeof(float))
+                             : NULL;
+        if (!k || !v || !scores || (int8 && !scales)) {
+            ops->release(&s->bk, k);
+            ops->release(&s->bk, v);
+            ops->release(&s->bk, scores);
+            ops->release(&s->bk, scales);
+            free(layers);
+            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory for a KV cache of %u "
+                               "positions", slots);
+        }
+        ops->release(&s->bk, s->bk.k_cache); ops->release(&s->bk, s->bk.v_cache);
+        ops->release(&s->bk, s->bk.scores); ops->release(&s->bk, s->bk.kv_scales);
+        s->bk.k_cache = k;
+        s->bk.v_cache = v;
+        s->bk.scores = scores;
+        s->bk.kv_scales = scales;
+        s->kv_cap_rows = rows;
+        s->kv_cap_slots = slots;
     }
-    ops->release(&s->bk, s->bk.k_cache); ops->release(&s->bk, s->bk.v_cache);
-    ops->release(&s->bk, s->bk.scores); ops->release(&s->bk, s->bk.kv_scales);
-    s->bk.k_cache = k;
-    s->bk.v_cache = v;
-    s->bk.scores = scores;
-    s->bk.kv_scales = scales;
+    free(s->kv_layers);
+    s->kv_layers = layers;
+    s->bk.kv_layers = layers;
+    s->bk.kv_rows = rows;
     s->bk.kv_slots = slots;
+    s->bk.n_sinks = n_sinks;
     return NEEDLE_OK;
+}
+
+size_t session_kv_bytes(const needle_session *s) {
+    return 2 * s->bk.kv_rows * kv_row_bytes(&s->bk);
 }
 
 /* needle_session_params.activations (and env NEEDLE_A8 for the default) to a flag. */
@@ -204,7 +259,7 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     s->ops = ops;
     const size_t d = m->w.d, nl = m->w.n_lanes, C = s->bk.chunk;
     const size_t A = m->w.attn_dim, kvd = m->w.kv_dim;
-    int failed = kv_cache_alloc(s, kv_slots_for(window, p.n_sinks, n_ctx)) != NEEDLE_OK;
+    int failed = kv_cache_alloc(s, kv_slots_for(window, p.n_sinks, n_ctx), p.n_sinks) != NEEDLE_OK;
 
     size_t h_ld = m->w.layers[0].q_proj.cols_pad, o_ld = m->w.layers[0].out_proj.cols_pad;
     size_t e_ld = m->w.n_sites ? m->w.sites[0].key_proj.cols_pad : 1;
@@ -266,42 +321,58 @@ static size_t engram_ring_bytes(const needle_session *s) {
     return ((size_t)m->w.n_sites * s->bk.ev_ring * m->w.d + qkv_hist_floats(m)) * sizeof(float);
 }
 
-/* Host bytes of the KV cache rows of one position: K and V (and their int8 scales) of
- * every layer. */
-static size_t kv_position_bytes(const backend_ctx *b) {
-    const size_t elem = b->kv_type == NEEDLE_KV_F32 ? 4 : b->kv_type == NEEDLE_KV_F16 ? 2 : 1;
-    size_t row = b->m->kv_dim * elem;
-    if (b->kv_type == NEEDLE_KV_INT8) row += KV_SCALE_GROUPS(b->m->kv_dim) * sizeof(float);
-    return 2 * (size_t)b->m->n_layers * row;
+/* The rows of positions [*first, *first + *rows) of one layer that a checkpoint at `pos`
+ * keeps: those the state at pos attends to, [oldest, pos), that the next `horizon`
+ * positions may overwrite (position y's ring slot is reused by y + window). */
+static void kv_layer_keep(const kv_layer_layout *L, uint32_t pos, uint32_t horizon,
+                          uint32_t *first, uint32_t *rows) {
+    const uint32_t window = L->window, sinks = L->n_sinks;
+    *first = *rows = 0;
+    if (window && pos > sinks && (uint64_t)pos + horizon > window) {
+        *first = pos + 1 > window && pos + 1 - window > sinks ? pos + 1 - window : sinks;
+        const uint64_t end64 = (uint64_t)pos + horizon - window;
+        const uint32_t end = end64 < pos ? (uint32_t)end64 : pos;
+        *rows = end > *first ? end - *first : 0;
+    }
 }
 
-/* Copies the cache rows of positions [first, first + n) to host (save) or back. Their
- * slots are consecutive but for the wrap of the ring, so this is a few copies per layer. */
-static void kv_copy_rows(needle_session *s, uint8_t *host, uint32_t first, uint32_t n, int save) {
+/* Copies the cache rows of positions [first, first + n) of one layer to host (save) or
+ * back, advancing *host. Their slots are consecutive but for the wrap of the ring. */
+static void kv_copy_rows(needle_session *s, uint8_t **host, uint32_t layer, uint32_t first,
+                         uint32_t n, int save) {
     const backend_ctx *b = &s->bk;
+    const kv_layer_layout *L = &b->kv_layers[layer];
     const uint32_t kvd = b->m->kv_dim, groups = KV_SCALE_GROUPS(kvd);
     const size_t elem = b->kv_type == NEEDLE_KV_F32 ? 4 : b->kv_type == NEEDLE_KV_F16 ? 2 : 1;
     const size_t row = kvd * elem;
     for (uint32_t done = 0; done < n;) {
-        const uint32_t slot = nm_kv_slot(first + done, b->n_sinks, b->window);
+        const uint32_t slot = nm_kv_slot(first + done, L->n_sinks, L->window);
         uint32_t run = n - done;
-        if (b->window && slot + run > b->n_sinks + b->window) run = b->n_sinks + b->window - slot;
-        for (uint32_t layer = 0; layer < b->m->n_layers; layer++)
-            for (int which = 0; which < 2; which++) {
-                const size_t at = (size_t)layer * b->kv_slots + slot;
-                void *cache = (uint8_t *)(which ? b->v_cache : b->k_cache) + at * row;
-                if (save) s->ops->download(&s->bk, host, cache, run * row);
-                else s->ops->upload(&s->bk, cache, host, run * row);
-                host += run * row;
-                if (b->kv_type != NEEDLE_KV_INT8) continue;
-                float *sc = b->kv_scales +
-                            ((size_t)which * b->m->n_layers * b->kv_slots + at) * groups;
-                const size_t sb = (size_t)run * groups * sizeof(float);
-                if (save) s->ops->download(&s->bk, host, sc, sb);
-                else s->ops->upload(&s->bk, sc, host, sb);
-                host += sb;
-            }
+        if (L->window && slot + run > L->n_sinks + L->window) run = L->n_sinks + L->window - slot;
+        const size_t at = L->row0 + slot;
+        for (int which = 0; which < 2; which++) {
+            void *cache = (uint8_t *)(which ? b->v_cache : b->k_cache) + at * row;
+            if (save) s->ops->download(&s->bk, *host, cache, run * row);
+            else s->ops->upload(&s->bk, cache, *host, run * row);
+            *host += run * row;
+            if (b->kv_type != NEEDLE_KV_INT8) continue;
+            float *sc = b->kv_scales + ((size_t)which * b->kv_rows + at) * groups;
+            const size_t sb = (size_t)run * groups * sizeof(float);
+            if (save) s->ops->download(&s->bk, *host, sc, sb);
+            else s->ops->upload(&s->bk, sc, *host, sb);
+            *host += sb;
+        }
         done += run;
+    }
+}
+
+/* Copies every layer's kept rows (kv_layer_keep) of a checkpoint at pos to cp->kv or back. */
+static void kv_copy_kept(needle_session *s, uint8_t *host, uint32_t pos, uint32_t horizon,
+                         int save) {
+    for (uint32_t l = 0; l < s->m->w.n_layers; l++) {
+        uint32_t first, rows;
+        kv_layer_keep(&s->bk.kv_layers[l], pos, horizon, &first, &rows);
+        if (rows) kv_copy_rows(s, &host, l, first, rows, save);
     }
 }
 
@@ -312,32 +383,29 @@ int session_checkpoint_save(needle_session *s, session_checkpoint *cp, uint32_t 
         if (!cp->engram)
             return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for a checkpoint");
     }
-    /* Ring rows the state at pos attends to, [oldest, pos), that the next `horizon`
-     * positions may overwrite: position y's slot is reused by y + window. */
-    const uint32_t window = s->bk.window, sinks = s->bk.n_sinks, pos = s->pos;
-    uint32_t first = 0, rows = 0;
-    if (window && pos > sinks && (uint64_t)pos + horizon > window) {
-        first = pos + 1 > window && pos + 1 - window > sinks ? pos + 1 - window : sinks;
-        const uint64_t end64 = (uint64_t)pos + horizon - window;
-        const uint32_t end = end64 < pos ? (uint32_t)end64 : pos;
-        rows = end > first ? end - first : 0;
+    const uint32_t pos = s->pos;
+    size_t rows = 0;
+    for (uint32_t l = 0; l < s->m->w.n_layers; l++) {
+        uint32_t first, n;
+        kv_layer_keep(&s->bk.kv_layers[l], pos, horizon, &first, &n);
+        rows += n;
     }
-    const size_t kv_bytes = rows * kv_position_bytes(&s->bk);
+    const size_t kv_bytes = 2 * rows * kv_row_bytes(&s->bk);
     if (kv_bytes > cp->kv_cap) {
         uint8_t *kv = realloc(cp->kv, kv_bytes);
         if (!kv)
             return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for a checkpoint "
-                               "of %u KV positions", rows);
+                               "of %zu KV rows", rows);
         cp->kv = kv;
         cp->kv_cap = kv_bytes;
     }
     cp->pos = pos;
     cp->horizon = horizon;
-    cp->kv_first = first;
+    cp->kv_sinks = s->bk.n_sinks;
     cp->kv_rows = rows;
     memcpy(cp->history, s->history, sizeof cp->history);
     if (bytes) s->ops->download(&s->bk, cp->engram, s->ev_hist, bytes);
-    if (rows) kv_copy_rows(s, cp->kv, first, rows, 1);
+    if (rows) kv_copy_kept(s, cp->kv, pos, horizon, 1);
     return NEEDLE_OK;
 }
 
@@ -345,12 +413,16 @@ int session_checkpoint_restore(needle_session *s, const session_checkpoint *cp) 
     if (cp->pos > s->pos || s->pos - cp->pos > cp->horizon)
         return needle_fail(NEEDLE_ERR_STATE, "session: cannot return to position %u from %u: "
                            "the checkpoint covers %u positions", cp->pos, s->pos, cp->horizon);
+    /* its rows were saved for the layout of its sinks (session_configure_sinks re-lays) */
+    if (cp->kv_rows && cp->kv_sinks != s->bk.n_sinks)
+        return needle_fail(NEEDLE_ERR_STATE, "session: the checkpoint was saved with %u sink "
+                           "positions, the session now has %u", cp->kv_sinks, s->bk.n_sinks);
     s->pos = cp->pos;
     s->has_logits = 0;
     memcpy(s->history, cp->history, sizeof s->history);
     const size_t bytes = engram_ring_bytes(s);
     if (bytes) s->ops->upload(&s->bk, s->ev_hist, cp->engram, bytes);
-    if (cp->kv_rows) kv_copy_rows(s, cp->kv, cp->kv_first, cp->kv_rows, 0);
+    if (cp->kv_rows) kv_copy_kept(s, cp->kv, cp->pos, cp->horizon, 0);
     return NEEDLE_OK;
 }
 
@@ -478,13 +550,8 @@ int session_configure_sinks(needle_session *s, uint32_t n_sinks) {
     if (n_sinks > s->n_ctx)
         return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "%u sink positions exceed the %u-position "
                            "context", n_sinks, s->n_ctx);
-    const uint32_t slots = kv_slots_for(s->bk.window, n_sinks, s->n_ctx);
-    if (slots > s->bk.kv_slots) {
-        int rc = kv_cache_alloc(s, slots);
-        if (rc) return rc;
-    }
-    s->bk.kv_slots = slots;
-    s->bk.n_sinks = n_sinks;
+    int rc = kv_cache_alloc(s, kv_slots_for(s->bk.window, n_sinks, s->n_ctx), n_sinks);
+    if (rc) return rc;
     s->pos = 0;
     s->has_logits = 0;
     s->has_base = 0;
@@ -609,6 +676,7 @@ int needle_session_get_stats(const needle_session *s, needle_session_stats *out)
     if (!s || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
     needle_session_stats full = s->stats;
     if (s->ops->thread_stats) s->ops->thread_stats(&s->bk, &full.pool_dispatches, &full.pool_sync_ms);
+    full.kv_bytes = session_kv_bytes(s);
     full.size = sizeof full;
     return struct_size_out(out, &full, sizeof full, "get_stats: needle_session_stats");
 }

@@ -38,9 +38,11 @@ typedef struct session_checkpoint {
     uint32_t horizon;   /* later positions after which it can still be restored */
     int32_t history[SESSION_HISTORY];
     float *engram;      /* host copy of the engram ring, [n_sites][ev_ring][d]; NULL if none */
-    uint8_t *kv;        /* host copy of the KV rows of [kv_first, kv_first + kv_rows) */
+    uint8_t *kv;        /* host copy of each layer's KV rows a restore needs (session.c
+                         * kv_layer_keep), layer by layer */
     size_t kv_cap;
-    uint32_t kv_first, kv_rows;
+    size_t kv_rows;     /* rows of all layers in kv */
+    uint32_t kv_sinks;  /* the session's sinks when saved (the layout the rows are in) */
 } session_checkpoint;
 
 /* A test's stand-in for a model's preferences: rewrites logits[vocab], the last
@@ -52,6 +54,9 @@ struct needle_session {
     const struct needle_model *m;
     const struct needle_backend_ops *ops; /* the model's backend (backend/backend.h) */
     backend_ctx bk;     /* what the ops see: weights, backend state, KV cache, engram ring */
+    kv_layer_layout *kv_layers; /* bk.kv_layers (owned) */
+    size_t kv_cap_rows;         /* cache rows the K/V buffers hold */
+    uint32_t kv_cap_slots;      /* positions per head the scores buffer holds */
     uint32_t n_ctx;     /* positions allowed */
 
     uint32_t pos;       /* next absolute position */
@@ -199,6 +204,8 @@ int session_embed_tokens(struct needle_session *s, const int32_t *ids, size_t n,
 const struct needle_model *session_model(const struct needle_session *s);
 uint32_t session_context_length(const struct needle_session *s);
 uint32_t session_window(const struct needle_session *s);
+/* Bytes the session's KV cache holds: K and V rows of every layer (int8: with scales). */
+size_t session_kv_bytes(const struct needle_session *s);
 /* The counters, for a layer above to add its own (grammar time, decode steps). */
 needle_session_stats *session_stats(struct needle_session *s);
 

@@ -573,6 +573,7 @@ static const needle_backend_ops cuda_ops = {
     nullptr, /* matmul_a8: no W·A8 mode on CUDA */
     cu_attention3,    cu_monarch_mlp,
     NULL /* logits_rows: the caller masks the full logits */, NULL /* thread_stats */,
+    0 /* kv_per_layer: cu_attention3 addresses the uniform layout (layer * kv_slots) */,
 };
 
 extern "C" const needle_backend_impl cuda_backend = {

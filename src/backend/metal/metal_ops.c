@@ -430,8 +430,11 @@ static void mt_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
     a.slots = s->kv_slots;
     a.layer = li;
     a.n_layers = m->n_layers;
-    a.n_sinks = s->n_sinks;
-    a.window = s->window;
+    /* the layer's own rows (a local layer: a ring of its window, kv_per_layer below) */
+    const kv_layer_layout *L = &s->kv_layers[li];
+    a.kv_row0 = (uint32_t)L->row0;
+    a.n_sinks = L->n_sinks;
+    a.window = L->window;
     const uint32_t o_ld = l->out_proj.cols_pad;
     for (uint32_t i = 0; i < n; i++) {
         a.t = p0 + i;
@@ -505,4 +508,5 @@ const needle_backend_ops nk_backend_ops = {
     .finish = mt_finish,
     .attention3 = mt_attention3,
     .monarch_mlp = mt_monarch_mlp,
+    .kv_per_layer = 1, /* nk_kv_store3 / nk_attend3 address rows by kv_row0 */
 };

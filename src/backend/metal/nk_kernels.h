@@ -33,8 +33,9 @@ typedef struct nk_args {
     uint o_a, o_b, o_c, o_d;      /* offsets into wf */
     float f0;                     /* a scalar weight (attn_gate, sqrt(d)) */
     /* Needle 3: q|k|v row widths (H*qk, KV*qk, KV*v), per-head widths, the layer's local
-     * window (0: global) and the Monarch MLP's tensors (offsets into wf, NK_MONARCH_*) */
-    uint wq, wk, wv, qk, vd, lwin;
+     * window (0: global), its first KV cache row (backend.h kv_layers; n_sinks and window
+     * are then the layer's) and the Monarch MLP's tensors (offsets into wf, NK_MONARCH_*) */
+    uint wq, wk, wv, qk, vd, lwin, kv_row0;
     uint ow[13];
 } nk_args;
 
@@ -100,6 +101,11 @@ NK_FN uint nk_kv_slot(NK_CONST const nk_args *a, uint p) {
 
 NK_FN ulong nk_kv_row(NK_CONST const nk_args *a, uint slot) {
     return ((ulong)a->layer * a->slots + slot) * a->kvd;
+}
+
+/* Needle 3: the cache row of a slot of the layer whose rows start at kv_row0. */
+NK_FN ulong nk_kv_row3(NK_CONST const nk_args *a, uint slot) {
+    return ((ulong)a->kv_row0 + slot) * a->kvd;
 }
 
 NK_FN NK_DEVICE float *nk_kv_scales(NK_CONST const nk_args *a, NK_DEVICE uchar *scales,
@@ -445,7 +451,7 @@ NK_FN void nk_qkv_take(NK_PARAMS) {
 /* b0 k cache, b1 v cache (f32 rows of kvd), b3 k row [wk], b4 v row [wv]: stores position
  * t. gid: column of k, then of v. */
 NK_FN void nk_kv_store3(NK_PARAMS) {
-    const ulong at = nk_kv_row(a, nk_kv_slot(a, a->t));
+    const ulong at = nk_kv_row3(a, nk_kv_slot(a, a->t));
     if (gid < a->wk) NK_F(b0)[at + gid] = NK_F(b3)[gid];
     else NK_F(b1)[at + (gid - a->wk)] = NK_F(b4)[gid - a->wk];
 }
@@ -468,7 +474,7 @@ NK_FN void nk_attend3(NK_PARAMS) {
     for (uint pass = 0; pass < 2u; pass++) {
         const uint p_begin = pass ? tail0 : 0u, p_end = pass ? t + 1u : n_sink;
         for (uint p = p_begin; p < p_end; p++) {
-            NK_DEVICE const float *kr = NK_F(b0) + nk_kv_row(a, nk_kv_slot(a, p)) + b * qk;
+            NK_DEVICE const float *kr = NK_F(b0) + nk_kv_row3(a, nk_kv_slot(a, p)) + b * qk;
             float dot = 0.0f;
             for (uint c = 0; c < qk; c++) dot += qa[c] * kr[c];
             sc[n_pos++] = dot * inv_scale;
@@ -481,7 +487,7 @@ NK_FN void nk_attend3(NK_PARAMS) {
     for (uint pass = 0; pass < 2u; pass++) {
         const uint p_begin = pass ? tail0 : 0u, p_end = pass ? t + 1u : n_sink;
         for (uint p = p_begin; p < p_end; p++, k++) {
-            NK_DEVICE const float *vr = NK_F(b1) + nk_kv_row(a, nk_kv_slot(a, p)) + b * vd;
+            NK_DEVICE const float *vr = NK_F(b1) + nk_kv_row3(a, nk_kv_slot(a, p)) + b * vd;
             const float wgt = sc[k] / sum;
             for (uint c = 0; c < vd; c++) oa[c] += wgt * vr[c];
         }

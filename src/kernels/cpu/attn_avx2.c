@@ -98,6 +98,15 @@ AVX2_INLINE __m128 hsum4x8(const __m256 *a) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+/* The sum of one vector in hsum4x8's order, ((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7)): a
+ * position's score is then the same bits whether it falls in a block of four rows or in
+ * a run's tail, so how a cache splits positions into runs does not change results. */
+AVX2_INLINE float hsum8_as4(__m256 v) {
+    const __m256 h = _mm256_hadd_ps(v, v);
+    const __m256 h2 = _mm256_hadd_ps(h, h);
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h2), _mm256_extractf128_ps(h2, 1)));
+}
+
 /* scale * <q, k> over the columns past the last whole 8 (plain order) */
 AVX2_INLINE float dot_tail(int32_t type, const float *q, const void *row, const float *sc,
                            const attn_kv *kv, uint32_t hd8, uint32_t hd) {
@@ -160,8 +169,9 @@ AVX2_INLINE void scores_pair(int32_t type, const attn_kv *kv, const attn_run *ru
                 a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + j), k8, a0);
                 if (NA > 1) a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + j), k8, a1);
             }
-            w0[n] = (hsum8(a0) + dot_tail(type, q0, row, sc, kv, hd8, hd)) * scale;
-            if (NA > 1) w1[n] = (hsum8(a1) + dot_tail(type, q1, row, sc, kv, hd8, hd)) * scale;
+            w0[n] = (hsum8_as4(a0) + dot_tail(type, q0, row, sc, kv, hd8, hd)) * scale;
+            if (NA > 1)
+                w1[n] = (hsum8_as4(a1) + dot_tail(type, q1, row, sc, kv, hd8, hd)) * scale;
         }
     }
 }
