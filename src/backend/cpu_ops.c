@@ -462,6 +462,11 @@ static void out_rotate_token(backend_ctx *s, const void *ctx, uint32_t i, int th
     cpu_act_rotate(s, r->w, o, o); /* W·A8: the QAT point of the gated attention output */
 }
 
+void cpu_out_rotate(backend_ctx *s, const cq_matrix *w, float *o, uint32_t n) {
+    const out_rotate_args r = {w, o, w->cols_pad};
+    par_for(s, n, out_rotate_token, &r);
+}
+
 static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
                           const float *rope_cs, float *q_all, float *k_all, const float *v_all,
                           const float *gate_all, float *o_all) {
@@ -474,8 +479,7 @@ static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
     const attend_args a = {li, p0, n, per, rope_cs, q_all, k_all, v_all, gate_all, o_all,
                            l->out_proj.cols_pad};
     par_for(s, m->n_kv_heads / per, attend_kv_heads, &a);
-    const out_rotate_args r = {&l->out_proj, o_all, l->out_proj.cols_pad};
-    par_for(s, n, out_rotate_token, &r);
+    cpu_out_rotate(s, &l->out_proj, o_all, n);
 }
 
 typedef struct attn_residual_args {

@@ -209,19 +209,6 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
     }
 }
 
-typedef struct rotate3_args {
-    const cq_matrix *w;
-    float *o;
-    size_t o_ld;
-} rotate3_args;
-
-static void out_rotate3_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
-    (void)thread;
-    const rotate3_args *r = ctx;
-    float *o = r->o + (size_t)i * r->o_ld;
-    cpu_act_rotate(s, r->w, o, o); /* W·A8: the gated output's QAT point */
-}
-
 void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
                     const float *rope_cs, float *q_all, float *k_all, float *v_all,
                     const float *gate_all, float *o_all) {
@@ -235,8 +222,7 @@ void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
     const attend3_args a = {li, p0, n, per, rope_cs, q_all, k_all, v_all, gate_all, o_all,
                             l->out_proj.cols_pad};
     cpu_par_for(s, m->n_kv_heads / per, attend3_kv_heads, &a);
-    const rotate3_args r = {&l->out_proj, o_all, l->out_proj.cols_pad};
-    cpu_par_for(s, n, out_rotate3_token, &r);
+    cpu_out_rotate(s, &l->out_proj, o_all, n);
 }
 
 /* ---- the Monarch MLP ------------------------------------------------------------------ */

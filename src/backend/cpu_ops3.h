@@ -14,6 +14,9 @@ void cpu_attention3(backend_ctx *s, uint32_t layer, uint32_t p0, uint32_t n,
 void cpu_monarch_mlp(backend_ctx *s, uint32_t layer, uint32_t n, const float *h, float *out);
 /* cpu_ops.c: x rotated for products with w, or under W·A8 its quantized row. */
 void cpu_act_rotate(const backend_ctx *s, const cq_matrix *w, const float *x, float *out);
+/* cpu_ops.c: the n attention output rows o[i * w->cols_pad] rotated in place for the
+ * product with w (quantized under W·A8), over the session's pool. */
+void cpu_out_rotate(backend_ctx *s, const cq_matrix *w, float *o, uint32_t n);
 
 /* Floats of per-thread scratch (cpu_thread_tmp) the Needle 3 ops need. */
 static inline size_t cpu_ops3_scratch_floats(const model_weights *m) {
