@@ -58,9 +58,9 @@ INTL_SYLLABLES = ["ła", "śo", "żu", "ğı", "şe", "çö", "ü", "ñe", "ão"
                   "å", "é", "ï", "ő", "ž", "ř", "ß", "κα", "λο", "ми", "ра", "ня", "東", "京"]
 
 
-class Said(str):
-    """A string value whose canonical form goes into the answer (json sees the str) and
-    whose spoken form goes into the query (templates format it)."""
+class _Spoken:
+    """A value whose canonical form goes into the answer (json sees the str/int/float it
+    also is) and whose spoken form goes into the query (templates format it)."""
     def __new__(cls, canonical, said):
         s = super().__new__(cls, canonical)
         s.said = said
@@ -70,24 +70,16 @@ class Said(str):
         return format(self.said, spec)
 
 
-class SaidInt(int):
-    def __new__(cls, canonical, said):
-        s = super().__new__(cls, canonical)
-        s.said = said
-        return s
-
-    def __format__(self, spec):
-        return format(self.said, spec)
+class Said(_Spoken, str):
+    pass
 
 
-class SaidFloat(float):
-    def __new__(cls, canonical, said):
-        s = super().__new__(cls, canonical)
-        s.said = said
-        return s
+class SaidInt(_Spoken, int):
+    pass
 
-    def __format__(self, spec):
-        return format(self.said, spec)
+
+class SaidFloat(_Spoken, float):
+    pass
 
 
 ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
