@@ -206,13 +206,14 @@ static float *kv_row_scales(const backend_ctx *s, int which, uint32_t layer,
                               KV_SCALE_GROUPS(s->m->kv_dim);
 }
 
-/* Stores values [off, off + n) of one token's K (which = 0) or V (1), x[0..n), into cache
- * row (layer, slot). int8: `off` starts a scale group and the slice ends on a group
- * boundary or at the row's end, so the groups it writes are its own. */
-static void kv_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot, uint32_t off,
-                     uint32_t n, const float *x) {
+/* Stores values [off, off + n) of one token's K (which = 0) or V (1) row, x[0..n), into
+ * cache row `row` (backend.h kv_layers); `width` is the row's used width. int8: `off`
+ * starts a scale group and the slice ends on a group boundary or at `width`, so the
+ * groups it writes are its own (the row's last group may be shorter). */
+void cpu_kv_store(backend_ctx *s, int which, size_t row, uint32_t off, uint32_t n,
+                  uint32_t width, const float *x) {
     const uint32_t kvd = s->m->kv_dim;
-    const size_t at = kv_index(s, layer, slot) + off;
+    const size_t at = row * kvd + off;
     void *base = which ? s->v_cache : s->k_cache;
     if (s->kv_type == NEEDLE_KV_F32) {
         memcpy((float *)base + at, x, n * sizeof(float));
@@ -221,30 +222,29 @@ static void kv_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot, u
         for (uint32_t i = 0; i < n; i++) dst[i] = f32_to_fp16(x[i]);
     } else {
         int8_t *dst = (int8_t *)base + at;
-        float *scales = kv_row_scales(s, which, layer, slot);
+        float *scales = s->kv_scales + ((size_t)which * s->kv_rows + row) * KV_SCALE_GROUPS(kvd);
         for (uint32_t c0 = off; c0 < off + n; c0 += KV_SCALE_GROUP) {
-            /* groups of KV_SCALE_GROUP values; the row's last one may be shorter */
-            const uint32_t c1 = kvd - c0 < KV_SCALE_GROUP ? kvd : c0 + KV_SCALE_GROUP;
+            const uint32_t c1 = width - c0 < KV_SCALE_GROUP ? width : c0 + KV_SCALE_GROUP;
             float amax = 0.0f;
             for (uint32_t i = c0; i < c1; i++) amax = fmaxf(amax, fabsf(x[i - off]));
-            float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+            const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
             scales[c0 / KV_SCALE_GROUP] = scale;
             for (uint32_t i = c0; i < c1; i++) dst[i - off] = (int8_t)lrintf(x[i - off] / scale);
         }
     }
 }
 
-/* The cache slots of the positions token t attends to, in position order, as runs of
- * consecutive slots: the sinks, then the window tail (which wraps at most once). Returns
- * the number of runs (at most 3). */
-static uint32_t span_runs(const backend_ctx *s, uint32_t t, attn_run *runs) {
-    const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
+/* The slots of layer L of positions [0, n_sink) and [tail0, t] in position order, as
+ * runs of consecutive slots: the sinks, then the tail (which wraps around the layer's
+ * ring at most once). Returns the number of runs (at most 3). */
+uint32_t cpu_kv_runs(const kv_layer_layout *L, uint32_t n_sink, uint32_t tail0, uint32_t t,
+                     attn_run *runs) {
     uint32_t nr = 0;
-    if (span.n_sink) runs[nr++] = (attn_run){0, span.n_sink};
-    for (uint32_t p = span.tail0; p <= t;) {
-        const uint32_t slot = kv_slot(s, p);
+    if (n_sink) runs[nr++] = (attn_run){0, n_sink};
+    for (uint32_t p = tail0; p <= t;) {
+        const uint32_t slot = nm_kv_slot(p, L->n_sinks, L->window);
         uint32_t run = t + 1 - p;
-        if (s->window && slot + run > s->n_sinks + s->window) run = s->n_sinks + s->window - slot;
+        if (L->window && slot + run > L->n_sinks + L->window) run = L->n_sinks + L->window - slot;
         runs[nr++] = (attn_run){slot, run};
         p += run;
     }
@@ -425,11 +425,14 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
             nm_zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
             nm_rope(k + b * hd, hd, cs);
         }
-        kv_store(s, 0, x->layer, slot, b0 * hd, (b1 - b0) * hd, k + b0 * hd);
-        kv_store(s, 1, x->layer, slot, b0 * hd, (b1 - b0) * hd,
-                 x->v + (size_t)i * kvd + b0 * hd);
+        const size_t row = s->kv_layers[x->layer].row0 + slot;
+        cpu_kv_store(s, 0, row, b0 * hd, (b1 - b0) * hd, kvd, k + b0 * hd);
+        cpu_kv_store(s, 1, row, b0 * hd, (b1 - b0) * hd, kvd,
+                     x->v + (size_t)i * kvd + b0 * hd);
         attn_run runs[3];
-        const uint32_t n_runs = span_runs(s, t, runs);
+        const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
+        const uint32_t n_runs = cpu_kv_runs(&s->kv_layers[x->layer], span.n_sink, span.tail0, t,
+                                            runs);
         for (uint32_t b = b0; b < b1; b++) {
             float *qb = x->q + (size_t)i * A + (size_t)b * reps * hd;
             float *ob = x->o + (size_t)i * x->o_ld + (size_t)b * reps * hd;

@@ -32,35 +32,6 @@ static const v3_kernels *v3_kernels_of(const backend_ctx *s) {
 
 /* ---- the KV cache ----------------------------------------------------------------------- */
 
-/* Stores values [off, off + n) of one token's K (which = 0) or V (1) row, x[0..n), into
- * cache row (layer, slot); `width` is the row's used width (KV*qk or KV*v). int8: `off`
- * starts a scale group and the slice ends on a group boundary or at `width`, so the
- * groups it writes are its own. */
-static void kv3_store(backend_ctx *s, int which, uint32_t layer, uint32_t slot, uint32_t off,
-                      uint32_t n, uint32_t width, const float *x) {
-    const uint32_t kvd = s->m->kv_dim;
-    const size_t row = s->kv_layers[layer].row0 + slot, at = row * kvd + off;
-    void *base = which ? s->v_cache : s->k_cache;
-    if (s->kv_type == NEEDLE_KV_F32) {
-        memcpy((float *)base + at, x, n * sizeof(float));
-    } else if (s->kv_type == NEEDLE_KV_F16) {
-        uint16_t *dst = (uint16_t *)base + at;
-        for (uint32_t i = 0; i < n; i++) dst[i] = f32_to_fp16(x[i]);
-    } else {
-        int8_t *dst = (int8_t *)base + at;
-        float *scales = s->kv_scales +
-                        ((size_t)which * s->kv_rows + row) * KV_SCALE_GROUPS(kvd);
-        for (uint32_t c0 = off; c0 < off + n; c0 += KV_SCALE_GROUP) {
-            const uint32_t c1 = width - c0 < KV_SCALE_GROUP ? width : c0 + KV_SCALE_GROUP;
-            float amax = 0.0f;
-            for (uint32_t i = c0; i < c1; i++) amax = fmaxf(amax, fabsf(x[i - off]));
-            const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
-            scales[c0 / KV_SCALE_GROUP] = scale;
-            for (uint32_t i = c0; i < c1; i++) dst[i - off] = (int8_t)lrintf(x[i - off] / scale);
-        }
-    }
-}
-
 /* W·A8 (official maybe_quant_query, and maybe_quant_kv at kv_bits 8, which session.c
  * requires): each of `heads` rows of `hd` values becomes s·q, its int8 quantization, as
  * the QAT model fake-quantizes them. */
@@ -71,23 +42,6 @@ static void a8_fake_quant_heads(float *x, uint32_t heads, uint32_t hd) {
         const float scale = a8_quantize(row, hd, hd, q);
         for (uint32_t k = 0; k < hd; k++) row[k] = scale * (float)q[k];
     }
-}
-
-/* The slots of layer L of positions [0, n_sink) and [tail0, t] in position order, as
- * runs of consecutive slots (the tail wraps around the ring at most once). Returns the
- * count. */
-static uint32_t runs_of(const kv_layer_layout *L, uint32_t n_sink, uint32_t tail0, uint32_t t,
-                        attn_run *runs) {
-    uint32_t nr = 0;
-    if (n_sink) runs[nr++] = (attn_run){0, n_sink};
-    for (uint32_t p = tail0; p <= t;) {
-        const uint32_t slot = nm_kv_slot(p, L->n_sinks, L->window);
-        uint32_t run = t + 1 - p;
-        if (L->window && slot + run > L->n_sinks + L->window) run = L->n_sinks + L->window - slot;
-        runs[nr++] = (attn_run){slot, run};
-        p += run;
-    }
-    return nr;
 }
 
 /* ---- attention ------------------------------------------------------------------------ */
@@ -173,8 +127,8 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
             a8_fake_quant_heads(v + vc, b1 - b0, vd);
         }
         const uint32_t slot = nm_kv_slot(t, L->n_sinks, L->window);
-        kv3_store(s, 0, x->layer, slot, kc, kn, Wk, k + kc);
-        kv3_store(s, 1, x->layer, slot, vc, vn, Wv, v + vc);
+        cpu_kv_store(s, 0, L->row0 + slot, kc, kn, Wk, k + kc);
+        cpu_kv_store(s, 1, L->row0 + slot, vc, vn, Wv, v + vc);
 
         /* positions attended: a local layer its last `window` (no sinks, as the reference
          * has none); a global one the sinks and the session's window, or everything */
@@ -188,7 +142,7 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
             tail0 = span.tail0;
         }
         attn_run runs[3];
-        const uint32_t n_runs = runs_of(L, n_sink, tail0, t, runs);
+        const uint32_t n_runs = cpu_kv_runs(L, n_sink, tail0, t, runs);
         for (uint32_t b = b0; b < b1; b++) {
             float *qb = q + (size_t)b * reps * qk;
             for (uint32_t a = 0; a < reps; a++) {

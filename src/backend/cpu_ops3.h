@@ -18,6 +18,15 @@ void cpu_act_rotate(const backend_ctx *s, const cq_matrix *w, const float *x, fl
  * product with w (quantized under W·A8), over the session's pool. */
 void cpu_out_rotate(backend_ctx *s, const cq_matrix *w, float *o, uint32_t n);
 
+/* cpu_ops.c: K (which 0) or V (1) values [off, off + n) of cache row `row`, `width` the
+ * row's used width (int8 groups end there). */
+void cpu_kv_store(backend_ctx *s, int which, size_t row, uint32_t off, uint32_t n,
+                  uint32_t width, const float *x);
+/* cpu_ops.c: layer L's slots of positions [0, n_sink) and [tail0, t] as runs of
+ * consecutive slots (at most 3). */
+uint32_t cpu_kv_runs(const kv_layer_layout *L, uint32_t n_sink, uint32_t tail0, uint32_t t,
+                     attn_run *runs);
+
 /* Floats of per-thread scratch (cpu_thread_tmp) the Needle 3 ops need. */
 static inline size_t cpu_ops3_scratch_floats(const model_weights *m) {
     return 3 * (size_t)m->hada_n + 16;
