@@ -1,19 +1,8 @@
 /* W·A8 on Needle 3 against the official QAT forward (tests/reference/make_a8_v3_fixtures.py:
  * the 3.2.8 flax model with quant=True at the file's kv_bits, on the Needle 3 fixtures'
- * weights and prompts; fixtures in tests/fixtures/v3/a8/).
- *
- * As for Needle 2 (test_a8_parity.c): exact agreement holds up to the first rounding flip
- * (an element the reference put within float rounding of a .5 tie may round the other way,
- * and the KV cache carries it on). So per case, by prefill and by one-token steps:
- *   - every row before the first flip is within FLIP_ERROR = 1e-5 x max|logit| (the
- *     fixtures are float32; the float parity tolerance is 1e-3); the first row beyond it
- *     must be one whose reference rounding margin (smallest distance to a tie over
- *     everything that position quantizes) is below FLIP_MARGIN steps: a flip anywhere
- *     else means the quantization is not the reference's;
- *   - the argmax agrees on every row whose top-1/top-2 gap is clear of a flip's effect;
- * and per model: A8 is at least 5x closer to the QAT reference than the float engine (mean
- * relative error over the rows; a flip costs little, a missing quantization point much), greedy decoding from the prompt agrees with the QAT greedy on at
- * least 80% of the tokens. Also: the refusals (kv_bits other than 8). Prints the figures. */
+ * weights and prompts; fixtures in tests/fixtures/v3/a8/), with the checks of
+ * qat_check.h by prefill and by one-token steps; also the refusals (kv_bits other than 8).
+ * Prints the figures. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,24 +12,14 @@
 #include "needle.h"
 #include "util/fp16.h"
 
-/* A row further than this from the reference has seen a rounding flip: the float32
- * fixtures agree with the engine to ~1e-6 x max|logit| otherwise (float parity is 5e-7 to
- * 1e-6 on these models), and a flip moves its row by 1e-5 or more. */
-#define FLIP_ERROR 1e-5
-#define FLIP_MARGIN 1e-4 /* quantization steps */
-#define GAP 0.1
-/* A8's mean error against the QAT model, as a fraction of the float engine's: 0.007-0.04
- * on these models; leaving out one quantization point (e.g. the query heads) gives 0.5-0.8 */
-#define CLOSER 0.2
+#include "qat_check.h"
 
-typedef struct qat_case {
-    int32_t *seq; /* prompt + greedy[:-1]: the rows of the reference */
-    size_t n_prompt, n_seq, n_greedy;
-    int32_t *greedy;
-    double *round_margin; /* [n_seq] */
-    float *ref;           /* [n_seq][cols] */
-    uint32_t cols;        /* out_vocab */
-} qat_case;
+/* flip_error: the float32 fixtures agree with the engine to ~1e-6 x max|logit| (float
+ * parity is 5e-7 to 1e-6 on these models) and a flip moves its row by 1e-5 or more.
+ * closer: A8's mean error against the QAT model is 0.007-0.04 of the float engine's on
+ * these models; leaving out one quantization point (e.g. the query heads) gives 0.5-0.8. */
+static const qat_limits limits = {.flip_error = 1e-5, .flip_margin = 1e-4, .gap = 0.1,
+                                  .closer = 0.2};
 
 static int ints(const cJSON *a, int32_t *out, size_t n) {
     if (!cJSON_IsArray(a) || (size_t)cJSON_GetArraySize(a) != n) return -1;
@@ -65,9 +44,10 @@ static int load_case(const cJSON *c, uint32_t cols, qat_case *qc) {
     if (qc->n_greedy < 1 || qc->n_prompt + qc->n_greedy - 1 != qc->n_seq ||
         (size_t)cJSON_GetArraySize(margins) != qc->n_seq)
         return -1;
-    qc->seq = malloc(qc->n_seq * sizeof *qc->seq);
-    qc->greedy = malloc(qc->n_greedy * sizeof *qc->greedy);
-    qc->round_margin = malloc(qc->n_seq * sizeof *qc->round_margin);
+    const needle_session_params defaults = needle_session_default_params();
+    qc->sinks = defaults.n_sinks;
+    qc->window = defaults.kv_window;
+    qat_case_alloc(qc);
     if (ints(tokens, qc->seq, qc->n_seq) || ints(greedy, qc->greedy, qc->n_greedy)) return -1;
     size_t i = 0;
     const cJSON *it;
@@ -86,137 +66,6 @@ static int load_case(const cJSON *c, uint32_t cols, qat_case *qc) {
     return 0;
 }
 
-static void free_case(qat_case *qc) {
-    free(qc->seq);
-    free(qc->greedy);
-    free(qc->round_margin);
-    free(qc->ref);
-}
-
-/* max |a - ref| / max |ref| over the row's `cols` logits */
-static double row_error(const float *a, const float *ref, uint32_t cols) {
-    double mx = 0, err = 0;
-    for (uint32_t v = 0; v < cols; v++) {
-        mx = fmax(mx, fabs(ref[v]));
-        err = fmax(err, fabs((double)a[v] - ref[v]));
-    }
-    const double rel = mx > 0 ? err / mx : err;
-    return rel == rel ? rel : INFINITY;
-}
-
-static int argmax(const float *x, uint32_t n) {
-    int best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = (int)i;
-    return best;
-}
-
-/* (top1 - top2) / max|x| */
-static double gap(const float *x, uint32_t n) {
-    double a = -INFINITY, b = -INFINITY, mx = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        mx = fmax(mx, fabs(x[i]));
-        if (x[i] > a) {
-            b = a;
-            a = x[i];
-        } else if (x[i] > b) {
-            b = x[i];
-        }
-    }
-    return mx > 0 ? (a - b) / mx : 0;
-}
-
-typedef struct model_stats {
-    int cases;
-    char flips[256]; /* "row(margin) ..." per case, prefill */
-    double worst_before, mean_a8, mean_f32;
-    size_t rows, argmax_same, greedy_same, greedy_total;
-} model_stats;
-
-/* The [n_seq][vocab] rows by one prefill (steps = 0) or one token per eval. */
-static int session_rows(needle_model *m, const qat_case *qc, int32_t act, int steps,
-                        uint32_t vocab, float *out) {
-    needle_session_params sp = needle_session_default_params();
-    sp.n_ctx = (uint32_t)qc->n_seq + 2;
-    sp.activations = act;
-    needle_session *s;
-    int rc = needle_session_create(m, &sp, &s);
-    if (rc) return rc;
-    if (!steps) rc = needle_session_eval(s, qc->seq, qc->n_seq, out, qc->n_seq * vocab);
-    for (size_t i = 0; steps && !rc && i < qc->n_seq; i++)
-        rc = needle_session_eval(s, qc->seq + i, 1, out + i * vocab, vocab);
-    needle_session_free(s);
-    return rc;
-}
-
-static void check_rows(const char *name, int k, const char *how, const qat_case *qc,
-                       const float *a8, uint32_t vocab, model_stats *st, int record) {
-    size_t flip = qc->n_seq;
-    for (size_t p = 0; p < qc->n_seq; p++) {
-        const double e = row_error(a8 + p * vocab, qc->ref + p * qc->cols, qc->cols);
-        if (e > FLIP_ERROR) {
-            flip = p;
-            break;
-        }
-        if (record && e > st->worst_before) st->worst_before = e;
-    }
-    const size_t len = strlen(st->flips);
-    if (flip < qc->n_seq) {
-        CHECK_MSG(qc->round_margin[flip] < FLIP_MARGIN, "%s case %d %s: first flip at row %zu, "
-                  "where the reference's rounding margin is %.3g steps (>= %g)", name, k, how,
-                  flip, qc->round_margin[flip], FLIP_MARGIN);
-        if (record)
-            snprintf(st->flips + len, sizeof st->flips - len, " %zu(%.1e)", flip,
-                     qc->round_margin[flip]);
-    } else if (record) {
-        snprintf(st->flips + len, sizeof st->flips - len, " -");
-    }
-    for (size_t p = 0; p < qc->n_seq; p++) {
-        const float *ref = qc->ref + p * qc->cols;
-        const int ours = argmax(a8 + p * vocab, qc->cols), theirs = argmax(ref, qc->cols);
-        CHECK_MSG(ours == theirs || gap(ref, qc->cols) < GAP, "%s case %d %s row %zu: argmax %d "
-                  "vs %d with a reference gap of %.3f", name, k, how, p, ours, theirs,
-                  gap(ref, qc->cols));
-        if (record) st->argmax_same += (size_t)(ours == theirs);
-    }
-}
-
-static void check_case(needle_model *m, const char *name, int k, const qat_case *qc,
-                       uint32_t vocab, model_stats *st) {
-    float *a8 = malloc(qc->n_seq * vocab * sizeof *a8);
-    float *f32 = malloc(qc->n_seq * vocab * sizeof *f32);
-    CHECK_EQ_INT(session_rows(m, qc, NEEDLE_ACT_A8, 0, vocab, a8), NEEDLE_OK);
-    check_rows(name, k, "prefill", qc, a8, vocab, st, 1);
-    CHECK_EQ_INT(session_rows(m, qc, NEEDLE_ACT_F32, 0, vocab, f32), NEEDLE_OK);
-    for (size_t p = 0; p < qc->n_seq; p++) {
-        st->mean_a8 += row_error(a8 + p * vocab, qc->ref + p * qc->cols, qc->cols);
-        st->mean_f32 += row_error(f32 + p * vocab, qc->ref + p * qc->cols, qc->cols);
-    }
-    st->rows += qc->n_seq;
-    CHECK_EQ_INT(session_rows(m, qc, NEEDLE_ACT_A8, 1, vocab, a8), NEEDLE_OK);
-    check_rows(name, k, "one-token steps", qc, a8, vocab, st, 0);
-
-    /* free-running greedy from the prompt */
-    needle_session_params sp = needle_session_default_params();
-    sp.n_ctx = (uint32_t)qc->n_seq + 2;
-    sp.activations = NEEDLE_ACT_A8;
-    needle_session *s;
-    CHECK_EQ_INT(needle_session_create(m, &sp, &s), NEEDLE_OK);
-    CHECK_EQ_INT(needle_session_eval(s, qc->seq, qc->n_prompt, NULL, 0), NEEDLE_OK);
-    size_t same = 0;
-    for (size_t i = 0; i < qc->n_greedy; i++) {
-        int32_t next = argmax(needle_session_logits(s), qc->cols);
-        if (next != qc->greedy[i]) break;
-        same++;
-        if (i + 1 < qc->n_greedy) CHECK_EQ_INT(needle_session_eval(s, &next, 1, NULL, 0), NEEDLE_OK);
-    }
-    needle_session_free(s);
-    st->greedy_same += same;
-    st->greedy_total += qc->n_greedy;
-    free(a8);
-    free(f32);
-}
-
 static void run_model(const char *name) {
     char rel[256];
     snprintf(rel, sizeof rel, "v3/a8/%s.json", name);
@@ -232,30 +81,18 @@ static void run_model(const char *name) {
     if (rc == NEEDLE_OK) {
         needle_model_info info = {.size = sizeof info};
         CHECK_EQ_INT(needle_model_get_info(m, &info), NEEDLE_OK);
-        model_stats st;
-        memset(&st, 0, sizeof st);
+        qat_stats st = {0};
         int k = 0;
         const cJSON *c;
         cJSON_ArrayForEach(c, cases) {
             qat_case qc;
             const int ok = load_case(c, info.out_vocab, &qc) == 0;
             CHECK_MSG(ok, "%s case %d: malformed, or its logits are not [rows][out_vocab]", name, k);
-            if (ok) check_case(m, name, k, &qc, info.vocab, &st);
-            free_case(&qc);
-            st.cases++;
+            if (ok) qat_check_case(m, name, k, &qc, info.vocab, 1, &limits, &st);
+            qat_case_free(&qc);
             k++;
         }
-        st.mean_a8 /= (double)(st.rows ? st.rows : 1);
-        st.mean_f32 /= (double)(st.rows ? st.rows : 1);
-        CHECK_MSG(st.mean_a8 < CLOSER * st.mean_f32, "%s: A8 is not %gx closer to the QAT "
-                  "reference than float (mean relative error %.3g vs %.3g)", name, 1 / CLOSER,
-                  st.mean_a8, st.mean_f32);
-        CHECK_MSG(st.greedy_same * 10 >= st.greedy_total * 8, "%s: A8 greedy agrees with the "
-                  "QAT greedy on only %zu of %zu tokens", name, st.greedy_same, st.greedy_total);
-        printf("  %s: %d cases, first flip row(margin):%s; worst error before a flip %.1e; "
-               "mean error A8 %.1e vs float %.1e; argmax %zu/%zu rows; greedy %zu/%zu\n", name,
-               st.cases, st.flips, st.worst_before, st.mean_a8, st.mean_f32, st.argmax_same,
-               st.rows, st.greedy_same, st.greedy_total);
+        qat_finish_model(name, &st, &limits);
     }
     needle_model_free(m);
     cJSON_Delete(doc);
