@@ -19,10 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "harness.h"
-#include "model/session.h"
 #include "needle.h"
+#include "backend_pair.h"
 #include "reference_forward.h"
 
 #define TOL 1e-4
@@ -33,53 +32,6 @@
 extern const needle_backend_ops nk_backend_ops; /* metal_ops.c over metal_emu.c */
 #endif
 
-static uint64_t rng_state = 0x1234567887654321ULL;
-
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (float)((rng_state * 0x2545F4914F6CDD1DULL) >> 40) / 8388608.0f - 1.0f;
-}
-
-static float *rand_vec(size_t n, float scale) {
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = scale * frand();
-    return v;
-}
-
-/* The pair of sessions and the name of the implementation under test. */
-typedef struct pair {
-    const char *name;
-    needle_session *ref, *dut;
-    double tol;
-} pair;
-
-/* Uploads the same n host floats into a buffer of each session. */
-static void put(pair *p, float *ref_buf, float *dut_buf, const float *host, size_t n) {
-    p->ref->ops->upload(&p->ref->bk, ref_buf, host, n * sizeof(float));
-    p->dut->ops->upload(&p->dut->bk, dut_buf, host, n * sizeof(float));
-}
-
-/* Compares n floats of both sessions' buffers; `what` names the op. */
-static void expect_close(pair *p, const float *ref_buf, const float *dut_buf, size_t n,
-                         const char *what) {
-    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
-    p->ref->ops->download(&p->ref->bk, a, ref_buf, n * sizeof(float));
-    p->dut->ops->download(&p->dut->bk, b, dut_buf, n * sizeof(float));
-    double mx = 1.0, err = 0.0;
-    size_t worst = 0;
-    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(a[i]));
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        if (!(e <= err)) { err = e; worst = i; }
-    }
-    CHECK_MSG(err <= p->tol * mx, "%s %s: worst |diff| %.3g at %zu (%.9g vs %.9g), limit %.3g",
-              p->name, what, err, worst, a[worst], b[worst], p->tol * mx);
-    free(a);
-    free(b);
-}
-
 static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, const char *name,
                         int32_t kv_type, int32_t window, uint32_t sinks) {
     needle_session_params sp = needle_session_default_params();
@@ -87,14 +39,8 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
     sp.kv_window = window;
     sp.n_sinks = sinks;
     sp.n_ctx = 96;
-    pair p = {name, NULL, NULL, kv_type == NEEDLE_KV_INT8 ? TOL_INT8 : TOL};
-    CHECK_EQ_INT(session_create_with_ops(m, &sp, &cpu_backend_ops, &p.ref), NEEDLE_OK);
-    CHECK_EQ_INT(session_create_with_ops(m, &sp, ops, &p.dut), NEEDLE_OK);
-    if (!p.ref || !p.dut) {
-        needle_session_free(p.ref);
-        needle_session_free(p.dut);
-        return;
-    }
+    pair p;
+    if (!bp_open(m, ops, name, &sp, kv_type == NEEDLE_KV_INT8 ? TOL_INT8 : TOL, &p)) return;
     needle_session *r = p.ref, *d = p.dut;
     const uint32_t D = m->w.d, nl = m->w.n_lanes, nd = nl * D, C = r->bk.chunk, mix_ld = 2 * nl + nl * nl;
     const uint32_t A = m->w.attn_dim, kvd = m->w.kv_dim, hd = m->w.head_dim;
@@ -105,14 +51,14 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
     int32_t toks[5] = {1, 7, (int32_t)m->w.vocab - 1, 42, 3};
     r->ops->embed(&r->bk, toks, n, r->lanes);
     d->ops->embed(&d->bk, toks, n, d->lanes);
-    expect_close(&p, r->lanes, d->lanes, (size_t)n * nd, "embed");
+    bp_expect_close(&p, r->lanes, d->lanes, (size_t)n * nd, "embed");
 
     /* lane_norm on random lanes */
-    float *lanes = rand_vec((size_t)C * nd, 3.0f);
-    put(&p, r->lanes, d->lanes, lanes, (size_t)C * nd);
+    float *lanes = bp_rand_vec((size_t)C * nd, 3.0f);
+    bp_put(&p, r->lanes, d->lanes, lanes, (size_t)C * nd);
     r->ops->lane_norm(&r->bk, r->lanes, n, r->nx);
     d->ops->lane_norm(&d->bk, d->lanes, n, d->nx);
-    expect_close(&p, r->nx, d->nx, (size_t)n * m->w.phi_pre.cols_pad, "lane_norm");
+    bp_expect_close(&p, r->nx, d->nx, (size_t)n * m->w.phi_pre.cols_pad, "lane_norm");
 
     /* matmul: a batch of three products over the same activations, and the wide tied one */
     const uint32_t li = m->w.n_layers - 1;
@@ -125,20 +71,20 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
                              {&m->w.phi_res, li * nl * nl, nl * nl, d->mix + 2 * nl, mix_ld}};
         r->ops->matmul(&r->bk, r->nx, m->w.phi_pre.cols_pad, n, jr, 3);
         d->ops->matmul(&d->bk, d->nx, m->w.phi_pre.cols_pad, n, jd, 3);
-        expect_close(&p, r->mix, d->mix, (size_t)n * mix_ld, "matmul (mHC batch)");
+        bp_expect_close(&p, r->mix, d->mix, (size_t)n * mix_ld, "matmul (mHC batch)");
         const layer_weights *l = &m->w.layers[0];
-        float *hr = rand_vec((size_t)C * l->q_proj.cols_pad, 1.0f);
-        put(&p, r->hr, d->hr, hr, (size_t)C * l->q_proj.cols_pad);
+        float *hr = bp_rand_vec((size_t)C * l->q_proj.cols_pad, 1.0f);
+        bp_put(&p, r->hr, d->hr, hr, (size_t)C * l->q_proj.cols_pad);
         const cq_job qr[] = {{&l->q_proj, 0, A, r->q, A}, {&l->k_proj, 0, kvd, r->k, kvd},
                              {&l->v_proj, 0, kvd, r->v, kvd}, {&l->gate_proj, 0, A, r->gate, A}};
         const cq_job qd[] = {{&l->q_proj, 0, A, d->q, A}, {&l->k_proj, 0, kvd, d->k, kvd},
                              {&l->v_proj, 0, kvd, d->v, kvd}, {&l->gate_proj, 0, A, d->gate, A}};
         r->ops->matmul(&r->bk, r->hr, l->q_proj.cols_pad, n, qr, 4);
         d->ops->matmul(&d->bk, d->hr, l->q_proj.cols_pad, n, qd, 4);
-        expect_close(&p, r->q, d->q, (size_t)n * A, "matmul (q)");
-        expect_close(&p, r->k, d->k, (size_t)n * kvd, "matmul (k)");
-        expect_close(&p, r->v, d->v, (size_t)n * kvd, "matmul (v)");
-        expect_close(&p, r->gate, d->gate, (size_t)n * A, "matmul (gate)");
+        bp_expect_close(&p, r->q, d->q, (size_t)n * A, "matmul (q)");
+        bp_expect_close(&p, r->k, d->k, (size_t)n * kvd, "matmul (k)");
+        bp_expect_close(&p, r->v, d->v, (size_t)n * kvd, "matmul (v)");
+        bp_expect_close(&p, r->gate, d->gate, (size_t)n * A, "matmul (gate)");
         free(hr);
     }
 
@@ -152,17 +98,17 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
             r->ops->engram_gather(&r->bk, es, slots, n, r->eng_er);
             d->ops->engram_gather(&d->bk, es, slots, n, d->eng_er);
             snprintf(what, sizeof what, "engram_gather (site %u)", site);
-            expect_close(&p, r->eng_er, d->eng_er, (size_t)n * es->key_proj.cols_pad, what);
+            bp_expect_close(&p, r->eng_er, d->eng_er, (size_t)n * es->key_proj.cols_pad, what);
             for (uint32_t p0 = 0; p0 < 3 * n; p0 += n) {
-                float *vhat = rand_vec((size_t)C * D, 2.0f);
-                put(&p, r->eng_vhat, d->eng_vhat, vhat, (size_t)C * D);
+                float *vhat = bp_rand_vec((size_t)C * D, 2.0f);
+                bp_put(&p, r->eng_vhat, d->eng_vhat, vhat, (size_t)C * D);
                 float *rr = r->ev_hist + (size_t)site * r->bk.ev_ring * D;
                 float *dr = d->ev_hist + (size_t)site * d->bk.ev_ring * D;
                 r->ops->engram_conv(&r->bk, es, rr, r->eng_vhat, p0, n, r->eng_v);
                 d->ops->engram_conv(&d->bk, es, dr, d->eng_vhat, p0, n, d->eng_v);
                 snprintf(what, sizeof what, "engram_conv (site %u, p0 %u)", site, p0);
-                expect_close(&p, r->eng_v, d->eng_v, (size_t)n * D, what);
-                expect_close(&p, rr, dr, (size_t)r->bk.ev_ring * D, what);
+                bp_expect_close(&p, r->eng_v, d->eng_v, (size_t)n * D, what);
+                bp_expect_close(&p, rr, dr, (size_t)r->bk.ev_ring * D, what);
                 free(vhat);
             }
         }
@@ -170,11 +116,11 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
     }
 
     /* lane_read with and without an engram site */
-    float *mix = rand_vec((size_t)C * mix_ld, 2.0f);
-    float *ek = rand_vec((size_t)C * D, 1.0f), *ev = rand_vec((size_t)C * D, 1.0f);
-    put(&p, r->mix, d->mix, mix, (size_t)C * mix_ld);
-    put(&p, r->eng_k, d->eng_k, ek, (size_t)C * D);
-    put(&p, r->eng_v, d->eng_v, ev, (size_t)C * D);
+    float *mix = bp_rand_vec((size_t)C * mix_ld, 2.0f);
+    float *ek = bp_rand_vec((size_t)C * D, 1.0f), *ev = bp_rand_vec((size_t)C * D, 1.0f);
+    bp_put(&p, r->mix, d->mix, mix, (size_t)C * mix_ld);
+    bp_put(&p, r->eng_k, d->eng_k, ek, (size_t)C * D);
+    bp_put(&p, r->eng_v, d->eng_v, ev, (size_t)C * D);
     for (int with_site = 0; with_site < 2; with_site++) {
         for (uint32_t layer = 0; layer < 2 && layer < m->w.n_layers; layer++) {
             const uint32_t h_ld = m->w.layers[layer].q_proj.cols_pad;
@@ -183,9 +129,9 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
             d->ops->lane_read(&d->bk, layer, n, d->lanes, d->mix, with_site ? d->eng_k : NULL,
                               with_site ? d->eng_v : NULL, d->u, d->bx, d->h, d->hr);
             snprintf(what, sizeof what, "lane_read (layer %u, site %d)", layer, with_site);
-            expect_close(&p, r->u, d->u, (size_t)n * D, what);
-            expect_close(&p, r->bx, d->bx, (size_t)n * D, what);
-            expect_close(&p, r->hr, d->hr, (size_t)n * h_ld, what);
+            bp_expect_close(&p, r->u, d->u, (size_t)n * D, what);
+            bp_expect_close(&p, r->bx, d->bx, (size_t)n * D, what);
+            bp_expect_close(&p, r->hr, d->hr, (size_t)n * h_ld, what);
         }
     }
 
@@ -202,20 +148,20 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
                     cs[(size_t)i * hd + j] = cosf(ang);
                     cs[(size_t)i * hd + hd / 2 + j] = sinf(ang);
                 }
-            float *q = rand_vec((size_t)C * A, 2.0f), *kk = rand_vec((size_t)C * kvd, 2.0f);
-            float *v = rand_vec((size_t)C * kvd, 2.0f), *g = rand_vec((size_t)C * A, 3.0f);
-            put(&p, r->q, d->q, q, (size_t)C * A);
-            put(&p, r->k, d->k, kk, (size_t)C * kvd);
-            put(&p, r->v, d->v, v, (size_t)C * kvd);
-            put(&p, r->gate, d->gate, g, (size_t)C * A);
+            float *q = bp_rand_vec((size_t)C * A, 2.0f), *kk = bp_rand_vec((size_t)C * kvd, 2.0f);
+            float *v = bp_rand_vec((size_t)C * kvd, 2.0f), *g = bp_rand_vec((size_t)C * A, 3.0f);
+            bp_put(&p, r->q, d->q, q, (size_t)C * A);
+            bp_put(&p, r->k, d->k, kk, (size_t)C * kvd);
+            bp_put(&p, r->v, d->v, v, (size_t)C * kvd);
+            bp_put(&p, r->gate, d->gate, g, (size_t)C * A);
             for (uint32_t layer = 0; layer < m->w.n_layers; layer += m->w.n_layers - 1) {
                 r->ops->attention(&r->bk, layer, p0, cn, cs, r->q, r->k, r->v, r->gate, r->o);
                 d->ops->attention(&d->bk, layer, p0, cn, cs, d->q, d->k, d->v, d->gate, d->o);
                 snprintf(what, sizeof what, "attention (layer %u, p0 %u, n %u)", layer, p0, cn);
-                expect_close(&p, r->o, d->o, (size_t)cn * m->w.layers[layer].out_proj.cols_pad,
+                bp_expect_close(&p, r->o, d->o, (size_t)cn * m->w.layers[layer].out_proj.cols_pad,
                              what);
-                put(&p, r->q, d->q, q, (size_t)C * A); /* the op normalises q and k in place */
-                put(&p, r->k, d->k, kk, (size_t)C * kvd);
+                bp_put(&p, r->q, d->q, q, (size_t)C * A); /* the op normalises q and k in place */
+                bp_put(&p, r->k, d->k, kk, (size_t)C * kvd);
                 if (m->w.n_layers == 1) break;
             }
             free(q); free(kk); free(v); free(g);
@@ -226,23 +172,23 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
 
     /* attn_residual, hadamard_mlp, lane_write */
     {
-        float *a = rand_vec((size_t)C * D, 2.0f), *bx = rand_vec((size_t)C * D, 2.0f);
-        float *u = rand_vec((size_t)C * D, 2.0f);
-        put(&p, r->attn, d->attn, a, (size_t)C * D);
-        put(&p, r->bx, d->bx, bx, (size_t)C * D);
-        put(&p, r->u, d->u, u, (size_t)C * D);
+        float *a = bp_rand_vec((size_t)C * D, 2.0f), *bx = bp_rand_vec((size_t)C * D, 2.0f);
+        float *u = bp_rand_vec((size_t)C * D, 2.0f);
+        bp_put(&p, r->attn, d->attn, a, (size_t)C * D);
+        bp_put(&p, r->bx, d->bx, bx, (size_t)C * D);
+        bp_put(&p, r->u, d->u, u, (size_t)C * D);
         r->ops->attn_residual(&r->bk, li, n, r->attn, r->bx, r->x2, r->h);
         d->ops->attn_residual(&d->bk, li, n, d->attn, d->bx, d->x2, d->h);
-        expect_close(&p, r->attn, d->attn, (size_t)n * D, "attn_residual (attn)");
-        expect_close(&p, r->x2, d->x2, (size_t)n * D, "attn_residual (x)");
-        expect_close(&p, r->h, d->h, (size_t)n * D, "attn_residual (h)");
+        bp_expect_close(&p, r->attn, d->attn, (size_t)n * D, "attn_residual (attn)");
+        bp_expect_close(&p, r->x2, d->x2, (size_t)n * D, "attn_residual (x)");
+        bp_expect_close(&p, r->h, d->h, (size_t)n * D, "attn_residual (h)");
         r->ops->hadamard_mlp(&r->bk, li, n, r->h, r->attn);
         d->ops->hadamard_mlp(&d->bk, li, n, d->h, d->attn);
-        expect_close(&p, r->attn, d->attn, (size_t)n * D, "hadamard_mlp");
+        bp_expect_close(&p, r->attn, d->attn, (size_t)n * D, "hadamard_mlp");
         r->ops->lane_write(&r->bk, li, n, r->mix, r->x2, r->attn, r->u, r->lanes);
         d->ops->lane_write(&d->bk, li, n, d->mix, d->x2, d->attn, d->u, d->lanes);
-        expect_close(&p, r->attn, d->attn, (size_t)n * D, "lane_write (y)");
-        expect_close(&p, r->lanes, d->lanes, (size_t)n * nd, "lane_write (lanes)");
+        bp_expect_close(&p, r->attn, d->attn, (size_t)n * D, "lane_write (y)");
+        bp_expect_close(&p, r->lanes, d->lanes, (size_t)n * nd, "lane_write (lanes)");
         free(a); free(bx); free(u);
     }
 
@@ -268,8 +214,7 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
         free(ld);
     }
     free(lanes); free(mix); free(ek); free(ev);
-    needle_session_free(p.ref);
-    needle_session_free(p.dut);
+    bp_close(&p);
 }
 
 /* The whole forward pass on both, by prefill and by one-token steps, plus greedy tokens. */
@@ -277,46 +222,22 @@ static void test_forward_on(const needle_model *m, const needle_backend_ops *ops
                             const char *name) {
     needle_session_params sp = needle_session_default_params();
     sp.n_ctx = 80;
-    needle_session *r = NULL, *d = NULL;
-    CHECK_EQ_INT(session_create_with_ops(m, &sp, &cpu_backend_ops, &r), NEEDLE_OK);
-    CHECK_EQ_INT(session_create_with_ops(m, &sp, ops, &d), NEEDLE_OK);
-    if (!r || !d) {
-        needle_session_free(r);
-        needle_session_free(d);
-        return;
-    }
+    pair p;
+    if (!bp_open(m, ops, name, &sp, TOL, &p)) return;
     const uint32_t n_tok = 40, V = m->w.vocab;
     int32_t toks[40];
     for (uint32_t i = 0; i < n_tok; i++) toks[i] = (int32_t)((i * 7919u + 13u) % V);
     toks[0] = NEEDLE_TOKEN_BOS;
     float *lr = malloc((size_t)n_tok * V * sizeof *lr), *ld = malloc((size_t)n_tok * V * sizeof *ld);
-    CHECK_EQ_INT(needle_session_eval(r, toks, n_tok, lr, (size_t)n_tok * V), NEEDLE_OK);
-    CHECK_EQ_INT(needle_session_eval(d, toks, n_tok, ld, (size_t)n_tok * V), NEEDLE_OK);
-    double worst = 0.0;
-    for (uint32_t t = 0; t < n_tok; t++) {
-        double mx = 0.0, err = 0.0;
-        for (uint32_t v = 0; v < V; v++) {
-            mx = fmax(mx, fabs(lr[(size_t)t * V + v]));
-            err = fmax(err, fabs((double)lr[(size_t)t * V + v] - ld[(size_t)t * V + v]));
-        }
-        double rel = mx > 0 ? err / mx : err;
-        if (!(rel <= worst)) worst = rel;
-    }
+    CHECK_EQ_INT(needle_session_eval(p.ref, toks, n_tok, lr, (size_t)n_tok * V), NEEDLE_OK);
+    CHECK_EQ_INT(needle_session_eval(p.dut, toks, n_tok, ld, (size_t)n_tok * V), NEEDLE_OK);
+    const double worst = bp_worst_rel(lr, ld, n_tok, V, V);
     CHECK_MSG(worst <= TOL_LOGITS, "%s forward: worst relative logit error %.3g", name, worst);
-    /* greedy continuation, one token at a time */
-    for (int step = 0; step < 16; step++) {
-        int32_t a = session_pick_token(needle_session_logits(r), NULL, V, 0.0f, NULL);
-        int32_t b = session_pick_token(needle_session_logits(d), NULL, V, 0.0f, NULL);
-        CHECK_MSG(a == b, "%s greedy step %d: %d vs cpu %d", name, step, b, a);
-        if (a != b) break;
-        CHECK_EQ_INT(needle_session_eval(r, &a, 1, NULL, 0), NEEDLE_OK);
-        CHECK_EQ_INT(needle_session_eval(d, &a, 1, NULL, 0), NEEDLE_OK);
-    }
+    bp_expect_same_greedy(&p, 16); /* greedy continuation, one token at a time */
     printf("  %s: forward worst relative logit error %.2e\n", name, worst);
     free(lr);
     free(ld);
-    needle_session_free(r);
-    needle_session_free(d);
+    bp_close(&p);
 }
 
 /* The session's prefill logits against the reference forward (f32 cache). */
@@ -339,16 +260,7 @@ static void test_reference_on(const needle_model *m, const needle_backend_ops *o
     CHECK_EQ_INT(needle_session_eval(s, toks, N_TOK, got, (size_t)N_TOK * V), NEEDLE_OK);
     CHECK_EQ_INT(reference_forward(&m->w, m->rope_freq, toks, N_TOK, (uint32_t)window, sinks,
                                    want), 0);
-    double worst = 0.0;
-    for (uint32_t t = 0; t < N_TOK; t++) {
-        double mx = 0.0, err = 0.0;
-        for (uint32_t v = 0; v < V; v++) {
-            mx = fmax(mx, fabs(want[(size_t)t * V + v]));
-            err = fmax(err, fabs((double)want[(size_t)t * V + v] - got[(size_t)t * V + v]));
-        }
-        const double rel = mx > 0 ? err / mx : err;
-        if (!(rel <= worst)) worst = rel;
-    }
+    const double worst = bp_worst_rel(want, got, N_TOK, V, V);
     CHECK_MSG(worst <= TOL_LOGITS, "%s vs the reference forward: worst relative logit error "
               "%.3g", name, worst);
     printf("  %s: vs the reference forward %.2e\n", name, worst);
@@ -361,19 +273,8 @@ static void run_impl(const needle_backend_ops *ops, const char *name) {
     const char *models[] = {"tiny_mixed.cact", "tinyb_mixed.cact", "tinyb_ternary.cact",
                             "full_mixed.cact"};
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
-        needle_model *m = NULL;
-        needle_model_params mp = needle_model_default_params();
-        mp.backend = "cpu"; /* the ops under test are given explicitly */
-        mp.n_threads = 2;
-        CHECK_EQ_INT(needle_model_open(fixture_path(models[k]), &mp, &m), NEEDLE_OK);
+        needle_model *m = bp_model_open(models[k], 0, ops);
         if (!m) continue;
-        /* a device backend's ops need that backend's weights on the model */
-        struct needle_model *mm = m;
-        int loaded = 0;
-        if (ops->model_load) {
-            CHECK_EQ_INT(ops->model_load(&mm->w, &mm->device_weights), NEEDLE_OK);
-            loaded = 1;
-        }
         char label[128];
         const int32_t kv[] = {NEEDLE_KV_F32, NEEDLE_KV_F16, NEEDLE_KV_INT8};
         for (size_t t = 0; t < 3; t++) {
@@ -389,32 +290,13 @@ static void run_impl(const needle_backend_ops *ops, const char *name) {
         test_reference_on(m, ops, label, 0, 0);
         snprintf(label, sizeof label, "%s/%s window 6, 2 sinks", name, models[k]);
         test_reference_on(m, ops, label, 6, 2);
-        if (loaded) {
-            ops->model_unload(mm->device_weights);
-            mm->device_weights = NULL;
-        }
-        needle_model_free(m);
+        bp_model_close(m, ops);
     }
 }
 
 static void test_cpu_against_itself(void) { run_impl(&cpu_backend_ops, "cpu"); }
 
-static void test_compiled_backends(void) {
-    size_t n = 0, ran = 0, without_device = 0;
-    const needle_backend_impl *const *table = backend_table(&n);
-    for (size_t i = 0; i < n; i++) {
-        if (!strcmp(table[i]->name, "cpu")) continue;
-        if (!table[i]->probe() || table[i]->device_count() <= 0) {
-            printf("  %s: compiled in, but no device on this machine\n", table[i]->name);
-            without_device++;
-            continue;
-        }
-        run_impl(table[i]->ops, table[i]->name);
-        ran++;
-    }
-    if (!ran) harness_skip(without_device ? "GPU backend compiled in, no device here"
-                                          : "no GPU backend compiled in");
-}
+static void test_compiled_backends(void) { bp_run_compiled_backends(run_impl, NULL); }
 
 static void test_metal_kernels_as_c(void) {
 #ifdef NEEDLE_TEST_METAL_C
@@ -425,6 +307,7 @@ static void test_metal_kernels_as_c(void) {
 }
 
 int main(void) {
+    bp_seed(0x1234567887654321ULL);
     RUN(test_cpu_against_itself);
     RUN(test_compiled_backends);
     RUN(test_metal_kernels_as_c);

@@ -21,9 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "backend_pair.h"
 #include "harness.h"
-#include "model/session.h"
 #include "needle.h"
 
 #define TOL 1e-4
@@ -33,68 +32,13 @@
 extern const needle_backend_ops nk_backend_ops; /* metal_ops.c over metal_emu.c */
 #endif
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
-
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (float)((rng_state * 0x2545F4914F6CDD1DULL) >> 40) / 8388608.0f - 1.0f;
-}
-
-static float *rand_vec(size_t n, float scale) {
-    float *v = malloc((n ? n : 1) * sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = scale * frand();
-    return v;
-}
-
-typedef struct pair {
-    const char *name;
-    needle_session *ref, *dut;
-} pair;
-
-static void put(pair *p, float *ref_buf, float *dut_buf, const float *host, size_t n) {
-    p->ref->ops->upload(&p->ref->bk, ref_buf, host, n * sizeof(float));
-    p->dut->ops->upload(&p->dut->bk, dut_buf, host, n * sizeof(float));
-}
-
-/* n floats of both sessions' buffers within TOL x max(1, max|ref|). */
-static void expect_close(pair *p, const void *ref_buf, const void *dut_buf, size_t n,
-                         const char *what) {
-    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
-    p->ref->ops->download(&p->ref->bk, a, ref_buf, n * sizeof(float));
-    p->dut->ops->download(&p->dut->bk, b, dut_buf, n * sizeof(float));
-    double mx = 1.0, err = 0.0;
-    size_t worst = 0;
-    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(a[i]));
-    for (size_t i = 0; i < n; i++) {
-        const double e = fabs((double)a[i] - b[i]);
-        if (!(e <= err)) {
-            err = e;
-            worst = i;
-        }
-    }
-    CHECK_MSG(err <= TOL * mx, "%s %s: worst |diff| %.3g at %zu (%.9g vs %.9g), limit %.3g",
-              p->name, what, err, worst, a[worst], b[worst], TOL * mx);
-    free(a);
-    free(b);
-}
-
 static int open_pair(const needle_model *m, const needle_backend_ops *ops, const char *name,
                      int32_t window, uint32_t sinks, pair *p) {
     needle_session_params sp = needle_session_default_params();
     sp.kv_window = window;
     sp.n_sinks = sinks;
     sp.n_ctx = 96;
-    p->name = name;
-    p->ref = p->dut = NULL;
-    CHECK_EQ_INT(session_create_with_ops(m, &sp, &cpu_backend_ops, &p->ref), NEEDLE_OK);
-    CHECK_MSG(session_create_with_ops(m, &sp, ops, &p->dut) == NEEDLE_OK, "%s: session: %s",
-              name, needle_last_error());
-    if (p->ref && p->dut) return 1;
-    needle_session_free(p->ref);
-    needle_session_free(p->dut);
-    return 0;
+    return bp_open(m, ops, name, &sp, TOL, p);
 }
 
 /* Whether a layer's cache still holds position t after positions [0, end) were stored:
@@ -125,17 +69,17 @@ static void test_attention3_on(const needle_model *m, const needle_backend_ops *
                 cs[(size_t)i * qk + qk / 2 + j] = sinf(ang);
             }
         for (uint32_t li = 0; li < w->n_layers; li++) {
-            float *q = rand_vec((size_t)cn * Wq, 2.0f), *kk = rand_vec((size_t)cn * Wk, 2.0f);
-            float *v = rand_vec((size_t)cn * Wv, 2.0f), *g = rand_vec((size_t)cn * Wg, 3.0f);
-            put(&p, r->q, d->q, q, (size_t)cn * Wq);
-            put(&p, r->k, d->k, kk, (size_t)cn * Wk);
-            put(&p, r->v, d->v, v, (size_t)cn * Wv);
-            put(&p, r->gate, d->gate, g, (size_t)cn * Wg);
+            float *q = bp_rand_vec((size_t)cn * Wq, 2.0f), *kk = bp_rand_vec((size_t)cn * Wk, 2.0f);
+            float *v = bp_rand_vec((size_t)cn * Wv, 2.0f), *g = bp_rand_vec((size_t)cn * Wg, 3.0f);
+            bp_put(&p, r->q, d->q, q, (size_t)cn * Wq);
+            bp_put(&p, r->k, d->k, kk, (size_t)cn * Wk);
+            bp_put(&p, r->v, d->v, v, (size_t)cn * Wv);
+            bp_put(&p, r->gate, d->gate, g, (size_t)cn * Wg);
             r->ops->attention3(&r->bk, li, p0, cn, cs, r->q, r->k, r->v, r->gate, r->o);
             d->ops->attention3(&d->bk, li, p0, cn, cs, d->q, d->k, d->v, d->gate, d->o);
             snprintf(what, sizeof what, "attention3 (layer %u %s, p0 %u, n %u)", li,
                      w->layers3[li].window ? "local" : "global", p0, cn);
-            expect_close(&p, r->o, d->o, (size_t)cn * w->layers[li].out_proj.cols_pad, what);
+            bp_expect_close(&p, r->o, d->o, (size_t)cn * w->layers[li].out_proj.cols_pad, what);
             free(q);
             free(kk);
             free(v);
@@ -152,15 +96,14 @@ static void test_attention3_on(const needle_model *m, const needle_backend_ops *
             const size_t ar = (lr->row0 + nm_kv_slot(t, lr->n_sinks, lr->window)) * w->kv_dim;
             const size_t ad = (ld->row0 + nm_kv_slot(t, ld->n_sinks, ld->window)) * w->kv_dim;
             snprintf(what, sizeof what, "attention3 (K cache, layer %u position %u)", li, t);
-            expect_close(&p, (float *)r->bk.k_cache + ar, (float *)d->bk.k_cache + ad,
+            bp_expect_close(&p, (float *)r->bk.k_cache + ar, (float *)d->bk.k_cache + ad,
                          w->kv_dim, what);
             snprintf(what, sizeof what, "attention3 (V cache, layer %u position %u)", li, t);
-            expect_close(&p, (float *)r->bk.v_cache + ar, (float *)d->bk.v_cache + ad,
+            bp_expect_close(&p, (float *)r->bk.v_cache + ar, (float *)d->bk.v_cache + ad,
                          w->kv_dim, what);
         }
     free(cs);
-    needle_session_free(r);
-    needle_session_free(d);
+    bp_close(&p);
 }
 
 static void test_monarch_on(const needle_model *m, const needle_backend_ops *ops,
@@ -172,33 +115,17 @@ static void test_monarch_on(const needle_model *m, const needle_backend_ops *ops
     char what[96];
     const uint32_t counts[] = {5, 1};
     for (size_t c = 0; c < 2; c++) {
-        float *h = rand_vec((size_t)counts[c] * D, 2.0f);
-        put(&p, r->h, d->h, h, (size_t)counts[c] * D);
+        float *h = bp_rand_vec((size_t)counts[c] * D, 2.0f);
+        bp_put(&p, r->h, d->h, h, (size_t)counts[c] * D);
         for (uint32_t li = 0; li < m->w.n_layers; li++) {
             r->ops->monarch_mlp(&r->bk, li, counts[c], r->h, r->attn);
             d->ops->monarch_mlp(&d->bk, li, counts[c], d->h, d->attn);
             snprintf(what, sizeof what, "monarch_mlp (layer %u, n %u)", li, counts[c]);
-            expect_close(&p, r->attn, d->attn, (size_t)counts[c] * D, what);
+            bp_expect_close(&p, r->attn, d->attn, (size_t)counts[c] * D, what);
         }
         free(h);
     }
-    needle_session_free(r);
-    needle_session_free(d);
-}
-
-/* Worst over positions of max_v |a - b| / max_v |a| (the first out_vocab ids). */
-static double worst_rel(const float *a, const float *b, uint32_t n, uint32_t V, uint32_t cols) {
-    double worst = 0.0;
-    for (uint32_t t = 0; t < n; t++) {
-        double mx = 0.0, err = 0.0;
-        for (uint32_t v = 0; v < cols; v++) {
-            mx = fmax(mx, fabs(a[(size_t)t * V + v]));
-            err = fmax(err, fabs((double)a[(size_t)t * V + v] - b[(size_t)t * V + v]));
-        }
-        const double rel = mx > 0 ? err / mx : err;
-        if (!(rel <= worst)) worst = rel;
-    }
-    return worst;
+    bp_close(&p);
 }
 
 static void test_forward_on(const needle_model *m, const needle_backend_ops *ops,
@@ -213,29 +140,21 @@ static void test_forward_on(const needle_model *m, const needle_backend_ops *ops
     float *lr = malloc((size_t)N_TOK * V * sizeof *lr), *ld = malloc((size_t)N_TOK * V * sizeof *ld);
     CHECK_EQ_INT(needle_session_eval(r, toks, N_TOK, lr, (size_t)N_TOK * V), NEEDLE_OK);
     CHECK_EQ_INT(needle_session_eval(d, toks, N_TOK, ld, (size_t)N_TOK * V), NEEDLE_OK);
-    const double prefill = worst_rel(lr, ld, N_TOK, V, cols);
+    const double prefill = bp_worst_rel(lr, ld, N_TOK, V, cols);
     CHECK_MSG(prefill <= TOL_LOGITS, "%s prefill: worst relative logit error %.3g", name,
               prefill);
-    for (int step = 0; step < 12; step++) {
-        const int32_t a = session_pick_token(needle_session_logits(r), NULL, V, 0.0f, NULL);
-        const int32_t b = session_pick_token(needle_session_logits(d), NULL, V, 0.0f, NULL);
-        CHECK_MSG(a == b, "%s greedy step %d: %d vs cpu %d", name, step, b, a);
-        if (a != b) break;
-        CHECK_EQ_INT(needle_session_eval(r, &a, 1, NULL, 0), NEEDLE_OK);
-        CHECK_EQ_INT(needle_session_eval(d, &a, 1, NULL, 0), NEEDLE_OK);
-    }
+    bp_expect_same_greedy(&p, 12);
     /* one-token steps from the reset state: the conv-tap and engram rings restart */
     needle_session_reset(d);
     for (uint32_t t = 0; t < N_TOK; t++)
         CHECK_EQ_INT(needle_session_eval(d, toks + t, 1, ld + (size_t)t * V, V), NEEDLE_OK);
-    const double steps = worst_rel(lr, ld, N_TOK, V, cols);
+    const double steps = bp_worst_rel(lr, ld, N_TOK, V, cols);
     CHECK_MSG(steps <= TOL_LOGITS, "%s steps: worst relative logit error %.3g", name, steps);
     printf("  %s: forward vs cpu, worst relative logit error prefill %.2e, steps %.2e\n", name,
            prefill, steps);
     free(lr);
     free(ld);
-    needle_session_free(r);
-    needle_session_free(d);
+    bp_close(&p);
 }
 
 /* The ops read an f32 cache: the backend itself refuses a Needle 3 session with another
@@ -271,18 +190,8 @@ static void run_impl(const needle_backend_ops *ops, const char *name) {
     } models[] = {{"v3/v3a.cact", 0, 10}, {"v3/v3b.cact", 0, 9}, {"v3/v3c.cact", 0, 7},
                   {"v3/v3a.cact", 3, 10}};
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
-        needle_model *m = NULL;
-        needle_model_params mp = needle_model_default_params();
-        mp.backend = "cpu"; /* the ops under test are given explicitly */
-        mp.depth = models[k].depth;
-        CHECK_EQ_INT(needle_model_open(fixture_path(models[k].file), &mp, &m), NEEDLE_OK);
+        needle_model *m = bp_model_open(models[k].file, models[k].depth, ops);
         if (!m) continue;
-        struct needle_model *mm = m;
-        int loaded = 0;
-        if (ops->model_load) {
-            CHECK_EQ_INT(ops->model_load(&mm->w, &mm->device_weights), NEEDLE_OK);
-            loaded = 1;
-        }
         char label[160];
         snprintf(label, sizeof label, "%s/%s@%d", name, models[k].file, models[k].depth);
         test_kv_type_on(m, ops, label);
@@ -294,11 +203,7 @@ static void run_impl(const needle_backend_ops *ops, const char *name) {
         snprintf(label, sizeof label, "%s/%s@%d", name, models[k].file, models[k].depth);
         test_monarch_on(m, ops, label);
         test_forward_on(m, ops, label);
-        if (loaded) {
-            ops->model_unload(mm->device_weights);
-            mm->device_weights = NULL;
-        }
-        needle_model_free(m);
+        bp_model_close(m, ops);
     }
 }
 
@@ -310,27 +215,16 @@ static void test_metal_kernels_as_c(void) {
 #endif
 }
 
-static void test_compiled_backends(void) {
-    size_t n = 0, ran = 0, without_device = 0;
-    const needle_backend_impl *const *table = backend_table(&n);
-    for (size_t i = 0; i < n; i++) {
-        if (!strcmp(table[i]->name, "cpu")) continue;
-        if (!table[i]->probe() || table[i]->device_count() <= 0) {
-            printf("  %s: compiled in, but no device on this machine\n", table[i]->name);
-            without_device++;
-            continue;
-        }
-        CHECK_MSG(table[i]->ops->attention3 && table[i]->ops->monarch_mlp,
-                  "%s has no Needle 3 ops", table[i]->name);
-        if (table[i]->ops->attention3 && table[i]->ops->monarch_mlp)
-            run_impl(table[i]->ops, table[i]->name);
-        ran++;
-    }
-    if (!ran) harness_skip(without_device ? "GPU backend compiled in, no device here"
-                                          : "no GPU backend compiled in");
+static int has_v3_ops(const needle_backend_impl *impl) {
+    CHECK_MSG(impl->ops->attention3 && impl->ops->monarch_mlp, "%s has no Needle 3 ops",
+              impl->name);
+    return impl->ops->attention3 && impl->ops->monarch_mlp;
 }
 
+static void test_compiled_backends(void) { bp_run_compiled_backends(run_impl, has_v3_ops); }
+
 int main(void) {
+    bp_seed(0x9E3779B97F4A7C15ULL);
     RUN(test_metal_kernels_as_c);
     RUN(test_compiled_backends);
     return test_summary();
