@@ -108,6 +108,65 @@ int cact_read_codebooks(cact_file *f, size_t at) {
     return NEEDLE_OK;
 }
 
+int cact_check_bounds(const char *who, const cact_bound *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (b[i].value < b[i].lo || b[i].value > b[i].hi)
+            return needle_fail(NEEDLE_ERR_FORMAT, "%s: header %s = %u is outside [%u, %u]", who,
+                               b[i].name, b[i].value, b[i].lo, b[i].hi);
+    return NEEDLE_OK;
+}
+
+int cact_check_common(const cact_common_fields *c) {
+    const char *who = c->who;
+    if (c->num_heads % c->num_kv_heads)
+        return needle_fail(NEEDLE_ERR_FORMAT, "%s: num_heads %u is not a multiple of "
+                           "num_kv_heads %u", who, c->num_heads, c->num_kv_heads);
+    if (c->head_dim % 2)
+        return needle_fail(NEEDLE_ERR_FORMAT, "%s: %s %u is odd (RoPE needs halves)", who,
+                           c->head_dim_name, c->head_dim);
+    if (!cact_is_pow2(c->hada_n) || c->hada_n < c->d_model)
+        return needle_fail(NEEDLE_ERR_FORMAT, "%s: hada_n %u must be a power of two >= "
+                           "d_model %u", who, c->hada_n, c->d_model);
+    if (!(c->rope_theta > 1.0f) || !isfinite(c->rope_theta))
+        return needle_fail(NEEDLE_ERR_FORMAT, "%s: rope_theta %g is not a finite value > 1", who,
+                           (double)c->rope_theta);
+    if (c->num_engram_sites == 0) return NEEDLE_OK;
+    if (c->num_engram_orders == 0)
+        return needle_fail(NEEDLE_ERR_FORMAT, "%s: engram sites without n-gram orders", who);
+    uint32_t max_order = 0;
+    for (uint32_t i = 0; i < c->num_engram_orders; i++) {
+        if (c->engram_orders[i] < 1 || c->engram_orders[i] > MAX_ORDER)
+            return needle_fail(NEEDLE_ERR_FORMAT, "%s: engram order %u out of range", who,
+                               c->engram_orders[i]);
+        if (c->engram_orders[i] > max_order) max_order = c->engram_orders[i];
+    }
+    for (uint32_t i = 0; i < c->num_engram_sites; i++) {
+        if (c->engram_sites[i] >= c->num_layers)
+            return needle_fail(NEEDLE_ERR_FORMAT, "%s: engram site %u is not a layer "
+                               "(num_layers %u)", who, c->engram_sites[i], c->num_layers);
+        for (uint32_t j = 0; j < i; j++)
+            if (c->engram_sites[j] == c->engram_sites[i])
+                return needle_fail(NEEDLE_ERR_FORMAT, "%s: engram site %u listed twice", who,
+                                   c->engram_sites[i]);
+    }
+    if (c->num_engram_tables < 1 || c->num_engram_tables > MAX_TABLES ||
+        c->num_engram_tables % c->num_engram_orders)
+        return needle_fail(NEEDLE_ERR_FORMAT, "%s: num_engram_tables %u must be a positive "
+                           "multiple of num_engram_orders %u (<= %u)", who,
+                           c->num_engram_tables, c->num_engram_orders, MAX_TABLES);
+    const cact_bound engram[] = {
+        {"engram_slots", c->engram_slots, 1, MAX_SLOTS},
+        {"engram_sub_dim", c->engram_sub_dim, 1, MAX_D_MODEL},
+        {"engram_conv_taps", c->engram_conv_taps, 1, MAX_TAPS},
+    };
+    const int rc = cact_check_bounds(who, engram, sizeof engram / sizeof engram[0]);
+    if (rc) return rc;
+    if (c->engram_conv_dilation != max_order)
+        return needle_fail(NEEDLE_ERR_FORMAT, "%s: engram_conv_dilation %u != max order %u", who,
+                           c->engram_conv_dilation, max_order);
+    return NEEDLE_OK;
+}
+
 static int check_header(cact_file *f) {
     const uint8_t *p = f->base;
     cact_header *h = &f->h;
@@ -126,7 +185,7 @@ static int check_header(cact_file *f) {
     if (h->codebook_len != CACT_CODEBOOK_LEN)
         return needle_fail(NEEDLE_ERR_FORMAT, "cact: codebook_len %u (expected %u)",
                            h->codebook_len, CACT_CODEBOOK_LEN);
-    const struct { const char *name; uint32_t value, lo, hi; } bounds[] = {
+    const cact_bound bounds[] = {
         {"vocab", h->vocab, 1, MAX_VOCAB},
         {"d_model", h->d_model, 1, MAX_D_MODEL},
         {"num_layers", h->num_layers, 1, MAX_LAYERS},
@@ -140,60 +199,19 @@ static int check_header(cact_file *f) {
         {"num_engram_sites", h->num_engram_sites, 0, 4},
         {"kv_window", h->kv_window, 0, MAX_SEQ_LEN},
     };
-    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
-        if (bounds[i].value < bounds[i].lo || bounds[i].value > bounds[i].hi)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact: header %s = %u is outside [%u, %u]",
-                               bounds[i].name, bounds[i].value, bounds[i].lo, bounds[i].hi);
-    if (h->num_heads % h->num_kv_heads)
-        return needle_fail(NEEDLE_ERR_FORMAT, "cact: num_heads %u is not a multiple of "
-                           "num_kv_heads %u", h->num_heads, h->num_kv_heads);
-    if (h->head_dim % 2)
-        return needle_fail(NEEDLE_ERR_FORMAT, "cact: head_dim %u is odd (RoPE needs halves)",
-                           h->head_dim);
-    if (!cact_is_pow2(h->hada_n) || h->hada_n < h->d_model)
-        return needle_fail(NEEDLE_ERR_FORMAT, "cact: hada_n %u must be a power of two >= "
-                           "d_model %u", h->hada_n, h->d_model);
-    if (!(h->rope_theta > 1.0f) || !isfinite(h->rope_theta))
-        return needle_fail(NEEDLE_ERR_FORMAT, "cact: rope_theta %g is not a finite value > 1",
-                           (double)h->rope_theta);
-    if (h->num_engram_sites > 0) {
-        if (h->num_engram_orders == 0)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact: engram sites without n-gram orders");
-        uint32_t max_order = 0;
-        for (uint32_t i = 0; i < h->num_engram_orders; i++) {
-            if (h->engram_orders[i] < 1 || h->engram_orders[i] > MAX_ORDER)
-                return needle_fail(NEEDLE_ERR_FORMAT, "cact: engram order %u out of range",
-                                   h->engram_orders[i]);
-            if (h->engram_orders[i] > max_order) max_order = h->engram_orders[i];
-        }
-        for (uint32_t i = 0; i < h->num_engram_sites; i++) {
-            if (h->engram_sites[i] >= h->num_layers)
-                return needle_fail(NEEDLE_ERR_FORMAT, "cact: engram site %u is not a layer "
-                                   "(num_layers %u)", h->engram_sites[i], h->num_layers);
-            for (uint32_t j = 0; j < i; j++)
-                if (h->engram_sites[j] == h->engram_sites[i])
-                    return needle_fail(NEEDLE_ERR_FORMAT, "cact: engram site %u listed twice",
-                                       h->engram_sites[i]);
-        }
-        if (h->num_engram_tables < 1 || h->num_engram_tables > MAX_TABLES ||
-            h->num_engram_tables % h->num_engram_orders)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact: num_engram_tables %u must be a "
-                               "positive multiple of num_engram_orders %u (<= %u)",
-                               h->num_engram_tables, h->num_engram_orders, MAX_TABLES);
-        if (h->engram_slots < 1 || h->engram_slots > MAX_SLOTS)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact: engram_slots %u out of range",
-                               h->engram_slots);
-        if (h->engram_sub_dim < 1 || h->engram_sub_dim > MAX_D_MODEL)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact: engram_sub_dim %u out of range",
-                               h->engram_sub_dim);
-        if (h->engram_conv_taps < 1 || h->engram_conv_taps > MAX_TAPS)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact: engram_conv_taps %u out of range",
-                               h->engram_conv_taps);
-        if (h->engram_conv_dilation != max_order)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact: engram_conv_dilation %u != max order %u",
-                               h->engram_conv_dilation, max_order);
-    }
-
+    int rc = cact_check_bounds("cact", bounds, sizeof bounds / sizeof bounds[0]);
+    if (rc) return rc;
+    const cact_common_fields common = {
+        .who = "cact", .head_dim_name = "head_dim", .num_heads = h->num_heads,
+        .num_kv_heads = h->num_kv_heads, .head_dim = h->head_dim, .hada_n = h->hada_n,
+        .d_model = h->d_model, .num_layers = h->num_layers, .rope_theta = h->rope_theta,
+        .num_engram_orders = h->num_engram_orders, .num_engram_sites = h->num_engram_sites,
+        .num_engram_tables = h->num_engram_tables, .engram_slots = h->engram_slots,
+        .engram_sub_dim = h->engram_sub_dim, .engram_conv_taps = h->engram_conv_taps,
+        .engram_conv_dilation = h->engram_conv_dilation, .engram_orders = h->engram_orders,
+        .engram_sites = h->engram_sites};
+    rc = cact_check_common(&common);
+    if (rc) return rc;
     return cact_read_codebooks(f, CACT_HEADER_BYTES);
 }
 

@@ -126,7 +126,7 @@ static int check_header3(cact_file *f) {
     if (h->codebook_len != CACT_CODEBOOK_LEN)
         return needle_fail(NEEDLE_ERR_FORMAT, "cact3: codebook_len %u (expected %u)",
                            h->codebook_len, CACT_CODEBOOK_LEN);
-    const struct { const char *name; uint32_t value, lo, hi; } bounds[] = {
+    const cact_bound bounds[] = {
         {"vocab", h->vocab, 1, MAX_VOCAB},
         {"out_vocab", h->out_vocab, 0, h->vocab},
         {"d_model", h->d_model, 1, MAX_D_MODEL},
@@ -144,66 +144,26 @@ static int check_header3(cact_file *f) {
         {"num_engram_sites", h->num_engram_sites, 0, CACT3_MAX_SITES},
         {"kv_window", h->kv_window, 0, MAX_SEQ_LEN},
     };
-    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
-        if (bounds[i].value < bounds[i].lo || bounds[i].value > bounds[i].hi)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact3: header %s = %u is outside [%u, %u]",
-                               bounds[i].name, bounds[i].value, bounds[i].lo, bounds[i].hi);
-    if (h->num_heads % h->num_kv_heads)
-        return needle_fail(NEEDLE_ERR_FORMAT, "cact3: num_heads %u is not a multiple of "
-                           "num_kv_heads %u", h->num_heads, h->num_kv_heads);
-    if (h->qk_head_dim % 2)
-        return needle_fail(NEEDLE_ERR_FORMAT, "cact3: qk_head_dim %u is odd (RoPE needs "
-                           "halves)", h->qk_head_dim);
-    if (!cact_is_pow2(h->hada_n) || h->hada_n < h->d_model)
-        return needle_fail(NEEDLE_ERR_FORMAT, "cact3: hada_n %u must be a power of two >= "
-                           "d_model %u", h->hada_n, h->d_model);
-    if (!(h->rope_theta > 1.0f) || !isfinite(h->rope_theta))
-        return needle_fail(NEEDLE_ERR_FORMAT, "cact3: rope_theta %g is not a finite value > 1",
-                           (double)h->rope_theta);
+    int rc = cact_check_bounds("cact3", bounds, sizeof bounds / sizeof bounds[0]);
+    if (rc) return rc;
+    const cact_common_fields common = {
+        .who = "cact3", .head_dim_name = "qk_head_dim", .num_heads = h->num_heads,
+        .num_kv_heads = h->num_kv_heads, .head_dim = h->qk_head_dim, .hada_n = h->hada_n,
+        .d_model = h->d_model, .num_layers = h->num_layers, .rope_theta = h->rope_theta,
+        .num_engram_orders = h->num_engram_orders, .num_engram_sites = h->num_engram_sites,
+        .num_engram_tables = h->num_engram_tables, .engram_slots = h->engram_slots,
+        .engram_sub_dim = h->engram_sub_dim, .engram_conv_taps = h->engram_conv_taps,
+        .engram_conv_dilation = h->engram_conv_dilation, .engram_orders = h->engram_orders,
+        .engram_sites = h->engram_sites};
+    rc = cact_check_common(&common);
+    if (rc) return rc;
     const uint64_t mask = (uint64_t)h->global_mask_hi << 32 | h->global_mask_lo;
     if (h->num_layers < 64 && mask >> h->num_layers)
         return needle_fail(NEEDLE_ERR_FORMAT, "cact3: global_mask 0x%016llx marks layers past "
                            "num_layers %u", (unsigned long long)mask, h->num_layers);
-    if (h->num_engram_sites > 0) {
-        if (h->num_engram_orders == 0)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram sites without n-gram orders");
-        uint32_t max_order = 0;
-        for (uint32_t i = 0; i < h->num_engram_orders; i++) {
-            if (h->engram_orders[i] < 1 || h->engram_orders[i] > MAX_ORDER)
-                return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram order %u out of range",
-                                   h->engram_orders[i]);
-            if (h->engram_orders[i] > max_order) max_order = h->engram_orders[i];
-        }
-        for (uint32_t i = 0; i < h->num_engram_sites; i++) {
-            if (h->engram_sites[i] >= h->num_layers)
-                return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram site %u is not a layer "
-                                   "(num_layers %u)", h->engram_sites[i], h->num_layers);
-            for (uint32_t j = 0; j < i; j++)
-                if (h->engram_sites[j] == h->engram_sites[i])
-                    return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram site %u listed twice",
-                                       h->engram_sites[i]);
-        }
-        if (h->num_engram_tables < 1 || h->num_engram_tables > MAX_TABLES ||
-            h->num_engram_tables % h->num_engram_orders)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact3: num_engram_tables %u must be a "
-                               "positive multiple of num_engram_orders %u (<= %u)",
-                               h->num_engram_tables, h->num_engram_orders, MAX_TABLES);
-        if (h->engram_seed_heads > MAX_TABLES)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram_seed_heads %u out of range",
-                               h->engram_seed_heads);
-        if (h->engram_slots < 1 || h->engram_slots > MAX_SLOTS)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram_slots %u out of range",
-                               h->engram_slots);
-        if (h->engram_sub_dim < 1 || h->engram_sub_dim > MAX_D_MODEL)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram_sub_dim %u out of range",
-                               h->engram_sub_dim);
-        if (h->engram_conv_taps < 1 || h->engram_conv_taps > MAX_TAPS)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram_conv_taps %u out of range",
-                               h->engram_conv_taps);
-        if (h->engram_conv_dilation != max_order)
-            return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram_conv_dilation %u != max "
-                               "order %u", h->engram_conv_dilation, max_order);
-    }
+    if (h->num_engram_sites > 0 && h->engram_seed_heads > MAX_TABLES)
+        return needle_fail(NEEDLE_ERR_FORMAT, "cact3: engram_seed_heads %u out of range",
+                           h->engram_seed_heads);
     return cact_read_codebooks(f, CACT3_HEADER_BYTES);
 }
 

@@ -37,6 +37,28 @@ typedef struct cact_expected {
 } cact_expected;
 
 int cact_is_pow2(uint32_t x);
+
+/* A header value and the range it must lie in. */
+typedef struct cact_bound {
+    const char *name;
+    uint32_t value, lo, hi;
+} cact_bound;
+
+/* The header fields both generations check the same way; `who` ("cact", "cact3") and
+ * `head_dim_name` go into the messages. */
+typedef struct cact_common_fields {
+    const char *who, *head_dim_name;
+    uint32_t num_heads, num_kv_heads, head_dim, hada_n, d_model, num_layers;
+    float rope_theta;
+    uint32_t num_engram_orders, num_engram_sites, num_engram_tables, engram_slots,
+        engram_sub_dim, engram_conv_taps, engram_conv_dilation;
+    const uint32_t *engram_orders, *engram_sites;
+} cact_common_fields;
+
+/* 0, or NEEDLE_ERR_FORMAT naming the first value outside its range. */
+int cact_check_bounds(const char *who, const cact_bound *b, size_t n);
+/* Head grouping, RoPE halves, the Hadamard size, rope_theta and the engram geometry. */
+int cact_check_common(const cact_common_fields *c);
 void cact_expect(cact_expected *e, const char *name, int kind, uint32_t ndim, uint64_t s0,
                  uint64_t s1, uint64_t s2);
 /* 0, or NEEDLE_ERR_FORMAT naming the record. Sets f->group from the first CQ record and
