@@ -146,3 +146,68 @@ int has_prefix_tensor(const st_file *f, const char *key) {
         if (!strncmp(f->tensors[i].name, key, n) && f->tensors[i].name[n] == '/') return 1;
     return 0;
 }
+
+#define NEED(var, name, nd, ...)                                                              \
+    do {                                                                                      \
+        const uint64_t shp_[] = {__VA_ARGS__};                                                \
+        if (!((var) = need(x, (name), (nd), shp_))) return NEEDLE_ERR_FORMAT;                 \
+    } while (0)
+#define TRY(e)                                                                                \
+    do {                                                                                      \
+        const int rc_ = (e);                                                                  \
+        if (rc_) return rc_;                                                                  \
+    } while (0)
+
+int add_mhc_records(ctx *x, uint64_t L, uint64_t n, uint64_t d) {
+    static const char *small[6] = {"mhc_a_pre", "mhc_a_post", "mhc_a_res",
+                                   "mhc_b_pre", "mhc_b_post", "mhc_b_res"};
+    const st_tensor *t;
+    char nm[64];
+    for (int k = 0; k < 6; k++) {
+        snprintf(nm, sizeof nm, "stack/%s", small[k]);
+        const uint32_t s3[3] = {(uint32_t)L, (uint32_t)n, (uint32_t)n};
+        if (k < 3)
+            NEED(t, nm, 1, L);
+        else if (k < 5)
+            NEED(t, nm, 2, L, n);
+        else
+            NEED(t, nm, 3, L, n, n);
+        TRY(add_fp16(x, small[k], t, 0, (uint8_t)(k < 3 ? 1 : k < 5 ? 2 : 3), s3));
+    }
+    static const char *phi[3] = {"mhc_phi_pre", "mhc_phi_post", "mhc_phi_res"};
+    for (int k = 0; k < 3; k++) {
+        const uint64_t lanes = k == 2 ? n * n : n, nd = n * d;
+        snprintf(nm, sizeof nm, "stack/%s", phi[k]);
+        NEED(t, nm, 3, L, nd, lanes);
+        float *m = alloc_mat(phi[k], L * lanes, nd);
+        if (!m) return NEEDLE_ERR_OUT_OF_MEMORY;
+        /* (L, n*d, lanes) -> transpose(0, 2, 1) -> (L*lanes, n*d) */
+        for (uint64_t i = 0; i < L; i++)
+            for (uint64_t col = 0; col < nd; col++)
+                for (uint64_t l = 0; l < lanes; l++)
+                    m[(i * lanes + l) * nd + col] = st_get(t, (i * nd + col) * lanes + l);
+        TRY(add_cq(x, phi[k], m, L * lanes, nd));
+    }
+    return NEEDLE_OK;
+}
+
+int add_engram_site(ctx *x, uint32_t site, uint64_t T, uint64_t slots, uint64_t sub, uint64_t d) {
+    const st_tensor *t;
+    char nm[64], label[40];
+    snprintf(nm, sizeof nm, "engrams_%u/embedding", site);
+    NEED(t, nm, 3, T, slots, sub);
+    snprintf(label, sizeof label, "engram%u.tables", site);
+    TRY(add_cq_direct(x, label, t, 0, T * slots, sub));
+    static const char *kv[2] = {"key_proj", "value_proj"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(nm, sizeof nm, "engrams_%u/%s/kernel", site, kv[k]);
+        NEED(t, nm, 2, T * sub, d);
+        snprintf(label, sizeof label, "engram%u.%s", site, kv[k]);
+        TRY(add_cq_kernel(x, label, t, 0, T * sub, d));
+    }
+    snprintf(nm, sizeof nm, "engrams_%u/taps", site);
+    NEED(t, nm, 2, ENGRAM_CONV_TAPS, d);
+    snprintf(label, sizeof label, "engram%u.taps", site);
+    const uint32_t st2[2] = {ENGRAM_CONV_TAPS, (uint32_t)d};
+    return add_fp16(x, label, t, 0, 2, st2);
+}

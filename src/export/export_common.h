@@ -46,6 +46,17 @@ int add_cq_direct_bits(ctx *x, const char *label, const st_tensor *t, uint64_t f
                        uint64_t cols, uint32_t bits);
 int add_cq_kernel(ctx *x, const char *label, const st_tensor *t, uint64_t first, uint64_t in, uint64_t out);
 
+/* The engram module's convolution taps (fixed in both generations' code). */
+#define ENGRAM_CONV_TAPS 4u
+
+/* The mHC records of an L-layer stack with n lanes of width d: the six per-layer scalars
+ * and vectors, then the three phi matrices transposed to [L*lanes][n*d]. */
+int add_mhc_records(ctx *x, uint64_t L, uint64_t n, uint64_t d);
+
+/* The four records of engram site `site`: the hashed tables [T*slots][sub], the key and
+ * value projections, the conv taps. */
+int add_engram_site(ctx *x, uint32_t site, uint64_t T, uint64_t slots, uint64_t sub, uint64_t d);
+
 /* 1 if some tensor is named "<key>/..." */
 int has_prefix_tensor(const st_file *f, const char *key);
 

@@ -13,7 +13,6 @@
 #include "util/error.h"
 
 #define ENGRAM_SUB_DIM 128u
-#define ENGRAM_CONV_TAPS 4u
 #define HEAD_BITS 4u
 #define KV_BUDGET_BYTES (11ll * 1024 * 1024 + 512 * 1024)
 #define KV_GROUP 32ll
@@ -509,54 +508,13 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
         }
     }
 
-    static const char *mhc_small[6] = {"mhc_a_pre", "mhc_a_post", "mhc_a_res",
-                                       "mhc_b_pre", "mhc_b_post", "mhc_b_res"};
-    for (int k = 0; k < 6; k++) {
-        snprintf(nm, sizeof nm, "stack/%s", mhc_small[k]);
-        const uint32_t s3[3] = {(uint32_t)L, (uint32_t)n, (uint32_t)n};
-        if (k < 3)
-            NEED(t, nm, 1, L);
-        else if (k < 5)
-            NEED(t, nm, 2, L, n);
-        else
-            NEED(t, nm, 3, L, n, n);
-        TRY(add_fp16(&x, mhc_small[k], t, 0, (uint8_t)(k < 3 ? 1 : k < 5 ? 2 : 3), s3));
-    }
-    static const char *phi[3] = {"mhc_phi_pre", "mhc_phi_post", "mhc_phi_res"};
-    for (int k = 0; k < 3; k++) {
-        const uint64_t lanes = k == 2 ? n * n : n, nd = n * d;
-        snprintf(nm, sizeof nm, "stack/%s", phi[k]);
-        NEED(t, nm, 3, L, nd, lanes);
-        float *m = alloc_mat(phi[k], L * lanes, nd);
-        if (!m) return NEEDLE_ERR_OUT_OF_MEMORY;
-        for (uint64_t i = 0; i < L; i++)
-            for (uint64_t col = 0; col < nd; col++)
-                for (uint64_t l = 0; l < lanes; l++)
-                    m[(i * lanes + l) * nd + col] = st_get(t, (i * nd + col) * lanes + l);
-        TRY(add_cq(&x, phi[k], m, L * lanes, nd));
-    }
+    TRY(add_mhc_records(&x, L, n, d));
     /* architecture._hada_perms: seeds 11 and 13 */
     TRY(add_permutation(&x, "hada_p1", 11, N, c->ladder_split));
     TRY(add_permutation(&x, "hada_p2", 13, N, c->ladder_split));
 
-    for (uint32_t s = 0; s < c->num_sites; s++) {
-        snprintf(nm, sizeof nm, "engrams_%u/embedding", s);
-        NEED(t, nm, 3, T, c->engram_slots, sub);
-        snprintf(label, sizeof label, "engram%u.tables", s);
-        TRY(add_cq_direct(&x, label, t, 0, T * c->engram_slots, sub));
-        static const char *kv[2] = {"key_proj", "value_proj"};
-        for (int k = 0; k < 2; k++) {
-            snprintf(nm, sizeof nm, "engrams_%u/%s/kernel", s, kv[k]);
-            NEED(t, nm, 2, T * sub, d);
-            snprintf(label, sizeof label, "engram%u.%s", s, kv[k]);
-            TRY(add_cq_kernel(&x, label, t, 0, T * sub, d));
-        }
-        snprintf(nm, sizeof nm, "engrams_%u/taps", s);
-        NEED(t, nm, 2, ENGRAM_CONV_TAPS, d);
-        snprintf(label, sizeof label, "engram%u.taps", s);
-        const uint32_t st2[2] = {ENGRAM_CONV_TAPS, (uint32_t)d};
-        TRY(add_fp16(&x, label, t, 0, 2, st2));
-    }
+    for (uint32_t s = 0; s < c->num_sites; s++)
+        TRY(add_engram_site(&x, s, T, c->engram_slots, sub, d));
     NEED(t, "stack/final_norm/scale", 1, d);
     const uint32_t sd[1] = {(uint32_t)d};
     TRY(add_fp16(&x, "final_norm", t, 0, 1, sd));
