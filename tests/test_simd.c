@@ -139,12 +139,12 @@ static void check_matmul(const cpu_kernels *k, uint32_t rows, uint32_t cols, uin
     free_matrix(&tm);
 }
 
-static const cpu_kernels *levels[4];
+static const cpu_kernels *levels[5];
 static int n_levels;
 
 static void find_levels(void) {
     n_levels = 0;
-    const char *names[] = {"scalar", "avx2", "neon"};
+    const char *names[] = {"scalar", "avx2", "avx512", "neon"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cpu_kernels *k = cpu_kernels_named(names[i]);
         if (k) levels[n_levels++] = k;
@@ -163,6 +163,31 @@ static void test_dispatch(void) {
               k->axpy);
     }
     printf("  best level here: %s\n", cpu_kernels_best()->name);
+}
+
+/* The avx512 level is the AVX2 table with its own many-token products; the W·A8 and
+ * Needle 3 tables of the session fall back to their AVX2 levels for it. Its products
+ * are checked with every level in the tests below, here also on prefill-sized shapes
+ * whose rows and tokens leave partial 4 x 6 tiles. */
+static void test_avx512_level(void) {
+    const cpu_kernels *k = cpu_kernels_avx512(), *base = cpu_kernels_avx2();
+    if (!k) {
+        harness_skip("this CPU (or its OS) has no AVX-512F");
+        return;
+    }
+    CHECK(base != NULL);
+    if (!base) return;
+    CHECK(!strcmp(k->name, "avx512") && cpu_kernels_named("avx512") == k);
+    CHECK(k->matmul != base->matmul && k->rotate == base->rotate && k->fwht == base->fwht &&
+          k->dequant_row == base->dequant_row && k->dot == base->dot &&
+          k->axpy == base->axpy && k->attend == base->attend);
+    const uint32_t rows[] = {37, 64, 130}, toks[] = {2, 6, 97, 256};
+    for (size_t r = 0; r < 3; r++)
+        for (size_t t = 0; t < 4; t++) {
+            check_matmul(k, rows[r], 512, 128, 2, toks[t]);
+            check_matmul(k, rows[r], 512, 64, 4, toks[t]);
+            check_matmul(k, rows[r], 500, 128, 5, toks[t]);
+        }
 }
 
 static void test_matmul_every_shape(void) {
@@ -410,6 +435,7 @@ static void test_threaded_matmul_equals_one_thread(void) {
 int main(void) {
     find_levels();
     RUN(test_dispatch);
+    RUN(test_avx512_level);
     RUN(test_transforms_bit_identical);
     RUN(test_dot);
     RUN(test_matmul_every_shape);

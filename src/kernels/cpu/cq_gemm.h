@@ -1,7 +1,7 @@
 /* Many-token CQ products on x86 (the prefill path of the AVX2 and AVX-512 levels).
  *
  * cq_avx2.c owns the weight decoding and the activation layout (see there); the products
- * live in cq_gemm_avx2.c (and cq_gemm_avx512.c). A product decodes a panel of rows once,
+ * live in cq_gemm_avx2.c and cq_gemm_avx512.c. A product decodes a panel of rows once,
  * norms folded in, into the caller's scratch and multiplies it against every token in
  * register tiles.
  *
