@@ -46,11 +46,11 @@ AVX512 static void tile4_tok6(const float *const w[TILE_ROWS], const float *cons
     const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
     const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *x4 = x[4], *x5 = x[5];
     for (uint32_t k = 0; k < K; k += 16) {
-        const __m512 p = _mm512_load_ps(w0 + k), q = _mm512_load_ps(w1 + k);
-        const __m512 r = _mm512_load_ps(w2 + k), s = _mm512_load_ps(w3 + k);
+        const __m512 p = _mm512_loadu_ps(w0 + k), q = _mm512_loadu_ps(w1 + k);
+        const __m512 r = _mm512_loadu_ps(w2 + k), s = _mm512_loadu_ps(w3 + k);
         __m512 v;
 #define TOK(n)                                                                             \
-    v = _mm512_load_ps(x##n + k);                                                          \
+    v = _mm512_loadu_ps(x##n + k);                                                          \
     a##n = _mm512_fmadd_ps(p, v, a##n);                                                    \
     b##n = _mm512_fmadd_ps(q, v, b##n);                                                    \
     c##n = _mm512_fmadd_ps(r, v, c##n);                                                    \
