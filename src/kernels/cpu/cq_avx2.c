@@ -19,7 +19,7 @@
  * of activation sums per code byte, looked up on the scalar units for every other row,
  * was slower than this once the 2-bit decoding needed 3 instructions per 8 weights).
  * Several tokens (prefill): each row is decoded once, norms folded in, into the scratch
- * and multiplied against the tokens in 2-row x 4-token register tiles, which keeps the
+ * and multiplied against the tokens in register tiles (cq_gemm_avx2.c), which keeps the
  * FMA units busy.
  *
  * Everything else (1 and 3 bits, smaller groups, no scratch) takes the "natural order" path:
@@ -205,9 +205,8 @@ AVX2 static float row_c4(const cq_matrix *w, uint32_t r, const float *xp, const 
 /* ---- fast path: several tokens, rows decoded once into a buffer -------------------
  *
  * Each row is decoded with its group norms folded in (level * norm, layout order), then
- * multiplied against the tokens in register tiles of 2 rows x 4 tokens: per 8 columns, 2
- * weight and 4 activation loads feed 8 FMAs. Every (row, token) pair has one accumulator
- * over all columns in order, whichever tile computes it. */
+ * multiplied against the tokens by a cq_gemm_fn (cq_gemm.h): the register tiles of
+ * cq_gemm_avx2.c here, those of cq_gemm_avx512.c in the avx512 level. */
 
 AVX2 static void decode_row_scaled(const cq_matrix *w, int layout, uint32_t r,
                                    const __m256i T[4], float *out) {
