@@ -190,6 +190,44 @@ static void test_avx512_level(void) {
         }
 }
 
+/* A scratch with room for fewer decoded rows than cq_scratch_floats() asks (2 to 13:
+ * smaller panels, pairs instead of 3- or 4-row tiles) changes no result by a bit: every
+ * (row, token) pair keeps its one accumulator whichever tile computes it. */
+static void test_matmul_small_scratch_same_bits(void) {
+    const uint32_t rows = 41, cols = 512, ntok = 23;
+    const uint32_t bits[] = {2, 4, 5}, groups[] = {128, 64, 128};
+    for (int li = 0; li < n_levels; li++)
+        for (size_t b = 0; b < 3; b++) {
+            const cpu_kernels *k = levels[li];
+            test_matrix tm;
+            make_matrix(&tm, rows, cols, groups[b], bits[b]);
+            const cq_matrix *w = &tm.w;
+            float *xr = malloc((size_t)ntok * w->cols_pad * sizeof *xr);
+            for (size_t i = 0; i < (size_t)ntok * w->cols_pad; i++) xr[i] = rnd_float();
+            float *ref = calloc((size_t)ntok * rows, sizeof *ref);
+            float *got = calloc((size_t)ntok * rows, sizeof *got);
+            cq_scratch sc = make_scratch(w->cols_pad, ntok);
+            k->matmul(w, 0, rows, xr, w->cols_pad, ntok, ref, rows, &sc);
+            int same = 1;
+            for (uint32_t extra = 2; extra <= 13; extra++) {
+                sc.valid = 0;
+                sc.cap = ((size_t)ntok + extra) * w->cols_pad + 16;
+                memset(got, 0, (size_t)ntok * rows * sizeof *got);
+                for (uint32_t r = 0; r < rows; r += 12) /* the pool's many-token chunks */
+                    k->matmul(w, r, rows - r < 12 ? rows - r : 12, xr, w->cols_pad, ntok,
+                              got + r, rows, &sc);
+                same &= !memcmp(ref, got, (size_t)ntok * rows * sizeof *got);
+            }
+            CHECK_MSG(same, "%s bits=%u: a smaller scratch changed the products", k->name,
+                      bits[b]);
+            free(sc.buf);
+            free(xr);
+            free(ref);
+            free(got);
+            free_matrix(&tm);
+        }
+}
+
 static void test_matmul_every_shape(void) {
     const uint32_t bits[] = {1, 2, 3, 4, 5}; /* 1: Needle 3 binary */
     const uint32_t groups[] = {16, 32, 64, 128, 256};
@@ -436,6 +474,7 @@ int main(void) {
     find_levels();
     RUN(test_dispatch);
     RUN(test_avx512_level);
+    RUN(test_matmul_small_scratch_same_bits);
     RUN(test_transforms_bit_identical);
     RUN(test_dot);
     RUN(test_matmul_every_shape);

@@ -360,8 +360,7 @@ AVX2 void cq_avx2_matmul_with(const cq_matrix *w, uint32_t row0, uint32_t nrows,
         return;
     }
     const uint32_t wrows = (uint32_t)((sc->cap - 16) / w->cols_pad - ntok);
-    gemm(w, layout, row0, nrows, xp, ntok, y, ld_y, xp + (size_t)ntok * w->cols_pad,
-         wrows < 4 ? wrows : 4);
+    gemm(w, layout, row0, nrows, xp, ntok, y, ld_y, xp + (size_t)ntok * w->cols_pad, wrows);
 }
 
 AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,

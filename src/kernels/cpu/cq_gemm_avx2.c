@@ -152,6 +152,8 @@ AVX2 static void tile_tok1(const float *w0, const float *xp, uint32_t cols_pad, 
     y[t * ld_y + yi] = hsum(a);
 }
 
+#define PANEL_TRIPLES 4 /* 12 rows: the pool's many-token chunk */
+
 /* Rows [r, r + 4) (decoded at wbuf) against every token: two 2-row x 6-token tiles per 6
  * tokens, the second reading them from L1. */
 AVX2 static void panel4(const float *wbuf, uint32_t K, const float *xp, uint32_t ntok, float *y,
@@ -180,14 +182,23 @@ AVX2 void cq_gemm_avx2(const cq_matrix *w, int layout, uint32_t row0, uint32_t n
     uint32_t r = row0;
     if (wrows >= 4 && ntok >= 4) {
         const uint32_t triples_end = nrows % 3 == 1 && nrows >= 4 ? end - 4 : end;
-        for (; r + 3 <= triples_end; r += 3) {
-            cq_avx2_decode_rows(w, layout, r, 3, wbuf);
-            const float *w0 = wbuf, *w1 = w0 + K, *w2 = w1 + K;
+        /* up to PANEL_TRIPLES triples decoded at once: each 4 tokens, read from L2 once,
+         * serve all of them from L1 */
+        const uint32_t most = wrows / 3 < PANEL_TRIPLES ? wrows / 3 : PANEL_TRIPLES;
+        while (r + 3 <= triples_end) {
+            uint32_t n = (triples_end - r) / 3;
+            if (n > most) n = most;
+            cq_avx2_decode_rows(w, layout, r, 3 * n, wbuf);
             uint32_t t = 0;
-            for (; t + 4 <= ntok; t += 4) tile3_tok4(w0, w1, w2, xp, K, t, y, ld_y, r - row0);
+            for (; t + 4 <= ntok; t += 4)
+                for (uint32_t i = 0; i < n; i++) {
+                    const float *w0 = wbuf + (size_t)3 * i * K;
+                    tile3_tok4(w0, w0 + K, w0 + 2 * K, xp, K, t, y, ld_y, r + 3 * i - row0);
+                }
             for (; t < ntok; t++)
-                for (uint32_t i = 0; i < 3; i++)
+                for (uint32_t i = 0; i < 3 * n; i++)
                     tile_tok1(wbuf + (size_t)i * K, xp, K, t, y, ld_y, r + i - row0);
+            r += 3 * n;
         }
         if (r + 4 == end) {
             cq_avx2_decode_rows(w, layout, r, 4, wbuf);

@@ -71,29 +71,40 @@ AVX512 static void tile4_tok6(const float *const w[TILE_ROWS], const float *cons
     out[5] = sum4(a5, b5, c5, d5);
 }
 
+/* Up to PANEL_TILES row tiles (12 rows: the pool's many-token chunk) are decoded at once;
+ * each 6 tokens, read from L2 once, serve all of them from L1. */
+#define PANEL_TILES 3
+
 AVX512 static void gemm_avx512(const cq_matrix *w, int layout, uint32_t row0, uint32_t nrows,
                                const float *xp, uint32_t ntok, float *y, size_t ld_y,
                                float *wbuf, uint32_t wrows) {
-    const uint32_t K = w->cols_pad, panel = wrows < TILE_ROWS ? wrows : TILE_ROWS;
-    for (uint32_t r = row0; r < row0 + nrows; r += panel) {
-        const uint32_t nr = row0 + nrows - r < panel ? row0 + nrows - r : panel;
-        cq_avx2_decode_rows(w, layout, r, nr, wbuf);
-        const float *wr[TILE_ROWS];
-        for (uint32_t i = 0; i < TILE_ROWS; i++) wr[i] = wbuf + (size_t)(i < nr ? i : nr - 1) * K;
+    const uint32_t K = w->cols_pad, end = row0 + nrows;
+    uint32_t most = wrows / TILE_ROWS < PANEL_TILES ? wrows / TILE_ROWS : PANEL_TILES;
+    most = most ? most * TILE_ROWS : wrows;
+    for (uint32_t r = row0; r < end; r += most) {
+        const uint32_t np = end - r < most ? end - r : most;
+        cq_avx2_decode_rows(w, layout, r, np, wbuf);
         for (uint32_t t = 0; t < ntok; t += TILE_TOKS) {
             const uint32_t nt = ntok - t < TILE_TOKS ? ntok - t : TILE_TOKS;
             const float *xt[TILE_TOKS];
-            for (uint32_t n = 0; n < TILE_TOKS; n++) xt[n] = xp + (size_t)(t + (n < nt ? n : nt - 1)) * K;
-            __m128 out[TILE_TOKS];
-            tile4_tok6(wr, xt, K, out);
-            for (uint32_t n = 0; n < nt; n++) {
-                float *o = y + (size_t)(t + n) * ld_y + (r - row0);
-                if (nr == TILE_ROWS) {
-                    _mm_storeu_ps(o, out[n]);
-                } else {
-                    float v[4];
-                    _mm_storeu_ps(v, out[n]);
-                    for (uint32_t i = 0; i < nr; i++) o[i] = v[i];
+            for (uint32_t n = 0; n < TILE_TOKS; n++)
+                xt[n] = xp + (size_t)(t + (n < nt ? n : nt - 1)) * K;
+            for (uint32_t r0 = 0; r0 < np; r0 += TILE_ROWS) {
+                const uint32_t nr = np - r0 < TILE_ROWS ? np - r0 : TILE_ROWS;
+                const float *wr[TILE_ROWS];
+                for (uint32_t i = 0; i < TILE_ROWS; i++)
+                    wr[i] = wbuf + (size_t)(r0 + (i < nr ? i : nr - 1)) * K;
+                __m128 out[TILE_TOKS];
+                tile4_tok6(wr, xt, K, out);
+                for (uint32_t n = 0; n < nt; n++) {
+                    float *o = y + (size_t)(t + n) * ld_y + (r + r0 - row0);
+                    if (nr == TILE_ROWS) {
+                        _mm_storeu_ps(o, out[n]);
+                    } else {
+                        float v[4];
+                        _mm_storeu_ps(v, out[n]);
+                        for (uint32_t i = 0; i < nr; i++) o[i] = v[i];
+                    }
                 }
             }
         }

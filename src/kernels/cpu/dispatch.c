@@ -38,9 +38,9 @@ const cpu_kernels cpu_kernels_scalar = {
 };
 
 size_t cq_scratch_floats(uint32_t cols_pad, uint32_t ntok) {
-    /* permuted activations of every token plus a panel of four decoded weight rows
-     * (cq_gemm_avx2.c); alignment slack */
-    return ((size_t)ntok + 4) * cols_pad + 16;
+    /* permuted activations of every token plus a panel of 12 decoded weight rows
+     * (cq_gemm_avx2.c, cq_gemm_avx512.c); alignment slack */
+    return ((size_t)ntok + 12) * cols_pad + 16;
 }
 
 const cpu_kernels *cpu_kernels_named(const char *name) {
