@@ -1,8 +1,9 @@
 /* Many-token CQ products, AVX2 + FMA (see kernels/cpu/cq_gemm.h).
  *
- * Rows are decoded once into the scratch, three at a time, and met by the tokens in 3-row x
- * 4-token tiles: per 8 columns 3 weight and 4 activation loads feed 12 FMAs in 12 of the
- * 16 registers. The pool hands out many-token rows in chunks of 12 (pool.c); a chunk with
+ * Rows are decoded once into the scratch in panels of up to 12 (each 4 tokens, read from
+ * L2 once, serve the whole panel from L1) and met by the tokens in 3-row x 4-token
+ * tiles: per 8 columns 3 weight and 4 activation loads feed 12 FMAs in 12 of the 16
+ * registers. The pool hands out many-token rows in chunks of 12 (pool.c); a chunk with
  * one row over a multiple of 3 ends with a 4-row panel of two 2-row x 6-token tiles (8
  * loads per 12 FMAs, the second tile reading the tokens from L1), since a lone row runs
  * at half speed (4 accumulators cannot hide the FMA latency). Kernel benchmark, one
