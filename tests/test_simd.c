@@ -139,12 +139,12 @@ static void check_matmul(const cpu_kernels *k, uint32_t rows, uint32_t cols, uin
     free_matrix(&tm);
 }
 
-static const cpu_kernels *levels[4];
+static const cpu_kernels *levels[5];
 static int n_levels;
 
 static void find_levels(void) {
     n_levels = 0;
-    const char *names[] = {"scalar", "avx2", "neon"};
+    const char *names[] = {"scalar", "avx2", "avx512", "neon"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cpu_kernels *k = cpu_kernels_named(names[i]);
         if (k) levels[n_levels++] = k;
@@ -163,6 +163,69 @@ static void test_dispatch(void) {
               k->axpy);
     }
     printf("  best level here: %s\n", cpu_kernels_best()->name);
+}
+
+/* The avx512 level is the AVX2 table with its own many-token products; the W·A8 and
+ * Needle 3 tables of the session fall back to their AVX2 levels for it. Its products
+ * are checked with every level in the tests below, here also on prefill-sized shapes
+ * whose rows and tokens leave partial 4 x 6 tiles. */
+static void test_avx512_level(void) {
+    const cpu_kernels *k = cpu_kernels_avx512(), *base = cpu_kernels_avx2();
+    if (!k) {
+        harness_skip("this CPU (or its OS) has no AVX-512F");
+        return;
+    }
+    CHECK(base != NULL);
+    if (!base) return;
+    CHECK(!strcmp(k->name, "avx512") && cpu_kernels_named("avx512") == k);
+    CHECK(k->matmul != base->matmul && k->rotate == base->rotate && k->fwht == base->fwht &&
+          k->dequant_row == base->dequant_row && k->dot == base->dot &&
+          k->axpy == base->axpy && k->attend == base->attend);
+    const uint32_t rows[] = {37, 64, 130}, toks[] = {2, 6, 97, 256};
+    for (size_t r = 0; r < 3; r++)
+        for (size_t t = 0; t < 4; t++) {
+            check_matmul(k, rows[r], 512, 128, 2, toks[t]);
+            check_matmul(k, rows[r], 512, 64, 4, toks[t]);
+            check_matmul(k, rows[r], 500, 128, 5, toks[t]);
+        }
+}
+
+/* A scratch with room for fewer decoded rows than cq_scratch_floats() asks (2 to 13:
+ * smaller panels, pairs instead of 3- or 4-row tiles) changes no result by a bit: every
+ * (row, token) pair keeps its one accumulator whichever tile computes it. */
+static void test_matmul_small_scratch_same_bits(void) {
+    const uint32_t rows = 41, cols = 512, ntok = 23;
+    const uint32_t bits[] = {2, 4, 5}, groups[] = {128, 64, 128};
+    for (int li = 0; li < n_levels; li++)
+        for (size_t b = 0; b < 3; b++) {
+            const cpu_kernels *k = levels[li];
+            test_matrix tm;
+            make_matrix(&tm, rows, cols, groups[b], bits[b]);
+            const cq_matrix *w = &tm.w;
+            float *xr = malloc((size_t)ntok * w->cols_pad * sizeof *xr);
+            for (size_t i = 0; i < (size_t)ntok * w->cols_pad; i++) xr[i] = rnd_float();
+            float *ref = calloc((size_t)ntok * rows, sizeof *ref);
+            float *got = calloc((size_t)ntok * rows, sizeof *got);
+            cq_scratch sc = make_scratch(w->cols_pad, ntok);
+            k->matmul(w, 0, rows, xr, w->cols_pad, ntok, ref, rows, &sc);
+            int same = 1;
+            for (uint32_t extra = 2; extra <= 13; extra++) {
+                sc.valid = 0;
+                sc.cap = ((size_t)ntok + extra) * w->cols_pad + 16;
+                memset(got, 0, (size_t)ntok * rows * sizeof *got);
+                for (uint32_t r = 0; r < rows; r += 12) /* the pool's many-token chunks */
+                    k->matmul(w, r, rows - r < 12 ? rows - r : 12, xr, w->cols_pad, ntok,
+                              got + r, rows, &sc);
+                same &= !memcmp(ref, got, (size_t)ntok * rows * sizeof *got);
+            }
+            CHECK_MSG(same, "%s bits=%u: a smaller scratch changed the products", k->name,
+                      bits[b]);
+            free(sc.buf);
+            free(xr);
+            free(ref);
+            free(got);
+            free_matrix(&tm);
+        }
 }
 
 static void test_matmul_every_shape(void) {
@@ -410,6 +473,8 @@ static void test_threaded_matmul_equals_one_thread(void) {
 int main(void) {
     find_levels();
     RUN(test_dispatch);
+    RUN(test_avx512_level);
+    RUN(test_matmul_small_scratch_same_bits);
     RUN(test_transforms_bit_identical);
     RUN(test_dot);
     RUN(test_matmul_every_shape);

@@ -173,7 +173,7 @@ const a8_kernels a8_kernels_scalar = {
 const a8_kernels *a8_kernels_named(const char *name) {
     if (!name) return NULL;
     if (!strcmp(name, "scalar")) return &a8_kernels_scalar;
-    if (!strcmp(name, "avx2")) return a8_kernels_avx2();
+    if (!strcmp(name, "avx2") || !strcmp(name, "avx512")) return a8_kernels_avx2();
     if (!strcmp(name, "neon")) return a8_kernels_neon();
     return NULL;
 }

@@ -1,7 +1,8 @@
 /* The CPU backend: a dispatch table of CQ kernels and a persistent thread pool.
  *
  * Kernels. `cpu_kernels` is one struct of function pointers per instruction-set level:
- * the plain C reference ("scalar"), AVX2 on x86-64 and NEON on aarch64. Every SIMD file
+ * the plain C reference ("scalar"), AVX2 and AVX-512 on x86-64 and NEON on aarch64. Every
+ * SIMD file
  * is compiled on every architecture and reduces to a stub returning NULL on the others.
  * The AVX2 file uses per-function target attributes and a CPUID probe, so one x86 binary
  * runs everywhere; NEON (AdvSIMD with FMA) is part of every aarch64 CPU, so it needs no
@@ -9,7 +10,7 @@
  * dot product, which multiplies int8 and so does not apply to float activations); one
  * that did would need a run-time probe (getauxval(AT_HWCAP) on Linux, sysctl on Apple)
  * before its table is handed out. cpu_kernels_best() picks the best level once, which
- * the environment variable NEEDLE_CPU=scalar|avx2|neon can lower (an unsupported or
+ * the environment variable NEEDLE_CPU=scalar|avx2|avx512|neon can lower (an unsupported or
  * unknown request falls back to the best supported level). Every SIMD kernel is tested
  * against the plain one (tests/test_simd.c).
  *
@@ -45,7 +46,7 @@ typedef struct cq_scratch {
 } cq_scratch;
 
 typedef struct cpu_kernels {
-    const char *name; /* "scalar", "avx2", "neon" */
+    const char *name; /* "scalar", "avx2", "avx512", "neon" */
     /* In-place unnormalised Walsh-Hadamard transform, n a power of 2 (see fwht()). */
     void (*fwht)(float *x, uint32_t n);
     /* See cq_rotate(). */
@@ -68,18 +69,22 @@ extern const cpu_kernels cpu_kernels_scalar;
 /* The AVX2+FMA+F16C table, or NULL if this build or this CPU lacks them. */
 const cpu_kernels *cpu_kernels_avx2(void);
 
+/* The AVX2 table with AVX-512F many-token products (kernels/cpu/cq_gemm_avx512.c), or
+ * NULL if this build or this CPU (or its OS, for the ZMM state) lacks them. */
+const cpu_kernels *cpu_kernels_avx512(void);
+
 /* The NEON table on (little-endian) aarch64, else NULL. */
 const cpu_kernels *cpu_kernels_neon(void);
 
 /* The best level this CPU supports, lowered by NEEDLE_CPU; never NULL. Thread-safe. */
 const cpu_kernels *cpu_kernels_best(void);
 
-/* The level called `name` ("scalar", "avx2", "neon"), or NULL if unknown or unsupported
- * here. */
+/* The level called `name` ("scalar", "avx2", "avx512", "neon"), or NULL if unknown or
+ * unsupported here. */
 const cpu_kernels *cpu_kernels_named(const char *name);
 
-/* Checks NEEDLE_CPU (scalar, avx2 or neon, and a level this CPU has) and NEEDLE_THREADS (a
- * positive integer); unset or empty is fine. NEEDLE_OK, or a status with a message
+/* Checks NEEDLE_CPU (scalar, avx2, avx512 or neon, and a level this CPU has) and
+ * NEEDLE_THREADS (a positive integer); unset or empty is fine. NEEDLE_OK, or a status with a message
  * (needle_last_error) naming the variable: NEEDLE_ERR_BACKEND for a kernel level,
  * NEEDLE_ERR_INVALID_ARGUMENT for a thread count. Called when a model is opened. */
 int cpu_check_env(void);

@@ -19,7 +19,7 @@
  * of activation sums per code byte, looked up on the scalar units for every other row,
  * was slower than this once the 2-bit decoding needed 3 instructions per 8 weights).
  * Several tokens (prefill): each row is decoded once, norms folded in, into the scratch
- * and multiplied against the tokens in 2-row x 4-token register tiles, which keeps the
+ * and multiplied against the tokens in register tiles (cq_gemm_avx2.c), which keeps the
  * FMA units busy.
  *
  * Everything else (1 and 3 bits, smaller groups, no scratch) takes the "natural order" path:
@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cq_gemm.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 
@@ -204,9 +205,8 @@ AVX2 static float row_c4(const cq_matrix *w, uint32_t r, const float *xp, const 
 /* ---- fast path: several tokens, rows decoded once into a buffer -------------------
  *
  * Each row is decoded with its group norms folded in (level * norm, layout order), then
- * multiplied against the tokens in register tiles of 2 rows x 4 tokens: per 8 columns, 2
- * weight and 4 activation loads feed 8 FMAs. Every (row, token) pair has one accumulator
- * over all columns in order, whichever tile computes it. */
+ * multiplied against the tokens by a cq_gemm_fn (cq_gemm.h): the register tiles of
+ * cq_gemm_avx2.c here, those of cq_gemm_avx512.c in the avx512 level. */
 
 AVX2 static void decode_row_scaled(const cq_matrix *w, int layout, uint32_t r,
                                    const __m256i T[4], float *out) {
@@ -243,96 +243,11 @@ AVX2 static void decode_row_scaled(const cq_matrix *w, int layout, uint32_t r,
     }
 }
 
-/* Rows w0 (and w1 if non-NULL) against tokens [t, t + 4): y[t + i][yi (+ 1)]. */
-AVX2 static void tile_tok4(const float *w0, const float *w1, const float *xp, uint32_t cols_pad,
-                           uint32_t t, float *y, size_t ld_y, uint32_t yi) {
-    const float *x0 = xp + (size_t)t * cols_pad, *x1 = x0 + cols_pad, *x2 = x1 + cols_pad,
-                *x3 = x2 + cols_pad;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    if (w1) {
-        __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
-        for (uint32_t c = 0; c < cols_pad; c += 8) {
-            const __m256 u = _mm256_load_ps(w0 + c), v = _mm256_load_ps(w1 + c);
-            __m256 x = _mm256_load_ps(x0 + c);
-            a0 = _mm256_fmadd_ps(u, x, a0);
-            b0 = _mm256_fmadd_ps(v, x, b0);
-            x = _mm256_load_ps(x1 + c);
-            a1 = _mm256_fmadd_ps(u, x, a1);
-            b1 = _mm256_fmadd_ps(v, x, b1);
-            x = _mm256_load_ps(x2 + c);
-            a2 = _mm256_fmadd_ps(u, x, a2);
-            b2 = _mm256_fmadd_ps(v, x, b2);
-            x = _mm256_load_ps(x3 + c);
-            a3 = _mm256_fmadd_ps(u, x, a3);
-            b3 = _mm256_fmadd_ps(v, x, b3);
-        }
-        y[(t + 0) * ld_y + yi + 1] = hsum(b0);
-        y[(t + 1) * ld_y + yi + 1] = hsum(b1);
-        y[(t + 2) * ld_y + yi + 1] = hsum(b2);
-        y[(t + 3) * ld_y + yi + 1] = hsum(b3);
-    } else {
-        for (uint32_t c = 0; c < cols_pad; c += 8) {
-            const __m256 u = _mm256_load_ps(w0 + c);
-            a0 = _mm256_fmadd_ps(u, _mm256_load_ps(x0 + c), a0);
-            a1 = _mm256_fmadd_ps(u, _mm256_load_ps(x1 + c), a1);
-            a2 = _mm256_fmadd_ps(u, _mm256_load_ps(x2 + c), a2);
-            a3 = _mm256_fmadd_ps(u, _mm256_load_ps(x3 + c), a3);
-        }
-    }
-    y[(t + 0) * ld_y + yi] = hsum(a0);
-    y[(t + 1) * ld_y + yi] = hsum(a1);
-    y[(t + 2) * ld_y + yi] = hsum(a2);
-    y[(t + 3) * ld_y + yi] = hsum(a3);
-}
-
-/* Rows w0, w1, w2 against tokens [t, t + 4): y[t + i][yi .. yi + 2]. Per 8 columns 3
- * weight and 4 activation loads feed 12 FMAs (the 2-row tile: 6 for 8); each (row,
- * token) pair keeps its one accumulator over the columns in order, so the values are
- * the 2-row tile's. */
-AVX2 static void tile3_tok4(const float *w0, const float *w1, const float *w2, const float *xp,
-                            uint32_t cols_pad, uint32_t t, float *y, size_t ld_y, uint32_t yi) {
-    const float *x0 = xp + (size_t)t * cols_pad, *x1 = x0 + cols_pad, *x2 = x1 + cols_pad,
-                *x3 = x2 + cols_pad;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
-    for (uint32_t c = 0; c < cols_pad; c += 8) {
-        const __m256 u = _mm256_load_ps(w0 + c), v = _mm256_load_ps(w1 + c);
-        const __m256 z = _mm256_load_ps(w2 + c);
-        __m256 x = _mm256_load_ps(x0 + c);
-        a0 = _mm256_fmadd_ps(u, x, a0);
-        b0 = _mm256_fmadd_ps(v, x, b0);
-        c0 = _mm256_fmadd_ps(z, x, c0);
-        x = _mm256_load_ps(x1 + c);
-        a1 = _mm256_fmadd_ps(u, x, a1);
-        b1 = _mm256_fmadd_ps(v, x, b1);
-        c1 = _mm256_fmadd_ps(z, x, c1);
-        x = _mm256_load_ps(x2 + c);
-        a2 = _mm256_fmadd_ps(u, x, a2);
-        b2 = _mm256_fmadd_ps(v, x, b2);
-        c2 = _mm256_fmadd_ps(z, x, c2);
-        x = _mm256_load_ps(x3 + c);
-        a3 = _mm256_fmadd_ps(u, x, a3);
-        b3 = _mm256_fmadd_ps(v, x, b3);
-        c3 = _mm256_fmadd_ps(z, x, c3);
-    }
-    float *o = y + (size_t)t * ld_y + yi;
-    o[0] = hsum(a0), o[1] = hsum(b0), o[2] = hsum(c0);
-    o += ld_y;
-    o[0] = hsum(a1), o[1] = hsum(b1), o[2] = hsum(c1);
-    o += ld_y;
-    o[0] = hsum(a2), o[1] = hsum(b2), o[2] = hsum(c2);
-    o += ld_y;
-    o[0] = hsum(a3), o[1] = hsum(b3), o[2] = hsum(c3);
-}
-
-/* Row w0 against token t: y[t][yi]. */
-AVX2 static void tile_tok1(const float *w0, const float *xp, uint32_t cols_pad, uint32_t t,
-                           float *y, size_t ld_y, uint32_t yi) {
-    const float *x = xp + (size_t)t * cols_pad;
-    __m256 a = _mm256_setzero_ps();
-    for (uint32_t c = 0; c < cols_pad; c += 8)
-        a = _mm256_fmadd_ps(_mm256_load_ps(w0 + c), _mm256_load_ps(x + c), a);
-    y[t * ld_y + yi] = hsum(a);
+/* See cq_gemm.h. */
+AVX2 void cq_avx2_decode_rows(const cq_matrix *w, int layout, uint32_t r, uint32_t n, float *out) {
+    __m256i T[4];
+    byte_tables(w->codebook, 16, T);
+    for (uint32_t i = 0; i < n; i++) decode_row_scaled(w, layout, r + i, T, out + (size_t)i * w->cols_pad);
 }
 
 /* ---- natural order: any bits, any group (a multiple of 8), no scratch -------------- */
@@ -411,9 +326,9 @@ AVX2 static void matmul_natural(const cq_matrix *w, uint32_t row0, uint32_t nrow
 
 /* ---- entry points ------------------------------------------------------------------ */
 
-AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
-                             size_t ld_x, uint32_t ntok, float *y, size_t ld_y,
-                             cq_scratch *sc) {
+AVX2 void cq_avx2_matmul_with(const cq_matrix *w, uint32_t row0, uint32_t nrows,
+                              const float *xr, size_t ld_x, uint32_t ntok, float *y, size_t ld_y,
+                              cq_scratch *sc, cq_gemm_fn gemm) {
     if (!nrows || !ntok) return;
     const int layout = layout_of(w);
     if (w->group % 8) { /* groups are >= 16 in valid files; keep the kernel total anyway */
@@ -444,33 +359,14 @@ AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, 
             y[r - row0] = layout == LAYOUT_C2 ? row_c2(w, r, xp, t4) : row_c4(w, r, xp, T);
         return;
     }
-    float *w0 = xp + (size_t)ntok * w->cols_pad, *w1 = w0 + w->cols_pad, *w2 = w1 + w->cols_pad;
-    uint32_t r = row0;
-    if (ntok >= 4 && sc->cap >= ((size_t)ntok + 3) * w->cols_pad + 16)
-        for (; r + 3 <= row0 + nrows; r += 3) {
-            decode_row_scaled(w, layout, r, T, w0);
-            decode_row_scaled(w, layout, r + 1, T, w1);
-            decode_row_scaled(w, layout, r + 2, T, w2);
-            uint32_t t = 0;
-            for (; t + 4 <= ntok; t += 4)
-                tile3_tok4(w0, w1, w2, xp, w->cols_pad, t, y, ld_y, r - row0);
-            for (; t < ntok; t++)
-                for (uint32_t i = 0; i < 3; i++)
-                    tile_tok1(w0 + (size_t)i * w->cols_pad, xp, w->cols_pad, t, y, ld_y,
-                              r + i - row0);
-        }
-    for (; r < row0 + nrows; r += 2) {
-        const int pair = r + 1 < row0 + nrows;
-        decode_row_scaled(w, layout, r, T, w0);
-        if (pair) decode_row_scaled(w, layout, r + 1, T, w1);
-        uint32_t t = 0;
-        for (; t + 4 <= ntok; t += 4)
-            tile_tok4(w0, pair ? w1 : NULL, xp, w->cols_pad, t, y, ld_y, r - row0);
-        for (; t < ntok; t++) {
-            tile_tok1(w0, xp, w->cols_pad, t, y, ld_y, r - row0);
-            if (pair) tile_tok1(w1, xp, w->cols_pad, t, y, ld_y, r + 1 - row0);
-        }
-    }
+    const uint32_t wrows = (uint32_t)((sc->cap - 16) / w->cols_pad - ntok);
+    gemm(w, layout, row0, nrows, xp, ntok, y, ld_y, xp + (size_t)ntok * w->cols_pad, wrows);
+}
+
+AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
+                             size_t ld_x, uint32_t ntok, float *y, size_t ld_y,
+                             cq_scratch *sc) {
+    cq_avx2_matmul_with(w, row0, nrows, xr, ld_x, ntok, y, ld_y, sc, cq_gemm_avx2);
 }
 
 /* Same butterflies in the same order as the plain fwht(), so bit-identical: stages 1, 2

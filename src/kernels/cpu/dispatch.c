@@ -38,14 +38,16 @@ const cpu_kernels cpu_kernels_scalar = {
 };
 
 size_t cq_scratch_floats(uint32_t cols_pad, uint32_t ntok) {
-    /* permuted activations of every token plus three decoded weight rows; alignment slack */
-    return ((size_t)ntok + 3) * cols_pad + 16;
+    /* permuted activations of every token plus a panel of 12 decoded weight rows
+     * (cq_gemm_avx2.c, cq_gemm_avx512.c); alignment slack */
+    return ((size_t)ntok + 12) * cols_pad + 16;
 }
 
 const cpu_kernels *cpu_kernels_named(const char *name) {
     if (!name) return NULL;
     if (!strcmp(name, "scalar")) return &cpu_kernels_scalar;
     if (!strcmp(name, "avx2")) return cpu_kernels_avx2();
+    if (!strcmp(name, "avx512")) return cpu_kernels_avx512();
     if (!strcmp(name, "neon")) return cpu_kernels_neon();
     return NULL;
 }
@@ -53,10 +55,11 @@ const cpu_kernels *cpu_kernels_named(const char *name) {
 int cpu_check_env(void) {
     const char *want = getenv("NEEDLE_CPU");
     if (want && *want) {
-        const int named = !strcmp(want, "scalar") || !strcmp(want, "avx2") || !strcmp(want, "neon");
+        const int named = !strcmp(want, "scalar") || !strcmp(want, "avx2") ||
+                          !strcmp(want, "avx512") || !strcmp(want, "neon");
         if (!named)
             return needle_fail(NEEDLE_ERR_BACKEND, "NEEDLE_CPU=%.40s is not a kernel level "
-                               "(scalar, avx2, neon)", want);
+                               "(scalar, avx2, avx512, neon)", want);
         if (!cpu_kernels_named(want))
             return needle_fail(NEEDLE_ERR_BACKEND, "NEEDLE_CPU=%s: this CPU or build has no "
                                "%s kernels (scalar always works)", want, want);
@@ -77,13 +80,15 @@ static const cpu_kernels *best;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 static void pick_best(void) {
-    /* at most one SIMD level exists per architecture */
-    const cpu_kernels *k = cpu_kernels_avx2();
+    const cpu_kernels *k = cpu_kernels_avx512();
+    if (!k) k = cpu_kernels_avx2();
     if (!k) k = cpu_kernels_neon();
     if (!k) k = &cpu_kernels_scalar;
+    /* NEEDLE_CPU lowers the level; one this CPU lacks (cpu_check_env refuses it when a
+     * model is opened) leaves the best */
     const char *want = getenv("NEEDLE_CPU");
-    if (want && !strcmp(want, "scalar")) k = &cpu_kernels_scalar;
-    /* "avx2" or "neon": the best supported level (cpu_check_env refuses other values) */
+    const cpu_kernels *named = want && *want ? cpu_kernels_named(want) : NULL;
+    if (named) k = named;
     best = k;
 }
 

@@ -21,7 +21,7 @@ const v3_kernels v3_kernels_scalar = {"scalar", combine_plain, mul_add_plain};
 const v3_kernels *v3_kernels_named(const char *name) {
     if (!name) return NULL;
     if (!strcmp(name, "scalar")) return &v3_kernels_scalar;
-    if (!strcmp(name, "avx2")) return v3_kernels_avx2();
+    if (!strcmp(name, "avx2") || !strcmp(name, "avx512")) return v3_kernels_avx2();
     if (!strcmp(name, "neon")) return v3_kernels_neon();
     return NULL;
 }

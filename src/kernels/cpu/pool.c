@@ -317,7 +317,9 @@ void cpu_matmul(cpu_pool *pool, const float *xr, size_t ld_x, uint32_t ntok,
         for (uint32_t j = 0; j < b.njobs; j++) {
             const uint64_t row_work = (uint64_t)b.jobs[j].w->cols_pad * (ntok ? ntok : 1);
             uint64_t rows = CHUNK_WORK / (row_work ? row_work : 1);
-            rows = rows < 4 ? 4 : (rows + 3) / 4 * 4;
+            /* many tokens: whole tiles of the AVX2 (3 rows) and AVX-512 (4 rows) products */
+            const uint64_t step = ntok > 1 ? 12 : 4;
+            rows = rows < step ? step : (rows + step - 1) / step * step;
             if (rows > b.jobs[j].nrows) rows = b.jobs[j].nrows ? b.jobs[j].nrows : 1;
             b.chunk_rows[j] = (uint32_t)rows;
             b.first_chunk[j + 1] =
