@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "kernels/cpu/a8.h"
+#include "kernels/cpu/lane_sinkhorn.h"
 #include "backend/cpu_ops3.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -572,7 +573,7 @@ static void lane_write_token(backend_ctx *s, const void *ctx, uint32_t i, int th
     }
     for (uint32_t k = 0; k < nl * nl; k++)
         P[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
-    nm_sinkhorn(P, nl);
+    lane_sinkhorn(P, nl);
     float *X = a->lanes + (size_t)i * nd, *old = cs_of(s)->th[thread].lane_old;
     memcpy(old, X, nd * sizeof *old);
     for (uint32_t r = 0; r < nl; r++) {

@@ -39,6 +39,115 @@ typedef uint32_t nm_u32;
 #define NM_FMAX(a, b) fmaxf((a), (b))
 #endif
 
+/* ---- exp and log of the Sinkhorn (plain C) ------------------------------------------------
+ *
+ * libm's expf/logf are calls the compiler cannot vectorize, and the Sinkhorn of the lane mix
+ * makes ~1000 of them per token and layer. These are written so that a SIMD version doing
+ * the same operations lane by lane (kernels/cpu/lane_sinkhorn.h) gives the same bits: one
+ * IEEE operation per statement, no a*b+c in one expression (so no compiler fuses it into an
+ * fma: GCC does not contract in ISO C mode, clang only within an expression), bit
+ * manipulation for the powers of two. Cody-Waite reduction and minimax polynomials in the
+ * style of Cephes; the bounds are checked in tests/test_lanes.c. CUDA and Metal keep their
+ * native exp/log (NM_LSE_EXP/NM_LSE_LOG below). */
+#if !defined(__METAL_VERSION__) && !defined(__CUDACC__)
+typedef union nm_bits {
+    float f;
+    uint32_t u;
+} nm_bits;
+
+#define NM_EXP_LO (-87.3365447505531f)   /* exp(lo) = 2^-126, the smallest normal */
+#define NM_EXP_HI 88.3762626647949f      /* the largest x whose 2^n fits the exponent field */
+#define NM_LOG2E 1.44269504088896341f
+#define NM_LN2_HI 0.693359375f           /* 9 bits: n * NM_LN2_HI is exact for |n| <= 128 */
+#define NM_LN2_LO (-2.12194440e-4f)      /* ln 2 - NM_LN2_HI */
+#define NM_ROUND_MAGIC 12582912.0f       /* 1.5 * 2^23: (t + M) - M rounds t to an integer */
+#define NM_SQRT_HALF 0.707106781186547524f
+
+/* exp(x) within 1 ulp for x in [NM_EXP_LO, NM_EXP_HI]; 0 below, exp(NM_EXP_HI) above.
+ * The clamps are written as x86's maxps/minps compute them (the second operand when
+ * either is NaN), so that a NaN gives the same bits in every version. */
+NM_FN float nm_exp_poly(float x) {
+    const float below = x < NM_EXP_LO ? 0.0f : 1.0f;
+    x = x < NM_EXP_HI ? x : NM_EXP_HI;
+    x = x > NM_EXP_LO ? x : NM_EXP_LO;
+    float t = x * NM_LOG2E;
+    t = t + NM_ROUND_MAGIC;
+    nm_bits tb, mb;
+    tb.f = t;
+    mb.f = NM_ROUND_MAGIC;
+    const float n = t - NM_ROUND_MAGIC;
+    float hi = n * NM_LN2_HI;
+    float r = x - hi;
+    const float lo = n * NM_LN2_LO;
+    r = r - lo;
+    const float r2 = r * r;
+    float p = 1.9875691500e-4f * r;
+    p = p + 1.3981999507e-3f;
+    p = p * r;
+    p = p + 8.3334519073e-3f;
+    p = p * r;
+    p = p + 4.1665795894e-2f;
+    p = p * r;
+    p = p + 1.6666665459e-1f;
+    p = p * r;
+    p = p + 5.0000001201e-1f;
+    p = p * r2;
+    p = p + r;
+    p = p + 1.0f;
+    /* n = round(x log2 e) sits in the low mantissa bits of t; 2^n from the exponent field */
+    nm_bits scale;
+    scale.u = (tb.u - mb.u + 127u) << 23;
+    p = p * scale.f;
+    return p * below;
+}
+
+/* log(x) within 1 ulp for positive normal x (the Sinkhorn's sums are >= 1). */
+NM_FN float nm_log_poly(float x) {
+    nm_bits b;
+    b.f = x;
+    float e = (float)((int32_t)(b.u >> 23) - 126); /* x = m * 2^e, m in [0.5, 1) */
+    b.u = (b.u & 0x007fffffu) | 0x3f000000u;
+    float m = b.f;
+    /* m in [sqrt(1/2), sqrt(2)) keeps f = m - 1 small */
+    const int small = m < NM_SQRT_HALF;
+    e = small ? e - 1.0f : e;
+    m = small ? m + m : m;
+    const float f = m - 1.0f;
+    const float z = f * f;
+    float y = 7.0376836292e-2f * f;
+    y = y + -1.1514610310e-1f;
+    y = y * f;
+    y = y + 1.1676998740e-1f;
+    y = y * f;
+    y = y + -1.2420140846e-1f;
+    y = y * f;
+    y = y + 1.4249322787e-1f;
+    y = y * f;
+    y = y + -1.6668057665e-1f;
+    y = y * f;
+    y = y + 2.0000714765e-1f;
+    y = y * f;
+    y = y + -2.4999993993e-1f;
+    y = y * f;
+    y = y + 3.3333331174e-1f;
+    y = y * f;
+    y = y * z;
+    const float elo = e * NM_LN2_LO;
+    y = y + elo;
+    const float hz = z * 0.5f;
+    y = y - hz;
+    float r = f + y;
+    const float ehi = e * NM_LN2_HI;
+    r = r + ehi;
+    return r;
+}
+#define NM_LSE_EXP(x) nm_exp_poly(x)
+#define NM_LSE_LOG(x) nm_log_poly(x)
+#else
+#define NM_LSE_EXP(x) NM_EXP(x)
+#define NM_LSE_LOG(x) NM_LOG(x)
+#endif
+
 /* ---- the constants of the spec ---------------------------------------------------------- */
 
 #define NM_NORM_EPS 1e-6f           /* inside every rms: sqrt(mean(x^2) + eps) (§3.4-3.8) */
@@ -168,27 +277,28 @@ NM_FN float nm_softmax_exp(NM_DEVICE float *x, nm_u32 n) {
 }
 
 /* Log-space Sinkhorn on the n x n logits P (row-major), NM_SINKHORN_ROUNDS rounds of row
- * then column normalisation, then P = exp(P): a doubly stochastic matrix (§3.4). */
+ * then column normalisation, then P = exp(P): a doubly stochastic matrix (§3.4). On the CPU
+ * with the exp/log above; kernels/cpu/lane_sinkhorn.h does the same steps in vectors. */
 NM_FN void nm_sinkhorn(NM_DEVICE float *P, nm_u32 n) {
     for (int it = 0; it < NM_SINKHORN_ROUNDS; it++) {
         for (nm_u32 r = 0; r < n; r++) {
             float m = P[r * n];
             for (nm_u32 c = 1; c < n; c++) m = NM_FMAX(m, P[r * n + c]);
             float sum = 0.0f;
-            for (nm_u32 c = 0; c < n; c++) sum += NM_EXP(P[r * n + c] - m);
-            const float lse = m + NM_LOG(sum);
+            for (nm_u32 c = 0; c < n; c++) sum += NM_LSE_EXP(P[r * n + c] - m);
+            const float lse = m + NM_LSE_LOG(sum);
             for (nm_u32 c = 0; c < n; c++) P[r * n + c] -= lse;
         }
         for (nm_u32 c = 0; c < n; c++) {
             float m = P[c];
             for (nm_u32 r = 1; r < n; r++) m = NM_FMAX(m, P[r * n + c]);
             float sum = 0.0f;
-            for (nm_u32 r = 0; r < n; r++) sum += NM_EXP(P[r * n + c] - m);
-            const float lse = m + NM_LOG(sum);
+            for (nm_u32 r = 0; r < n; r++) sum += NM_LSE_EXP(P[r * n + c] - m);
+            const float lse = m + NM_LSE_LOG(sum);
             for (nm_u32 r = 0; r < n; r++) P[r * n + c] -= lse;
         }
     }
-    for (nm_u32 k = 0; k < n * n; k++) P[k] = NM_EXP(P[k]);
+    for (nm_u32 k = 0; k < n * n; k++) P[k] = NM_LSE_EXP(P[k]);
 }
 
 /* In-place unnormalised fast Walsh-Hadamard transform in Sylvester order, n a power of 2.

@@ -1,0 +1,181 @@
+/* The in-house exp/log of the Sinkhorn (kernels/nmath.h) against double-precision libm, and
+ * the vector Sinkhorn (kernels/cpu/lane_sinkhorn.h) against the scalar one, bit for bit. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "harness.h"
+#include "kernels/cpu/lane_sinkhorn.h"
+#include "kernels/nmath.h"
+
+static uint32_t rng_state = 0x12345678u;
+
+static uint32_t rng_next(void) { /* xorshift32: fixed, reproducible inputs */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 17;
+    rng_state ^= rng_state << 5;
+    return rng_state;
+}
+
+static float bits_to_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t float_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* |got - want| in units of the float spacing at want (want a normal float's value) */
+static double ulp_error(float got, double want) {
+    int e;
+    frexp(want, &e);
+    return fabs((double)got - want) / ldexp(1.0, e - 24);
+}
+
+static void test_exp_within_1_ulp(void) {
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    /* every 389th float of [NM_EXP_LO, NM_EXP_HI], both signs (every 7th measured 0.98 ulp) */
+    for (uint32_t u = 0; u < 0x7f800000u; u += 389) {
+        for (int sign = 0; sign < 2; sign++) {
+            const float x = bits_to_float(u | (sign ? 0x80000000u : 0u));
+            if (x < NM_EXP_LO || x > NM_EXP_HI) continue;
+            const double err = ulp_error(nm_exp_poly(x), exp((double)x));
+            if (err > worst) worst = err, worst_x = x;
+        }
+    }
+    CHECK_MSG(worst <= 1.0, "exp: %.3f ulp at %a", worst, (double)worst_x);
+    CHECK(nm_exp_poly(0.0f) == 1.0f);
+    CHECK(nm_exp_poly(-0.0f) == 1.0f);
+    /* below the normal range it gives 0 (libm would give subnormals), above it saturates */
+    CHECK(nm_exp_poly(-88.0f) == 0.0f && nm_exp_poly(-INFINITY) == 0.0f);
+    CHECK(nm_exp_poly(100.0f) == nm_exp_poly(NM_EXP_HI) && isfinite(nm_exp_poly(INFINITY)));
+}
+
+static void test_log_within_1_ulp(void) {
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    /* every 251st positive normal float (every 7th measured 0.82 ulp) */
+    for (uint32_t u = 0x00800000u; u < 0x7f800000u; u += 251) {
+        const float x = bits_to_float(u);
+        const double want = log((double)x);
+        if (want == 0.0) continue;
+        const double err = ulp_error(nm_log_poly(x), want);
+        if (err > worst) worst = err, worst_x = x;
+    }
+    CHECK_MSG(worst <= 1.0, "log: %.3f ulp at %a", worst, (double)worst_x);
+    CHECK(nm_log_poly(1.0f) == 0.0f);
+    /* the Sinkhorn's sums lie in [1, n_lanes]: every float of [1, 4] */
+    worst = 0.0;
+    for (float x = 1.0f; x <= 4.0f; x = nextafterf(x, 5.0f)) {
+        const double want = log((double)x);
+        if (want == 0.0) continue;
+        const double err = ulp_error(nm_log_poly(x), want);
+        if (err > worst) worst = err, worst_x = x;
+    }
+    CHECK_MSG(worst <= 1.0, "log on [1, 4]: %.3f ulp at %a", worst, (double)worst_x);
+}
+
+#ifdef LANE_SINKHORN_SIMD
+/* any 32-bit pattern: NaN, infinities, subnormals and negatives give the same bits too */
+static void test_vector_exp_log_bit_identical(void) {
+    uint32_t mismatches = 0, first_bad = 0;
+    for (uint32_t k = 0; k < (1u << 20); k++) {
+        float in[4], ve[4], vl[4];
+        for (int j = 0; j < 4; j++) {
+            uint32_t u = rng_next();
+            /* half of them in the range that matters: |x| < 128 */
+            if (j & 1) u = (u & 0x80ffffffu) | ((0x3c000000u + (u & 0x03800000u)) & 0x7f800000u);
+            in[j] = bits_to_float(u);
+        }
+        LV_STORE(ve, lv_exp(LV_LOAD(in)));
+        LV_STORE(vl, lv_log(LV_LOAD(in)));
+        for (int j = 0; j < 4; j++) {
+            const int bad = float_to_bits(ve[j]) != float_to_bits(nm_exp_poly(in[j])) ||
+                            float_to_bits(vl[j]) != float_to_bits(nm_log_poly(in[j]));
+            if (bad && !mismatches++) first_bad = float_to_bits(in[j]);
+        }
+    }
+    CHECK_MSG(mismatches == 0, "%u vector exp/log results differ from scalar, first at 0x%08x",
+              mismatches, first_bad);
+}
+#endif
+
+/* the log-space Sinkhorn in double with libm: the exact answer to compare against */
+static void sinkhorn_double(const float *P0, uint32_t n, double *P) {
+    for (uint32_t k = 0; k < n * n; k++) P[k] = P0[k];
+    for (int it = 0; it < NM_SINKHORN_ROUNDS; it++) {
+        for (int pass = 0; pass < 2; pass++)
+            for (uint32_t a = 0; a < n; a++) {
+                /* pass 0: row a, pass 1: column a */
+                const uint32_t stride = pass ? n : 1, base = pass ? a : a * n;
+                double m = P[base], sum = 0.0;
+                for (uint32_t b = 1; b < n; b++) m = fmax(m, P[base + b * stride]);
+                for (uint32_t b = 0; b < n; b++) sum += exp(P[base + b * stride] - m);
+                for (uint32_t b = 0; b < n; b++) P[base + b * stride] -= m + log(sum);
+            }
+    }
+    for (uint32_t k = 0; k < n * n; k++) P[k] = exp(P[k]);
+}
+
+static void test_sinkhorn_against_double(void) {
+    double worst = 0.0;
+    for (uint32_t trial = 0; trial < 2000; trial++) {
+        const uint32_t n = 1 + trial % 6;
+        float P[36], P0[36];
+        double want[36];
+        /* logits up to |12|: the lane mix's a_res * mix + b_res, with room */
+        const float span = trial % 3 == 0 ? 24.0f : 6.0f;
+        for (uint32_t k = 0; k < n * n; k++)
+            P0[k] = P[k] = span * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+        nm_sinkhorn(P, n);
+        sinkhorn_double(P0, n, want);
+        for (uint32_t k = 0; k < n * n; k++) {
+            const double err = fabs((double)P[k] - want[k]);
+            if (err > worst) worst = err;
+        }
+    }
+    /* entries lie in [0, 1]; libm's expf/logf in float land within the same bound */
+    CHECK_MSG(worst < 2e-6, "Sinkhorn vs double: max |diff| %g", worst);
+}
+
+static void test_vector_sinkhorn_bit_identical(void) {
+#ifdef LANE_SINKHORN_SIMD
+    uint32_t mismatches = 0;
+    for (uint32_t trial = 0; trial < 20000; trial++) {
+        float a[16], b[16];
+        const float span = trial % 4 == 0 ? 40.0f : 8.0f;
+        for (int k = 0; k < 16; k++)
+            a[k] = b[k] = span * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+        if (trial == 1) /* equal entries, a whole row of them: ties in the max */
+            for (int k = 0; k < 16; k++) a[k] = b[k] = k < 4 ? 0.5f : 0.25f * (float)(k % 3);
+        nm_sinkhorn(a, 4);
+        lane_sinkhorn(b, 4);
+        if (memcmp(a, b, sizeof a)) mismatches++;
+    }
+    CHECK_MSG(mismatches == 0, "%u of 20000 vector Sinkhorns differ from the scalar one",
+              mismatches);
+    /* other lane counts go to the scalar code */
+    float c[9], d[9];
+    for (int k = 0; k < 9; k++) c[k] = d[k] = 0.3f * (float)k - 1.0f;
+    nm_sinkhorn(c, 3);
+    lane_sinkhorn(d, 3);
+    CHECK(memcmp(c, d, sizeof c) == 0);
+#else
+    harness_skip("no vector Sinkhorn on this target");
+#endif
+}
+
+int main(void) {
+    RUN(test_exp_within_1_ulp);
+    RUN(test_log_within_1_ulp);
+#ifdef LANE_SINKHORN_SIMD
+    RUN(test_vector_exp_log_bit_identical);
+#endif
+    RUN(test_sinkhorn_against_double);
+    RUN(test_vector_sinkhorn_bit_identical);
+    return test_summary();
+}
