@@ -26,7 +26,7 @@
 /* Scratch of one pool thread (index 0: the caller). */
 typedef struct cpu_scratch {
     float *hada;     /* [hada_n] */
-    float *lane_old; /* [n*d] lanes before the write-back */
+    float *lane_old; /* [n_lanes * d] (lane write: a block of columns before it) */
     float *tmp;      /* [max(group, 2*d, 2*kv_dim)] */
 } cpu_scratch;
 
@@ -574,15 +574,23 @@ static void lane_write_token(backend_ctx *s, const void *ctx, uint32_t i, int th
     for (uint32_t k = 0; k < nl * nl; k++)
         P[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
     lane_sinkhorn(P, nl);
+    /* lane r, column k: hpost[r] * y[k] + sum over c of P[r][c] * old lane c, column k. A
+     * column's new values need only its old ones, so the lanes are rewritten a block of
+     * columns at a time from a copy of that block (in cache, one pass over the lanes) */
     float *X = a->lanes + (size_t)i * nd, *old = cs_of(s)->th[thread].lane_old;
-    memcpy(old, X, nd * sizeof *old);
-    for (uint32_t r = 0; r < nl; r++) {
-        float *dst = X + (size_t)r * d;
-        for (uint32_t k = 0; k < d; k++) dst[k] = hpost[r] * y[k];
-        for (uint32_t cc = 0; cc < nl; cc++) {
-            const float pw = P[r * nl + cc];
-            const float *src = old + (size_t)cc * d;
-            for (uint32_t k = 0; k < d; k++) dst[k] += pw * src[k];
+    enum { BLOCK = 64 };
+    for (uint32_t k0 = 0; k0 < d; k0 += BLOCK) {
+        const uint32_t nk = d - k0 < BLOCK ? d - k0 : BLOCK;
+        for (uint32_t cc = 0; cc < nl; cc++)
+            memcpy(old + (size_t)cc * BLOCK, X + (size_t)cc * d + k0, nk * sizeof *old);
+        for (uint32_t r = 0; r < nl; r++) {
+            float *dst = X + (size_t)r * d + k0;
+            for (uint32_t k = 0; k < nk; k++) dst[k] = hpost[r] * y[k0 + k];
+            for (uint32_t cc = 0; cc < nl; cc++) {
+                const float pw = P[r * nl + cc];
+                const float *src = old + (size_t)cc * BLOCK;
+                for (uint32_t k = 0; k < nk; k++) dst[k] += pw * src[k];
+            }
         }
     }
 }
