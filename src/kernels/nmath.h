@@ -229,10 +229,24 @@ NM_FN nm_u32 nm_engram_hash_slot(nm_u32 acc, nm_u32 slots) {
 
 /* ---- vectors -------------------------------------------------------------------------------- */
 
+/* Eight partial sums (element i into sum i % 8), added pairwise at the end: one fixed order
+ * for every backend and thread count, and eight independent chains instead of one long
+ * one (a single running sum made the CPU norms wait on the adder's latency). */
 NM_FN float nm_mean_square(NM_DEVICE const float *x, nm_u32 n) {
-    float ss = 0.0f;
-    for (nm_u32 i = 0; i < n; i++) ss += x[i] * x[i];
-    return ss / (float)n;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    nm_u32 i = 0;
+    for (; i + 8u <= n; i += 8u)
+        for (nm_u32 j = 0; j < 8u; j++) {
+            const float sq = x[i + j] * x[i + j];
+            acc[j] += sq;
+        }
+    for (nm_u32 j = 0; i + j < n; j++) {
+        const float sq = x[i + j] * x[i + j];
+        acc[j] += sq;
+    }
+    const float lo = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    const float hi = (acc[4] + acc[5]) + (acc[6] + acc[7]);
+    return (lo + hi) / (float)n;
 }
 
 /* 1 / sqrt(mean(x^2) + eps) */
