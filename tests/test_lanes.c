@@ -1,10 +1,10 @@
 /* The in-house exp/log of the Sinkhorn (kernels/nmath.h) against double-precision libm, and
- * the vector Sinkhorn (kernels/cpu/lane_sinkhorn.h) against the scalar one, bit for bit. */
+ * the vector Sinkhorn (kernels/cpu/lane_math.h) against the scalar one, bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "harness.h"
-#include "kernels/cpu/lane_sinkhorn.h"
+#include "kernels/cpu/lane_math.h"
 #include "kernels/nmath.h"
 
 static uint32_t rng_state = 0x12345678u;
@@ -79,7 +79,7 @@ static void test_log_within_1_ulp(void) {
     CHECK_MSG(worst <= 1.0, "log on [1, 4]: %.3f ulp at %a", worst, (double)worst_x);
 }
 
-#ifdef LANE_SINKHORN_SIMD
+#ifdef LANE_MATH_SIMD
 /* any 32-bit pattern: NaN, infinities, subnormals and negatives give the same bits too */
 static void test_vector_exp_log_bit_identical(void) {
     uint32_t mismatches = 0, first_bad = 0;
@@ -143,7 +143,7 @@ static void test_sinkhorn_against_double(void) {
 }
 
 static void test_vector_sinkhorn_bit_identical(void) {
-#ifdef LANE_SINKHORN_SIMD
+#ifdef LANE_MATH_SIMD
     uint32_t mismatches = 0;
     for (uint32_t trial = 0; trial < 20000; trial++) {
         float a[16], b[16];
@@ -169,13 +169,40 @@ static void test_vector_sinkhorn_bit_identical(void) {
 #endif
 }
 
+/* the Hadamard MLP's gate: every element as the scalar formula gives it (odd lengths: the
+ * vector part then a tail), and within a few ulp of v * sigmoid(v) in double */
+static void test_hada_gate(void) {
+    float z[203], d2[203], got[203];
+    double worst = 0.0;
+    uint32_t mismatches = 0;
+    for (uint32_t n = 1; n <= 203; n += 101 - (n % 4)) {
+        for (uint32_t i = 0; i < n; i++) {
+            z[i] = got[i] = 60.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+            d2[i] = 2.0f * ((float)(rng_next() >> 8) / 16777216.0f);
+        }
+        const float scale = 0.125f;
+        lane_hada_gate(got, d2, scale, n);
+        for (uint32_t i = 0; i < n; i++) {
+            const float v = d2[i] * (z[i] * scale);
+            const float want = v * (1.0f / (1.0f + nm_exp_poly(-v)));
+            if (float_to_bits(got[i]) != float_to_bits(want)) mismatches++;
+            const double exact = (double)v / (1.0 + exp(-(double)v));
+            const double err = fabs((double)got[i] - exact) / fmax(fabs(exact), 1e-30);
+            if (err > worst) worst = err;
+        }
+    }
+    CHECK_MSG(mismatches == 0, "%u gate values differ from the scalar formula", mismatches);
+    CHECK_MSG(worst < 4.0 * 0x1p-24, "gate: relative error %g", worst);
+}
+
 int main(void) {
     RUN(test_exp_within_1_ulp);
     RUN(test_log_within_1_ulp);
-#ifdef LANE_SINKHORN_SIMD
+#ifdef LANE_MATH_SIMD
     RUN(test_vector_exp_log_bit_identical);
 #endif
     RUN(test_sinkhorn_against_double);
     RUN(test_vector_sinkhorn_bit_identical);
+    RUN(test_hada_gate);
     return test_summary();
 }

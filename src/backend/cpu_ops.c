@@ -18,7 +18,7 @@
 
 #include "backend/backend.h"
 #include "kernels/cpu/a8.h"
-#include "kernels/cpu/lane_sinkhorn.h"
+#include "kernels/cpu/lane_math.h"
 #include "backend/cpu_ops3.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -531,10 +531,7 @@ static void hadamard_token(backend_ctx *s, const void *ctx, uint32_t t, int thre
     float *out = a->out_all + (size_t)t * d;
     for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
     c->kern->fwht(z, N);
-    for (uint32_t i = 0; i < N; i++) {
-        float v = l->d2[i] * (z[i] * scale);
-        z[i] = v * nm_sigmoid(v);
-    }
+    lane_hada_gate(z, l->d2, scale, N); /* v = d2 * z * scale, z = v * sigmoid(v) */
     c->kern->fwht(z, N);
     for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
 }

@@ -43,7 +43,7 @@ typedef uint32_t nm_u32;
  *
  * libm's expf/logf are calls the compiler cannot vectorize, and the Sinkhorn of the lane mix
  * makes ~1000 of them per token and layer. These are written so that a SIMD version doing
- * the same operations lane by lane (kernels/cpu/lane_sinkhorn.h) gives the same bits: one
+ * the same operations lane by lane (kernels/cpu/lane_math.h) gives the same bits: one
  * IEEE operation per statement, no a*b+c in one expression (so no compiler fuses it into an
  * fma: GCC does not contract in ISO C mode, clang only within an expression), bit
  * manipulation for the powers of two. Cody-Waite reduction and minimax polynomials in the
@@ -292,7 +292,7 @@ NM_FN float nm_softmax_exp(NM_DEVICE float *x, nm_u32 n) {
 
 /* Log-space Sinkhorn on the n x n logits P (row-major), NM_SINKHORN_ROUNDS rounds of row
  * then column normalisation, then P = exp(P): a doubly stochastic matrix (§3.4). On the CPU
- * with the exp/log above; kernels/cpu/lane_sinkhorn.h does the same steps in vectors. */
+ * with the exp/log above; kernels/cpu/lane_math.h does the same steps in vectors. */
 NM_FN void nm_sinkhorn(NM_DEVICE float *P, nm_u32 n) {
     for (int it = 0; it < NM_SINKHORN_ROUNDS; it++) {
         for (nm_u32 r = 0; r < n; r++) {

@@ -1,4 +1,6 @@
-/* The Sinkhorn of the lane mix (§3.4) on 4 lanes, the 4 x 4 matrix held in four vectors.
+/* Vector exp/log for the per-token ops of the CPU backend: the Sinkhorn of the lane mix
+ * (§3.4) on 4 lanes, the 4 x 4 matrix held in four vectors, and the SiLU gate of the
+ * Hadamard MLP (§3.7).
  *
  * Same operations as nm_sinkhorn with nm_exp_poly / nm_log_poly (kernels/nmath.h), lane by
  * lane, so the results are bit-identical to it (tests/test_lanes.c): a row step is the
@@ -6,15 +8,15 @@
  * element-wise in the order the scalar loop sums its rows. Only baseline instructions
  * (SSE2 on x86-64, NEON on aarch64): no run-time dispatch, and no fma anywhere (the scalar
  * version has none). Other lane counts and other targets run nm_sinkhorn. */
-#ifndef NEEDLE_KERNELS_CPU_LANE_SINKHORN_H
-#define NEEDLE_KERNELS_CPU_LANE_SINKHORN_H
+#ifndef NEEDLE_KERNELS_CPU_LANE_MATH_H
+#define NEEDLE_KERNELS_CPU_LANE_MATH_H
 
 #include <stdint.h>
 #include "kernels/nmath.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#define LANE_SINKHORN_SIMD 1
+#define LANE_MATH_SIMD 1
 typedef __m128 lv4;
 typedef __m128i lv4i;
 #define LV_SET(x) _mm_set1_ps(x)
@@ -37,6 +39,8 @@ typedef __m128i lv4i;
 #define LVI_TO_FLOAT(a) _mm_cvtepi32_ps(a)
 #define LV_LOAD(p) _mm_loadu_ps(p)
 #define LV_STORE(p, v) _mm_storeu_ps(p, v)
+#define LV_DIV(a, b) _mm_div_ps(a, b)
+#define LV_NEG(a) _mm_xor_ps(a, _mm_set1_ps(-0.0f))
 
 static inline lv4 lv_select(__m128 mask, lv4 x, lv4 y) {
     return _mm_or_ps(_mm_and_ps(mask, x), _mm_andnot_ps(mask, y));
@@ -46,7 +50,7 @@ static inline void lv_transpose(lv4 v[4]) { _MM_TRANSPOSE4_PS(v[0], v[1], v[2], 
 
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 #include <arm_neon.h>
-#define LANE_SINKHORN_SIMD 1
+#define LANE_MATH_SIMD 1
 typedef float32x4_t lv4;
 typedef uint32x4_t lv4i;
 #define LV_SET(x) vdupq_n_f32(x)
@@ -69,6 +73,8 @@ typedef uint32x4_t lv4i;
 #define LVI_TO_FLOAT(a) vcvtq_f32_s32(vreinterpretq_s32_u32(a))
 #define LV_LOAD(p) vld1q_f32(p)
 #define LV_STORE(p, v) vst1q_f32(p, v)
+#define LV_DIV(a, b) vdivq_f32(a, b)
+#define LV_NEG(a) vnegq_f32(a)
 
 static inline void lv_transpose(lv4 v[4]) {
     const float32x4_t a = vtrn1q_f32(v[0], v[1]), b = vtrn2q_f32(v[0], v[1]);
@@ -80,7 +86,7 @@ static inline void lv_transpose(lv4 v[4]) {
 }
 #endif
 
-#ifdef LANE_SINKHORN_SIMD
+#ifdef LANE_MATH_SIMD
 /* nm_exp_poly, four at a time */
 static inline lv4 lv_exp(lv4 x) {
     const lv4 below = LV_SELECT_LT(x, LV_SET(NM_EXP_LO), LV_SET(0.0f), LV_SET(1.0f));
@@ -143,7 +149,7 @@ static inline void lv_normalise(lv4 v[4]) {
 
 /* nm_sinkhorn(P, n), in vectors when n == 4 */
 static inline void lane_sinkhorn(float *P, uint32_t n) {
-#ifdef LANE_SINKHORN_SIMD
+#ifdef LANE_MATH_SIMD
     if (n == 4) {
         lv4 v[4];
         for (int r = 0; r < 4; r++) v[r] = LV_LOAD(P + 4 * r);
@@ -158,6 +164,26 @@ static inline void lane_sinkhorn(float *P, uint32_t n) {
     }
 #endif
     nm_sinkhorn(P, n);
+}
+
+/* The gate of the Hadamard MLP in place: v = d2[i] * (z[i] * scale), z[i] = v * sigmoid(v),
+ * with sigmoid(v) = 1 / (1 + nm_exp_poly(-v)); the vector and scalar parts give the same
+ * bits, so where the tail starts does not matter. */
+static inline void lane_hada_gate(float *z, const float *d2, float scale, uint32_t n) {
+    uint32_t i = 0;
+#ifdef LANE_MATH_SIMD
+    const lv4 one = LV_SET(1.0f), sc = LV_SET(scale);
+    for (; i + 4 <= n; i += 4) {
+        const lv4 v = LV_MUL(LV_LOAD(d2 + i), LV_MUL(LV_LOAD(z + i), sc));
+        const lv4 sig = LV_DIV(one, LV_ADD(one, lv_exp(LV_NEG(v))));
+        LV_STORE(z + i, LV_MUL(v, sig));
+    }
+#endif
+    for (; i < n; i++) {
+        const float v = d2[i] * (z[i] * scale);
+        const float sig = 1.0f / (1.0f + nm_exp_poly(-v));
+        z[i] = v * sig;
+    }
 }
 
 #endif
