@@ -578,11 +578,15 @@ static void lane_write_token(backend_ctx *s, const void *ctx, uint32_t i, int th
     enum { BLOCK = 64 };
     for (uint32_t k0 = 0; k0 < d; k0 += BLOCK) {
         const uint32_t nk = d - k0 < BLOCK ? d - k0 : BLOCK;
-        for (uint32_t cc = 0; cc < nl; cc++)
-            memcpy(old + (size_t)cc * BLOCK, X + (size_t)cc * d + k0, nk * sizeof *old);
+        const float *yb = y + k0; /* pointers, not k0 + k: 32-bit sums kept GCC scalar */
+        for (uint32_t cc = 0; cc < nl; cc++) {
+            const float *src = X + (size_t)cc * d + k0;
+            float *keep = old + (size_t)cc * BLOCK;
+            for (uint32_t k = 0; k < nk; k++) keep[k] = src[k];
+        }
         for (uint32_t r = 0; r < nl; r++) {
             float *dst = X + (size_t)r * d + k0;
-            for (uint32_t k = 0; k < nk; k++) dst[k] = hpost[r] * y[k0 + k];
+            for (uint32_t k = 0; k < nk; k++) dst[k] = hpost[r] * yb[k];
             for (uint32_t cc = 0; cc < nl; cc++) {
                 const float pw = P[r * nl + cc];
                 const float *src = old + (size_t)cc * BLOCK;

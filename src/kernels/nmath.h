@@ -67,7 +67,7 @@ typedef union nm_bits {
  * The clamps are written as x86's maxps/minps compute them (the second operand when
  * either is NaN), so that a NaN gives the same bits in every version. */
 NM_FN float nm_exp_poly(float x) {
-    const float below = x < NM_EXP_LO ? 0.0f : 1.0f;
+    const int below = x < NM_EXP_LO;
     x = x < NM_EXP_HI ? x : NM_EXP_HI;
     x = x > NM_EXP_LO ? x : NM_EXP_LO;
     float t = x * NM_LOG2E;
@@ -80,25 +80,28 @@ NM_FN float nm_exp_poly(float x) {
     float r = x - hi;
     const float lo = n * NM_LN2_LO;
     r = r - lo;
+    /* e^r = 1 + r + r^2 q(r), q of degree 5 in Estrin's form: the Sinkhorn is a chain of
+     * dependent exp/log, so the depth of the polynomial is its cost */
     const float r2 = r * r;
-    float p = 1.9875691500e-4f * r;
-    p = p + 1.3981999507e-3f;
-    p = p * r;
-    p = p + 8.3334519073e-3f;
-    p = p * r;
-    p = p + 4.1665795894e-2f;
-    p = p * r;
-    p = p + 1.6666665459e-1f;
-    p = p * r;
-    p = p + 5.0000001201e-1f;
+    const float r4 = r2 * r2;
+    float a = 1.9875691500e-4f * r;
+    a = a + 1.3981999507e-3f;
+    float b = 8.3334519073e-3f * r;
+    b = b + 4.1665795894e-2f;
+    float c = 1.6666665459e-1f * r;
+    c = c + 5.0000001201e-1f;
+    b = b * r2;
+    b = b + c;
+    a = a * r4;
+    float p = a + b;
     p = p * r2;
     p = p + r;
     p = p + 1.0f;
-    /* n = round(x log2 e) sits in the low mantissa bits of t; 2^n from the exponent field */
+    /* n = round(x log2 e) sits in the low mantissa bits of t; 2^n from the exponent field,
+     * 0 below the range */
     nm_bits scale;
-    scale.u = (tb.u - mb.u + 127u) << 23;
-    p = p * scale.f;
-    return p * below;
+    scale.u = below ? 0u : (tb.u - mb.u + 127u) << 23;
+    return p * scale.f;
 }
 
 /* log(x) within 1 ulp for positive normal x (the Sinkhorn's sums are >= 1). */
@@ -113,25 +116,27 @@ NM_FN float nm_log_poly(float x) {
     e = small ? e - 1.0f : e;
     m = small ? m + m : m;
     const float f = m - 1.0f;
+    /* log(1 + f) = f - z/2 + f z y(f), z = f^2, y of degree 8 in Estrin's form */
     const float z = f * f;
-    float y = 7.0376836292e-2f * f;
-    y = y + -1.1514610310e-1f;
-    y = y * f;
-    y = y + 1.1676998740e-1f;
-    y = y * f;
-    y = y + -1.2420140846e-1f;
-    y = y * f;
-    y = y + 1.4249322787e-1f;
-    y = y * f;
-    y = y + -1.6668057665e-1f;
-    y = y * f;
-    y = y + 2.0000714765e-1f;
-    y = y * f;
-    y = y + -2.4999993993e-1f;
+    const float z2 = z * z;
+    float p01 = 7.0376836292e-2f * f;
+    p01 = p01 + -1.1514610310e-1f;
+    float p23 = 1.1676998740e-1f * f;
+    p23 = p23 + -1.2420140846e-1f;
+    float p45 = 1.4249322787e-1f * f;
+    p45 = p45 + -1.6668057665e-1f;
+    float p67 = 2.0000714765e-1f * f;
+    p67 = p67 + -2.4999993993e-1f;
+    p01 = p01 * z;
+    p01 = p01 + p23;
+    p45 = p45 * z;
+    p45 = p45 + p67;
+    p01 = p01 * z2;
+    float y = p01 + p45;
     y = y * f;
     y = y + 3.3333331174e-1f;
-    y = y * f;
-    y = y * z;
+    const float fz = f * z;
+    y = y * fz;
     const float elo = e * NM_LN2_LO;
     y = y + elo;
     const float hz = z * 0.5f;

@@ -27,6 +27,8 @@ typedef __m128i lv4i;
 #define LV_MIN(a, b) _mm_min_ps(a, b)
 #define LV_MAX(a, b) _mm_max_ps(a, b)
 #define LV_SELECT_LT(a, b, x, y) lv_select(_mm_cmplt_ps(a, b), x, y)
+#define LV_CMPLT(a, b) _mm_cmplt_ps(a, b)
+#define LV_ANDNOT(mask, v) _mm_andnot_ps(mask, v) /* v where mask is clear, else 0 */
 #define LV_BITS(v) _mm_castps_si128(v)
 #define LV_FLOAT(v) _mm_castsi128_ps(v)
 #define LVI_SET(x) _mm_set1_epi32((int)(x))
@@ -61,6 +63,9 @@ typedef uint32x4_t lv4i;
 #define LV_MIN(a, b) vbslq_f32(vcltq_f32(a, b), a, b)
 #define LV_MAX(a, b) vbslq_f32(vcgtq_f32(a, b), a, b)
 #define LV_SELECT_LT(a, b, x, y) vbslq_f32(vcltq_f32(a, b), x, y)
+#define LV_CMPLT(a, b) vreinterpretq_f32_u32(vcltq_f32(a, b))
+#define LV_ANDNOT(mask, v) \
+    vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(v), vreinterpretq_u32_f32(mask)))
 #define LV_BITS(v) vreinterpretq_u32_f32(v)
 #define LV_FLOAT(v) vreinterpretq_f32_u32(v)
 #define LVI_SET(x) vdupq_n_u32((uint32_t)(x))
@@ -89,7 +94,7 @@ static inline void lv_transpose(lv4 v[4]) {
 #ifdef LANE_MATH_SIMD
 /* nm_exp_poly, four at a time */
 static inline lv4 lv_exp(lv4 x) {
-    const lv4 below = LV_SELECT_LT(x, LV_SET(NM_EXP_LO), LV_SET(0.0f), LV_SET(1.0f));
+    const lv4 below = LV_CMPLT(x, LV_SET(NM_EXP_LO));
     x = LV_MIN(x, LV_SET(NM_EXP_HI));
     x = LV_MAX(x, LV_SET(NM_EXP_LO));
     const lv4 t = LV_ADD(LV_MUL(x, LV_SET(NM_LOG2E)), LV_SET(NM_ROUND_MAGIC));
@@ -97,38 +102,35 @@ static inline lv4 lv_exp(lv4 x) {
     lv4 r = LV_SUB(x, LV_MUL(n, LV_SET(NM_LN2_HI)));
     r = LV_SUB(r, LV_MUL(n, LV_SET(NM_LN2_LO)));
     const lv4 r2 = LV_MUL(r, r);
-    lv4 p = LV_MUL(LV_SET(1.9875691500e-4f), r);
-    p = LV_MUL(LV_ADD(p, LV_SET(1.3981999507e-3f)), r);
-    p = LV_MUL(LV_ADD(p, LV_SET(8.3334519073e-3f)), r);
-    p = LV_MUL(LV_ADD(p, LV_SET(4.1665795894e-2f)), r);
-    p = LV_MUL(LV_ADD(p, LV_SET(1.6666665459e-1f)), r);
-    p = LV_MUL(LV_ADD(p, LV_SET(5.0000001201e-1f)), r2);
-    p = LV_ADD(LV_ADD(p, r), LV_SET(1.0f));
+    const lv4 r4 = LV_MUL(r2, r2);
+    const lv4 a = LV_ADD(LV_MUL(LV_SET(1.9875691500e-4f), r), LV_SET(1.3981999507e-3f));
+    const lv4 b = LV_ADD(LV_MUL(LV_SET(8.3334519073e-3f), r), LV_SET(4.1665795894e-2f));
+    const lv4 c = LV_ADD(LV_MUL(LV_SET(1.6666665459e-1f), r), LV_SET(5.0000001201e-1f));
+    lv4 p = LV_ADD(LV_MUL(a, r4), LV_ADD(LV_MUL(b, r2), c));
+    p = LV_ADD(LV_ADD(LV_MUL(p, r2), r), LV_SET(1.0f));
     const lv4i k = LVI_SUB(LV_BITS(t), LV_BITS(LV_SET(NM_ROUND_MAGIC)));
-    const lv4 scale = LV_FLOAT(LVI_SHL(LVI_ADD(k, LVI_SET(127)), 23));
-    return LV_MUL(LV_MUL(p, scale), below);
+    const lv4 scale = LV_ANDNOT(below, LV_FLOAT(LVI_SHL(LVI_ADD(k, LVI_SET(127)), 23)));
+    return LV_MUL(p, scale);
 }
 
 /* nm_log_poly, four at a time */
 static inline lv4 lv_log(lv4 x) {
-    const lv4i b = LV_BITS(x);
-    lv4 e = LVI_TO_FLOAT(LVI_SUB(LVI_SHR(b, 23), LVI_SET(126)));
-    lv4 m = LV_FLOAT(LVI_OR(LVI_AND(b, LVI_SET(0x007fffffu)), LVI_SET(0x3f000000u)));
+    const lv4i bits = LV_BITS(x);
+    lv4 e = LVI_TO_FLOAT(LVI_SUB(LVI_SHR(bits, 23), LVI_SET(126)));
+    lv4 m = LV_FLOAT(LVI_OR(LVI_AND(bits, LVI_SET(0x007fffffu)), LVI_SET(0x3f000000u)));
     const lv4 half = LV_SET(NM_SQRT_HALF);
     e = LV_SELECT_LT(m, half, LV_SUB(e, LV_SET(1.0f)), e);
     m = LV_SELECT_LT(m, half, LV_ADD(m, m), m);
     const lv4 f = LV_SUB(m, LV_SET(1.0f));
     const lv4 z = LV_MUL(f, f);
-    lv4 y = LV_MUL(LV_SET(7.0376836292e-2f), f);
-    y = LV_MUL(LV_ADD(y, LV_SET(-1.1514610310e-1f)), f);
-    y = LV_MUL(LV_ADD(y, LV_SET(1.1676998740e-1f)), f);
-    y = LV_MUL(LV_ADD(y, LV_SET(-1.2420140846e-1f)), f);
-    y = LV_MUL(LV_ADD(y, LV_SET(1.4249322787e-1f)), f);
-    y = LV_MUL(LV_ADD(y, LV_SET(-1.6668057665e-1f)), f);
-    y = LV_MUL(LV_ADD(y, LV_SET(2.0000714765e-1f)), f);
-    y = LV_MUL(LV_ADD(y, LV_SET(-2.4999993993e-1f)), f);
-    y = LV_MUL(LV_ADD(y, LV_SET(3.3333331174e-1f)), f);
-    y = LV_MUL(y, z);
+    const lv4 z2 = LV_MUL(z, z);
+    const lv4 p01 = LV_ADD(LV_MUL(LV_SET(7.0376836292e-2f), f), LV_SET(-1.1514610310e-1f));
+    const lv4 p23 = LV_ADD(LV_MUL(LV_SET(1.1676998740e-1f), f), LV_SET(-1.2420140846e-1f));
+    const lv4 p45 = LV_ADD(LV_MUL(LV_SET(1.4249322787e-1f), f), LV_SET(-1.6668057665e-1f));
+    const lv4 p67 = LV_ADD(LV_MUL(LV_SET(2.0000714765e-1f), f), LV_SET(-2.4999993993e-1f));
+    lv4 y = LV_ADD(LV_MUL(LV_ADD(LV_MUL(p01, z), p23), z2), LV_ADD(LV_MUL(p45, z), p67));
+    y = LV_ADD(LV_MUL(y, f), LV_SET(3.3333331174e-1f));
+    y = LV_MUL(y, LV_MUL(f, z));
     y = LV_ADD(y, LV_MUL(e, LV_SET(NM_LN2_LO)));
     y = LV_SUB(y, LV_MUL(z, LV_SET(0.5f)));
     return LV_ADD(LV_ADD(f, y), LV_MUL(e, LV_SET(NM_LN2_HI)));
