@@ -158,6 +158,15 @@ static void test_vector_sinkhorn_bit_identical(void) {
     }
     CHECK_MSG(mismatches == 0, "%u of 20000 vector Sinkhorns differ from the scalar one",
               mismatches);
+    /* several tokens' matrices at once, interleaved: each as alone */
+    for (uint32_t count = 1; count <= LANE_SINKHORN_BATCH; count++) {
+        float many[16 * LANE_SINKHORN_BATCH], one[16 * LANE_SINKHORN_BATCH];
+        for (uint32_t k = 0; k < 16 * count; k++)
+            many[k] = one[k] = 10.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+        lane_sinkhorn4_batch(many, count);
+        for (uint32_t j = 0; j < count; j++) nm_sinkhorn(one + 16 * j, 4);
+        CHECK_MSG(memcmp(many, one, 16 * count * sizeof *many) == 0, "batch of %u", count);
+    }
     /* other lane counts go to the scalar code */
     float c[9], d[9];
     for (int k = 0; k < 9; k++) c[k] = d[k] = 0.3f * (float)k - 1.0f;

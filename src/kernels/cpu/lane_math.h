@@ -168,6 +168,32 @@ static inline void lane_sinkhorn(float *P, uint32_t n) {
     nm_sinkhorn(P, n);
 }
 
+/* nm_sinkhorn(P + 16 j, 4) for the `count` (<= LANE_SINKHORN_BATCH) 4 x 4 matrices at P.
+ * One Sinkhorn is a chain of dependent steps that leaves the core mostly waiting; steps
+ * of independent matrices interleaved fill that time (several tokens at once). */
+#define LANE_SINKHORN_BATCH 4
+static inline void lane_sinkhorn4_batch(float *P, uint32_t count) {
+#ifdef LANE_MATH_SIMD
+    lv4 v[LANE_SINKHORN_BATCH][4];
+    for (uint32_t j = 0; j < count; j++)
+        for (int r = 0; r < 4; r++) v[j][r] = LV_LOAD(P + 16 * j + 4 * r);
+    for (int it = 0; it < NM_SINKHORN_ROUNDS; it++) {
+        for (uint32_t j = 0; j < count; j++) {
+            lv_transpose(v[j]);
+            lv_normalise(v[j]);
+        }
+        for (uint32_t j = 0; j < count; j++) {
+            lv_transpose(v[j]);
+            lv_normalise(v[j]);
+        }
+    }
+    for (uint32_t j = 0; j < count; j++)
+        for (int r = 0; r < 4; r++) LV_STORE(P + 16 * j + 4 * r, lv_exp(v[j][r]));
+#else
+    for (uint32_t j = 0; j < count; j++) nm_sinkhorn(P + 16 * j, 4);
+#endif
+}
+
 /* The gate of the Hadamard MLP in place: v = d2[i] * (z[i] * scale), z[i] = v * sigmoid(v),
  * with sigmoid(v) = 1 / (1 + nm_exp_poly(-v)); the vector and scalar parts give the same
  * bits, so where the tail starts does not matter. */
