@@ -63,8 +63,8 @@ typedef union nm_bits {
 #define NM_ROUND_MAGIC 12582912.0f       /* 1.5 * 2^23: (t + M) - M rounds t to an integer */
 #define NM_SQRT_HALF 0.707106781186547524f
 
-/* exp(x) within 1 ulp for x in [NM_EXP_LO, NM_EXP_HI]; 0 below, exp(NM_EXP_HI) above.
- * The clamps are written as x86's maxps/minps compute them (the second operand when
+/* exp(x) within 1.01 ulp (every 13th float measured) for x in [NM_EXP_LO, NM_EXP_HI]; 0
+ * below, exp(NM_EXP_HI) above. The clamps are written as x86's maxps/minps compute them (the second operand when
  * either is NaN), so that a NaN gives the same bits in every version. */
 NM_FN float nm_exp_poly(float x) {
     const int below = x < NM_EXP_LO;
@@ -104,7 +104,8 @@ NM_FN float nm_exp_poly(float x) {
     return p * scale.f;
 }
 
-/* log(x) within 1 ulp for positive normal x (the Sinkhorn's sums are >= 1). */
+/* log(x) within 0.82 ulp (every 13th float measured) for positive normal x (the Sinkhorn's
+ * sums are >= 1). */
 NM_FN float nm_log_poly(float x) {
     nm_bits b;
     b.f = x;
