@@ -64,8 +64,9 @@ typedef union nm_bits {
 #define NM_SQRT_HALF 0.707106781186547524f
 
 /* exp(x) within 1.01 ulp (every 13th float measured) for x in [NM_EXP_LO, NM_EXP_HI]; 0
- * below, exp(NM_EXP_HI) above. The clamps are written as x86's maxps/minps compute them (the second operand when
- * either is NaN), so that a NaN gives the same bits in every version. */
+ * below, exp(NM_EXP_HI) above. The clamps are written as x86's maxps/minps compute them
+ * (the second operand when either is NaN), so that a NaN gives the same bits in every
+ * version. */
 NM_FN float nm_exp_poly(float x) {
     const int below = x < NM_EXP_LO;
     x = x < NM_EXP_HI ? x : NM_EXP_HI;
