@@ -591,12 +591,13 @@ static void lane_write_tokens(backend_ctx *s, const void *ctx, uint32_t g, int t
          * block of columns at a time from a copy of that block (one pass over the lanes) */
         float *X = a->lanes + (size_t)i * nd, *old = cs_of(s)->th[thread].lane_old;
         enum { BLOCK = 64 };
+        const uint32_t stride = d < BLOCK ? d : BLOCK; /* old holds n_lanes * d floats */
         for (uint32_t k0 = 0; k0 < d; k0 += BLOCK) {
             const uint32_t nk = d - k0 < BLOCK ? d - k0 : BLOCK;
             const float *yb = y + k0; /* pointers, not k0 + k: 32-bit sums kept GCC scalar */
             for (uint32_t cc = 0; cc < nl; cc++) {
                 const float *src = X + (size_t)cc * d + k0;
-                float *keep = old + (size_t)cc * BLOCK;
+                float *keep = old + (size_t)cc * stride;
                 for (uint32_t k = 0; k < nk; k++) keep[k] = src[k];
             }
             for (uint32_t r = 0; r < nl; r++) {
@@ -604,7 +605,7 @@ static void lane_write_tokens(backend_ctx *s, const void *ctx, uint32_t g, int t
                 for (uint32_t k = 0; k < nk; k++) dst[k] = hpost[j][r] * yb[k];
                 for (uint32_t cc = 0; cc < nl; cc++) {
                     const float pw = Pj[r * nl + cc];
-                    const float *src = old + (size_t)cc * BLOCK;
+                    const float *src = old + (size_t)cc * stride;
                     for (uint32_t k = 0; k < nk; k++) dst[k] += pw * src[k];
                 }
             }
