@@ -206,6 +206,31 @@ static void test_hada_gate(void) {
     CHECK_MSG(worst < 4.0 * 0x1p-24, "gate: relative error %g", worst);
 }
 
+/* the norms' sum of squares: element i into partial sum i % 8, the sums added pairwise;
+ * the GCC vector form must give exactly that */
+static void test_mean_square_order(void) {
+    float x[203];
+    for (uint32_t i = 0; i < 203; i++)
+        x[i] = 8.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+    const uint32_t lengths[] = {1, 7, 8, 9, 64, 203};
+    for (size_t t = 0; t < sizeof lengths / sizeof *lengths; t++) {
+        const uint32_t n = lengths[t];
+        float acc[8] = {0};
+        double exact = 0.0;
+        for (uint32_t i = 0; i < n; i++) {
+            const float sq = x[i] * x[i];
+            acc[i % 8] += sq;
+            exact += (double)x[i] * x[i];
+        }
+        const float want = (((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                            ((acc[4] + acc[5]) + (acc[6] + acc[7]))) / (float)n;
+        const float got = nm_mean_square(x, n);
+        CHECK_MSG(float_to_bits(got) == float_to_bits(want), "n %u: %a, want %a", n,
+                  (double)got, (double)want);
+        CHECK(fabs((double)got - exact / n) < 1e-5 * (exact / n));
+    }
+}
+
 int main(void) {
     RUN(test_exp_within_1_5_ulp);
     RUN(test_log_within_1_ulp);
@@ -215,5 +240,6 @@ int main(void) {
     RUN(test_sinkhorn_against_double);
     RUN(test_vector_sinkhorn_bit_identical);
     RUN(test_hada_gate);
+    RUN(test_mean_square_order);
     return test_summary();
 }
