@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "kernels/cpu/a8.h"
+#include "kernels/cpu/lane_math.h"
 #include "backend/cpu_ops3.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -25,7 +26,7 @@
 /* Scratch of one pool thread (index 0: the caller). */
 typedef struct cpu_scratch {
     float *hada;     /* [hada_n] */
-    float *lane_old; /* [n*d] lanes before the write-back */
+    float *lane_old; /* [n_lanes * d] (lane write: a block of columns before it) */
     float *tmp;      /* [max(group, 2*d, 2*kv_dim)] */
 } cpu_scratch;
 
@@ -530,10 +531,7 @@ static void hadamard_token(backend_ctx *s, const void *ctx, uint32_t t, int thre
     float *out = a->out_all + (size_t)t * d;
     for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
     c->kern->fwht(z, N);
-    for (uint32_t i = 0; i < N; i++) {
-        float v = l->d2[i] * (z[i] * scale);
-        z[i] = v * nm_sigmoid(v);
-    }
+    lane_hada_gate(z, l->d2, scale, N); /* v = d2 * z * scale, z = v * sigmoid(v) */
     c->kern->fwht(z, N);
     for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
 }
@@ -545,43 +543,72 @@ static void cpu_hadamard_mlp(backend_ctx *s, uint32_t li, uint32_t n,
 }
 
 typedef struct lane_write_args {
-    uint32_t li;
+    uint32_t li, n;
     const float *mix_all, *x_all;
     float *mlp;
     const float *u_all;
     float *lanes;
 } lane_write_args;
 
-static void lane_write_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
+/* Tokens per lane-write item: with 4 lanes, a group's Sinkhorns run interleaved. */
+static uint32_t lane_write_group(const model_weights *m) {
+    return m->n_lanes == 4 ? LANE_SINKHORN_BATCH : 1;
+}
+
+/* Tokens [g * group, ...) of the chunk: y = block output - u, the post weights and the
+ * doubly stochastic mix of each, then the lanes rewritten. */
+static void lane_write_tokens(backend_ctx *s, const void *ctx, uint32_t g, int thread) {
     const lane_write_args *a = ctx;
     const model_weights *m = s->m;
     const uint32_t li = a->li;
     const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
-    const uint32_t my_lane = li % nl;
-    const float *x = a->x_all + (size_t)i * d, *u = a->u_all + (size_t)i * d;
-    /* y = block output - u: the engram term rides inside y (§3.4) */
-    float *y = a->mlp + (size_t)i * d;
-    for (uint32_t k = 0; k < d; k++) y[k] = x[k] + y[k] - u[k];
-
-    const float *mix = a->mix_all + (size_t)i * mix_ld;
-    float hpost[64], P[64 * 64];
-    for (uint32_t r = 0; r < nl; r++) {
-        hpost[r] = NM_LANE_POST_GAIN * nm_sigmoid(m->a_post[li] * mix[nl + r] +
-                                                  m->b_post[li * nl + r] +
-                                                  nm_lane_post_offset(r, my_lane));
+    const uint32_t my_lane = li % nl, group = lane_write_group(m);
+    const uint32_t t0 = g * group, count = a->n - t0 < group ? a->n - t0 : group;
+    float hpost[LANE_SINKHORN_BATCH][64], P[64 * 64]; /* group > 1 only for 4 lanes */
+    for (uint32_t j = 0; j < count; j++) {
+        const uint32_t i = t0 + j;
+        const float *x = a->x_all + (size_t)i * d, *u = a->u_all + (size_t)i * d;
+        /* y = block output - u: the engram term rides inside y (§3.4) */
+        float *y = a->mlp + (size_t)i * d;
+        for (uint32_t k = 0; k < d; k++) y[k] = x[k] + y[k] - u[k];
+        const float *mix = a->mix_all + (size_t)i * mix_ld;
+        for (uint32_t r = 0; r < nl; r++) {
+            hpost[j][r] = NM_LANE_POST_GAIN * nm_sigmoid(m->a_post[li] * mix[nl + r] +
+                                                         m->b_post[li * nl + r] +
+                                                         nm_lane_post_offset(r, my_lane));
+        }
+        float *Pj = P + (size_t)j * nl * nl;
+        for (uint32_t k = 0; k < nl * nl; k++)
+            Pj[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
     }
-    for (uint32_t k = 0; k < nl * nl; k++)
-        P[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
-    nm_sinkhorn(P, nl);
-    float *X = a->lanes + (size_t)i * nd, *old = cs_of(s)->th[thread].lane_old;
-    memcpy(old, X, nd * sizeof *old);
-    for (uint32_t r = 0; r < nl; r++) {
-        float *dst = X + (size_t)r * d;
-        for (uint32_t k = 0; k < d; k++) dst[k] = hpost[r] * y[k];
-        for (uint32_t cc = 0; cc < nl; cc++) {
-            const float pw = P[r * nl + cc];
-            const float *src = old + (size_t)cc * d;
-            for (uint32_t k = 0; k < d; k++) dst[k] += pw * src[k];
+    if (group > 1) lane_sinkhorn4_batch(P, count);
+    else lane_sinkhorn(P, nl);
+    for (uint32_t j = 0; j < count; j++) {
+        const uint32_t i = t0 + j;
+        const float *y = a->mlp + (size_t)i * d, *Pj = P + (size_t)j * nl * nl;
+        /* lane r, column k: hpost[r] * y[k] + sum over c of P[r][c] * old lane c, column
+         * k. A column's new values need only its old ones, so the lanes are rewritten a
+         * block of columns at a time from a copy of that block (one pass over the lanes) */
+        float *X = a->lanes + (size_t)i * nd, *old = cs_of(s)->th[thread].lane_old;
+        enum { BLOCK = 64 };
+        const uint32_t stride = d < BLOCK ? d : BLOCK; /* old holds n_lanes * d floats */
+        for (uint32_t k0 = 0; k0 < d; k0 += BLOCK) {
+            const uint32_t nk = d - k0 < BLOCK ? d - k0 : BLOCK;
+            const float *yb = y + k0; /* pointers, not k0 + k: 32-bit sums kept GCC scalar */
+            for (uint32_t cc = 0; cc < nl; cc++) {
+                const float *src = X + (size_t)cc * d + k0;
+                float *keep = old + (size_t)cc * stride;
+                for (uint32_t k = 0; k < nk; k++) keep[k] = src[k];
+            }
+            for (uint32_t r = 0; r < nl; r++) {
+                float *dst = X + (size_t)r * d + k0;
+                for (uint32_t k = 0; k < nk; k++) dst[k] = hpost[j][r] * yb[k];
+                for (uint32_t cc = 0; cc < nl; cc++) {
+                    const float pw = Pj[r * nl + cc];
+                    const float *src = old + (size_t)cc * stride;
+                    for (uint32_t k = 0; k < nk; k++) dst[k] += pw * src[k];
+                }
+            }
         }
     }
 }
@@ -589,8 +616,9 @@ static void lane_write_token(backend_ctx *s, const void *ctx, uint32_t i, int th
 static void cpu_lane_write(backend_ctx *s, uint32_t li, uint32_t n,
                            const float *mix_all, const float *x_all, float *mlp,
                            const float *u_all, float *lanes) {
-    const lane_write_args a = {li, mix_all, x_all, mlp, u_all, lanes};
-    par_for(s, n, lane_write_token, &a);
+    const lane_write_args a = {li, n, mix_all, x_all, mlp, u_all, lanes};
+    const uint32_t group = lane_write_group(s->m);
+    par_for(s, (n + group - 1) / group, lane_write_tokens, &a);
 }
 
 /* out_rot[i] = rotate_{embedding}(ZC(mean of the lanes of token i; final_norm)) */
