@@ -9,9 +9,10 @@
  * cycles x 2 ports needs 8), 12 ymm chains for AVX2+FMA (16 registers), 24 q-register
  * chains for NEON (4 cycles x 4 pipes on the widest cores needs 16); else plain float
  * multiply and add. The widest ISA the CPU and OS support is the peak; on an AVX-512
- * machine the AVX2 peak (what the kernels use today) is measured too. Each is run on T
- * threads at once for ~15 ms, PEAK_TRIES times; the best flops / wall time counts, so a
- * try that another process interrupted does not. On a busy machine the phases' figures
+ * machine the AVX2 peak (what the kernels use today) is measured too, its tries
+ * interleaved with the AVX-512 ones. Each is run on T threads at once for ~15 ms,
+ * PEAK_TRIES times; the best flops / wall time counts, so a try that another process
+ * interrupted does not. On a busy machine the phases' figures
  * drop and the peak may not, so the fractions are then lower bounds. */
 #include <pthread.h>
 #include <stdint.h>
@@ -133,11 +134,8 @@ static void *peak_thread(void *p) {
     return NULL;
 }
 
-/* GFLOP/s of `rounds` on `threads` threads at once: the best of PEAK_TRIES tries. */
-static double peak_of(fma_rounds_fn rounds, int threads) {
-    if (threads < 1) threads = 1;
-    if (threads > 256) threads = 256;
-    /* size a try to ~15 ms from a short probe */
+/* Iterations of `rounds` that take ~15 ms, from a short probe. */
+static uint64_t try_iters(fma_rounds_fn rounds) {
     uint64_t iters = 1u << 12;
     double t0 = cli_now_ms();
     rounds(iters);
@@ -148,53 +146,73 @@ static double peak_of(fma_rounds_fn rounds, int threads) {
         rounds(iters);
         ms = cli_now_ms() - t0;
     }
-    iters = (uint64_t)((double)iters * 15.0 / (ms > 0 ? ms : 1.0)) + 1;
-    double best = 0.0;
-    for (int attempt = 0; attempt < PEAK_TRIES; attempt++) {
-        peak_job jobs[256];
-        pthread_t tid[256];
-        int started = 1;
-        t0 = cli_now_ms();
-        for (int i = 1; i < threads; i++) {
-            jobs[i] = (peak_job){rounds, iters, 0.0};
-            if (pthread_create(&tid[i], NULL, peak_thread, &jobs[i]) != 0) break;
-            started++;
-        }
-        jobs[0] = (peak_job){rounds, iters, 0.0};
-        peak_thread(&jobs[0]);
-        double flops = jobs[0].flops;
-        for (int i = 1; i < started; i++) {
-            pthread_join(tid[i], NULL);
-            flops += jobs[i].flops;
-        }
-        ms = cli_now_ms() - t0;
-        const double gflops = ms > 0 ? flops / (ms * 1e6) : 0.0;
-        if (gflops > best) best = gflops;
+    return (uint64_t)((double)iters * 15.0 / (ms > 0 ? ms : 1.0)) + 1;
+}
+
+/* GFLOP/s of one try: `iters` rounds on each of `threads` threads at once. */
+static double one_try(fma_rounds_fn rounds, uint64_t iters, int threads) {
+    peak_job jobs[256];
+    pthread_t tid[256];
+    int started = 1;
+    const double t0 = cli_now_ms();
+    for (int i = 1; i < threads; i++) {
+        jobs[i] = (peak_job){rounds, iters, 0.0};
+        if (pthread_create(&tid[i], NULL, peak_thread, &jobs[i]) != 0) break;
+        started++;
     }
-    return best;
+    jobs[0] = (peak_job){rounds, iters, 0.0};
+    peak_thread(&jobs[0]);
+    double flops = jobs[0].flops;
+    for (int i = 1; i < started; i++) {
+        pthread_join(tid[i], NULL);
+        flops += jobs[i].flops;
+    }
+    const double ms = cli_now_ms() - t0;
+    return ms > 0 ? flops / (ms * 1e6) : 0.0;
+}
+
+/* The best of PEAK_TRIES tries of each of n kinds of rounds on `threads` threads, the
+ * kinds' tries interleaved so that all see the same conditions (a clock or a neighbour's
+ * load that changes during the calibration would otherwise favour one of them). */
+static void peaks_of(const fma_rounds_fn *rounds, int n, int threads, double *best) {
+    if (threads < 1) threads = 1;
+    if (threads > 256) threads = 256;
+    uint64_t iters[2];
+    for (int k = 0; k < n; k++) {
+        iters[k] = try_iters(rounds[k]);
+        best[k] = 0.0;
+    }
+    for (int attempt = 0; attempt < PEAK_TRIES; attempt++)
+        for (int k = 0; k < n; k++) {
+            const double g = one_try(rounds[k], iters[k], threads);
+            if (g > best[k]) best[k] = g;
+        }
 }
 
 bench_peak bench_fma_peak(int threads) {
     bench_peak p = {0.0, "scalar", 0.0};
+    double best[2] = {0.0, 0.0};
 #if defined(HAVE_X86_PEAK)
     int avx2, avx512;
     x86_vector_isa(&avx2, &avx512);
-    if (avx2) {
-        p.avx2_gflops = peak_of(fma_rounds_avx2, threads);
-        p.gflops = p.avx2_gflops;
-        p.isa = "AVX2+FMA";
-    }
     if (avx512) {
-        p.gflops = peak_of(fma_rounds_avx512, threads);
-        p.isa = "AVX-512F";
+        const fma_rounds_fn both[2] = {fma_rounds_avx512, fma_rounds_avx2};
+        peaks_of(both, 2, threads, best);
+        return (bench_peak){best[0], "AVX-512F", best[1]};
     }
-    if (avx2) return p;
+    if (avx2) {
+        const fma_rounds_fn one[1] = {fma_rounds_avx2};
+        peaks_of(one, 1, threads, best);
+        return (bench_peak){best[0], "AVX2+FMA", best[0]};
+    }
 #elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-    p.gflops = peak_of(fma_rounds_neon, threads);
-    p.isa = "NEON";
-    return p;
+    const fma_rounds_fn one[1] = {fma_rounds_neon};
+    peaks_of(one, 1, threads, best);
+    return (bench_peak){best[0], "NEON", 0.0};
 #endif
-    p.gflops = peak_of(fma_rounds_plain, threads);
+    const fma_rounds_fn plain[1] = {fma_rounds_plain};
+    peaks_of(plain, 1, threads, best);
+    p.gflops = best[0];
     return p;
 }
 
