@@ -253,8 +253,7 @@ AVX2_INLINE float softmax_row(float *w, uint32_t n) {
 
 /* o[a][c0, c0 + 8*nc) = sum_p w[a][p] * inv[a] * v_p for heads a0, a0 + 1 (na <= 2),
  * nc <= 4 vectors of 8 columns held in registers across all positions. */
-AVX2_INLINE void values_block(int32_t type, const int prefetch, const attn_kv *kv,
-                              const attn_run *runs,
+AVX2_INLINE void values_block(int32_t type, const attn_kv *kv, const attn_run *runs,
                               uint32_t n_runs, const uint32_t *gi, uint32_t a0, uint32_t na, uint32_t c0,
                               uint32_t nc, uint32_t hd, const float *w, size_t ld_w,
                               const float *inv, float *o) {
@@ -269,7 +268,7 @@ AVX2_INLINE void values_block(int32_t type, const int prefetch, const attn_kv *k
     for (uint32_t r = 0; r < n_runs; r++)
         for (uint32_t i = 0; i < runs[r].count; i++, n++) {
             const uint32_t slot = runs[r].slot + i;
-            if (prefetch && i + ATTN_AHEAD < runs[r].count)
+            if (i + ATTN_AHEAD < runs[r].count)
                 prefetch_cols(type, kv->v, kv->ld, slot + ATTN_AHEAD, c0, c0 + 8 * nc);
             const void *row = row_at(type, kv->v, (size_t)slot * kv->ld);
             const float *sc = kv->v_scales ? kv->v_scales + (size_t)slot * kv->scales_ld : NULL;
@@ -361,9 +360,9 @@ AVX2_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *r
         for (uint32_t c0 = 0; c0 < vd8; c0 += 32) {
             const uint32_t nc = (vd8 - c0) / 8 < 4 ? (vd8 - c0) / 8 : 4;
             if (na == 2 && nc == 4) /* the common shape, specialised */
-                values_block(type, 1, kv, runs, n_runs, gv, a0, 2, c0, 4, vd, w, ld_w, inv, o);
+                values_block(type, kv, runs, n_runs, gv, a0, 2, c0, 4, vd, w, ld_w, inv, o);
             else
-                values_block(type, 1, kv, runs, n_runs, gv, a0, na, c0, nc, vd, w, ld_w, inv, o);
+                values_block(type, kv, runs, n_runs, gv, a0, na, c0, nc, vd, w, ld_w, inv, o);
         }
         values_tail(type, kv, runs, n_runs, a0, na, vd, w, ld_w, inv, o);
     }
@@ -411,8 +410,7 @@ AVX2_FN void attn_avx2(const attn_kv *kv, const attn_run *runs, uint32_t n_runs,
  * per-token kernel forms at its use), and the values go 32 columns outer, tokens inner,
  * so that a slice of V (32 columns of every row: 32 KB of f32 for 256 rows) stays in L1
  * across the block's tokens; per token the sum over positions runs in position order as
- * in attend_typed. No prefetches: measured, they cost more here than they saved (the
- * block's rows are reused from L1, and a chunk's earlier rows are mostly in L2). */
+ * in attend_typed. */
 AVX2_INLINE void attend_prefix_typed(int32_t type, const attn_kv *kv, uint32_t n0, uint32_t nt,
                                      const float *q, size_t q_ld, uint32_t nq, uint32_t hd,
                                      float scale, float *w, size_t ld_w, float *o, size_t o_ld) {
@@ -420,6 +418,8 @@ AVX2_INLINE void attend_prefix_typed(int32_t type, const attn_kv *kv, uint32_t n
     uint32_t gi[ATTN_MAX_BLOCKS], gv[ATTN_MAX_BLOCKS];
     if (type == NEEDLE_KV_INT8) int8_groups(kv, hd, gi, gv);
     for (uint32_t p = 0; p < n_all; p += 4) {
+        for (uint32_t u = p + ATTN_AHEAD; u < p + ATTN_AHEAD + 4 && u < n_all; u++)
+            prefetch_cols(type, kv->k, kv->ld, u, 0, hd);
         for (uint32_t i = p + 1 > n0 ? p + 1 - n0 : 0; i < nt; i++) {
             const uint32_t n = n0 + i; /* > p */
             const float *qi = q + (size_t)i * q_ld;
@@ -463,9 +463,9 @@ AVX2_INLINE void attend_prefix_typed(int32_t type, const attn_kv *kv, uint32_t n
             for (uint32_t a0 = 0; a0 < nq; a0 += 2) {
                 const uint32_t na = nq - a0 < 2 ? nq - a0 : 2;
                 if (na == 2 && nc == 4)
-                    values_block(type, 0, kv, &run, 1, gv, a0, 2, c0, 4, vd, wi, ld_w, ones, oi);
+                    values_block(type, kv, &run, 1, gv, a0, 2, c0, 4, vd, wi, ld_w, ones, oi);
                 else
-                    values_block(type, 0, kv, &run, 1, gv, a0, na, c0, nc, vd, wi, ld_w, ones, oi);
+                    values_block(type, kv, &run, 1, gv, a0, na, c0, nc, vd, wi, ld_w, ones, oi);
             }
         }
     }
