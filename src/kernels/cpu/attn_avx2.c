@@ -9,10 +9,7 @@
  * heads per pass, with the softmax weight (and the 1/sum, and an int8 block's one scale)
  * broadcast per position.
  *
- * Then the output gate, o *= sigmoid(gate), with the same exp. K and V rows are
- * prefetched ATTN_AHEAD rows ahead. attn_avx2_prefix (a prefill block of tokens that each
- * see a prefix of the cache) does the same arithmetic per token with the loops reordered
- * for locality.
+ * Then the output gate, o *= sigmoid(gate), with the same exp.
  *
  * An int8 head that does not start on a multiple of 8 columns (so that 8 lanes could
  * straddle two scale groups) takes the plain kernel. On other architectures this file
