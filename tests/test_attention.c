@@ -8,8 +8,7 @@
  * the output gate (arguments up to +-120, where the sigmoid saturates). Scores span from
  * tiny to very large (scaled queries), so the exp of the softmax sees arguments down to
  * far below the float range. Needle 3's V heads of another width than K (attn_kv.v_dim)
- * at their own columns. The prefix kernels (attn_prefix_of) against their level's
- * per-token kernel, bit for bit, over blocks of every size and start.
+ * at their own columns.
  *
  * Tolerances: o is a convex combination of value rows, so errors are measured relative to
  * max |v| (the cache's dequantised values, which both sides read exactly):
@@ -346,96 +345,10 @@ static void test_reads_only_its_head(void) {
         }
 }
 
-/* The prefix kernel of a level (attn_prefix_of; AVX2 on x86): every token of a block gets
- * exactly the bits of the level's per-token kernel over the same slots, whatever the
- * block's size and start (ragged against its blocks of four rows) and however the
- * per-token call splits the slots into runs (sinks + tail as the engine does); and
- * agrees with the plain kernel within the tolerance above. Every precision, heads off a
- * scale group (int8: the plain fallback), widths not a multiple of 8, V of another width,
- * gated and not, strided q / gate / o rows. */
-static void test_prefix_blocks(void) {
-    const uint32_t shapes[][2] = {{64, 0}, {8, 0}, {24, 0}, {12, 0}, {72, 0}, {32, 40}, {40, 20}};
-    const uint32_t n0s[] = {1, 2, 5, 30};
-    const uint32_t nts[] = {1, 3, 4, 8, 9};
-    const int32_t types[] = {NEEDLE_KV_F32, NEEDLE_KV_F16, NEEDLE_KV_INT8};
-    const uint32_t slots = 48, sinks = 4;
-    int tested = 0;
-    for (int L = 0; L < n_levels; L++) {
-        const attn_prefix_fn prefix = attn_prefix_of(levels[L]->attend);
-        if (!prefix) continue;
-        tested = 1;
-        for (size_t ti = 0; ti < 3; ti++)
-            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-                const uint32_t hd = shapes[si][0], vd = shapes[si][1] ? shapes[si][1] : hd;
-                const uint32_t row = 3 * (hd > vd ? hd : vd);
-                cache c = make_cache(types[ti], slots, row);
-                for (uint32_t col0 = 0; col0 <= hd; col0 += hd)
-                    for (uint32_t nq = 1; nq <= 3; nq++)
-                        for (size_t ni = 0; ni < 4; ni++)
-                            for (size_t bi = 0; bi < 5; bi++) {
-                                const uint32_t n0 = n0s[ni], nt = nts[bi];
-                                attn_kv kv = view(&c, col0);
-                                if (shapes[si][1]) {
-                                    kv.v_dim = vd;
-                                    kv.v_col0 = col0 + 8; /* V at its own column */
-                                    kv.v = (const char *)c.v + (size_t)(col0 + 8) *
-                                           (types[ti] == NEEDLE_KV_F32 ? 4 : types[ti] == NEEDLE_KV_F16 ? 2 : 1);
-                                }
-                                const size_t q_ld = (size_t)nq * hd + 5, o_ld = (size_t)nq * vd + 3;
-                                const size_t g_ld = (size_t)nq * vd + 1, ld_w = n0 + nt - 1 + 2;
-                                const int gated = (ni + bi) % 2 == 0;
-                                float *q = malloc(nt * q_ld * sizeof *q), *gate = malloc(nt * g_ld * sizeof *gate);
-                                float *o = malloc(nt * o_ld * sizeof *o), *o1 = malloc((size_t)nq * vd * sizeof *o1);
-                                float *w = malloc(nt * nq * ld_w * sizeof *w), *w1 = malloc(nq * ld_w * sizeof *w1);
-                                float *tmp = malloc(row * sizeof *tmp);
-                                for (size_t i = 0; i < nt * q_ld; i++) q[i] = rnd_float() * ((i / q_ld) % 3 == 2 ? 40.0f : 1.0f);
-                                for (size_t i = 0; i < nt * g_ld; i++) gate[i] = rnd_float() * 6.0f;
-                                prefix(&kv, n0, nt, q, q_ld, nq, hd, 0.3f, gated ? gate : NULL, g_ld, w, ld_w,
-                                       o, o_ld, tmp);
-                                for (uint32_t i = 0; i < nt; i++) {
-                                    const uint32_t n = n0 + i, ns = n < sinks ? n : sinks;
-                                    const attn_run runs[] = {{0, ns}, {ns, n - ns}};
-                                    const uint32_t n_runs = n > ns ? 2 : 1;
-                                    levels[L]->attend(&kv, runs, n_runs, q + i * q_ld, nq, hd, 0.3f,
-                                                      gated ? gate + i * g_ld : NULL, w1, ld_w, o1, tmp);
-                                    CHECK_MSG(memcmp(o1, o + i * o_ld, (size_t)nq * vd * sizeof *o1) == 0,
-                                              "%s prefix kv%d hd %u vd %u col0 %u nq %u n0 %u nt %u: token %u "
-                                              "differs from the per-token kernel", levels[L]->name, types[ti],
-                                              hd, vd, col0, nq, n0, nt, i);
-                                    const attn_run all = {0, n};
-                                    attn_plain(&kv, &all, 1, q + i * q_ld, nq, hd, 0.3f,
-                                               gated ? gate + i * g_ld : NULL, w1, ld_w, o1, tmp);
-                                    double smax = 0, err = 0;
-                                    double *ref = malloc((size_t)nq * vd * sizeof *ref);
-                                    reference2(&c, col0, kv.v_dim ? kv.v_col0 : col0, vd, &all, 1,
-                                               q + i * q_ld, nq, hd, 0.3f, ref, &smax);
-                                    free(ref);
-                                    for (uint32_t j = 0; j < nq * vd; j++)
-                                        err = fmax(err, fabs(o1[j] - o[i * o_ld + j]));
-                                    const double vmax = fmax(1.0, max_abs(c.vf, (size_t)slots * row));
-                                    CHECK_MSG(err <= vmax * (TOL + SCORE_TOL * smax),
-                                              "%s prefix kv%d hd %u nq %u n0 %u nt %u: |o - plain| %.3g",
-                                              levels[L]->name, types[ti], hd, nq, n0, nt, err);
-                                }
-                                free(q);
-                                free(gate);
-                                free(o);
-                                free(o1);
-                                free(w);
-                                free(w1);
-                                free(tmp);
-                            }
-                free_cache(&c);
-            }
-    }
-    if (!tested) harness_skip("no level with a prefix kernel on this machine");
-}
-
 int main(void) {
     find_levels();
     RUN(test_every_level_every_shape);
     RUN(test_reads_only_its_head);
     RUN(test_v_width_differs);
-    RUN(test_prefix_blocks);
     return test_summary();
 }
