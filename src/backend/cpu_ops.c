@@ -39,8 +39,6 @@ typedef struct cpu_session {
     float *th_mem;     /* backs every th[i] */
     float *eng_e;      /* [T * sub] one token's gathered engram rows */
     float *out_rot;    /* [chunk][d padded] rotated final hidden */
-    float *attn_w;     /* prefill blocks' attention weights: per thread attn_w_per floats */
-    size_t attn_w_per;
 } cpu_session;
 
 static cpu_session *cs_of(const backend_ctx *s) { return (cpu_session *)s->dev; }
@@ -114,7 +112,6 @@ static void cpu_session_free(backend_ctx *s) {
     free(c->th);
     free(c->th_mem);
     free(c->out_rot);
-    free(c->attn_w);
     cpu_pool_free(c->pool);
     free(c);
     s->dev = NULL;
@@ -385,9 +382,6 @@ static void cpu_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *
     par_for(s, n, lane_read_token, &a);
 }
 
-/* Tokens per block of the prefix kernel: its K rows are read once per block. */
-#define ATTN_BLOCK 8u
-
 /* The attention of a chunk of tokens, one item per range of K/V heads. */
 typedef struct attend_args {
     uint32_t layer, p0, n;
@@ -397,45 +391,19 @@ typedef struct attend_args {
     const float *v, *gate;
     float *o;             /* [n][o_ld] */
     size_t o_ld;
-    attn_prefix_fn prefix; /* NULL: token by token */
 } attend_args;
-
-/* Token i of the chunk: k ZC norm and RoPE of K/V heads [b0, b1), its K and V into the
- * cache, q ZC norm and RoPE of their query heads. */
-static void attend_prepare(backend_ctx *s, const attend_args *x, uint32_t i, uint32_t b0,
-                           uint32_t b1) {
-    const model_weights *m = s->m;
-    const layer_weights *l = &m->layers[x->layer];
-    const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, kvd = m->kv_dim;
-    const float *cs = x->rope_cs + (size_t)i * hd;
-    float *k = x->k + (size_t)i * kvd;
-    for (uint32_t b = b0; b < b1; b++) {
-        nm_zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
-        nm_rope(k + b * hd, hd, cs);
-    }
-    const size_t row = s->kv_layers[x->layer].row0 + kv_slot(s, x->p0 + i);
-    cpu_kv_store(s, 0, row, b0 * hd, (b1 - b0) * hd, kvd, k + b0 * hd);
-    cpu_kv_store(s, 1, row, b0 * hd, (b1 - b0) * hd, kvd, x->v + (size_t)i * kvd + b0 * hd);
-    float *q = x->q + (size_t)i * m->attn_dim;
-    for (uint32_t a = b0 * reps; a < b1 * reps; a++) {
-        nm_zc_norm(q + a * hd, l->q_norm, hd, q + a * hd);
-        nm_rope(q + a * hd, hd, cs);
-    }
-}
 
 /* K/V heads [b0, b1) for every token of the chunk in order (§3.6): k ZC norm and RoPE,
  * append k, v to the cache, then for each query head of those K/V heads q ZC norm and
  * RoPE, softmax over the sinks and the window tail, o = sigmoid(gate) * sum_p w_p v_p.
  * A token's K/V is stored before it attends, and a later token's store (which may
  * overwrite a ring slot an earlier one read) comes after: the order of the original
- * token-by-token loop, kept per K/V head, which is all that a head reads or writes.
- * Tokens whose positions have not wrapped the ring (slot = position) overwrite nothing,
- * so there the prefix kernel takes blocks of ATTN_BLOCK tokens, all stored first (each
- * token's result is the same bits either way, attn.h). */
+ * token-by-token loop, kept per K/V head, which is all that a head reads or writes. */
 static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int thread) {
     const attend_args *x = ctx;
     const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
+    const layer_weights *l = &m->layers[x->layer];
     const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, kvd = m->kv_dim;
     const uint32_t A = m->attn_dim;
     const uint32_t b0 = item * x->kv_per_item;
@@ -449,29 +417,18 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
                   .v_scales = int8 ? kv_row_scales(s, 1, x->layer, 0) : NULL,
                   .scales_ld = KV_SCALE_GROUPS(kvd),
                   .group = KV_SCALE_GROUP};
-    /* the tokens before `unwrapped` have slot = position */
-    const uint32_t unwrapped = s->window ? s->n_sinks + s->window : UINT32_MAX;
-    for (uint32_t i = 0; i < x->n;) {
-        const uint32_t t = x->p0 + i;
-        const uint32_t nt = x->n - i < ATTN_BLOCK ? x->n - i : ATTN_BLOCK;
-        if (x->prefix && t + nt <= unwrapped) {
-            for (uint32_t u = 0; u < nt; u++) attend_prepare(s, x, i + u, b0, b1);
-            float *w = c->attn_w + (size_t)thread * c->attn_w_per;
-            const size_t ld_w = t + nt; /* slots the block's last token sees */
-            for (uint32_t b = b0; b < b1; b++) {
-                const size_t head0 = kv_index(s, x->layer, 0) + (size_t)b * hd;
-                kv.k = (const char *)s->k_cache + head0 * elem;
-                kv.v = (const char *)s->v_cache + head0 * elem;
-                kv.col0 = b * hd;
-                const size_t at = (size_t)i * A + (size_t)b * reps * hd;
-                x->prefix(&kv, t + 1, nt, x->q + at, A, reps, hd, inv_scale, x->gate + at, A, w,
-                          ld_w, x->o + (size_t)i * x->o_ld + (size_t)b * reps * hd, x->o_ld,
-                          c->th[thread].tmp);
-            }
-            i += nt;
-            continue;
+    for (uint32_t i = 0; i < x->n; i++) {
+        const uint32_t t = x->p0 + i, slot = kv_slot(s, t);
+        const float *cs = x->rope_cs + (size_t)i * hd;
+        float *k = x->k + (size_t)i * kvd;
+        for (uint32_t b = b0; b < b1; b++) {
+            nm_zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
+            nm_rope(k + b * hd, hd, cs);
         }
-        attend_prepare(s, x, i, b0, b1);
+        const size_t row = s->kv_layers[x->layer].row0 + slot;
+        cpu_kv_store(s, 0, row, b0 * hd, (b1 - b0) * hd, kvd, k + b0 * hd);
+        cpu_kv_store(s, 1, row, b0 * hd, (b1 - b0) * hd, kvd,
+                     x->v + (size_t)i * kvd + b0 * hd);
         attn_run runs[3];
         const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
         const uint32_t n_runs = cpu_kv_runs(&s->kv_layers[x->layer], span.n_sink, span.tail0, t,
@@ -480,6 +437,10 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
             float *qb = x->q + (size_t)i * A + (size_t)b * reps * hd;
             float *ob = x->o + (size_t)i * x->o_ld + (size_t)b * reps * hd;
             const float *gb = x->gate + (size_t)i * A + (size_t)b * reps * hd;
+            for (uint32_t a = 0; a < reps; a++) {
+                nm_zc_norm(qb + a * hd, l->q_norm, hd, qb + a * hd);
+                nm_rope(qb + a * hd, hd, cs);
+            }
             const size_t head0 = kv_index(s, x->layer, 0) + (size_t)b * hd;
             kv.k = (const char *)s->k_cache + head0 * elem;
             kv.v = (const char *)s->v_cache + head0 * elem;
@@ -488,24 +449,7 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
                             s->scores + (size_t)b * reps * s->kv_slots, s->kv_slots, ob,
                             c->th[thread].tmp);
         }
-        i++;
     }
-}
-
-/* Makes room for every thread's prefix-kernel weights of blocks ending before position
- * `end`; returns the prefix kernel, or NULL (token by token) without one or the memory. */
-static attn_prefix_fn attend_prefix_ready(backend_ctx *s, uint32_t end) {
-    cpu_session *c = cs_of(s);
-    const attn_prefix_fn prefix = attn_prefix_of(c->kern->attend);
-    if (!prefix || end < 2) return NULL;
-    const size_t per = ((size_t)ATTN_BLOCK * (s->m->n_heads / s->m->n_kv_heads) * end + 15) / 16 * 16;
-    if (per > c->attn_w_per) {
-        float *grown = realloc(c->attn_w, (size_t)c->n_threads * per * sizeof(float));
-        if (!grown) return NULL;
-        c->attn_w = grown;
-        c->attn_w_per = per;
-    }
-    return prefix;
 }
 
 typedef struct out_rotate_args {
@@ -536,7 +480,7 @@ static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
     const int split = s->kv_type != NEEDLE_KV_INT8 || m->head_dim % KV_SCALE_GROUP == 0;
     const uint32_t per = split ? 1 : m->n_kv_heads;
     const attend_args a = {li, p0, n, per, rope_cs, q_all, k_all, v_all, gate_all, o_all,
-                           l->out_proj.cols_pad, n > 1 ? attend_prefix_ready(s, p0 + n) : NULL};
+                           l->out_proj.cols_pad};
     par_for(s, m->n_kv_heads / per, attend_kv_heads, &a);
     cpu_out_rotate(s, &l->out_proj, o_all, n);
 }

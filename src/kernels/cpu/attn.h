@@ -70,29 +70,6 @@ void attn_avx2(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const f
                uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
                float *o, float *tmp);
 
-/* Attention of nt consecutive tokens of which token i sees the slots [0, n0 + i)
- * (n0 >= 1): a prefill whose positions have not wrapped the ring, so that slot =
- * position and each token sees every earlier position and its own. The K/V rows of all
- * nt tokens must be in the cache. Token i: queries q + i * q_ld ([nq][hd]), gate + i *
- * g_ld (or gate NULL), output o + i * o_ld ([nq][vd]). w: nt * nq rows of ld_w floats
- * (ld_w >= n0 + nt - 1) of scratch; tmp as attn_fn's. Token i's output has exactly the
- * bits its attn_fn kernel gives it for those slots (as runs split anywhere), so how the
- * tokens are grouped into blocks never changes a result; it reads each K row once per
- * block instead of once per token. */
-typedef void (*attn_prefix_fn)(const attn_kv *kv, uint32_t n0, uint32_t nt, const float *q,
-                               size_t q_ld, uint32_t nq, uint32_t hd, float scale,
-                               const float *gate, size_t g_ld, float *w, size_t ld_w, float *o,
-                               size_t o_ld, float *tmp);
-
-/* The prefix kernel with the arithmetic of `single`, or NULL where there is none (then
- * the caller runs `single` token by token). */
-attn_prefix_fn attn_prefix_of(attn_fn single);
-
-/* The AVX2 prefix kernel (attn_avx2.c), x86 only, under attn_avx2's conditions. */
-void attn_avx2_prefix(const attn_kv *kv, uint32_t n0, uint32_t nt, const float *q, size_t q_ld,
-                      uint32_t nq, uint32_t hd, float scale, const float *gate, size_t g_ld,
-                      float *w, size_t ld_w, float *o, size_t o_ld, float *tmp);
-
 /* The NEON kernel (attn_neon.c), defined on little-endian aarch64 only. */
 void attn_neon(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
                uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,

@@ -135,85 +135,70 @@ AVX2_INLINE float dot_tail(int32_t type, const float *q, const void *row, const 
     return s;
 }
 
-/* w0[0..3] = scale * <q0, k_p> for the four slots from `slot` (and w1 for q1 when
- * NA = 2): each 8-column piece of K converted once for both heads, the four dot products
- * reduced together. */
-AVX2_INLINE void scores_rows4(int32_t type, const attn_kv *kv, uint32_t slot0,
-                              const uint32_t *gi, const float *q0, const float *q1,
-                              const int NA, uint32_t hd, float scale, float *w0, float *w1) {
-    const uint32_t hd8 = hd & ~7u;
-    const void *row[4];
-    const float *sc[4];
-    ATTN_UNROLL4
-    for (int u = 0; u < 4; u++) {
-        const uint32_t slot = slot0 + (uint32_t)u;
-        row[u] = row_at(type, kv->k, (size_t)slot * kv->ld);
-        sc[u] = kv->k_scales ? kv->k_scales + (size_t)slot * kv->scales_ld : NULL;
-    }
-    __m256 acc0[4], acc1[4];
-    ATTN_UNROLL4
-    for (int u = 0; u < 4; u++) acc0[u] = acc1[u] = _mm256_setzero_ps();
-    for (uint32_t j = 0; j < hd8; j += 8) {
-        const __m256 qa = _mm256_loadu_ps(q0 + j);
-        const __m256 qb = NA > 1 ? _mm256_loadu_ps(q1 + j) : qa;
-        ATTN_UNROLL4
-        for (int u = 0; u < 4; u++) {
-            const __m256 k8 = load8(type, row[u], sc[u], gi, j);
-            acc0[u] = _mm256_fmadd_ps(qa, k8, acc0[u]);
-            if (NA > 1) acc1[u] = _mm256_fmadd_ps(qb, k8, acc1[u]);
-        }
-    }
-    __m128 s0 = hsum4x8(acc0), s1 = NA > 1 ? hsum4x8(acc1) : s0;
-    if (hd8 < hd) {
-        float t0[4], t1[4];
-        ATTN_UNROLL4
-        for (int u = 0; u < 4; u++) {
-            t0[u] = dot_tail(type, q0, row[u], sc[u], kv, hd8, hd);
-            t1[u] = NA > 1 ? dot_tail(type, q1, row[u], sc[u], kv, hd8, hd) : 0.0f;
-        }
-        s0 = _mm_add_ps(s0, _mm_loadu_ps(t0));
-        if (NA > 1) s1 = _mm_add_ps(s1, _mm_loadu_ps(t1));
-    }
-    const __m128 sv = _mm_set1_ps(scale);
-    _mm_storeu_ps(w0, _mm_mul_ps(s0, sv));
-    if (NA > 1) _mm_storeu_ps(w1, _mm_mul_ps(s1, sv));
-}
-
-/* One slot's scores, the same bits as its lane of scores_rows4. */
-AVX2_INLINE void scores_row1(int32_t type, const attn_kv *kv, uint32_t slot,
-                             const uint32_t *gi, const float *q0, const float *q1,
-                             const int NA, uint32_t hd, float scale, float *w0, float *w1) {
-    const uint32_t hd8 = hd & ~7u;
-    const void *row = row_at(type, kv->k, (size_t)slot * kv->ld);
-    const float *sc = kv->k_scales ? kv->k_scales + (size_t)slot * kv->scales_ld : NULL;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    for (uint32_t j = 0; j < hd8; j += 8) {
-        const __m256 k8 = load8(type, row, sc, gi, j);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + j), k8, a0);
-        if (NA > 1) a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + j), k8, a1);
-    }
-    *w0 = (hsum8_as4(a0) + dot_tail(type, q0, row, sc, kv, hd8, hd)) * scale;
-    if (NA > 1) *w1 = (hsum8_as4(a1) + dot_tail(type, q1, row, sc, kv, hd8, hd)) * scale;
-}
-
 /* w0[p] = scale * <q0, k_p> (and w1 for q1 when NA = 2) over the positions of the runs:
- * blocks of four rows of a run, the rest of a run one row at a time. */
+ * blocks of four rows of a run, each 8-column piece of K converted once for both heads,
+ * the four dot products reduced together; the rest of a run one row at a time. */
 AVX2_INLINE void scores_pair(int32_t type, const attn_kv *kv, const attn_run *runs,
                              uint32_t n_runs, const uint32_t *gi, const float *q0,
                              const float *q1, const int NA, uint32_t hd, float scale,
                              float *w0, float *w1) {
+    const uint32_t hd8 = hd & ~7u;
+    const __m128 sv = _mm_set1_ps(scale);
     uint32_t n = 0;
     for (uint32_t r = 0; r < n_runs; r++) {
         uint32_t i = 0;
         for (; i + 4 <= runs[r].count; i += 4, n += 4) {
             for (uint32_t u = i + ATTN_AHEAD; u < i + ATTN_AHEAD + 4 && u < runs[r].count; u++)
                 prefetch_cols(type, kv->k, kv->ld, runs[r].slot + u, 0, hd);
-            scores_rows4(type, kv, runs[r].slot + i, gi, q0, q1, NA, hd, scale, w0 + n,
-                         NA > 1 ? w1 + n : NULL);
+            const void *row[4];
+            const float *sc[4];
+            ATTN_UNROLL4
+            for (int u = 0; u < 4; u++) {
+                const uint32_t slot = runs[r].slot + i + (uint32_t)u;
+                row[u] = row_at(type, kv->k, (size_t)slot * kv->ld);
+                sc[u] = kv->k_scales ? kv->k_scales + (size_t)slot * kv->scales_ld : NULL;
+            }
+            __m256 acc0[4], acc1[4];
+            ATTN_UNROLL4
+            for (int u = 0; u < 4; u++) acc0[u] = acc1[u] = _mm256_setzero_ps();
+            for (uint32_t j = 0; j < hd8; j += 8) {
+                const __m256 qa = _mm256_loadu_ps(q0 + j);
+                const __m256 qb = NA > 1 ? _mm256_loadu_ps(q1 + j) : qa;
+                ATTN_UNROLL4
+                for (int u = 0; u < 4; u++) {
+                    const __m256 k8 = load8(type, row[u], sc[u], gi, j);
+                    acc0[u] = _mm256_fmadd_ps(qa, k8, acc0[u]);
+                    if (NA > 1) acc1[u] = _mm256_fmadd_ps(qb, k8, acc1[u]);
+                }
+            }
+            __m128 s0 = hsum4x8(acc0), s1 = NA > 1 ? hsum4x8(acc1) : s0;
+            if (hd8 < hd) {
+                float t0[4], t1[4];
+                ATTN_UNROLL4
+                for (int u = 0; u < 4; u++) {
+                    t0[u] = dot_tail(type, q0, row[u], sc[u], kv, hd8, hd);
+                    t1[u] = NA > 1 ? dot_tail(type, q1, row[u], sc[u], kv, hd8, hd) : 0.0f;
+                }
+                s0 = _mm_add_ps(s0, _mm_loadu_ps(t0));
+                if (NA > 1) s1 = _mm_add_ps(s1, _mm_loadu_ps(t1));
+            }
+            _mm_storeu_ps(w0 + n, _mm_mul_ps(s0, sv));
+            if (NA > 1) _mm_storeu_ps(w1 + n, _mm_mul_ps(s1, sv));
         }
-        for (; i < runs[r].count; i++, n++)
-            scores_row1(type, kv, runs[r].slot + i, gi, q0, q1, NA, hd, scale, w0 + n,
-                        NA > 1 ? w1 + n : NULL);
+        for (; i < runs[r].count; i++, n++) {
+            const uint32_t slot = runs[r].slot + i;
+            const void *row = row_at(type, kv->k, (size_t)slot * kv->ld);
+            const float *sc = kv->k_scales ? kv->k_scales + (size_t)slot * kv->scales_ld : NULL;
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            for (uint32_t j = 0; j < hd8; j += 8) {
+                const __m256 k8 = load8(type, row, sc, gi, j);
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + j), k8, a0);
+                if (NA > 1) a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + j), k8, a1);
+            }
+            w0[n] = (hsum8_as4(a0) + dot_tail(type, q0, row, sc, kv, hd8, hd)) * scale;
+            if (NA > 1)
+                w1[n] = (hsum8_as4(a1) + dot_tail(type, q1, row, sc, kv, hd8, hd)) * scale;
+        }
     }
 }
 
@@ -303,42 +288,17 @@ AVX2_INLINE void values_block(int32_t type, const attn_kv *kv, const attn_run *r
                 _mm256_storeu_ps(o + (size_t)(a0 + a) * hd + c0 + 8 * c, acc[a][c]);
 }
 
-/* The columns of o past the last whole 8 for heads a0, a0 + 1 (na <= 2), in plain order. */
-AVX2_INLINE void values_tail(int32_t type, const attn_kv *kv, const attn_run *runs,
-                             uint32_t n_runs, uint32_t a0, uint32_t na, uint32_t vd,
-                             const float *w, size_t ld_w, const float *inv, float *o) {
-    const uint32_t v_col0 = attn_v_col0(kv);
-    for (uint32_t j = vd & ~7u; j < vd; j++)
-        for (uint32_t a = 0; a < na; a++) {
-            const float *wa = w + (size_t)(a0 + a) * ld_w;
-            float acc = 0.0f;
-            uint32_t p = 0;
-            for (uint32_t r = 0; r < n_runs; r++)
-                for (uint32_t i = 0; i < runs[r].count; i++, p++) {
-                    const uint32_t slot = runs[r].slot + i;
-                    const void *row = row_at(type, kv->v, (size_t)slot * kv->ld);
-                    const float *sc =
-                        kv->v_scales ? kv->v_scales + (size_t)slot * kv->scales_ld : NULL;
-                    acc += wa[p] * inv[a] * load1(type, row, sc, v_col0, kv->group, j);
-                }
-            o[(size_t)(a0 + a) * vd + j] = acc;
-        }
-}
-
-/* int8: the scale group of each 8-column block of K (gi) and of V (gv) (a division per
- * block costs more than the block's arithmetic). */
-AVX2_INLINE void int8_groups(const attn_kv *kv, uint32_t hd, uint32_t *gi, uint32_t *gv) {
-    const uint32_t vd = attn_v_dim(kv, hd), v_col0 = attn_v_col0(kv);
-    for (uint32_t j = 0; j + 8 <= hd; j += 8) gi[j / 8] = (kv->col0 + j) / kv->group;
-    for (uint32_t j = 0; j + 8 <= vd; j += 8) gv[j / 8] = (v_col0 + j) / kv->group;
-}
-
 AVX2_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *runs,
                               uint32_t n_runs, const float *q, uint32_t nq, uint32_t hd,
                               float scale, float *w, size_t ld_w, float *o) {
-    const uint32_t vd = attn_v_dim(kv, hd);
+    const uint32_t vd = attn_v_dim(kv, hd), v_col0 = attn_v_col0(kv);
+    /* int8: the scale group of each 8-column block of K (gi) and of V (gv) (a division
+     * per block costs more than the block's arithmetic) */
     uint32_t gi[ATTN_MAX_BLOCKS], gv[ATTN_MAX_BLOCKS];
-    if (type == NEEDLE_KV_INT8) int8_groups(kv, hd, gi, gv);
+    if (type == NEEDLE_KV_INT8) {
+        for (uint32_t j = 0; j + 8 <= hd; j += 8) gi[j / 8] = (kv->col0 + j) / kv->group;
+        for (uint32_t j = 0; j + 8 <= vd; j += 8) gv[j / 8] = (v_col0 + j) / kv->group;
+    }
     uint32_t n = 0;
     for (uint32_t r = 0; r < n_runs; r++) n += runs[r].count;
     for (uint32_t a0 = 0; a0 < nq; a0 += 2) {
@@ -361,7 +321,21 @@ AVX2_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *r
             else
                 values_block(type, kv, runs, n_runs, gv, a0, na, c0, nc, vd, w, ld_w, inv, o);
         }
-        values_tail(type, kv, runs, n_runs, a0, na, vd, w, ld_w, inv, o);
+        for (uint32_t j = vd8; j < vd; j++)
+            for (uint32_t a = 0; a < na; a++) {
+                const float *wa = w + (size_t)(a0 + a) * ld_w;
+                float acc = 0.0f;
+                uint32_t p = 0;
+                for (uint32_t r = 0; r < n_runs; r++)
+                    for (uint32_t i = 0; i < runs[r].count; i++, p++) {
+                        const uint32_t slot = runs[r].slot + i;
+                        const void *row = row_at(type, kv->v, (size_t)slot * kv->ld);
+                        const float *sc =
+                            kv->v_scales ? kv->v_scales + (size_t)slot * kv->scales_ld : NULL;
+                        acc += wa[p] * inv[a] * load1(type, row, sc, v_col0, kv->group, j);
+                    }
+                o[(size_t)(a0 + a) * vd + j] = acc;
+            }
     }
 }
 
@@ -397,111 +371,6 @@ AVX2_FN void attn_avx2(const attn_kv *kv, const attn_run *runs, uint32_t n_runs,
         attend_typed(NEEDLE_KV_INT8, kv, runs, n_runs, q, nq, hd, scale, w, ld_w, o);
     }
     if (gate) gate_avx2(o, gate, nq * attn_v_dim(kv, hd));
-}
-
-
-/* The prefix kernel (attn.h attn_prefix_fn). Scores go rows outer: a block of four K rows
- * is read from memory once and then from L1 for every query of every token that sees it
- * (scores_rows4 / scores_row1, the same bits per position as scores_pair's). Each
- * token's weights are then normalised in place (w * (1 / sum): the product the
- * per-token kernel forms at its use), and the values go 32 columns outer, tokens inner,
- * so that a slice of V (32 columns of every row: 32 KB of f32 for 256 rows) stays in L1
- * across the block's tokens; per token the sum over positions runs in position order as
- * in attend_typed. */
-AVX2_INLINE void attend_prefix_typed(int32_t type, const attn_kv *kv, uint32_t n0, uint32_t nt,
-                                     const float *q, size_t q_ld, uint32_t nq, uint32_t hd,
-                                     float scale, float *w, size_t ld_w, float *o, size_t o_ld) {
-    const uint32_t vd = attn_v_dim(kv, hd), n_all = n0 + nt - 1;
-    uint32_t gi[ATTN_MAX_BLOCKS], gv[ATTN_MAX_BLOCKS];
-    if (type == NEEDLE_KV_INT8) int8_groups(kv, hd, gi, gv);
-    for (uint32_t p = 0; p < n_all; p += 4) {
-        for (uint32_t u = p + ATTN_AHEAD; u < p + ATTN_AHEAD + 4 && u < n_all; u++)
-            prefetch_cols(type, kv->k, kv->ld, u, 0, hd);
-        for (uint32_t i = p + 1 > n0 ? p + 1 - n0 : 0; i < nt; i++) {
-            const uint32_t n = n0 + i; /* > p */
-            const float *qi = q + (size_t)i * q_ld;
-            float *wi = w + (size_t)i * nq * ld_w + p;
-            for (uint32_t a0 = 0; a0 < nq; a0 += 2) {
-                const float *q0 = qi + (size_t)a0 * hd;
-                float *w0 = wi + (size_t)a0 * ld_w;
-                if (nq - a0 >= 2) {
-                    if (p + 4 <= n)
-                        scores_rows4(type, kv, p, gi, q0, q0 + hd, 2, hd, scale, w0, w0 + ld_w);
-                    else
-                        for (uint32_t u = 0; p + u < n; u++)
-                            scores_row1(type, kv, p + u, gi, q0, q0 + hd, 2, hd, scale, w0 + u,
-                                        w0 + ld_w + u);
-                } else if (p + 4 <= n) {
-                    scores_rows4(type, kv, p, gi, q0, NULL, 1, hd, scale, w0, NULL);
-                } else {
-                    for (uint32_t u = 0; p + u < n; u++)
-                        scores_row1(type, kv, p + u, gi, q0, NULL, 1, hd, scale, w0 + u, NULL);
-                }
-            }
-        }
-    }
-    for (uint32_t i = 0; i < nt; i++)
-        for (uint32_t a = 0; a < nq; a++) {
-            float *wa = w + ((size_t)i * nq + a) * ld_w;
-            const uint32_t n = n0 + i;
-            const __m256 inv = _mm256_set1_ps(softmax_row(wa, n));
-            uint32_t k = 0;
-            for (; k + 8 <= n; k += 8) _mm256_storeu_ps(wa + k, _mm256_mul_ps(_mm256_loadu_ps(wa + k), inv));
-            for (; k < n; k++) wa[k] *= _mm256_cvtss_f32(inv);
-        }
-    const float ones[2] = {1.0f, 1.0f}; /* x * 1 is x: the weights already hold w / sum */
-    const uint32_t vd8 = vd & ~7u;
-    for (uint32_t c0 = 0; c0 < vd8; c0 += 32) {
-        const uint32_t nc = (vd8 - c0) / 8 < 4 ? (vd8 - c0) / 8 : 4;
-        for (uint32_t i = 0; i < nt; i++) {
-            const attn_run run = {0, n0 + i};
-            const float *wi = w + (size_t)i * nq * ld_w;
-            float *oi = o + (size_t)i * o_ld;
-            for (uint32_t a0 = 0; a0 < nq; a0 += 2) {
-                const uint32_t na = nq - a0 < 2 ? nq - a0 : 2;
-                if (na == 2 && nc == 4)
-                    values_block(type, kv, &run, 1, gv, a0, 2, c0, 4, vd, wi, ld_w, ones, oi);
-                else
-                    values_block(type, kv, &run, 1, gv, a0, na, c0, nc, vd, wi, ld_w, ones, oi);
-            }
-        }
-    }
-    if (vd8 < vd)
-        for (uint32_t i = 0; i < nt; i++) {
-            const attn_run run = {0, n0 + i};
-            for (uint32_t a0 = 0; a0 < nq; a0 += 2)
-                values_tail(type, kv, &run, 1, a0, nq - a0 < 2 ? nq - a0 : 2, vd,
-                            w + (size_t)i * nq * ld_w, ld_w, ones, o + (size_t)i * o_ld);
-        }
-}
-
-AVX2_FN void attn_avx2_prefix(const attn_kv *kv, uint32_t n0, uint32_t nt, const float *q,
-                              size_t q_ld, uint32_t nq, uint32_t hd, float scale,
-                              const float *gate, size_t g_ld, float *w, size_t ld_w, float *o,
-                              size_t o_ld, float *tmp) {
-    const uint32_t vd = attn_v_dim(kv, hd);
-    switch (kv->type) {
-    case NEEDLE_KV_F32:
-        attend_prefix_typed(NEEDLE_KV_F32, kv, n0, nt, q, q_ld, nq, hd, scale, w, ld_w, o, o_ld);
-        break;
-    case NEEDLE_KV_F16:
-        attend_prefix_typed(NEEDLE_KV_F16, kv, n0, nt, q, q_ld, nq, hd, scale, w, ld_w, o, o_ld);
-        break;
-    default:
-        if (kv->col0 % 8 || attn_v_col0(kv) % 8 || kv->group % 8 || hd / 8 > ATTN_MAX_BLOCKS ||
-            vd / 8 > ATTN_MAX_BLOCKS) {
-            for (uint32_t i = 0; i < nt; i++) {
-                const attn_run run = {0, n0 + i};
-                attn_plain(kv, &run, 1, q + (size_t)i * q_ld, nq, hd, scale, NULL, w, ld_w,
-                           o + (size_t)i * o_ld, tmp);
-            }
-            break;
-        }
-        attend_prefix_typed(NEEDLE_KV_INT8, kv, n0, nt, q, q_ld, nq, hd, scale, w, ld_w, o, o_ld);
-    }
-    if (gate)
-        for (uint32_t i = 0; i < nt; i++)
-            gate_avx2(o + (size_t)i * o_ld, gate + (size_t)i * g_ld, nq * vd);
 }
 
 #else

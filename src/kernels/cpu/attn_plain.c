@@ -54,12 +54,3 @@ void attn_plain(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const 
             for (uint32_t j = 0; j < vd; j++) oa[j] *= nm_sigmoid(gate[(size_t)a * vd + j]);
     }
 }
-
-attn_prefix_fn attn_prefix_of(attn_fn single) {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    if (single == attn_avx2) return attn_avx2_prefix;
-#else
-    (void)single;
-#endif
-    return NULL;
-}
