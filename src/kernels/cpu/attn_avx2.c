@@ -96,10 +96,10 @@ AVX2_INLINE const void *row_at(int32_t type, const void *base, size_t at) {
     return (const int8_t *)base + at;
 }
 
-/* Rows this far ahead of the one in use are prefetched. A head's slice of a cache row is
- * a few lines every ld elements, a stride the hardware prefetchers do not follow, and a
- * decode step finds the cache cold (the other layers and their weights passed through in
- * between): without it the kernel waited on memory most of the time. */
+/* Rows this far ahead of the one in use are prefetched (attn_kv.cold). A head's slice of
+ * a cache row is a few lines every ld elements, a stride the hardware prefetchers do not
+ * follow, and a decode step finds the cache cold (the other layers and their weights
+ * passed through in between): without it the kernel waited on memory most of the time. */
 #define ATTN_AHEAD 12
 
 /* Prefetches columns [c0, c1) of slot `slot` of a K or V head. */
@@ -148,7 +148,8 @@ AVX2_INLINE void scores_pair(int32_t type, const attn_kv *kv, const attn_run *ru
     for (uint32_t r = 0; r < n_runs; r++) {
         uint32_t i = 0;
         for (; i + 4 <= runs[r].count; i += 4, n += 4) {
-            for (uint32_t u = i + ATTN_AHEAD; u < i + ATTN_AHEAD + 4 && u < runs[r].count; u++)
+            for (uint32_t u = i + ATTN_AHEAD; kv->cold && u < i + ATTN_AHEAD + 4 && u < runs[r].count;
+                 u++)
                 prefetch_cols(type, kv->k, kv->ld, runs[r].slot + u, 0, hd);
             const void *row[4];
             const float *sc[4];
@@ -250,7 +251,7 @@ AVX2_INLINE void values_block(int32_t type, const attn_kv *kv, const attn_run *r
     for (uint32_t r = 0; r < n_runs; r++)
         for (uint32_t i = 0; i < runs[r].count; i++, n++) {
             const uint32_t slot = runs[r].slot + i;
-            if (i + ATTN_AHEAD < runs[r].count)
+            if (kv->cold && i + ATTN_AHEAD < runs[r].count)
                 prefetch_cols(type, kv->v, kv->ld, slot + ATTN_AHEAD, c0, c0 + 8 * nc);
             const void *row = row_at(type, kv->v, (size_t)slot * kv->ld);
             const float *sc = kv->v_scales ? kv->v_scales + (size_t)slot * kv->scales_ld : NULL;
