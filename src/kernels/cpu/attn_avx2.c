@@ -148,8 +148,8 @@ AVX2_INLINE void scores_pair(int32_t type, const attn_kv *kv, const attn_run *ru
     for (uint32_t r = 0; r < n_runs; r++) {
         uint32_t i = 0;
         for (; i + 4 <= runs[r].count; i += 4, n += 4) {
-            for (uint32_t u = i + ATTN_AHEAD; kv->cold && u < i + ATTN_AHEAD + 4 && u < runs[r].count;
-                 u++)
+            const uint32_t ahead_end = kv->cold ? i + ATTN_AHEAD + 4 : 0;
+            for (uint32_t u = i + ATTN_AHEAD; u < ahead_end && u < runs[r].count; u++)
                 prefetch_cols(type, kv->k, kv->ld, runs[r].slot + u, 0, hd);
             const void *row[4];
             const float *sc[4];
