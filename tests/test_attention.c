@@ -189,7 +189,8 @@ static void test_every_level_every_shape(void) {
             for (uint32_t head = 1; head < 3; head++)
                 for (uint32_t nq = 1; nq <= 5; nq += 2) {
                     const uint32_t col0 = head * hd;
-                    const attn_kv kv = view(&c, col0);
+                    attn_kv kv = view(&c, col0);
+                    kv.cold = head == 1; /* prefetching or not: the same arithmetic */
                     const attn_run one[] = {{0, 1}};
                     const attn_run sinks_tail[] = {{0, 3}, {40, 97}};
                     const attn_run wrapped[] = {{0, 4}, {251, 49}, {4, 190}};

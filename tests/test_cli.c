@@ -463,6 +463,14 @@ static void test_bench_reports_peak_and_gflops(void) {
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CHECK_MSG(json_number(out, keys[i]) > 0.0, "%s missing or not positive: %s", keys[i], out);
     CHECK_MSG(strstr(out, "\"matmul_gflops\":[") && strstr(out, "\"attention_gflops\":["), "%s", out);
+    /* the peak names its ISA; an AVX2 peak, where there is one, is at most the ISA's
+     * (both measured as the best of several tries: allow a little noise) */
+    CHECK_MSG(strstr(out, "\"fma_peak_isa\":\"AVX-512F\"") || strstr(out, "\"fma_peak_isa\":\"AVX2+FMA\"") ||
+                  strstr(out, "\"fma_peak_isa\":\"NEON\"") || strstr(out, "\"fma_peak_isa\":\"scalar\""),
+              "%s", out);
+    CHECK_MSG(json_number(out, "fma_peak_avx2_gflops") >= 0.0, "%s", out);
+    CHECK_MSG(json_number(out, "fma_peak_avx2_gflops") <= 1.25 * json_number(out, "fma_peak_gflops"),
+              "%s", out);
     /* two threads: the prefill's products are handed to the worker */
     const char *h = strstr(out, "\"handoffs_per_token\":[");
     CHECK_MSG(h && strtod(h + strlen("\"handoffs_per_token\":["), NULL) > 0.0, "%s", out);

@@ -7,9 +7,15 @@
 
 #include "needle.h"
 
-/* GFLOP/s of float multiply-add chains run on `threads` threads at once: the best of four
- * ~25 ms tries. */
-double bench_fma_peak_gflops(int threads);
+/* The machine's float FMA peak on `threads` threads at once (see bench_peak.c). */
+typedef struct bench_peak {
+    double gflops;      /* GFLOP/s of the widest vector ISA the CPU and OS support */
+    const char *isa;    /* that ISA: "AVX-512F", "AVX2+FMA", "NEON" or "scalar" */
+    double avx2_gflops; /* x86 with AVX2: its peak (what the kernels use today; below
+                         * gflops where AVX-512F is there); 0 elsewhere */
+} bench_peak;
+
+bench_peak bench_fma_peak(int threads);
 
 /* Flops of one token at position `pos` (attention over min(pos + 1, window) positions,
  * window 0 = all), with or without the tied output projection. */

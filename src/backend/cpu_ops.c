@@ -417,7 +417,8 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
                   .k_scales = int8 ? kv_row_scales(s, 0, x->layer, 0) : NULL,
                   .v_scales = int8 ? kv_row_scales(s, 1, x->layer, 0) : NULL,
                   .scales_ld = KV_SCALE_GROUPS(kvd),
-                  .group = KV_SCALE_GROUP};
+                  .group = KV_SCALE_GROUP,
+                  .cold = x->n == 1};
     for (uint32_t i = 0; i < x->n; i++) {
         const uint32_t t = x->p0 + i, slot = kv_slot(s, t);
         const float *cs = x->rope_cs + (size_t)i * hd;

@@ -34,6 +34,10 @@ typedef struct attn_kv {
      * values per V row, the head's first column v_col0 of the V cache row (int8). 0 (the
      * zero initialiser) means V has K's layout: v_dim = hd, v_col0 = col0. */
     uint32_t v_dim, v_col0;
+    /* nonzero: the rows are likely out of cache (a decode step, after every other layer
+     * and its weights passed through): the SIMD kernels then prefetch rows ahead, which
+     * costs more than it saves on rows that are already in cache (a prefill chunk) */
+    uint32_t cold;
 } attn_kv;
 
 /* The V width and first V column a kernel uses (see attn_kv.v_dim). */

@@ -29,6 +29,10 @@
 
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+/* The accumulator arrays below must be registers: a loop over them that the compiler
+ * does not unroll keeps them in stack slots, and every FMA then waits on a store and a
+ * reload (that cost this kernel about 3x). */
+#define ATTN_UNROLL4 _Pragma("GCC unroll 4")
 
 AVX2_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -92,6 +96,22 @@ AVX2_INLINE const void *row_at(int32_t type, const void *base, size_t at) {
     return (const int8_t *)base + at;
 }
 
+/* Rows this far ahead of the one in use are prefetched (attn_kv.cold). A head's slice of
+ * a cache row is a few lines every ld elements, a stride the hardware prefetchers do not
+ * follow, and a decode step finds the cache cold (the other layers and their weights
+ * passed through in between): without it the kernel waited on memory most of the time. */
+#define ATTN_AHEAD 12
+
+/* Prefetches columns [c0, c1) of slot `slot` of a K or V head. */
+AVX2_INLINE void prefetch_cols(int32_t type, const void *base, size_t ld, uint32_t slot,
+                               uint32_t c0, uint32_t c1) {
+    const size_t es = type == NEEDLE_KV_F32 ? 4 : type == NEEDLE_KV_F16 ? 2 : 1;
+    const uintptr_t at = (uintptr_t)base + ((size_t)slot * ld + c0) * es;
+    const uintptr_t end = (uintptr_t)base + ((size_t)slot * ld + c1) * es;
+    for (uintptr_t line = at & ~(uintptr_t)63; line < end; line += 64)
+        _mm_prefetch((const char *)line, _MM_HINT_T0);
+}
+
 /* The four sums of a[0..3] in one vector: hadd twice, then the two 128-bit halves. */
 AVX2_INLINE __m128 hsum4x8(const __m256 *a) {
     const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
@@ -128,18 +148,24 @@ AVX2_INLINE void scores_pair(int32_t type, const attn_kv *kv, const attn_run *ru
     for (uint32_t r = 0; r < n_runs; r++) {
         uint32_t i = 0;
         for (; i + 4 <= runs[r].count; i += 4, n += 4) {
+            const uint32_t ahead_end = kv->cold ? i + ATTN_AHEAD + 4 : 0;
+            for (uint32_t u = i + ATTN_AHEAD; u < ahead_end && u < runs[r].count; u++)
+                prefetch_cols(type, kv->k, kv->ld, runs[r].slot + u, 0, hd);
             const void *row[4];
             const float *sc[4];
+            ATTN_UNROLL4
             for (int u = 0; u < 4; u++) {
                 const uint32_t slot = runs[r].slot + i + (uint32_t)u;
                 row[u] = row_at(type, kv->k, (size_t)slot * kv->ld);
                 sc[u] = kv->k_scales ? kv->k_scales + (size_t)slot * kv->scales_ld : NULL;
             }
             __m256 acc0[4], acc1[4];
+            ATTN_UNROLL4
             for (int u = 0; u < 4; u++) acc0[u] = acc1[u] = _mm256_setzero_ps();
             for (uint32_t j = 0; j < hd8; j += 8) {
                 const __m256 qa = _mm256_loadu_ps(q0 + j);
                 const __m256 qb = NA > 1 ? _mm256_loadu_ps(q1 + j) : qa;
+                ATTN_UNROLL4
                 for (int u = 0; u < 4; u++) {
                     const __m256 k8 = load8(type, row[u], sc[u], gi, j);
                     acc0[u] = _mm256_fmadd_ps(qa, k8, acc0[u]);
@@ -149,6 +175,7 @@ AVX2_INLINE void scores_pair(int32_t type, const attn_kv *kv, const attn_run *ru
             __m128 s0 = hsum4x8(acc0), s1 = NA > 1 ? hsum4x8(acc1) : s0;
             if (hd8 < hd) {
                 float t0[4], t1[4];
+                ATTN_UNROLL4
                 for (int u = 0; u < 4; u++) {
                     t0[u] = dot_tail(type, q0, row[u], sc[u], kv, hd8, hd);
                     t1[u] = NA > 1 ? dot_tail(type, q1, row[u], sc[u], kv, hd8, hd) : 0.0f;
@@ -214,7 +241,9 @@ AVX2_INLINE void values_block(int32_t type, const attn_kv *kv, const attn_run *r
                               uint32_t nc, uint32_t hd, const float *w, size_t ld_w,
                               const float *inv, float *o) {
     __m256 acc[2][4];
+    ATTN_UNROLL4
     for (uint32_t a = 0; a < 2; a++)
+        ATTN_UNROLL4
         for (uint32_t c = 0; c < 4; c++) acc[a][c] = _mm256_setzero_ps();
     const float *w0 = w + (size_t)a0 * ld_w, *w1 = w0 + ld_w;
     const int one_group = type == NEEDLE_KV_INT8 && gi[c0 / 8] == gi[c0 / 8 + nc - 1];
@@ -222,6 +251,8 @@ AVX2_INLINE void values_block(int32_t type, const attn_kv *kv, const attn_run *r
     for (uint32_t r = 0; r < n_runs; r++)
         for (uint32_t i = 0; i < runs[r].count; i++, n++) {
             const uint32_t slot = runs[r].slot + i;
+            if (kv->cold && i + ATTN_AHEAD < runs[r].count)
+                prefetch_cols(type, kv->v, kv->ld, slot + ATTN_AHEAD, c0, c0 + 8 * nc);
             const void *row = row_at(type, kv->v, (size_t)slot * kv->ld);
             const float *sc = kv->v_scales ? kv->v_scales + (size_t)slot * kv->scales_ld : NULL;
             if (type == NEEDLE_KV_INT8 && one_group) {
@@ -229,7 +260,9 @@ AVX2_INLINE void values_block(int32_t type, const attn_kv *kv, const attn_run *r
                 const float g = sc[gi[c0 / 8]];
                 const __m256 c0v = _mm256_set1_ps(w0[n] * inv[0] * g);
                 const __m256 c1v = _mm256_set1_ps(na > 1 ? w1[n] * inv[1] * g : 0.0f);
-                for (uint32_t c = 0; c < nc; c++) {
+                ATTN_UNROLL4
+                for (uint32_t c = 0; c < 4; c++) {
+                    if (c >= nc) break;
                     const __m128i b = _mm_loadl_epi64(
                         (const __m128i *)((const int8_t *)row + c0 + 8 * c));
                     const __m256 v8 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
@@ -240,15 +273,20 @@ AVX2_INLINE void values_block(int32_t type, const attn_kv *kv, const attn_run *r
             }
             const __m256 c0v = _mm256_set1_ps(w0[n] * inv[0]);
             const __m256 c1v = _mm256_set1_ps(na > 1 ? w1[n] * inv[1] : 0.0f);
-            for (uint32_t c = 0; c < nc; c++) {
+            ATTN_UNROLL4
+            for (uint32_t c = 0; c < 4; c++) {
+                if (c >= nc) break;
                 const __m256 v8 = load8(type, row, sc, gi, c0 + 8 * c);
                 acc[0][c] = _mm256_fmadd_ps(c0v, v8, acc[0][c]);
                 if (na > 1) acc[1][c] = _mm256_fmadd_ps(c1v, v8, acc[1][c]);
             }
         }
-    for (uint32_t a = 0; a < na; a++)
-        for (uint32_t c = 0; c < nc; c++)
-            _mm256_storeu_ps(o + (size_t)(a0 + a) * hd + c0 + 8 * c, acc[a][c]);
+    ATTN_UNROLL4
+    for (uint32_t a = 0; a < 2; a++)
+        ATTN_UNROLL4
+        for (uint32_t c = 0; c < 4; c++)
+            if (a < na && c < nc)
+                _mm256_storeu_ps(o + (size_t)(a0 + a) * hd + c0 + 8 * c, acc[a][c]);
 }
 
 AVX2_INLINE void attend_typed(int32_t type, const attn_kv *kv, const attn_run *runs,
