@@ -1,0 +1,183 @@
+/* One-token CQ products on AVX-512F (see cq_decode_avx512.h).
+ *
+ * Why 512 bits help decoding more than width: vpermps on a zmm register looks up a
+ * 16-entry float table, so a 4-bit code becomes its level in one instruction (AVX2 needs
+ * two 8-entry lookups and a blend, or the four byte tables of cq_avx2.c and 12 shuffles
+ * per 32 codes). Every bit width is decoded the same way, 16 columns at a time, in
+ * column order: the code bits of the 16 columns are broadcast to all lanes (one load),
+ * vpsrlvd moves code i to the bottom of lane i, and one table lookup reads it (vpermilps
+ * for 1 and 2 bits, whose 4-entry table is repeated in every 128-bit lane; vpermps for 3
+ * and 4 bits, reading the low 4 bits, so the 3-bit table holds the 8 levels twice). The
+ * bits above the code in a lane are never read by the lookup, so no masking is needed.
+ * Per 16 weights: 1 shift, 1 lookup, 1 FMA (and for 3 and 4 bits a second, masked
+ * broadcast for columns 8-15).
+ *
+ * Arithmetic: float32; per group, four accumulators over the 16-column chunks taken in
+ * turn (chunk k into accumulator k % 4), summed, scaled by the group norm into a running
+ * total, which is reduced at the end. The order differs from the plain kernel and from
+ * the AVX2 kernels, so results agree with them to float rounding; a row's value depends
+ * only on the row and the activations. */
+#include "kernels/cpu/cq_decode_avx512.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
+
+/* Four code bytes at p, little-endian, reading no byte at or past `end` (a short read at
+ * the very end of the code array is zero-filled: those bits belong to no column read). */
+AVX512_INLINE uint32_t load_le32(const uint8_t *p, const uint8_t *end) {
+    uint32_t u = 0;
+    if (end - p >= 4) {
+        memcpy(&u, p, sizeof u);
+        return u;
+    }
+    for (int i = 0; p + i < end; i++) u |= (uint32_t)p[i] << (8 * i);
+    return u;
+}
+
+/* The levels of columns [c, c + 16) of a row whose codes start at `row`, for a bit width
+ * known at compile time after inlining. */
+AVX512_INLINE __m512 levels16(const uint8_t *row, const uint8_t *end, uint32_t bits, uint32_t c,
+                              __m512 table) {
+    if (bits == 1) {
+        const __m512i sh = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i v = _mm512_set1_epi32((int)load_le32(row + c / 8, end));
+        return _mm512_permutevar_ps(table, _mm512_srlv_epi32(v, sh));
+    }
+    if (bits == 2 || bits == 5) {
+        const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                             28, 30);
+        uint32_t u;
+        memcpy(&u, row + c / 4, sizeof u); /* the 16 codes are exactly these 4 bytes */
+        return _mm512_permutevar_ps(table, _mm512_srlv_epi32(_mm512_set1_epi32((int)u), sh));
+    }
+    if (bits == 3) {
+        const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 0, 3, 6, 9, 12, 15, 18,
+                                             21);
+        const uint8_t *p = row + c / 8 * 3; /* 6 bytes: columns 0-7 in p[0..2], 8-15 in p[3..5] */
+        uint32_t lo;
+        memcpy(&lo, p, sizeof lo);
+        const __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32((int)lo), 0xFF00,
+                                                 (int)load_le32(p + 3, end));
+        return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), table);
+    }
+    /* 4 bits: columns 0-7 in the first 4 bytes, 8-15 in the next 4 */
+    const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const uint8_t *p = row + c / 2;
+    uint32_t lo, hi;
+    memcpy(&lo, p, sizeof lo);
+    memcpy(&hi, p + 4, sizeof hi);
+    const __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32((int)lo), 0xFF00, (int)hi);
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), table);
+}
+
+AVX512_INLINE float row_dot(const cq_matrix *w, uint32_t r, const float *x, const uint8_t *end,
+                            uint32_t bits, __m512 table) {
+    const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
+    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
+    const uint32_t G = w->group;
+    __m512 total = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        uint32_t c = g * G;
+        const uint32_t stop = c + G;
+        for (; c + 64 <= stop; c += 64) {
+            a0 = _mm512_fmadd_ps(levels16(row, end, bits, c, table), _mm512_loadu_ps(x + c), a0);
+            a1 = _mm512_fmadd_ps(levels16(row, end, bits, c + 16, table),
+                                 _mm512_loadu_ps(x + c + 16), a1);
+            a2 = _mm512_fmadd_ps(levels16(row, end, bits, c + 32, table),
+                                 _mm512_loadu_ps(x + c + 32), a2);
+            a3 = _mm512_fmadd_ps(levels16(row, end, bits, c + 48, table),
+                                 _mm512_loadu_ps(x + c + 48), a3);
+        }
+        /* groups of 16, 32 or 48 columns: chunk k still goes to accumulator k % 4 */
+        if (c < stop) a0 = _mm512_fmadd_ps(levels16(row, end, bits, c, table), _mm512_loadu_ps(x + c), a0);
+        if (c + 16 < stop)
+            a1 = _mm512_fmadd_ps(levels16(row, end, bits, c + 16, table),
+                                 _mm512_loadu_ps(x + c + 16), a1);
+        if (c + 32 < stop)
+            a2 = _mm512_fmadd_ps(levels16(row, end, bits, c + 32, table),
+                                 _mm512_loadu_ps(x + c + 32), a2);
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        total = _mm512_fmadd_ps(s, _mm512_set1_ps(_cvtsh_ss(norms[g])), total);
+    }
+    return _mm512_reduce_add_ps(total);
+}
+
+/* One specialised loop per bit width (the width is a constant inside row_dot). */
+#define DECODE_ROWS(b)                                                                     \
+    for (uint32_t r = row0; r < row0 + nrows; r++) y[r - row0] = row_dot(w, r, xr, end, b, table)
+
+AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
+                            float *y) {
+    if (w->group % 16) return 0;
+    const float *cb = w->codebook;
+    const uint8_t *end = w->codes + (size_t)w->rows * w->row_bytes;
+    __m512 table;
+    switch (w->bits) {
+    case 1:
+        table = _mm512_setr4_ps(cb[0], cb[1], cb[0], cb[1]);
+        DECODE_ROWS(1);
+        return 1;
+    case 2:
+    case 5:
+        table = _mm512_setr4_ps(cb[0], cb[1], cb[2], cb[3]);
+        DECODE_ROWS(2);
+        return 1;
+    case 3:
+        table = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(cb))));
+        DECODE_ROWS(3);
+        return 1;
+    case 4:
+        table = _mm512_loadu_ps(cb);
+        DECODE_ROWS(4);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* CPUID: FMA, OSXSAVE, AVX, F16C (leaf 1 ECX bits 12, 27, 28, 29); the OS saving the
+ * XMM, YMM, opmask and both ZMM halves (XCR0 bits 1, 2, 5, 6, 7); AVX2 and AVX-512F
+ * (leaf 7 EBX bits 5 and 16). */
+static int probe_avx512f(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const unsigned need1 = 1u << 12 | 1u << 27 | 1u << 28 | 1u << 29;
+    if ((c & need1) != need1) return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0xE6) != 0xE6) return 0;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 5 & 1) && (b >> 16 & 1);
+}
+
+int cq_decode_avx512_supported(void) {
+    static atomic_int supported = -1; /* racing threads all store the same value */
+    int v = atomic_load_explicit(&supported, memory_order_relaxed);
+    if (v < 0) {
+        v = probe_avx512f();
+        atomic_store_explicit(&supported, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+#else
+
+int cq_decode_avx512_supported(void) { return 0; }
+
+int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
+                     float *y) {
+    (void)w, (void)row0, (void)nrows, (void)xr, (void)y;
+    return 0;
+}
+
+#endif
