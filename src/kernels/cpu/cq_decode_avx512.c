@@ -15,8 +15,9 @@
  * Arithmetic: float32; per group, four accumulators over the 16-column chunks taken in
  * turn (chunk k into accumulator k % 4), summed, scaled by the group norm into a running
  * total, which is reduced at the end. The order differs from the plain kernel and from
- * the AVX2 kernels, so results agree with them to float rounding; a row's value depends
- * only on the row and the activations. */
+ * the AVX2 kernels (and between the column-order and the scratch paths below), so results
+ * agree with them to float rounding; a row's value depends only on the row, the
+ * activations and which of the two paths the scratch allows. */
 #include "kernels/cpu/cq_decode_avx512.h"
 
 #include <stdatomic.h>
@@ -111,15 +112,121 @@ AVX512_INLINE float row_dot(const cq_matrix *w, uint32_t r, const float *x, cons
     return _mm512_reduce_add_ps(total);
 }
 
+/* ---- with a scratch: 64 code bits per load, activations re-laid out ---------------
+ *
+ * vpsrlvq shifts the 8 qword lanes of a broadcast 64-bit code word by 4j, which puts bits
+ * 4j.. at the bottom of dword 2j and bits 32 + 4j.. at the bottom of dword 2j + 1: one
+ * shift serves 16 lanes. At 4 bits, lane 2j then holds column j and lane 2j + 1 column
+ * j + 8 of the 16. At 2 bits each lane's low nibble holds two codes: the first comes out
+ * of a 16-entry table indexed by its low 2 bits (cb[i & 3]), the second out of one indexed
+ * by bits 2-3 (cb[i >> 2]), so one shift serves 32 codes. The activations are permuted
+ * once into the same lane order (the scratch's cached copy, like cq_avx2.c's layouts);
+ * per 16 weights this leaves about 1 shift (half of one at 2 bits), 1 lookup, 1 FMA. */
+
+/* Scratch layout tags (cq_scratch.src_layout), distinct from cq_avx2.c's. */
+enum { LAYOUT_Q2 = 0x5102, LAYOUT_Q4 = 0x5104 };
+
+/* Slot s of a block of 32 (Q2) or 16 (Q4) columns holds column slot_column(s). */
+static uint32_t slot_column(int layout, uint32_t s) {
+    if (layout == LAYOUT_Q4) return s % 2 ? 8 + s / 2 : s / 2;
+    const uint32_t second = s / 16, lane = s % 16; /* second: the cb[i >> 2] table */
+    return (lane % 2 ? 16 : 0) + 2 * (lane / 2) + second;
+}
+
+static const float *permuted(int layout, const cq_matrix *w, const float *xr, cq_scratch *sc) {
+    float *xp = (float *)(((uintptr_t)sc->buf + 63) & ~(uintptr_t)63);
+    if (sc->valid && sc->src == xr && sc->src_ntok == 1 && sc->src_cols == w->cols_pad &&
+        sc->src_layout == (uint32_t)layout)
+        return xp;
+    const uint32_t block = layout == LAYOUT_Q4 ? 16 : 32;
+    uint8_t col[32];
+    for (uint32_t s = 0; s < block; s++) col[s] = (uint8_t)slot_column(layout, s);
+    for (uint32_t b = 0; b < w->cols_pad; b += block)
+        for (uint32_t s = 0; s < block; s++) xp[b + s] = xr[b + col[s]];
+    sc->valid = 1;
+    sc->src = xr;
+    sc->src_ld = 0; /* one token: any stride gives the same copy */
+    sc->src_ntok = 1;
+    sc->src_cols = w->cols_pad;
+    sc->src_layout = (uint32_t)layout;
+    return xp;
+}
+
+AVX512_INLINE __m512i shifted_qword(const uint8_t *p) {
+    const __m512i sh = _mm512_setr_epi64(0, 4, 8, 12, 16, 20, 24, 28);
+    uint64_t u;
+    memcpy(&u, p, sizeof u);
+    return _mm512_srlv_epi64(_mm512_set1_epi64((long long)u), sh);
+}
+
+AVX512 static float row_q4(const cq_matrix *w, uint32_t r, const float *xp, __m512 table) {
+    const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
+    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
+    const uint32_t G = w->group;
+#define Q4(c, a) a = _mm512_fmadd_ps(_mm512_permutexvar_ps(shifted_qword(row + (c) / 2), table), \
+                                     _mm512_load_ps(xp + (c)), a)
+    __m512 total = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        uint32_t c = g * G;
+        const uint32_t stop = c + G;
+        for (; c + 64 <= stop; c += 64) {
+            Q4(c, a0);
+            Q4(c + 16, a1);
+            Q4(c + 32, a2);
+            Q4(c + 48, a3);
+        }
+        if (c < stop) Q4(c, a0);
+        if (c + 16 < stop) Q4(c + 16, a1);
+        if (c + 32 < stop) Q4(c + 32, a2);
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        total = _mm512_fmadd_ps(s, _mm512_set1_ps(_cvtsh_ss(norms[g])), total);
+    }
+#undef Q4
+    return _mm512_reduce_add_ps(total);
+}
+
+/* 32 columns at c (2 bits) into accumulators a (first codes) and b (second codes). */
+#define Q2(c, a, b)                                                                        \
+    do {                                                                                   \
+        const __m512i s_ = shifted_qword(row + (c) / 4);                                   \
+        a = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_, first), _mm512_load_ps(xp + (c)), a);  \
+        b = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_, second), _mm512_load_ps(xp + (c) + 16), \
+                            b);                                                            \
+    } while (0)
+
+AVX512 static float row_q2(const cq_matrix *w, uint32_t r, const float *xp, __m512 first,
+                           __m512 second) {
+    const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
+    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
+    const uint32_t G = w->group; /* a multiple of 32 */
+    __m512 total = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        uint32_t c = g * G;
+        const uint32_t stop = c + G;
+        for (; c + 64 <= stop; c += 64) {
+            Q2(c, a0, a1);
+            Q2(c + 32, a2, a3);
+        }
+        if (c < stop) Q2(c, a0, a1);
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        total = _mm512_fmadd_ps(s, _mm512_set1_ps(_cvtsh_ss(norms[g])), total);
+    }
+    return _mm512_reduce_add_ps(total);
+}
+#undef Q2
+
 /* One specialised loop per bit width (the width is a constant inside row_dot). */
 #define DECODE_ROWS(b)                                                                     \
     for (uint32_t r = row0; r < row0 + nrows; r++) y[r - row0] = row_dot(w, r, xr, end, b, table)
 
 AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
-                            float *y) {
+                            float *y, cq_scratch *sc) {
     if (w->group % 16) return 0;
     const float *cb = w->codebook;
     const uint8_t *end = w->codes + (size_t)w->rows * w->row_bytes;
+    const int room = sc && sc->buf && sc->cap >= (size_t)w->cols_pad + 16;
     __m512 table;
     switch (w->bits) {
     case 1:
@@ -128,6 +235,14 @@ AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, c
         return 1;
     case 2:
     case 5:
+        if (room && w->group % 32 == 0) {
+            float first[16], second[16];
+            for (int i = 0; i < 16; i++) first[i] = cb[i & 3], second[i] = cb[i >> 2];
+            const __m512 t1 = _mm512_loadu_ps(first), t2 = _mm512_loadu_ps(second);
+            const float *xp = permuted(LAYOUT_Q2, w, xr, sc);
+            for (uint32_t r = row0; r < row0 + nrows; r++) y[r - row0] = row_q2(w, r, xp, t1, t2);
+            return 1;
+        }
         table = _mm512_setr4_ps(cb[0], cb[1], cb[2], cb[3]);
         DECODE_ROWS(2);
         return 1;
@@ -137,6 +252,11 @@ AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, c
         return 1;
     case 4:
         table = _mm512_loadu_ps(cb);
+        if (room) {
+            const float *xp = permuted(LAYOUT_Q4, w, xr, sc);
+            for (uint32_t r = row0; r < row0 + nrows; r++) y[r - row0] = row_q4(w, r, xp, table);
+            return 1;
+        }
         DECODE_ROWS(4);
         return 1;
     default:
@@ -175,8 +295,8 @@ int cq_decode_avx512_supported(void) {
 int cq_decode_avx512_supported(void) { return 0; }
 
 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
-                     float *y) {
-    (void)w, (void)row0, (void)nrows, (void)xr, (void)y;
+                     float *y, cq_scratch *sc) {
+    (void)w, (void)row0, (void)nrows, (void)xr, (void)y, (void)sc;
     return 0;
 }
 
