@@ -99,7 +99,8 @@ AVX512_INLINE float row_dot(const cq_matrix *w, uint32_t r, const float *x, cons
                                  _mm512_loadu_ps(x + c + 48), a3);
         }
         /* groups of 16, 32 or 48 columns: chunk k still goes to accumulator k % 4 */
-        if (c < stop) a0 = _mm512_fmadd_ps(levels16(row, end, bits, c, table), _mm512_loadu_ps(x + c), a0);
+        if (c < stop)
+            a0 = _mm512_fmadd_ps(levels16(row, end, bits, c, table), _mm512_loadu_ps(x + c), a0);
         if (c + 16 < stop)
             a1 = _mm512_fmadd_ps(levels16(row, end, bits, c + 16, table),
                                  _mm512_loadu_ps(x + c + 16), a1);
