@@ -31,11 +31,12 @@
 #define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
 
-/* Four code bytes at p, little-endian, reading no byte at or past `end` (a short read at
- * the very end of the code array is zero-filled: those bits belong to no column read). */
-AVX512_INLINE uint32_t load_le32(const uint8_t *p, const uint8_t *end) {
+/* Four code bytes at p, little-endian. The 1- and 3-bit decoders load 4 bytes where
+ * they need 2 or 3: harmless inside the code array, so only a row whose loads could pass
+ * its end (`tail`) reads byte by byte, zero-filling (those bits belong to no column). */
+AVX512_INLINE uint32_t load_le32(const uint8_t *p, const uint8_t *end, int tail) {
     uint32_t u = 0;
-    if (end - p >= 4) {
+    if (!tail || end - p >= 4) {
         memcpy(&u, p, sizeof u);
         return u;
     }
@@ -45,11 +46,11 @@ AVX512_INLINE uint32_t load_le32(const uint8_t *p, const uint8_t *end) {
 
 /* The levels of columns [c, c + 16) of a row whose codes start at `row`, for a bit width
  * known at compile time after inlining. */
-AVX512_INLINE __m512 levels16(const uint8_t *row, const uint8_t *end, uint32_t bits, uint32_t c,
-                              __m512 table) {
+AVX512_INLINE __m512 levels16(const uint8_t *row, const uint8_t *end, int tail, uint32_t bits,
+                              uint32_t c, __m512 table) {
     if (bits == 1) {
         const __m512i sh = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512i v = _mm512_set1_epi32((int)load_le32(row + c / 8, end));
+        const __m512i v = _mm512_set1_epi32((int)load_le32(row + c / 8, end, tail));
         return _mm512_permutevar_ps(table, _mm512_srlv_epi32(v, sh));
     }
     if (bits == 2 || bits == 5) {
@@ -66,7 +67,7 @@ AVX512_INLINE __m512 levels16(const uint8_t *row, const uint8_t *end, uint32_t b
         uint32_t lo;
         memcpy(&lo, p, sizeof lo);
         const __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32((int)lo), 0xFF00,
-                                                 (int)load_le32(p + 3, end));
+                                                 (int)load_le32(p + 3, end, tail));
         return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), table);
     }
     /* 4 bits: columns 0-7 in the first 4 bytes, 8-15 in the next 4 */
@@ -80,7 +81,7 @@ AVX512_INLINE __m512 levels16(const uint8_t *row, const uint8_t *end, uint32_t b
 }
 
 AVX512_INLINE float row_dot(const cq_matrix *w, uint32_t r, const float *x, const uint8_t *end,
-                            uint32_t bits, __m512 table) {
+                            int tail, uint32_t bits, __m512 table) {
     const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
     const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
     const uint32_t G = w->group;
@@ -89,24 +90,19 @@ AVX512_INLINE float row_dot(const cq_matrix *w, uint32_t r, const float *x, cons
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         uint32_t c = g * G;
         const uint32_t stop = c + G;
+#define LV(c, a)                                                                           \
+    a = _mm512_fmadd_ps(levels16(row, end, tail, bits, c, table), _mm512_loadu_ps(x + (c)), a)
         for (; c + 64 <= stop; c += 64) {
-            a0 = _mm512_fmadd_ps(levels16(row, end, bits, c, table), _mm512_loadu_ps(x + c), a0);
-            a1 = _mm512_fmadd_ps(levels16(row, end, bits, c + 16, table),
-                                 _mm512_loadu_ps(x + c + 16), a1);
-            a2 = _mm512_fmadd_ps(levels16(row, end, bits, c + 32, table),
-                                 _mm512_loadu_ps(x + c + 32), a2);
-            a3 = _mm512_fmadd_ps(levels16(row, end, bits, c + 48, table),
-                                 _mm512_loadu_ps(x + c + 48), a3);
+            LV(c, a0);
+            LV(c + 16, a1);
+            LV(c + 32, a2);
+            LV(c + 48, a3);
         }
         /* groups of 16, 32 or 48 columns: chunk k still goes to accumulator k % 4 */
-        if (c < stop)
-            a0 = _mm512_fmadd_ps(levels16(row, end, bits, c, table), _mm512_loadu_ps(x + c), a0);
-        if (c + 16 < stop)
-            a1 = _mm512_fmadd_ps(levels16(row, end, bits, c + 16, table),
-                                 _mm512_loadu_ps(x + c + 16), a1);
-        if (c + 32 < stop)
-            a2 = _mm512_fmadd_ps(levels16(row, end, bits, c + 32, table),
-                                 _mm512_loadu_ps(x + c + 32), a2);
+        if (c < stop) LV(c, a0);
+        if (c + 16 < stop) LV(c + 16, a1);
+        if (c + 32 < stop) LV(c + 32, a2);
+#undef LV
         const __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
         total = _mm512_fmadd_ps(s, _mm512_set1_ps(_cvtsh_ss(norms[g])), total);
     }
@@ -218,9 +214,14 @@ AVX512 static float row_q2(const cq_matrix *w, uint32_t r, const float *xp, __m5
 }
 #undef Q2
 
-/* One specialised loop per bit width (the width is a constant inside row_dot). */
+/* One specialised loop per bit width (the width is a constant inside row_dot); the last
+ * rows of the matrix, whose 4-byte loads could pass the end of the codes, read exactly. */
 #define DECODE_ROWS(b)                                                                     \
-    for (uint32_t r = row0; r < row0 + nrows; r++) y[r - row0] = row_dot(w, r, xr, end, b, table)
+    for (uint32_t r = row0; r < row0 + nrows; r++) {                                       \
+        const size_t left_ = (size_t)(end - (w->codes + (size_t)r * w->row_bytes));        \
+        y[r - row0] = left_ < (size_t)w->row_bytes + 3 ? row_dot(w, r, xr, end, 1, b, table) \
+                                                       : row_dot(w, r, xr, end, 0, b, table); \
+    }
 
 AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
                             float *y, cq_scratch *sc) {
