@@ -1,6 +1,7 @@
 /* The AVX-512F one-token CQ products (kernels/cpu/cq_decode_avx512.c) against the plain
  * reference: every bit width, every group size 16..256, odd row counts, padded last
- * groups, with a scratch (re-laid-out activations), a scratch too small and none. The
+ * groups, with a scratch (re-laid-out activations), a scratch too small and none; each
+ * row computed alone must equal the same row in a longer call (rows are paired). The
  * tolerance is relative to the row's magnitude sum_k |w_k x_k|, as in test_simd.c. The
  * code arrays are allocated to their exact size, so ASan sees any read past the end
  * (the 1- and 3-bit decoders load 4 bytes where they need 2 or 3). Skipped where the CPU
@@ -103,6 +104,14 @@ static void check_shape(uint32_t rows, uint32_t cols, uint32_t group, uint32_t b
         }
         CHECK_MSG(worst <= TOL, "pass %d rows=%u cols=%u G=%u bits=%u: error %g", pass, rows,
                   cols, group, bits, worst);
+        int alone_same = 1; /* a row alone equals the row paired with its neighbour */
+        for (uint32_t r = 0; r < rows; r++) {
+            float one = NAN;
+            CHECK(cq_decode_avx512(w, r, 1, x, &one, use) == 1);
+            alone_same &= one == got[r];
+        }
+        CHECK_MSG(alone_same, "pass %d bits=%u G=%u: a row alone differs from the full product",
+                  pass, bits, group);
         if (rows > 2) { /* reuses the cached layout when there is one */
             const uint32_t row0 = 1 + rnd() % (rows - 2), nr = 1 + rnd() % (rows - row0);
             CHECK(cq_decode_avx512(w, row0, nr, x, part, use) == 1);

@@ -214,6 +214,46 @@ AVX512 static float row_q2(const cq_matrix *w, uint32_t r, const float *xp, __m5
 }
 #undef Q2
 
+/* Rows r and r + 1 together, each activation load serving both (about 5% faster than
+ * one row at a time at 4 bits; at 2 bits it made no difference, so row_q2 runs alone).
+ * Each row's operations and their order are row_q4's, so the values do not depend on
+ * which rows are paired. */
+AVX512 static void pair_q4(const cq_matrix *w, uint32_t r, const float *xp, __m512 table,
+                           float *y) {
+    const uint8_t *ra = w->codes + (size_t)r * w->row_bytes, *rb = ra + w->row_bytes;
+    const uint16_t *na = w->norms + (size_t)r * w->ngroups, *nb = na + w->ngroups;
+    const uint32_t G = w->group;
+#define Q4P(c, a, b)                                                                       \
+    do {                                                                                   \
+        const __m512 x_ = _mm512_load_ps(xp + (c));                                        \
+        a = _mm512_fmadd_ps(_mm512_permutexvar_ps(shifted_qword(ra + (c) / 2), table), x_, a); \
+        b = _mm512_fmadd_ps(_mm512_permutexvar_ps(shifted_qword(rb + (c) / 2), table), x_, b); \
+    } while (0)
+    __m512 ta = _mm512_setzero_ps(), tb = ta;
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        uint32_t c = g * G;
+        const uint32_t stop = c + G;
+        for (; c + 64 <= stop; c += 64) {
+            Q4P(c, a0, b0);
+            Q4P(c + 16, a1, b1);
+            Q4P(c + 32, a2, b2);
+            Q4P(c + 48, a3, b3);
+        }
+        if (c < stop) Q4P(c, a0, b0);
+        if (c + 16 < stop) Q4P(c + 16, a1, b1);
+        if (c + 32 < stop) Q4P(c + 32, a2, b2);
+        const __m512 sa = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        const __m512 sb = _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3));
+        ta = _mm512_fmadd_ps(sa, _mm512_set1_ps(_cvtsh_ss(na[g])), ta);
+        tb = _mm512_fmadd_ps(sb, _mm512_set1_ps(_cvtsh_ss(nb[g])), tb);
+    }
+#undef Q4P
+    y[0] = _mm512_reduce_add_ps(ta);
+    y[1] = _mm512_reduce_add_ps(tb);
+}
+
 /* One specialised loop per bit width (the width is a constant inside row_dot); the last
  * rows of the matrix, whose 4-byte loads could pass the end of the codes, read exactly. */
 #define DECODE_ROWS(b)                                                                     \
@@ -256,7 +296,9 @@ AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, c
         table = _mm512_loadu_ps(cb);
         if (room) {
             const float *xp = permuted(LAYOUT_Q4, w, xr, sc);
-            for (uint32_t r = row0; r < row0 + nrows; r++) y[r - row0] = row_q4(w, r, xp, table);
+            uint32_t r = row0;
+            for (; r + 2 <= row0 + nrows; r += 2) pair_q4(w, r, xp, table, y + (r - row0));
+            if (r < row0 + nrows) y[r - row0] = row_q4(w, r, xp, table);
             return 1;
         }
         DECODE_ROWS(4);
