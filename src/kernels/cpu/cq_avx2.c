@@ -288,6 +288,85 @@ AVX2_INLINE __m256 decode8(const uint8_t *codes, uint32_t bits, uint32_t c,
     return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(s, 28)));
 }
 
+/* One token in column order (1 and 3 bits, groups the layouts do not take, no scratch).
+ * The codes of 8 columns are fetched with one 4-byte broadcast load straight from the
+ * row (no byte assembly in general registers, which cost more than the lookup), which
+ * at 1, 2 and 3 bits reads up to 3 bytes past those codes: harmless inside the code
+ * array, so a row whose reads could cross its end (`tail`) takes the byte-exact loads. */
+AVX2_INLINE uint32_t codes_le32(const uint8_t *p, const uint8_t *end, int tail) {
+    uint32_t u = 0;
+    if (!tail || end - p >= 4) {
+        memcpy(&u, p, sizeof u);
+        return u;
+    }
+    for (int i = 0; p + i < end; i++) u |= (uint32_t)p[i] << (8 * i);
+    return u;
+}
+
+AVX2_INLINE __m256 natural1tok8(const uint8_t *row, const uint8_t *end, int tail, uint32_t bits,
+                                uint32_t c, const natural_tables *nt) {
+    if (bits == 1) {
+        const __m256i v = _mm256_set1_epi32((int)codes_le32(row + c / 8, end, tail));
+        return _mm256_permutevar_ps(
+            nt->t2, _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    }
+    if (bits == 2) {
+        const __m256i v = _mm256_set1_epi32((int)codes_le32(row + c / 4, end, tail));
+        return _mm256_permutevar_ps(
+            nt->t4, _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)));
+    }
+    if (bits == 3) {
+        const __m256i v = _mm256_set1_epi32((int)codes_le32(row + c / 8 * 3, end, tail));
+        return _mm256_permutevar8x32_ps(
+            nt->lo, _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21)));
+    }
+    return decode8(row, 4, c, nt);
+}
+
+/* Chunk k of 8 columns of a group goes to accumulator k % 4. */
+AVX2_INLINE float natural_row_1tok(const cq_matrix *w, uint32_t r, const float *x,
+                                   const uint8_t *end, int tail, uint32_t bits,
+                                   const natural_tables *nt) {
+    const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
+    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
+    const uint32_t G = w->group;
+    __m256 total = _mm256_setzero_ps();
+#define NAT(c, a)                                                                          \
+    a = _mm256_fmadd_ps(natural1tok8(row, end, tail, bits, c, nt), _mm256_loadu_ps(x + (c)), a)
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        uint32_t c = g * G;
+        const uint32_t stop = c + G;
+        for (; c + 32 <= stop; c += 32) {
+            NAT(c, a0);
+            NAT(c + 8, a1);
+            NAT(c + 16, a2);
+            NAT(c + 24, a3);
+        }
+        if (c < stop) NAT(c, a0);
+        if (c + 8 < stop) NAT(c + 8, a1);
+        if (c + 16 < stop) NAT(c + 16, a2);
+#undef NAT
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        total = _mm256_fmadd_ps(sum, _mm256_set1_ps(norm_of(norms, g)), total);
+    }
+    return hsum(total);
+}
+
+/* Rows of one bit width (a constant after inlining); the last rows of the matrix, whose
+ * 4-byte loads could pass the end of the code array, take the byte-exact loads. */
+AVX2_INLINE void natural_rows_1tok(const cq_matrix *w, uint32_t row0, uint32_t nrows,
+                                   const float *x, float *y, uint32_t bits,
+                                   const natural_tables *nt) {
+    const uint8_t *end = w->codes + (size_t)w->rows * w->row_bytes;
+    for (uint32_t r = row0; r < row0 + nrows; r++) {
+        const size_t left = (size_t)(end - (w->codes + (size_t)r * w->row_bytes));
+        const int tail = left < (size_t)w->row_bytes + 3;
+        y[r - row0] = tail ? natural_row_1tok(w, r, x, end, 1, bits, nt)
+                           : natural_row_1tok(w, r, x, end, 0, bits, nt);
+    }
+}
+
 #define NATURAL_TILE 8
 
 AVX2 static void matmul_natural(const cq_matrix *w, uint32_t row0, uint32_t nrows,
@@ -300,6 +379,15 @@ AVX2 static void matmul_natural(const cq_matrix *w, uint32_t row0, uint32_t nrow
     nt.t4 = _mm256_setr_ps(cb[0], cb[1], cb[2], cb[3], cb[0], cb[1], cb[2], cb[3]);
     nt.lo = _mm256_loadu_ps(cb);
     nt.hi = _mm256_loadu_ps(cb + 8);
+    if (ntok == 1) {
+        switch (bits) {
+        case 1: natural_rows_1tok(w, row0, nrows, xr, y, 1, &nt); return;
+        case 2:
+        case 5: natural_rows_1tok(w, row0, nrows, xr, y, 2, &nt); return;
+        case 3: natural_rows_1tok(w, row0, nrows, xr, y, 3, &nt); return;
+        default: natural_rows_1tok(w, row0, nrows, xr, y, 4, &nt); return;
+        }
+    }
     for (uint32_t r = row0; r < row0 + nrows; r++) {
         const uint8_t *codes = w->codes + (size_t)r * w->row_bytes;
         const uint16_t *norms = w->norms + (size_t)r * w->ngroups;

@@ -1,0 +1,347 @@
+/* One-token CQ products on AVX-512F (see cq_decode_avx512.h).
+ *
+ * Why 512 bits help decoding more than width: vpermps on a zmm register looks up a
+ * 16-entry float table, so a 4-bit code becomes its level in one instruction (AVX2 needs
+ * two 8-entry lookups and a blend, or the four byte tables of cq_avx2.c and 12 shuffles
+ * per 32 codes). Every bit width is decoded the same way, 16 columns at a time, in
+ * column order: the code bits of the 16 columns are broadcast to all lanes (one load),
+ * vpsrlvd moves code i to the bottom of lane i, and one table lookup reads it (vpermilps
+ * for 1 and 2 bits, whose 4-entry table is repeated in every 128-bit lane; vpermps for 3
+ * and 4 bits, reading the low 4 bits, so the 3-bit table holds the 8 levels twice). The
+ * bits above the code in a lane are never read by the lookup, so no masking is needed.
+ * Per 16 weights: 1 shift, 1 lookup, 1 FMA (and for 3 and 4 bits a second, masked
+ * broadcast for columns 8-15).
+ *
+ * Arithmetic: float32; per group, four accumulators over the 16-column chunks taken in
+ * turn (chunk k into accumulator k % 4), summed, scaled by the group norm into a running
+ * total, which is reduced at the end. The order differs from the plain kernel and from
+ * the AVX2 kernels (and between the column-order and the scratch paths below), so results
+ * agree with them to float rounding; a row's value depends only on the row, the
+ * activations and which of the two paths the scratch allows. */
+#include "kernels/cpu/cq_decode_avx512.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
+
+/* Four code bytes at p, little-endian. The 1- and 3-bit decoders load 4 bytes where
+ * they need 2 or 3: harmless inside the code array, so only a row whose loads could pass
+ * its end (`tail`) reads byte by byte, zero-filling (those bits belong to no column). */
+AVX512_INLINE uint32_t load_le32(const uint8_t *p, const uint8_t *end, int tail) {
+    uint32_t u = 0;
+    if (!tail || end - p >= 4) {
+        memcpy(&u, p, sizeof u);
+        return u;
+    }
+    for (int i = 0; p + i < end; i++) u |= (uint32_t)p[i] << (8 * i);
+    return u;
+}
+
+/* The levels of columns [c, c + 16) of a row whose codes start at `row`, for a bit width
+ * known at compile time after inlining. */
+AVX512_INLINE __m512 levels16(const uint8_t *row, const uint8_t *end, int tail, uint32_t bits,
+                              uint32_t c, __m512 table) {
+    if (bits == 1) {
+        const __m512i sh = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i v = _mm512_set1_epi32((int)load_le32(row + c / 8, end, tail));
+        return _mm512_permutevar_ps(table, _mm512_srlv_epi32(v, sh));
+    }
+    if (bits == 2 || bits == 5) {
+        const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                             28, 30);
+        uint32_t u;
+        memcpy(&u, row + c / 4, sizeof u); /* the 16 codes are exactly these 4 bytes */
+        return _mm512_permutevar_ps(table, _mm512_srlv_epi32(_mm512_set1_epi32((int)u), sh));
+    }
+    if (bits == 3) {
+        const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 0, 3, 6, 9, 12, 15, 18,
+                                             21);
+        const uint8_t *p = row + c / 8 * 3; /* 6 bytes: columns 0-7 in p[0..2], 8-15 in p[3..5] */
+        uint32_t lo;
+        memcpy(&lo, p, sizeof lo);
+        const __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32((int)lo), 0xFF00,
+                                                 (int)load_le32(p + 3, end, tail));
+        return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), table);
+    }
+    /* 4 bits: columns 0-7 in the first 4 bytes, 8-15 in the next 4 */
+    const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const uint8_t *p = row + c / 2;
+    uint32_t lo, hi;
+    memcpy(&lo, p, sizeof lo);
+    memcpy(&hi, p + 4, sizeof hi);
+    const __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32((int)lo), 0xFF00, (int)hi);
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), table);
+}
+
+AVX512_INLINE float row_dot(const cq_matrix *w, uint32_t r, const float *x, const uint8_t *end,
+                            int tail, uint32_t bits, __m512 table) {
+    const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
+    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
+    const uint32_t G = w->group;
+    __m512 total = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        uint32_t c = g * G;
+        const uint32_t stop = c + G;
+#define LV(c, a)                                                                           \
+    a = _mm512_fmadd_ps(levels16(row, end, tail, bits, c, table), _mm512_loadu_ps(x + (c)), a)
+        for (; c + 64 <= stop; c += 64) {
+            LV(c, a0);
+            LV(c + 16, a1);
+            LV(c + 32, a2);
+            LV(c + 48, a3);
+        }
+        /* groups of 16, 32 or 48 columns: chunk k still goes to accumulator k % 4 */
+        if (c < stop) LV(c, a0);
+        if (c + 16 < stop) LV(c + 16, a1);
+        if (c + 32 < stop) LV(c + 32, a2);
+#undef LV
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        total = _mm512_fmadd_ps(s, _mm512_set1_ps(_cvtsh_ss(norms[g])), total);
+    }
+    return _mm512_reduce_add_ps(total);
+}
+
+/* ---- with a scratch: 64 code bits per load, activations re-laid out ---------------
+ *
+ * vpsrlvq shifts the 8 qword lanes of a broadcast 64-bit code word by 4j, which puts bits
+ * 4j.. at the bottom of dword 2j and bits 32 + 4j.. at the bottom of dword 2j + 1: one
+ * shift serves 16 lanes. At 4 bits, lane 2j then holds column j and lane 2j + 1 column
+ * j + 8 of the 16. At 2 bits each lane's low nibble holds two codes: the first comes out
+ * of a 16-entry table indexed by its low 2 bits (cb[i & 3]), the second out of one indexed
+ * by bits 2-3 (cb[i >> 2]), so one shift serves 32 codes. The activations are permuted
+ * once into the same lane order (the scratch's cached copy, like cq_avx2.c's layouts);
+ * per 16 weights this leaves about 1 shift (half of one at 2 bits), 1 lookup, 1 FMA. */
+
+/* Scratch layout tags (cq_scratch.src_layout), distinct from cq_avx2.c's. */
+enum { LAYOUT_Q2 = 0x5102, LAYOUT_Q4 = 0x5104 };
+
+/* Slot s of a block of 32 (Q2) or 16 (Q4) columns holds column slot_column(s). */
+static uint32_t slot_column(int layout, uint32_t s) {
+    if (layout == LAYOUT_Q4) return s % 2 ? 8 + s / 2 : s / 2;
+    const uint32_t second = s / 16, lane = s % 16; /* second: the cb[i >> 2] table */
+    return (lane % 2 ? 16 : 0) + 2 * (lane / 2) + second;
+}
+
+static const float *permuted(int layout, const cq_matrix *w, const float *xr, cq_scratch *sc) {
+    float *xp = (float *)(((uintptr_t)sc->buf + 63) & ~(uintptr_t)63);
+    if (sc->valid && sc->src == xr && sc->src_ntok == 1 && sc->src_cols == w->cols_pad &&
+        sc->src_layout == (uint32_t)layout)
+        return xp;
+    const uint32_t block = layout == LAYOUT_Q4 ? 16 : 32;
+    uint8_t col[32];
+    for (uint32_t s = 0; s < block; s++) col[s] = (uint8_t)slot_column(layout, s);
+    for (uint32_t b = 0; b < w->cols_pad; b += block)
+        for (uint32_t s = 0; s < block; s++) xp[b + s] = xr[b + col[s]];
+    sc->valid = 1;
+    sc->src = xr;
+    sc->src_ld = 0; /* one token: any stride gives the same copy */
+    sc->src_ntok = 1;
+    sc->src_cols = w->cols_pad;
+    sc->src_layout = (uint32_t)layout;
+    return xp;
+}
+
+AVX512_INLINE __m512i shifted_qword(const uint8_t *p) {
+    const __m512i sh = _mm512_setr_epi64(0, 4, 8, 12, 16, 20, 24, 28);
+    uint64_t u;
+    memcpy(&u, p, sizeof u);
+    return _mm512_srlv_epi64(_mm512_set1_epi64((long long)u), sh);
+}
+
+AVX512 static float row_q4(const cq_matrix *w, uint32_t r, const float *xp, __m512 table) {
+    const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
+    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
+    const uint32_t G = w->group;
+#define Q4(c, a) a = _mm512_fmadd_ps(_mm512_permutexvar_ps(shifted_qword(row + (c) / 2), table), \
+                                     _mm512_load_ps(xp + (c)), a)
+    __m512 total = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        uint32_t c = g * G;
+        const uint32_t stop = c + G;
+        for (; c + 64 <= stop; c += 64) {
+            Q4(c, a0);
+            Q4(c + 16, a1);
+            Q4(c + 32, a2);
+            Q4(c + 48, a3);
+        }
+        if (c < stop) Q4(c, a0);
+        if (c + 16 < stop) Q4(c + 16, a1);
+        if (c + 32 < stop) Q4(c + 32, a2);
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        total = _mm512_fmadd_ps(s, _mm512_set1_ps(_cvtsh_ss(norms[g])), total);
+    }
+#undef Q4
+    return _mm512_reduce_add_ps(total);
+}
+
+/* 32 columns at c (2 bits) into accumulators a (first codes) and b (second codes). */
+#define Q2(c, a, b)                                                                        \
+    do {                                                                                   \
+        const __m512i s_ = shifted_qword(row + (c) / 4);                                   \
+        a = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_, first), _mm512_load_ps(xp + (c)), a);  \
+        b = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_, second), _mm512_load_ps(xp + (c) + 16), \
+                            b);                                                            \
+    } while (0)
+
+AVX512 static float row_q2(const cq_matrix *w, uint32_t r, const float *xp, __m512 first,
+                           __m512 second) {
+    const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
+    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
+    const uint32_t G = w->group; /* a multiple of 32 */
+    __m512 total = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        uint32_t c = g * G;
+        const uint32_t stop = c + G;
+        for (; c + 64 <= stop; c += 64) {
+            Q2(c, a0, a1);
+            Q2(c + 32, a2, a3);
+        }
+        if (c < stop) Q2(c, a0, a1);
+        const __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        total = _mm512_fmadd_ps(s, _mm512_set1_ps(_cvtsh_ss(norms[g])), total);
+    }
+    return _mm512_reduce_add_ps(total);
+}
+#undef Q2
+
+/* Rows r and r + 1 together, each activation load serving both (about 5% faster than
+ * one row at a time at 4 bits; at 2 bits it made no difference, so row_q2 runs alone).
+ * Each row's operations and their order are row_q4's, so the values do not depend on
+ * which rows are paired. */
+AVX512 static void pair_q4(const cq_matrix *w, uint32_t r, const float *xp, __m512 table,
+                           float *y) {
+    const uint8_t *ra = w->codes + (size_t)r * w->row_bytes, *rb = ra + w->row_bytes;
+    const uint16_t *na = w->norms + (size_t)r * w->ngroups, *nb = na + w->ngroups;
+    const uint32_t G = w->group;
+#define Q4P(c, a, b)                                                                       \
+    do {                                                                                   \
+        const __m512 x_ = _mm512_load_ps(xp + (c));                                        \
+        a = _mm512_fmadd_ps(_mm512_permutexvar_ps(shifted_qword(ra + (c) / 2), table), x_, a); \
+        b = _mm512_fmadd_ps(_mm512_permutexvar_ps(shifted_qword(rb + (c) / 2), table), x_, b); \
+    } while (0)
+    __m512 ta = _mm512_setzero_ps(), tb = ta;
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        uint32_t c = g * G;
+        const uint32_t stop = c + G;
+        for (; c + 64 <= stop; c += 64) {
+            Q4P(c, a0, b0);
+            Q4P(c + 16, a1, b1);
+            Q4P(c + 32, a2, b2);
+            Q4P(c + 48, a3, b3);
+        }
+        if (c < stop) Q4P(c, a0, b0);
+        if (c + 16 < stop) Q4P(c + 16, a1, b1);
+        if (c + 32 < stop) Q4P(c + 32, a2, b2);
+        const __m512 sa = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        const __m512 sb = _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3));
+        ta = _mm512_fmadd_ps(sa, _mm512_set1_ps(_cvtsh_ss(na[g])), ta);
+        tb = _mm512_fmadd_ps(sb, _mm512_set1_ps(_cvtsh_ss(nb[g])), tb);
+    }
+#undef Q4P
+    y[0] = _mm512_reduce_add_ps(ta);
+    y[1] = _mm512_reduce_add_ps(tb);
+}
+
+/* One specialised loop per bit width (the width is a constant inside row_dot); the last
+ * rows of the matrix, whose 4-byte loads could pass the end of the codes, read exactly. */
+#define DECODE_ROWS(b)                                                                     \
+    for (uint32_t r = row0; r < row0 + nrows; r++) {                                       \
+        const size_t left_ = (size_t)(end - (w->codes + (size_t)r * w->row_bytes));        \
+        y[r - row0] = left_ < (size_t)w->row_bytes + 3 ? row_dot(w, r, xr, end, 1, b, table) \
+                                                       : row_dot(w, r, xr, end, 0, b, table); \
+    }
+
+AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
+                            float *y, cq_scratch *sc) {
+    if (w->group % 16) return 0;
+    const float *cb = w->codebook;
+    const uint8_t *end = w->codes + (size_t)w->rows * w->row_bytes;
+    const int room = sc && sc->buf && sc->cap >= (size_t)w->cols_pad + 16;
+    __m512 table;
+    switch (w->bits) {
+    case 1:
+        table = _mm512_setr4_ps(cb[0], cb[1], cb[0], cb[1]);
+        DECODE_ROWS(1);
+        return 1;
+    case 2:
+    case 5:
+        if (room && w->group % 32 == 0) {
+            float first[16], second[16];
+            for (int i = 0; i < 16; i++) first[i] = cb[i & 3], second[i] = cb[i >> 2];
+            const __m512 t1 = _mm512_loadu_ps(first), t2 = _mm512_loadu_ps(second);
+            const float *xp = permuted(LAYOUT_Q2, w, xr, sc);
+            for (uint32_t r = row0; r < row0 + nrows; r++) y[r - row0] = row_q2(w, r, xp, t1, t2);
+            return 1;
+        }
+        table = _mm512_setr4_ps(cb[0], cb[1], cb[2], cb[3]);
+        DECODE_ROWS(2);
+        return 1;
+    case 3:
+        table = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(cb))));
+        DECODE_ROWS(3);
+        return 1;
+    case 4:
+        table = _mm512_loadu_ps(cb);
+        if (room) {
+            const float *xp = permuted(LAYOUT_Q4, w, xr, sc);
+            uint32_t r = row0;
+            for (; r + 2 <= row0 + nrows; r += 2) pair_q4(w, r, xp, table, y + (r - row0));
+            if (r < row0 + nrows) y[r - row0] = row_q4(w, r, xp, table);
+            return 1;
+        }
+        DECODE_ROWS(4);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* CPUID: FMA, OSXSAVE, AVX, F16C (leaf 1 ECX bits 12, 27, 28, 29); the OS saving the
+ * XMM, YMM, opmask and both ZMM halves (XCR0 bits 1, 2, 5, 6, 7); AVX2 and AVX-512F
+ * (leaf 7 EBX bits 5 and 16). */
+static int probe_avx512f(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const unsigned need1 = 1u << 12 | 1u << 27 | 1u << 28 | 1u << 29;
+    if ((c & need1) != need1) return 0;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0xE6) != 0xE6) return 0;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 5 & 1) && (b >> 16 & 1);
+}
+
+int cq_decode_avx512_supported(void) {
+    static atomic_int supported = -1; /* racing threads all store the same value */
+    int v = atomic_load_explicit(&supported, memory_order_relaxed);
+    if (v < 0) {
+        v = probe_avx512f();
+        atomic_store_explicit(&supported, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+#else
+
+int cq_decode_avx512_supported(void) { return 0; }
+
+int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
+                     float *y, cq_scratch *sc) {
+    (void)w, (void)row0, (void)nrows, (void)xr, (void)y, (void)sc;
+    return 0;
+}
+
+#endif
