@@ -7,17 +7,19 @@
  * tokens short of a full tile repeat the last real one and drop those results, so every
  * product goes through the one tile and its arithmetic.
  *
+ * One-token products go to cq_decode_avx512() (kernels/cpu/cq_decode_avx512.c).
+ *
  * Arithmetic: each (row, token) pair has one 16-lane accumulator over the columns in
  * layout order, then a fixed reduction tree (16 -> 8 -> 4 lanes, then pairs). Results
  * depend only on the row and the token (not on tiles, chunks or threads), and differ
  * from the AVX2 level (8 lanes) and the plain kernel at float rounding level. */
 #include <pthread.h>
 
+#include "kernels/cpu/cq_decode_avx512.h"
 #include "kernels/cpu/cq_gemm.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
@@ -114,20 +116,10 @@ AVX512 static void gemm_avx512(const cq_matrix *w, int layout, uint32_t row0, ui
 AVX512 static void avx512_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
                                  const float *xr, size_t ld_x, uint32_t ntok, float *y,
                                  size_t ld_y, cq_scratch *sc) {
+    /* One token: the decode kernel reads each weight once with 16-wide FMAs; it declines
+     * groups that are not a multiple of 16, which then take the AVX2 path. */
+    if (ntok == 1 && cq_decode_avx512(w, row0, nrows, xr, y, sc)) return;
     cq_avx2_matmul_with(w, row0, nrows, xr, ld_x, ntok, y, ld_y, sc, gemm_avx512);
-}
-
-/* CPUID: AVX-512F (leaf 7 EBX bit 16) and the OS saving the opmask and all of the ZMM
- * state (XCR0 bits 5-7) on top of the AVX2 level's requirements. */
-static int cpu_has_avx512f(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & 1u << 27)) return 0; /* OSXSAVE */
-    unsigned xlo, xhi;
-    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-    if ((xlo & 0xE6) != 0xE6) return 0;
-    if (__get_cpuid_max(0, NULL) < 7) return 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    return (b >> 16) & 1;
 }
 
 static cpu_kernels avx512_table;
@@ -136,7 +128,9 @@ static pthread_once_t avx512_once = PTHREAD_ONCE_INIT;
 
 static void avx512_init(void) {
     const cpu_kernels *base = cpu_kernels_avx2();
-    if (!base || !cpu_has_avx512f()) return;
+    /* the decode kernel's probe covers this level's needs too: AVX-512F, AVX2, FMA, F16C
+     * and the OS saving the opmask and ZMM state */
+    if (!base || !cq_decode_avx512_supported()) return;
     avx512_table = *base;
     avx512_table.name = "avx512";
     avx512_table.matmul = avx512_matmul;
