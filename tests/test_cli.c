@@ -441,6 +441,44 @@ static void test_version_build_info(void) {
     CHECK_MSG(devices && strstr(devices, " cpu ("), "the CPU is always a device: %s", out);
 }
 
+/* `needle serve` runs the needle-serve executable beside needle, so that needle itself
+ * never loads libmicrohttpd (with its TLS chain, ~3 MB resident in every command): the
+ * dynamic loader's log (glibc's LD_DEBUG=libs) names it for needle-serve only, and a needle
+ * without its needle-serve says so and exits 1 instead of serving. */
+static void test_serve_is_its_own_executable(void) {
+    char helper[1100], cmd[4096];
+    snprintf(helper, sizeof helper, "%s-serve", cli_path());
+    if (access(helper, X_OK) != 0) {
+        harness_skip("no needle-serve beside needle (built without libmicrohttpd)");
+        return;
+    }
+    static char out[65536];
+    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s --help 2>&1 >/dev/null", helper);
+    run_command(cmd, out, sizeof out);
+    if (!strstr(out, "find library=")) {
+        harness_skip("the dynamic loader has no LD_DEBUG=libs log (not glibc)");
+        return;
+    }
+    CHECK_MSG(strstr(out, "libmicrohttpd") != NULL, "needle-serve: %.2000s", out);
+    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s version 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "libmicrohttpd") == NULL, "needle loads it: %.2000s", out);
+
+    /* a model that does not exist: a needle that served by itself would fail on it at once
+     * (rather than listen forever), with a message that does not name needle-serve */
+    char dir[] = "/tmp/needle_lone_XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK_MSG(0, "mkdtemp failed");
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/needle' && '%s/needle' serve --port 0 -w /nonexistent.cact "
+             "2>&1", cli_path(), dir, dir);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 1);
+    CHECK_MSG(strstr(out, "needle-serve") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK_EQ_INT(run_command(cmd, NULL, 0), 0);
+}
+
 /* The JSON field `key` of `json` as a number, or -1 when missing. */
 static double json_number(const char *json, const char *key) {
     char pat[64];
@@ -500,6 +538,7 @@ static void test_bench_reports_kv_size(void) {
 int main(void) {
     RUN(test_help_lists_every_command);
     RUN(test_version_build_info);
+    RUN(test_serve_is_its_own_executable);
     RUN(test_every_command_has_help);
     RUN(test_fixture_present);
     if (!model_path[0]) return test_summary();

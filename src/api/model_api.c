@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "util/error.h"
+#include "util/fp16.h"
 #include "util/struct_size.h"
 
 const char *needle_version(void) { return NEEDLE_VERSION_STRING; }
@@ -175,8 +176,14 @@ int needle_model_decode_tensor(const needle_model *m, uint32_t index, float *out
     if (cap < count)
         return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "tensor %u has %zu values, buffer holds "
                            "%zu", index, count, cap);
-    if (t->dtype != CACT_CQ) {
+    if (t->dtype != CACT_CQ && m->fp[index]) {
         memcpy(out, m->fp[index], count * sizeof(float));
+        return NEEDLE_OK;
+    }
+    if (t->dtype != CACT_CQ) { /* a float tensor the model left in the file (model.c) */
+        for (size_t k = 0; k < count; k++)
+            out[k] = t->dtype == CACT_FP16 ? fp16_to_f32(rd_u16(t->data + 2 * k))
+                                           : rd_f32(t->data + 4 * k);
         return NEEDLE_OK;
     }
     cq_matrix w;

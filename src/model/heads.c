@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/fp16.h"
 
 const probe_head *model_probe_head(const struct needle_model *m, uint32_t code) {
     for (uint32_t k = 0; k < m->n_probe_heads; k++)
@@ -154,11 +155,20 @@ static int second_stage(const head_pool *p, float *u) {
     return NEEDLE_OK;
 }
 
+/* Row o of a projection left in the file (a Needle 2 head), as floats in `row`. */
+static const float *widen_row(const probe_head *h, uint32_t o, uint32_t width, float *row) {
+    const uint8_t *src = h->proj_file + (size_t)o * width * (h->proj_fp16 ? 2 : 4);
+    for (uint32_t j = 0; j < width; j++)
+        row[j] = h->proj_fp16 ? fp16_to_f32(rd_u16(src + 2 * (size_t)j)) : rd_f32(src + 4 * (size_t)j);
+    return row;
+}
+
 int head_pool_output(const head_pool *p, float *out) {
     if (!p->cells) return needle_fail(NEEDLE_ERR_STATE, "probe head: no cells pooled");
     const probe_head *h = p->head;
     const uint32_t d = p->d, width = (h->rows ? h->queries : p->num_probes) * d;
-    float *u = malloc(width * sizeof *u);
+    /* u, then a row of the projection when it is read from the file */
+    float *u = malloc((h->proj ? width : 2 * (size_t)width) * sizeof *u);
     if (!u) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "probe head: out of memory");
     if (h->rows) {
         int rc = second_stage(p, u);
@@ -173,7 +183,8 @@ int head_pool_output(const head_pool *p, float *out) {
     }
     double sq = 0;
     for (uint32_t o = 0; o < h->out_dim; o++) {
-        const float *row = h->proj + (size_t)o * width;
+        const float *row = h->proj ? h->proj + (size_t)o * width
+                                   : widen_row(h, o, width, u + width);
         double y = 0;
         for (uint32_t j = 0; j < width; j++) y += (double)row[j] * u[j];
         out[o] = (float)y + h->bias[o];

@@ -31,15 +31,29 @@ int model_site_of(const struct needle_model *m, uint32_t layer) {
     return -1;
 }
 
-/* Widens every FP16/FP32 tensor into one arena: they are small (0.1M values for Needle 2)
- * and read on every token. `extra` zeroed floats follow them, for floats the binding
- * derives (Needle 3's rung-ordered mHC scalars): a device backend uploads the arena as
- * one block, so every float an op reads must live in it. */
-static int widen_float_tensors(struct needle_model *m, size_t extra) {
+/* Whether float tensor i stays in the file instead of the arena: a Needle 2 probe head's
+ * projection (the contrastive one is 128 x 2048, 1 MB as floats, more than every other
+ * float tensor together) is read once per embedding or confidence query, by the host
+ * (heads.c widens it a row at a time), never by a forward pass; copying it would cost every
+ * model that resident megabyte, and its file pages, whether or not a head is ever used. */
+static int float_kept_in_file(const cact_file *f, uint32_t i, int v2_heads) {
+    if (!v2_heads) return 0;
+    for (uint32_t k = 0; k < f->num_probe_heads; k++)
+        if (f->probe_heads[k].proj_index == i) return 1;
+    return 0;
+}
+
+/* Widens every FP16/FP32 tensor but the v2 heads' projections (float_kept_in_file) into
+ * one arena: they are small (0.03M values for Needle 2) and read on every token. `extra`
+ * zeroed floats follow them, for floats the binding derives (Needle 3's rung-ordered mHC
+ * scalars): a device backend uploads the arena as one block, so every float an op reads
+ * must live in it. */
+static int widen_float_tensors(struct needle_model *m, size_t extra, int v2_heads) {
     const cact_file *f = &m->file;
     size_t total = 0;
     for (uint32_t i = 0; i < f->num_tensors; i++) {
         const cact_tensor *t = &f->tensors[i];
+        if (float_kept_in_file(f, i, v2_heads)) continue;
         if (t->dtype == CACT_FP16) total += t->nbytes / 2;
         else if (t->dtype == CACT_FP32) total += t->nbytes / 4;
     }
@@ -51,6 +65,7 @@ static int widen_float_tensors(struct needle_model *m, size_t extra) {
     float *p = m->w.arena;
     for (uint32_t i = 0; i < f->num_tensors; i++) {
         const cact_tensor *t = &f->tensors[i];
+        if (float_kept_in_file(f, i, v2_heads)) continue;
         if (t->dtype == CACT_FP16) {
             size_t n = t->nbytes / 2;
             for (size_t k = 0; k < n; k++) p[k] = fp16_to_f32(rd_u16(t->data + 2 * k));
@@ -122,7 +137,7 @@ int model_bind(struct needle_model *m, const uint8_t *image, size_t size) {
     m->w.codebooks_bytes = sizeof m->file.codebooks;
     m->w.group = m->file.group;
     if (m->file.generation == 3) {
-        if ((rc = widen_float_tensors(m, model3_arena_extra(&m->file)))) return rc;
+        if ((rc = widen_float_tensors(m, model3_arena_extra(&m->file), 0))) return rc;
         return model3_bind(m);
     }
     if (m->depth)
@@ -164,7 +179,7 @@ static int bind_v2(struct needle_model *m) {
     }
     if (m->w.n_orders) m->w.seed_stride = m->w.n_tables / m->w.n_orders;
 
-    if ((rc = widen_float_tensors(m, 0))) return rc;
+    if ((rc = widen_float_tensors(m, 0, 1))) return rc;
     m->w.layers = calloc(m->w.n_layers, sizeof *m->w.layers);
     m->rope_freq = malloc(m->w.head_dim / 2 * sizeof *m->rope_freq);
     if (!m->w.layers || !m->rope_freq)
@@ -217,7 +232,9 @@ static int bind_v2(struct needle_model *m) {
         ph->num_probes = src->num_probes;
         ph->out_dim = src->out_dim;
         ph->probes = m->fp[src->probes_index];
-        ph->proj = m->fp[src->proj_index];
+        ph->proj = NULL; /* left in the file: float_kept_in_file */
+        ph->proj_file = f->tensors[src->proj_index].data;
+        ph->proj_fp16 = f->tensors[src->proj_index].dtype == CACT_FP16;
         ph->bias = m->fp[src->bias_index];
     }
 

@@ -16,7 +16,9 @@
 typedef struct probe_head {
     uint32_t code, num_probes, out_dim;
     const float *probes; /* [P][d] */
-    const float *proj;   /* [out][P * d] (Needle 3: [out][queries * d]) */
+    const float *proj;   /* [out][P * d] (Needle 3: [out][queries * d]); NULL for Needle 2: */
+    const uint8_t *proj_file; /* its FP16 or FP32 values in the file, widened row by row */
+    int proj_fp16;
     const float *bias;   /* [out] */
     /* Needle 3 two-stage pooling (NEEDLE3-NOTES §3); rows == 0 for a Needle 2 head.
      * Probe p pools only the cells of row p / per_row; row 0 is the embedding, row l the

@@ -1,6 +1,11 @@
 /* `needle serve`: the command. Options, the model, the session pool, the HTTP daemon; the
  * main thread then waits for SIGTERM or SIGINT and drains: no new connections, the
- * requests in flight finish (up to the request timeout), then exit 0. */
+ * requests in flight finish (up to the request timeout), then exit 0.
+ *
+ * The server runs in its own executable, needle-serve (this file with serve_main.c), so
+ * that only it loads libmicrohttpd and its TLS chain (gnutls, nettle, gmp, p11-kit: ~3 MB
+ * resident); in `needle` (NEEDLE_SERVE_EXEC) the command checks the options, then replaces
+ * itself with needle-serve from its own folder: same pid, signals and exit status. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,7 +17,7 @@
 #include "../cli.h"
 #include "serve.h"
 
-#ifdef NEEDLE_HAVE_HTTP
+#if defined(NEEDLE_HAVE_HTTP) && !defined(NEEDLE_SERVE_EXEC)
 
 /* The demo model's tools for the playground, when serving the default model. */
 static char *read_small_file(const char *path) {
@@ -38,7 +43,40 @@ static int is_demo_model(const char *path) {
     return 0;
 }
 
-#endif /* NEEDLE_HAVE_HTTP */
+#endif /* NEEDLE_HAVE_HTTP && !NEEDLE_SERVE_EXEC */
+
+#ifdef NEEDLE_SERVE_EXEC
+/* Runs needle-serve in place of this process with the same arguments: the one beside this
+ * executable (/proc/self/exe, else argv[0] when it is a path), else the one on PATH.
+ * Returns only on failure. */
+static int exec_server(char **argv) {
+    static const char helper[] = "needle-serve";
+    char self[4096], path[4096 + sizeof helper];
+    const char *dir_of = NULL;
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        dir_of = self;
+    } else if (strchr(argv[0], '/') && strlen(argv[0]) < sizeof self) {
+        dir_of = strcpy(self, argv[0]);
+    }
+    const char *slash = dir_of ? strrchr(dir_of, '/') : NULL;
+    fflush(NULL);
+    /* never a needle-serve of another build from PATH when this one's folder is known */
+    if (slash) {
+        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - dir_of), dir_of, helper);
+        argv[0] = path;
+        execv(path, argv);
+    } else {
+        argv[0] = (char *)helper;
+        execvp(helper, argv);
+    }
+    const char *tried = argv[0];
+    fprintf(stderr, "needle serve: cannot run %s: %s (the server is the needle-serve "
+            "executable, built and installed beside needle)\n", tried, strerror(errno));
+    return 1;
+}
+#endif
 
 static int run_serve(const cli_command *self, int argc, char **argv) {
     serve_config cfg = {.host = "127.0.0.1", .port = 8080, .parallel = 0, .queue = 64,
@@ -68,6 +106,9 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
     fprintf(stderr, "needle serve: this needle was built without HTTP support (libmicrohttpd "
             "was not found when it was configured; install libmicrohttpd-dev and rebuild)\n");
     return 1;
+#elif defined(NEEDLE_SERVE_EXEC)
+    (void)threads;
+    return exec_server(argv);
 #else
     const char *key_env = getenv("NEEDLE_API_KEY");
     if (!cfg.api_key && key_env && key_env[0]) cfg.api_key = key_env;
