@@ -11,9 +11,6 @@
 
 #ifdef NEEDLE_HAVE_LIBEDIT
 #include <histedit.h>
-#ifdef NEEDLE_LIBEDIT_SONAME
-#include <dlfcn.h>
-#endif
 #endif
 
 struct chat_input {
@@ -28,62 +25,9 @@ struct chat_input {
 };
 
 #ifdef NEEDLE_HAVE_LIBEDIT
-/* The libedit functions chat calls. With NEEDLE_LIBEDIT_SONAME (CMakeLists.txt) the library
- * is loaded the first time a terminal needs it, so that no other command maps it and its
- * dependencies; without it, the linked functions. */
-typedef struct editline_api {
-    EditLine *(*el_init)(const char *, FILE *, FILE *, FILE *);
-    int (*el_set)(EditLine *, int, ...);
-    int (*el_get)(EditLine *, int, ...);
-    int (*el_source)(EditLine *, const char *);
-    const char *(*el_gets)(EditLine *, int *);
-    void (*el_end)(EditLine *);
-    History *(*history_init)(void);
-    int (*history)(History *, HistEvent *, int, ...);
-    void (*history_end)(History *);
-} editline_api;
-
-static editline_api editline;
-
-#ifdef NEEDLE_LIBEDIT_SONAME
-/* dlsym's object pointer into a function pointer without the cast ISO C leaves undefined
- * (POSIX guarantees the representation). */
-static int bind_symbol(void *lib, const char *name, void *fn_ptr, size_t size) {
-    void *sym = dlsym(lib, name);
-    if (!sym || size != sizeof sym) return 0;
-    memcpy(fn_ptr, &sym, size);
-    return 1;
-}
-#define BIND(lib, f) bind_symbol(lib, #f, &editline.f, sizeof editline.f)
-
-/* Whether libedit is there to use (loaded once; kept for the process's life). */
-static int load_editline(void) {
-    static int state; /* 0 not tried, 1 loaded, -1 unavailable */
-    if (state) return state > 0;
-    state = -1;
-    void *lib = dlopen(NEEDLE_LIBEDIT_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return 0;
-    if (!(BIND(lib, el_init) && BIND(lib, el_set) && BIND(lib, el_get) &&
-          BIND(lib, el_source) && BIND(lib, el_gets) && BIND(lib, el_end) &&
-          BIND(lib, history_init) && BIND(lib, history) && BIND(lib, history_end))) {
-        dlclose(lib);
-        memset(&editline, 0, sizeof editline);
-        return 0;
-    }
-    state = 1;
-    return 1;
-}
-#else
-static int load_editline(void) {
-    editline = (editline_api){el_init,      el_set,  el_get,     el_source, el_gets,
-                              el_end,       history_init, history, history_end};
-    return 1;
-}
-#endif
-
 static char *show_prompt(EditLine *el) {
     chat_input *ci = NULL;
-    editline.el_get(el, EL_CLIENTDATA, &ci);
+    el_get(el, EL_CLIENTDATA, &ci);
     return (char *)(ci && ci->prompt ? ci->prompt : "");
 }
 
@@ -98,18 +42,17 @@ static void utf8_ctype(void) {
 
 static int open_editor(chat_input *ci) {
     HistEvent ev;
-    if (!load_editline()) return 0;
     utf8_ctype();
-    if (!(ci->hist = editline.history_init())) return 0;
-    editline.history(ci->hist, &ev, H_SETSIZE, 1000);
-    editline.history(ci->hist, &ev, H_SETUNIQUE, 1);
-    if (!(ci->el = editline.el_init("needle", ci->in, stderr, stderr))) return 0;
-    editline.el_set(ci->el, EL_CLIENTDATA, ci);
-    editline.el_set(ci->el, EL_PROMPT, show_prompt);
-    editline.el_set(ci->el, EL_EDITOR, "emacs");
-    editline.el_set(ci->el, EL_HIST, editline.history, ci->hist);
-    editline.el_set(ci->el, EL_SIGNAL, 1); /* the terminal is restored on Ctrl-C or Ctrl-Z */
-    editline.el_source(ci->el, NULL);      /* the user's ~/.editrc, if any */
+    if (!(ci->hist = history_init())) return 0;
+    history(ci->hist, &ev, H_SETSIZE, 1000);
+    history(ci->hist, &ev, H_SETUNIQUE, 1);
+    if (!(ci->el = el_init("needle", ci->in, stderr, stderr))) return 0;
+    el_set(ci->el, EL_CLIENTDATA, ci);
+    el_set(ci->el, EL_PROMPT, show_prompt);
+    el_set(ci->el, EL_EDITOR, "emacs");
+    el_set(ci->el, EL_HIST, history, ci->hist);
+    el_set(ci->el, EL_SIGNAL, 1); /* the terminal is restored on Ctrl-C or Ctrl-Z */
+    el_source(ci->el, NULL);      /* the user's ~/.editrc, if any */
     return 1;
 }
 #endif
@@ -120,8 +63,8 @@ chat_input *chat_input_open(FILE *in) {
     ci->in = in;
 #ifdef NEEDLE_HAVE_LIBEDIT
     if (isatty(fileno(in)) && isatty(fileno(stderr)) && !open_editor(ci)) {
-        if (ci->el) editline.el_end(ci->el);
-        if (ci->hist) editline.history_end(ci->hist);
+        if (ci->el) el_end(ci->el);
+        if (ci->hist) history_end(ci->hist);
         ci->el = NULL;
         ci->hist = NULL;
     }
@@ -134,7 +77,7 @@ const char *chat_input_read(chat_input *ci, const char *prompt, size_t *len) {
     if (ci->el) {
         int n = 0;
         ci->prompt = prompt;
-        const char *text = editline.el_gets(ci->el, &n);
+        const char *text = el_gets(ci->el, &n);
         if (!text || n <= 0) return NULL;
         size_t k = (size_t)n;
         if (k + 1 > ci->cap) {
@@ -163,7 +106,7 @@ const char *chat_input_read(chat_input *ci, const char *prompt, size_t *len) {
 void chat_input_remember(chat_input *ci, const char *line) {
 #ifdef NEEDLE_HAVE_LIBEDIT
     HistEvent ev;
-    if (ci->el && line[0]) editline.history(ci->hist, &ev, H_ENTER, line);
+    if (ci->el && line[0]) history(ci->hist, &ev, H_ENTER, line);
 #else
     (void)ci;
     (void)line;
@@ -173,18 +116,15 @@ void chat_input_remember(chat_input *ci, const char *line) {
 void chat_input_close(chat_input *ci) {
     if (!ci) return;
 #ifdef NEEDLE_HAVE_LIBEDIT
-    if (ci->el) editline.el_end(ci->el);
-    if (ci->hist) editline.history_end(ci->hist);
+    if (ci->el) el_end(ci->el);
+    if (ci->hist) history_end(ci->hist);
 #endif
     free(ci->line);
     free(ci);
 }
 
 const char *chat_input_kind(void) {
-#if defined(NEEDLE_LIBEDIT_SONAME)
-    return "libedit (" NEEDLE_LIBEDIT_SONAME ", loaded on a terminal; plain lines from pipes and "
-           "files, or when it cannot be loaded)";
-#elif defined(NEEDLE_HAVE_LIBEDIT)
+#ifdef NEEDLE_HAVE_LIBEDIT
     return "libedit (on a terminal; plain lines from pipes and files)";
 #else
     return "plain lines (built without libedit: no line editing; install libedit-dev and rebuild)";
