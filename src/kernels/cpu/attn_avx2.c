@@ -571,15 +571,20 @@ AVX2_FN int attn_block_avx2(const attn_kv *kv, uint32_t n0, uint32_t nt, const f
         return 0;
     if (kv->type == NEEDLE_KV_INT8 && (kv->col0 % 8 || attn_v_col0(kv) % 8 || kv->group % 8))
         return 0;
-    switch (kv->type) {
-    case NEEDLE_KV_F32:
-        block_typed(NEEDLE_KV_F32, kv, n0, nt, q, ld_q, nq, hd, scale, o, ld_o, scratch);
-        break;
-    case NEEDLE_KV_F16:
-        block_typed(NEEDLE_KV_F16, kv, n0, nt, q, ld_q, nq, hd, scale, o, ld_o, scratch);
-        break;
-    default:
-        block_typed(NEEDLE_KV_INT8, kv, n0, nt, q, ld_q, nq, hd, scale, o, ld_o, scratch);
+    for (uint32_t i0 = 0; i0 < nt; i0 += 8) {
+        const uint32_t n8 = nt - i0 < 8 ? nt - i0 : 8;
+        const float *qi = q + i0 * ld_q;
+        float *oi = o + i0 * ld_o;
+        switch (kv->type) {
+        case NEEDLE_KV_F32:
+            block_typed(NEEDLE_KV_F32, kv, n0 + i0, n8, qi, ld_q, nq, hd, scale, oi, ld_o, scratch);
+            break;
+        case NEEDLE_KV_F16:
+            block_typed(NEEDLE_KV_F16, kv, n0 + i0, n8, qi, ld_q, nq, hd, scale, oi, ld_o, scratch);
+            break;
+        default:
+            block_typed(NEEDLE_KV_INT8, kv, n0 + i0, n8, qi, ld_q, nq, hd, scale, oi, ld_o, scratch);
+        }
     }
     if (gate)
         for (uint32_t i = 0; i < nt; i++) gate_avx2(o + i * ld_o, gate + i * ld_g, nq * vd);
