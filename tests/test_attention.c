@@ -346,10 +346,124 @@ static void test_reads_only_its_head(void) {
         }
 }
 
+/* The prefill block kernels (attn.h attend_block) of every level that has one: blocks of
+ * nt tokens from position n0 (token i over slots [0, n0 + i]), each token against the
+ * double reference over its own positions with the tolerance above; ragged blocks (1..16
+ * tokens, first positions from 0, so the first token sees one key), 1..3 query heads,
+ * every precision, V heads as wide as K and not, strides between tokens wider than a
+ * token's heads, gated and not. A kernel writes only the nt tokens' heads, and declines
+ * (returns 0, writes nothing) the shapes it does not take: head widths not a multiple of
+ * 8, int8 heads off an 8-column boundary, more tokens or keys than a block holds. */
+static void check_block(const cpu_kernels *kern, const cache *c, uint32_t hd, uint32_t vd,
+                        uint32_t nq, uint32_t n0, uint32_t nt, int gated, float qmag) {
+    const uint32_t col0 = hd, v_col0 = vd;
+    attn_kv kv = view(c, col0);
+    const size_t elem = c->type == NEEDLE_KV_F32 ? 4 : c->type == NEEDLE_KV_F16 ? 2 : 1;
+    kv.v = (const char *)c->v + v_col0 * elem;
+    kv.v_dim = vd;
+    kv.v_col0 = v_col0;
+    const size_t ld_q = (size_t)nq * hd + 5, ld_o = (size_t)nq * vd + 3, ld_g = ld_o + 1;
+    float *q = malloc((nt + 1) * ld_q * sizeof *q);
+    float *gate = malloc((nt + 1) * ld_g * sizeof *gate);
+    float *o = malloc((nt + 1) * ld_o * sizeof *o);
+    float *scratch = malloc(attn_block_scratch_floats(hd, vd) * sizeof *scratch);
+    double *ref = malloc((size_t)nq * vd * sizeof *ref);
+    for (size_t i = 0; i < (nt + 1) * ld_q; i++) q[i] = rnd_float() * qmag;
+    for (size_t i = 0; i < (nt + 1) * ld_g; i++) gate[i] = rnd_float() * 4.0f;
+    for (size_t i = 0; i < (nt + 1) * ld_o; i++) o[i] = 12345.0f;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int done = kern->attend_block(&kv, n0, nt, q, ld_q, nq, hd, scale,
+                                        gated ? gate : NULL, ld_g, o, ld_o, scratch);
+    CHECK_MSG(done == 1, "%s kv%d qk %u v %u: block declined", kern->name, c->type, hd, vd);
+    const double vmax = fmax(1.0, max_abs(c->vf, (size_t)c->slots * c->row));
+    for (uint32_t i = 0; i < nt && done; i++) {
+        const attn_run runs[] = {{0, n0 + i + 1}};
+        double smax;
+        reference2(c, col0, v_col0, vd, runs, 1, q + i * ld_q, nq, hd, scale, ref, &smax);
+        const double lim = vmax * (TOL + SCORE_TOL * smax);
+        double err = 0;
+        for (uint32_t j = 0; j < nq * vd; j++) {
+            const double want = gated ? ref[j] / (1.0 + exp(-(double)gate[i * ld_g + j])) : ref[j];
+            err = fmax(err, fabs(o[i * ld_o + j] - want));
+        }
+        CHECK_MSG(err <= lim, "%s kv%d qk %u v %u nq %u n0 %u nt %u token %u: |o - ref| %.3g "
+                  "> %.3g", kern->name, c->type, hd, vd, nq, n0, nt, i, err, lim);
+    }
+    int untouched = 1;
+    for (uint32_t i = 0; i <= nt; i++)
+        for (size_t j = i < nt ? (size_t)nq * vd : 0; j < ld_o; j++)
+            untouched &= o[i * ld_o + j] == 12345.0f;
+    CHECK_MSG(untouched, "%s kv%d qk %u v %u nq %u n0 %u nt %u: wrote outside the tokens' "
+              "heads", kern->name, c->type, hd, vd, nq, n0, nt);
+    free(ref);
+    free(scratch);
+    free(o);
+    free(gate);
+    free(q);
+}
+
+/* A shape the block kernel must decline: returns 0 and leaves o alone. */
+static void check_declined(const cpu_kernels *kern, const attn_kv *kv, uint32_t n0,
+                           uint32_t nt, uint32_t hd, const char *why) {
+    const size_t ld = 2 * (size_t)ATTN_BLOCK_MAX_DIM;
+    float *q = calloc((nt + 1) * ld, sizeof *q), *o = malloc((nt + 1) * ld * sizeof *o);
+    float *scratch = malloc(attn_block_scratch_floats(ATTN_BLOCK_MAX_DIM, ATTN_BLOCK_MAX_DIM) *
+                            sizeof *scratch);
+    for (size_t i = 0; i < (nt + 1) * ld; i++) o[i] = 12345.0f;
+    const int done = kern->attend_block(kv, n0, nt, q, ld, 2, hd, 0.5f, NULL, ld, o, ld, scratch);
+    int untouched = 1;
+    for (size_t i = 0; i < (nt + 1) * ld; i++) untouched &= o[i] == 12345.0f;
+    CHECK_MSG(done == 0 && untouched, "%s: %s not declined", kern->name, why);
+    free(scratch);
+    free(o);
+    free(q);
+}
+
+static void test_prefill_blocks(void) {
+    const char *names[] = {"avx2", "avx512"};
+    int tested = 0;
+    for (size_t li = 0; li < sizeof names / sizeof names[0]; li++) {
+        const cpu_kernels *kern = cpu_kernels_named(names[li]);
+        if (!kern || !kern->attend_block) continue;
+        tested = 1;
+        const uint32_t shapes[][2] = {{64, 64}, {8, 8}, {24, 24}, {72, 72}, {32, 48}, {16, 8}};
+        const uint32_t blocks[][2] = {{0, 16}, {0, 1}, {5, 7}, {40, 9}, {100, 16}, {283, 13}};
+        const int32_t types[] = {NEEDLE_KV_F32, NEEDLE_KV_F16, NEEDLE_KV_INT8};
+        const uint32_t slots = 300;
+        for (size_t ti = 0; ti < 3; ti++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                const uint32_t hd = shapes[si][0], vd = shapes[si][1];
+                cache c = make_cache(types[ti], slots, 3 * (hd > vd ? hd : vd));
+                for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+                    const uint32_t nq = 1 + (uint32_t)(bi + si) % 3;
+                    /* big: scores of hundreds, most weights underflow */
+                    const float qmag = bi == 3 ? 60.0f : 1.0f;
+                    check_block(kern, &c, hd, vd, nq, blocks[bi][0], blocks[bi][1],
+                                (int)(bi + ti) % 2, qmag);
+                }
+                free_cache(&c);
+            }
+        cache c = make_cache(NEEDLE_KV_INT8, 40, 3 * 64);
+        attn_kv kv = view(&c, 64);
+        check_declined(kern, &kv, 0, ATTN_BLOCK_T + 1, 64, "a block of 17 tokens");
+        check_declined(kern, &kv, ATTN_BLOCK_MAX_KEYS - 3, 4, 64, "more keys than a block holds");
+        check_declined(kern, &kv, 0, 8, 12, "a head of 12 columns");
+        kv = view(&c, 4);
+        check_declined(kern, &kv, 0, 8, 64, "an int8 head at column 4");
+        free_cache(&c);
+        c = make_cache(NEEDLE_KV_F32, 40, 3 * 64);
+        kv = view(&c, 6);
+        check_declined(kern, &kv, 0, 8, 6, "a head of 6 columns");
+        free_cache(&c);
+    }
+    if (!tested) harness_skip("no kernel level here has a prefill block kernel");
+}
+
 int main(void) {
     find_levels();
     RUN(test_every_level_every_shape);
     RUN(test_reads_only_its_head);
     RUN(test_v_width_differs);
+    RUN(test_prefill_blocks);
     return test_summary();
 }

@@ -149,6 +149,10 @@ static int cpu_session_init(backend_ctx *s) {
     if (tmp < 2 * d) tmp = 2 * d;
     if (tmp < 2 * kvd) tmp = 2 * kvd;
     if (m->generation == 3 && tmp < cpu_ops3_scratch_floats(m)) tmp = cpu_ops3_scratch_floats(m);
+    /* prefill attention blocks (attend_kv_heads) keep their scores in this scratch */
+    if (m->generation != 3 && kern->attend_block &&
+        tmp < attn_block_scratch_floats(m->head_dim, m->head_dim))
+        tmp = attn_block_scratch_floats(m->head_dim, m->head_dim);
     /* engram header fields are only validated (and meaningful) when there are sites */
     c->eng_e = calloc(m->n_sites ? (size_t)m->n_tables * m->sub_dim : 1, sizeof(float));
     c->out_rot = calloc((size_t)s->chunk * m->embedding.cols_pad, sizeof(float));
@@ -394,6 +398,78 @@ typedef struct attend_args {
     size_t o_ld;
 } attend_args;
 
+/* Token i's K rows of heads [b0, b1) ZC-normed and rotated, then its K and V rows of those
+ * heads stored in the cache; its query heads of those K/V heads normed and rotated. */
+static void store_kv_rows(backend_ctx *s, const attend_args *x, uint32_t i, uint32_t b0,
+                          uint32_t b1) {
+    const model_weights *m = s->m;
+    const layer_weights *l = &m->layers[x->layer];
+    const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, kvd = m->kv_dim;
+    const uint32_t t = x->p0 + i, slot = kv_slot(s, t);
+    const float *cs = x->rope_cs + (size_t)i * hd;
+    float *k = x->k + (size_t)i * kvd;
+    for (uint32_t b = b0; b < b1; b++) {
+        nm_zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
+        nm_rope(k + b * hd, hd, cs);
+        float *qb = x->q + (size_t)i * m->attn_dim + (size_t)b * reps * hd;
+        for (uint32_t a = 0; a < reps; a++) {
+            nm_zc_norm(qb + a * hd, l->q_norm, hd, qb + a * hd);
+            nm_rope(qb + a * hd, hd, cs);
+        }
+    }
+    const size_t row = s->kv_layers[x->layer].row0 + slot;
+    cpu_kv_store(s, 0, row, b0 * hd, (b1 - b0) * hd, kvd, k + b0 * hd);
+    cpu_kv_store(s, 1, row, b0 * hd, (b1 - b0) * hd, kvd, x->v + (size_t)i * kvd + b0 * hd);
+}
+
+/* Token i's attention for K/V heads [b0, b1) with the one-token kernel (its K/V stored,
+ * its queries rotated); kv: the session's view, its head fields set here. */
+static void attend_token(backend_ctx *s, const attend_args *x, attn_kv *kv, uint32_t i,
+                         uint32_t b0, uint32_t b1, int thread) {
+    const model_weights *m = s->m;
+    const cpu_session *c = cs_of(s);
+    const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, A = m->attn_dim;
+    const size_t elem = s->kv_type == NEEDLE_KV_F32 ? 4 : s->kv_type == NEEDLE_KV_F16 ? 2 : 1;
+    const uint32_t t = x->p0 + i;
+    attn_run runs[3];
+    const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
+    const uint32_t n_runs = cpu_kv_runs(&s->kv_layers[x->layer], span.n_sink, span.tail0, t,
+                                        runs);
+    for (uint32_t b = b0; b < b1; b++) {
+        const float *qb = x->q + (size_t)i * A + (size_t)b * reps * hd;
+        float *ob = x->o + (size_t)i * x->o_ld + (size_t)b * reps * hd;
+        const float *gb = x->gate + (size_t)i * A + (size_t)b * reps * hd;
+        const size_t head0 = kv_index(s, x->layer, 0) + (size_t)b * hd;
+        kv->k = (const char *)s->k_cache + head0 * elem;
+        kv->v = (const char *)s->v_cache + head0 * elem;
+        kv->col0 = b * hd;
+        c->kern->attend(kv, runs, n_runs, qb, reps, hd, 1.0f / sqrtf((float)hd), gb,
+                        s->scores + (size_t)b * reps * s->kv_slots, s->kv_slots, ob,
+                        c->th[thread].tmp);
+    }
+}
+
+/* Whether the nt tokens from position t0 can attend as one block (attn.h): the level has
+ * a block kernel, and every position up to the last token's sits in the slot of its own
+ * index (the ring has not wrapped), so token t's keys are slots [0, t]. Depends only on
+ * the positions, never on the thread. */
+static int block_fits(const backend_ctx *s, uint32_t layer, uint32_t t0, uint32_t nt) {
+    const uint32_t last = t0 + nt - 1;
+    if (nt < 2 || !cs_of(s)->kern->attend_block || last >= ATTN_BLOCK_MAX_KEYS ||
+        kv_slot(s, last) != last)
+        return 0;
+    attn_run runs[3];
+    const nm_span span = nm_attention_span(last, s->n_sinks, s->window);
+    const uint32_t n_runs = cpu_kv_runs(&s->kv_layers[layer], span.n_sink, span.tail0, last,
+                                        runs);
+    uint32_t p = 0;
+    for (uint32_t r = 0; r < n_runs; r++) {
+        if (runs[r].slot != p) return 0;
+        p += runs[r].count;
+    }
+    return p == last + 1;
+}
+
 /* K/V heads [b0, b1) for every token of the chunk in order (§3.6): k ZC norm and RoPE,
  * append k, v to the cache, then for each query head of those K/V heads q ZC norm and
  * RoPE, softmax over the sinks and the window tail, o = sigmoid(gate) * sum_p w_p v_p.
@@ -404,7 +480,6 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
     const attend_args *x = ctx;
     const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
-    const layer_weights *l = &m->layers[x->layer];
     const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, kvd = m->kv_dim;
     const uint32_t A = m->attn_dim;
     const uint32_t b0 = item * x->kv_per_item;
@@ -419,37 +494,29 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
                   .scales_ld = KV_SCALE_GROUPS(kvd),
                   .group = KV_SCALE_GROUP,
                   .cold = x->n == 1};
-    for (uint32_t i = 0; i < x->n; i++) {
-        const uint32_t t = x->p0 + i, slot = kv_slot(s, t);
-        const float *cs = x->rope_cs + (size_t)i * hd;
-        float *k = x->k + (size_t)i * kvd;
-        for (uint32_t b = b0; b < b1; b++) {
-            nm_zc_norm(k + b * hd, l->k_norm, hd, k + b * hd);
-            nm_rope(k + b * hd, hd, cs);
-        }
-        const size_t row = s->kv_layers[x->layer].row0 + slot;
-        cpu_kv_store(s, 0, row, b0 * hd, (b1 - b0) * hd, kvd, k + b0 * hd);
-        cpu_kv_store(s, 1, row, b0 * hd, (b1 - b0) * hd, kvd,
-                     x->v + (size_t)i * kvd + b0 * hd);
-        attn_run runs[3];
-        const nm_span span = nm_attention_span(t, s->n_sinks, s->window);
-        const uint32_t n_runs = cpu_kv_runs(&s->kv_layers[x->layer], span.n_sink, span.tail0, t,
-                                            runs);
-        for (uint32_t b = b0; b < b1; b++) {
-            float *qb = x->q + (size_t)i * A + (size_t)b * reps * hd;
-            float *ob = x->o + (size_t)i * x->o_ld + (size_t)b * reps * hd;
-            const float *gb = x->gate + (size_t)i * A + (size_t)b * reps * hd;
-            for (uint32_t a = 0; a < reps; a++) {
-                nm_zc_norm(qb + a * hd, l->q_norm, hd, qb + a * hd);
-                nm_rope(qb + a * hd, hd, cs);
+    for (uint32_t i0 = 0; i0 < x->n; i0 += ATTN_BLOCK_T) {
+        const uint32_t nt = x->n - i0 < ATTN_BLOCK_T ? x->n - i0 : ATTN_BLOCK_T;
+        if (!block_fits(s, x->layer, x->p0 + i0, nt)) {
+            for (uint32_t i = i0; i < i0 + nt; i++) {
+                store_kv_rows(s, x, i, b0, b1);
+                attend_token(s, x, &kv, i, b0, b1, thread);
             }
+            continue;
+        }
+        /* every token's K/V first: a token's keys are the slots up to its own, and the
+         * later tokens' (fresh) slots are masked out of its scores */
+        for (uint32_t i = i0; i < i0 + nt; i++) store_kv_rows(s, x, i, b0, b1);
+        for (uint32_t b = b0; b < b1; b++) {
+            const size_t off = (size_t)i0 * A + (size_t)b * reps * hd;
             const size_t head0 = kv_index(s, x->layer, 0) + (size_t)b * hd;
             kv.k = (const char *)s->k_cache + head0 * elem;
             kv.v = (const char *)s->v_cache + head0 * elem;
             kv.col0 = b * hd;
-            c->kern->attend(&kv, runs, n_runs, qb, reps, hd, inv_scale, gb,
-                            s->scores + (size_t)b * reps * s->kv_slots, s->kv_slots, ob,
-                            c->th[thread].tmp);
+            if (!c->kern->attend_block(&kv, x->p0 + i0, nt, x->q + off, A, reps, hd, inv_scale,
+                                       x->gate + off, A,
+                                       x->o + (size_t)i0 * x->o_ld + (size_t)b * reps * hd,
+                                       x->o_ld, c->th[thread].tmp))
+                for (uint32_t i = i0; i < i0 + nt; i++) attend_token(s, x, &kv, i, b, b + 1, thread);
         }
     }
 }

@@ -79,4 +79,45 @@ void attn_neon(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const f
                uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
                float *o, float *tmp);
 
+/* ---- prefill blocks: the query heads of nt consecutive tokens at once -------------------
+ *
+ * Token i (0 <= i < nt) of the block attends to cache slots [0, n0 + i] (the positions
+ * before it and itself, each in the slot of its own index: a prefill that has not yet
+ * wrapped the ring). q: token i's [nq][hd] heads at q + i * ld_q; o and gate likewise with
+ * ld_o, ld_g ([nq][vd]); gate may be NULL. Scores and values are computed as small
+ * matrix products (a key row converted once for every token and head of the block), so a
+ * token's result is not bit-identical to the one-token kernel's, only equal to rounding,
+ * and depends only on its own inputs, the cache and the block it belongs to. `scratch`:
+ * attn_block_scratch_floats(hd, vd) floats. Returns 1, or 0 without writing anything
+ * when the shape is not one it takes (then the one-token kernel must be used). */
+#define ATTN_BLOCK_T 16         /* tokens per block */
+#define ATTN_BLOCK_MAX_KEYS 512 /* n0 + nt at most */
+#define ATTN_BLOCK_MAX_DIM 256  /* hd, vd at most */
+#define ATTN_BLOCK_KEY_TILE 32  /* key rows converted to floats at a time */
+
+typedef int (*attn_block_fn)(const attn_kv *kv, uint32_t n0, uint32_t nt, const float *q,
+                             size_t ld_q, uint32_t nq, uint32_t hd, float scale,
+                             const float *gate, size_t ld_g, float *o, size_t ld_o,
+                             float *scratch);
+
+static inline size_t attn_block_scratch_floats(uint32_t hd, uint32_t vd) {
+    const size_t wide = hd > vd ? hd : vd;
+    /* a pair of heads' scores of every key for the block's tokens, a converted key tile,
+     * the pair's queries and outputs side by side per token, the 1/sums */
+    return 2 * (size_t)ATTN_BLOCK_MAX_KEYS * ATTN_BLOCK_T + ATTN_BLOCK_KEY_TILE * wide +
+           2 * (size_t)ATTN_BLOCK_T * ((size_t)hd + vd) + 2 * ATTN_BLOCK_T;
+}
+
+/* The AVX2 block kernel (attn_avx2.c; x86 only, like attn_avx2): 8 tokens per vector, a
+ * block of more taken as blocks of 8. */
+int attn_block_avx2(const attn_kv *kv, uint32_t n0, uint32_t nt, const float *q, size_t ld_q,
+                    uint32_t nq, uint32_t hd, float scale, const float *gate, size_t ld_g,
+                    float *o, size_t ld_o, float *scratch);
+
+/* The AVX-512F block kernel (attn_block_avx512.c; x86 only, callable only where
+ * cpu_kernels_avx512() is non-NULL): the 16 tokens in one vector. */
+int attn_block_avx512(const attn_kv *kv, uint32_t n0, uint32_t nt, const float *q,
+                      size_t ld_q, uint32_t nq, uint32_t hd, float scale, const float *gate,
+                      size_t ld_g, float *o, size_t ld_o, float *scratch);
+
 #endif

@@ -374,6 +374,223 @@ AVX2_FN void attn_avx2(const attn_kv *kv, const attn_run *runs, uint32_t n_runs,
     if (gate) gate_avx2(o, gate, nq * attn_v_dim(kv, hd));
 }
 
+/* ---- prefill blocks (attn.h attn_block_avx2) ----------------------------------------
+ *
+ * The block's tokens sit in the 8 lanes of a vector: Qt holds each query column of the
+ * 8 tokens side by side, so a score vector (8 tokens x one key) is a sum over columns of
+ * Qt[j] times key element j broadcast: no horizontal sums, and a key row, converted to
+ * floats once per tile, serves all tokens and both heads of a pair. The softmax is then
+ * per lane (vertical max, exp, sum), and the values are Ot[c] = sum_k P[k] * v_k[c] with
+ * the weight vector P[k] of the 8 tokens times v_k[c] broadcast; Ot is written back per
+ * token at the end. A key after a token (causal) is masked to weight 0 in that lane. */
+
+/* rows [r0, r0 + nr) of a K or V head as floats, out[u * cols + j] (cols % 8 == 0) */
+AVX2_INLINE void block_tile(int32_t type, const void *base, size_t ld, const float *scales,
+                            size_t scales_ld, const uint32_t *gi, uint32_t r0, uint32_t nr,
+                            uint32_t cols, float *out) {
+    for (uint32_t u = 0; u < nr; u++) {
+        const void *row = row_at(type, base, (size_t)(r0 + u) * ld);
+        const float *sc = scales ? scales + (size_t)(r0 + u) * scales_ld : NULL;
+        for (uint32_t j = 0; j < cols; j += 8)
+            _mm256_storeu_ps(out + (size_t)u * cols + j, load8(type, row, sc, gi, j));
+    }
+}
+
+/* lanes (tokens) i with n0 + i < k: key k comes after them */
+AVX2_INLINE __m256 block_future(uint32_t k, uint32_t n0) {
+    const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmp_ps(lane, _mm256_set1_ps((float)(k - n0)), _CMP_LT_OQ);
+}
+
+AVX2_INLINE void block_store_score(float *st, uint32_t k, uint32_t n0, __m256 acc,
+                                   __m256 sv) {
+    __m256 s = _mm256_mul_ps(acc, sv);
+    if (k > n0) s = _mm256_blendv_ps(s, _mm256_set1_ps(-INFINITY), block_future(k, n0));
+    _mm256_storeu_ps(st + (size_t)k * 8, s);
+}
+
+/* st[a][k] = scale * <q_a, k_k> for the 8 tokens, heads a < NA, keys [0, nk) */
+AVX2_INLINE void block_scores(int32_t type, const attn_kv *kv, const uint32_t *gi,
+                              const float *qt, const int NA, uint32_t hd, uint32_t nk,
+                              uint32_t n0, float scale, float *tile, float *st, size_t ld_st) {
+    const __m256 sv = _mm256_set1_ps(scale);
+    for (uint32_t k0 = 0; k0 < nk; k0 += ATTN_BLOCK_KEY_TILE) {
+        const uint32_t nr = nk - k0 < ATTN_BLOCK_KEY_TILE ? nk - k0 : ATTN_BLOCK_KEY_TILE;
+        const float *kr;
+        size_t kld;
+        if (type == NEEDLE_KV_F32) {
+            kr = (const float *)kv->k + (size_t)k0 * kv->ld;
+            kld = kv->ld;
+        } else {
+            block_tile(type, kv->k, kv->ld, kv->k_scales, kv->scales_ld, gi, k0, nr, hd, tile);
+            kr = tile;
+            kld = hd;
+        }
+        uint32_t u = 0;
+        for (; u + 4 <= nr; u += 4) {
+            __m256 acc0[4], acc1[4];
+            ATTN_UNROLL4
+            for (int x = 0; x < 4; x++) acc0[x] = acc1[x] = _mm256_setzero_ps();
+            const float *r = kr + (size_t)u * kld;
+            for (uint32_t j = 0; j < hd; j++) {
+                const __m256 qa = _mm256_loadu_ps(qt + (size_t)j * 8);
+                const __m256 qb = NA > 1 ? _mm256_loadu_ps(qt + ((size_t)hd + j) * 8) : qa;
+                ATTN_UNROLL4
+                for (int x = 0; x < 4; x++) {
+                    const __m256 kb = _mm256_broadcast_ss(r + (size_t)x * kld + j);
+                    acc0[x] = _mm256_fmadd_ps(qa, kb, acc0[x]);
+                    if (NA > 1) acc1[x] = _mm256_fmadd_ps(qb, kb, acc1[x]);
+                }
+            }
+            ATTN_UNROLL4
+            for (uint32_t x = 0; x < 4; x++) {
+                block_store_score(st, k0 + u + x, n0, acc0[x], sv);
+                if (NA > 1) block_store_score(st + ld_st, k0 + u + x, n0, acc1[x], sv);
+            }
+        }
+        for (; u < nr; u++) {
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            const float *r = kr + (size_t)u * kld;
+            for (uint32_t j = 0; j < hd; j++) {
+                const __m256 kb = _mm256_broadcast_ss(r + j);
+                acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + (size_t)j * 8), kb, acc0);
+                if (NA > 1)
+                    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(qt + ((size_t)hd + j) * 8), kb, acc1);
+            }
+            block_store_score(st, k0 + u, n0, acc0, sv);
+            if (NA > 1) block_store_score(st + ld_st, k0 + u, n0, acc1, sv);
+        }
+    }
+}
+
+/* st := exp(st - max) per lane over keys [0, nk), masked keys 0; inv := 1 / sum */
+AVX2_INLINE void block_softmax(float *st, uint32_t nk, uint32_t n0, float *inv) {
+    __m256 m = _mm256_loadu_ps(st);
+    for (uint32_t k = 1; k < nk; k++) m = _mm256_max_ps(m, _mm256_loadu_ps(st + (size_t)k * 8));
+    __m256 sum = _mm256_setzero_ps();
+    for (uint32_t k = 0; k < nk; k++) {
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(st + (size_t)k * 8), m));
+        if (k > n0) e = _mm256_andnot_ps(block_future(k, n0), e);
+        _mm256_storeu_ps(st + (size_t)k * 8, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    _mm256_storeu_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), sum));
+}
+
+/* ot[a][c] += sum_k st[a][k] * v_k[c] for heads a < NA, keys [0, nk), columns [0, vd) */
+AVX2_INLINE void block_values(int32_t type, const attn_kv *kv, const uint32_t *gv,
+                              const int NA, uint32_t vd, uint32_t nk, const float *st,
+                              size_t ld_st, float *tile, float *ot) {
+    const void *v = kv->v;
+    for (uint32_t k0 = 0; k0 < nk; k0 += ATTN_BLOCK_KEY_TILE) {
+        const uint32_t nr = nk - k0 < ATTN_BLOCK_KEY_TILE ? nk - k0 : ATTN_BLOCK_KEY_TILE;
+        const float *vr;
+        size_t vld;
+        if (type == NEEDLE_KV_F32) {
+            vr = (const float *)v + (size_t)k0 * kv->ld;
+            vld = kv->ld;
+        } else {
+            block_tile(type, v, kv->ld, kv->v_scales, kv->scales_ld, gv, k0, nr, vd, tile);
+            vr = tile;
+            vld = vd;
+        }
+        const float *p0 = st + (size_t)k0 * 8, *p1 = p0 + ld_st;
+        for (uint32_t c = 0; c < vd; c += 4) {
+            __m256 acc0[4], acc1[4];
+            ATTN_UNROLL4
+            for (uint32_t x = 0; x < 4; x++) {
+                acc0[x] = _mm256_loadu_ps(ot + (size_t)(c + x) * 8);
+                acc1[x] = NA > 1 ? _mm256_loadu_ps(ot + ((size_t)vd + c + x) * 8) : acc0[x];
+            }
+            for (uint32_t u = 0; u < nr; u++) {
+                const __m256 pa = _mm256_loadu_ps(p0 + (size_t)u * 8);
+                const __m256 pb = NA > 1 ? _mm256_loadu_ps(p1 + (size_t)u * 8) : pa;
+                const float *r = vr + (size_t)u * vld + c;
+                ATTN_UNROLL4
+                for (uint32_t x = 0; x < 4; x++) {
+                    const __m256 vb = _mm256_broadcast_ss(r + x);
+                    acc0[x] = _mm256_fmadd_ps(pa, vb, acc0[x]);
+                    if (NA > 1) acc1[x] = _mm256_fmadd_ps(pb, vb, acc1[x]);
+                }
+            }
+            ATTN_UNROLL4
+            for (uint32_t x = 0; x < 4; x++) {
+                _mm256_storeu_ps(ot + (size_t)(c + x) * 8, acc0[x]);
+                if (NA > 1) _mm256_storeu_ps(ot + ((size_t)vd + c + x) * 8, acc1[x]);
+            }
+        }
+    }
+}
+
+AVX2_INLINE void block_typed(int32_t type, const attn_kv *kv, uint32_t n0, uint32_t nt,
+                             const float *q, size_t ld_q, uint32_t nq, uint32_t hd,
+                             float scale, float *o, size_t ld_o, float *scratch) {
+    const uint32_t vd = attn_v_dim(kv, hd), nk = n0 + nt;
+    const size_t ld_st = (size_t)ATTN_BLOCK_MAX_KEYS * 8;
+    float *st = scratch, *tile = st + 2 * ld_st;
+    float *qt = tile + (size_t)ATTN_BLOCK_KEY_TILE * (hd > vd ? hd : vd);
+    float *ot = qt + 2 * (size_t)hd * 8, *inv = ot + 2 * (size_t)vd * 8;
+    uint32_t gi[ATTN_MAX_BLOCKS], gv[ATTN_MAX_BLOCKS];
+    if (type == NEEDLE_KV_INT8) {
+        for (uint32_t j = 0; j < hd; j += 8) gi[j / 8] = (kv->col0 + j) / kv->group;
+        for (uint32_t j = 0; j < vd; j += 8) gv[j / 8] = (attn_v_col0(kv) + j) / kv->group;
+    }
+    for (uint32_t a0 = 0; a0 < nq; a0 += 2) {
+        const uint32_t na = nq - a0 < 2 ? nq - a0 : 2;
+        /* the lanes of tokens past nt hold zero queries: finite scores, outputs unused */
+        for (uint32_t a = 0; a < na; a++)
+            for (uint32_t j = 0; j < hd; j++)
+                for (uint32_t i = 0; i < 8; i++)
+                    qt[((size_t)a * hd + j) * 8 + i] =
+                        i < nt ? q[i * ld_q + (size_t)(a0 + a) * hd + j] : 0.0f;
+        memset(ot, 0, 2 * (size_t)vd * 8 * sizeof *ot);
+        if (na == 2) {
+            block_scores(type, kv, gi, qt, 2, hd, nk, n0, scale, tile, st, ld_st);
+        } else {
+            block_scores(type, kv, gi, qt, 1, hd, nk, n0, scale, tile, st, ld_st);
+        }
+        for (uint32_t a = 0; a < na; a++) block_softmax(st + a * ld_st, nk, n0, inv + a * 8);
+        if (na == 2) block_values(type, kv, gv, 2, vd, nk, st, ld_st, tile, ot);
+        else block_values(type, kv, gv, 1, vd, nk, st, ld_st, tile, ot);
+        for (uint32_t i = 0; i < nt; i++)
+            for (uint32_t a = 0; a < na; a++) {
+                float *oa = o + i * ld_o + (size_t)(a0 + a) * vd;
+                const float s = inv[a * 8 + i];
+                for (uint32_t c = 0; c < vd; c++) oa[c] = ot[((size_t)a * vd + c) * 8 + i] * s;
+            }
+    }
+}
+
+AVX2_FN int attn_block_avx2(const attn_kv *kv, uint32_t n0, uint32_t nt, const float *q,
+                            size_t ld_q, uint32_t nq, uint32_t hd, float scale,
+                            const float *gate, size_t ld_g, float *o, size_t ld_o,
+                            float *scratch) {
+    const uint32_t vd = attn_v_dim(kv, hd);
+    if (nt == 0 || nt > ATTN_BLOCK_T || n0 + nt > ATTN_BLOCK_MAX_KEYS || hd % 8 || vd % 8 ||
+        hd == 0 || vd == 0 || hd > ATTN_BLOCK_MAX_DIM || vd > ATTN_BLOCK_MAX_DIM)
+        return 0;
+    if (kv->type == NEEDLE_KV_INT8 && (kv->col0 % 8 || attn_v_col0(kv) % 8 || kv->group % 8))
+        return 0;
+    for (uint32_t i0 = 0; i0 < nt; i0 += 8) {
+        const uint32_t n8 = nt - i0 < 8 ? nt - i0 : 8;
+        const float *qi = q + i0 * ld_q;
+        float *oi = o + i0 * ld_o;
+        switch (kv->type) {
+        case NEEDLE_KV_F32:
+            block_typed(NEEDLE_KV_F32, kv, n0 + i0, n8, qi, ld_q, nq, hd, scale, oi, ld_o, scratch);
+            break;
+        case NEEDLE_KV_F16:
+            block_typed(NEEDLE_KV_F16, kv, n0 + i0, n8, qi, ld_q, nq, hd, scale, oi, ld_o, scratch);
+            break;
+        default:
+            block_typed(NEEDLE_KV_INT8, kv, n0 + i0, n8, qi, ld_q, nq, hd, scale, oi, ld_o, scratch);
+        }
+    }
+    if (gate)
+        for (uint32_t i = 0; i < nt; i++) gate_avx2(o + i * ld_o, gate + i * ld_g, nq * vd);
+    return 1;
+}
+
 #else
 
 /* ISO C forbids an empty translation unit */

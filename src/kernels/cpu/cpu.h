@@ -62,6 +62,8 @@ typedef struct cpu_kernels {
     void (*axpy)(float *y, float a, const float *x, uint32_t n);
     /* The query heads of one K/V head against the cache (kernels/cpu/attn.h). */
     attn_fn attend;
+    /* Prefill blocks of tokens (kernels/cpu/attn.h); NULL where the level has none. */
+    attn_block_fn attend_block;
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;

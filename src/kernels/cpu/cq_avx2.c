@@ -548,6 +548,7 @@ static const cpu_kernels avx2_table = {
     .dot = avx2_dot,
     .axpy = avx2_axpy,
     .attend = attn_avx2,
+    .attend_block = attn_block_avx2,
 };
 
 /* CPUID: AVX2 (leaf 7 EBX bit 5), FMA and F16C (leaf 1 ECX bits 12, 29), and the OS

@@ -15,6 +15,7 @@
  * from the AVX2 level (8 lanes) and the plain kernel at float rounding level. */
 #include <pthread.h>
 
+#include "kernels/cpu/attn.h"
 #include "kernels/cpu/cq_decode_avx512.h"
 #include "kernels/cpu/cq_gemm.h"
 
@@ -134,6 +135,7 @@ static void avx512_init(void) {
     avx512_table = *base;
     avx512_table.name = "avx512";
     avx512_table.matmul = avx512_matmul;
+    avx512_table.attend_block = attn_block_avx512; /* kernels/cpu/attn.h */
     avx512_ok = 1;
 }
 
