@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "kernels/cpu/a8.h"
 #include "kernels/cpu/lane_math.h"
+#include "kernels/cpu/lane_wide.h"
 #include "backend/cpu_ops3.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -35,6 +36,7 @@ typedef struct cpu_session {
     cpu_pool *pool;
     const cpu_kernels *kern;
     const a8_kernels *a8; /* W·A8 kernels of the same level (used when s->a8) */
+    const lane_wide_kernels *lane_wide; /* 4-lane write in AVX2/AVX-512, or NULL */
     int n_threads;     /* the pool's, the caller included */
     cpu_scratch *th;   /* [n_threads] */
     float *th_mem;     /* backs every th[i] */
@@ -169,6 +171,7 @@ static int cpu_session_init(backend_ctx *s) {
     c->kern = cpu_pool_kernels(c->pool);
     c->a8 = a8_kernels_named(c->kern->name);
     if (!c->a8) c->a8 = &a8_kernels_scalar;
+    c->lane_wide = m->n_lanes == 4 ? lane_wide_kernels_named(c->kern->name) : NULL;
     if (s->a8) {
         const cq_matrix *act[] = {&m->layers[0].q_proj, &m->layers[0].out_proj, &m->embedding,
                                   m->n_sites ? &m->sites[0].key_proj : &m->embedding,
@@ -551,9 +554,12 @@ typedef struct lane_write_args {
     float *lanes;
 } lane_write_args;
 
-/* Tokens per lane-write item: with 4 lanes, a group's Sinkhorns run interleaved. */
-static uint32_t lane_write_group(const model_weights *m) {
-    return m->n_lanes == 4 ? LANE_SINKHORN_BATCH : 1;
+/* Tokens per lane-write item: with 4 lanes, a group's Sinkhorns run interleaved (as many
+ * as fill the wide kernels' vectors). */
+static uint32_t lane_write_group(const backend_ctx *s) {
+    const lane_wide_kernels *w = cs_of(s)->lane_wide;
+    if (w) return w->sinkhorn_batch;
+    return s->m->n_lanes == 4 ? LANE_SINKHORN_BATCH : 1;
 }
 
 /* Tokens [g * group, ...) of the chunk: y = block output - u, the post weights and the
@@ -563,9 +569,10 @@ static void lane_write_tokens(backend_ctx *s, const void *ctx, uint32_t g, int t
     const model_weights *m = s->m;
     const uint32_t li = a->li;
     const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
-    const uint32_t my_lane = li % nl, group = lane_write_group(m);
+    const uint32_t my_lane = li % nl, group = lane_write_group(s);
+    const lane_wide_kernels *wide = cs_of(s)->lane_wide;
     const uint32_t t0 = g * group, count = a->n - t0 < group ? a->n - t0 : group;
-    float hpost[LANE_SINKHORN_BATCH][64], P[64 * 64]; /* group > 1 only for 4 lanes */
+    float hpost[LANE_WIDE_MAX_BATCH][64], P[64 * 64]; /* group > 1 only for 4 lanes */
     for (uint32_t j = 0; j < count; j++) {
         const uint32_t i = t0 + j;
         const float *x = a->x_all + (size_t)i * d, *u = a->u_all + (size_t)i * d;
@@ -582,11 +589,17 @@ static void lane_write_tokens(backend_ctx *s, const void *ctx, uint32_t g, int t
         for (uint32_t k = 0; k < nl * nl; k++)
             Pj[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
     }
-    if (group > 1) lane_sinkhorn4_batch(P, count);
+    /* one token (decode) has no other to interleave with: the 4-wide chain is as short */
+    if (wide && count > 1) wide->sinkhorn4(P, count);
+    else if (group > 1) lane_sinkhorn4_batch(P, count);
     else lane_sinkhorn(P, nl);
     for (uint32_t j = 0; j < count; j++) {
         const uint32_t i = t0 + j;
         const float *y = a->mlp + (size_t)i * d, *Pj = P + (size_t)j * nl * nl;
+        if (wide) {
+            wide->rewrite4(a->lanes + (size_t)i * nd, y, Pj, hpost[j], d);
+            continue;
+        }
         /* lane r, column k: hpost[r] * y[k] + sum over c of P[r][c] * old lane c, column
          * k. A column's new values need only its old ones, so the lanes are rewritten a
          * block of columns at a time from a copy of that block (one pass over the lanes) */
@@ -618,7 +631,7 @@ static void cpu_lane_write(backend_ctx *s, uint32_t li, uint32_t n,
                            const float *mix_all, const float *x_all, float *mlp,
                            const float *u_all, float *lanes) {
     const lane_write_args a = {li, n, mix_all, x_all, mlp, u_all, lanes};
-    const uint32_t group = lane_write_group(s->m);
+    const uint32_t group = lane_write_group(s);
     par_for(s, (n + group - 1) / group, lane_write_tokens, &a);
 }
 
