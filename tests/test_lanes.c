@@ -231,6 +231,53 @@ static void test_wide_lane_write_bit_identical(void) {
     if (!tested) harness_skip("no AVX2 or AVX-512 lane kernels on this build or CPU");
 }
 
+/* The lane read's weighted sum (from 0, lanes in order) and the lane norm of several rows
+ * at once (nm_rms_unit of each), on widths with and without a tail, row counts 1..batch. */
+static void test_wide_lane_read_and_norm_bit_identical(void) {
+    const char *levels[] = {"avx2", "avx512"};
+    int tested = 0;
+    for (size_t lv = 0; lv < sizeof levels / sizeof *levels; lv++) {
+        const lane_wide_kernels *w = lane_wide_kernels_named(levels[lv]);
+        if (!w) continue;
+        tested++;
+        const uint32_t widths[] = {1, 7, 8, 21, 512};
+        for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+            const uint32_t d = widths[wi];
+            float X[4 * 512], u[512], bx[512], want[512], wts[4];
+            for (uint32_t k = 0; k < 4 * d; k++)
+                X[k] = 4.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+            for (int r = 0; r < 4; r++) wts[r] = (float)(rng_next() >> 8) / 16777216.0f;
+            for (uint32_t k = 0; k < d; k++) {
+                float acc = 0.0f;
+                for (int r = 0; r < 4; r++) acc += wts[r] * X[(size_t)r * d + k];
+                want[k] = acc;
+            }
+            w->read4(X, wts, d, u, bx);
+            CHECK_MSG(memcmp(u, want, d * sizeof *u) == 0 && memcmp(bx, want, d * sizeof *bx) == 0,
+                      "%s: read of width %u", w->name, d);
+        }
+        const uint32_t lengths[] = {3, 8, 203, 2048};
+        static float rows[LANE_NORM_BATCH * 2056], got[LANE_NORM_BATCH * 2056], one[2056];
+        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+            const uint32_t n = lengths[li];
+            const size_t ld_x = n + 3, ld_out = n + 5; /* strides other than n */
+            for (uint32_t count = 1; count <= LANE_NORM_BATCH; count++) {
+                for (size_t k = 0; k < count * ld_x; k++)
+                    rows[k] = 6.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+                w->rms_unit_rows(rows, ld_x, n, count, got, ld_out);
+                uint32_t bad = 0;
+                for (uint32_t t = 0; t < count; t++) {
+                    nm_rms_unit(rows + t * ld_x, n, one);
+                    if (memcmp(one, got + t * ld_out, n * sizeof *one)) bad++;
+                }
+                CHECK_MSG(bad == 0, "%s: norm of %u rows of %u: %u differ", w->name, count, n,
+                          bad);
+            }
+        }
+    }
+    if (!tested) harness_skip("no AVX2 or AVX-512 lane kernels on this build or CPU");
+}
+
 /* the Hadamard MLP's gate: every element as the scalar formula gives it (odd lengths: the
  * vector part then a tail), and within a few ulp of v * sigmoid(v) in double */
 static void test_hada_gate(void) {
@@ -291,6 +338,7 @@ int main(void) {
     RUN(test_sinkhorn_against_double);
     RUN(test_vector_sinkhorn_bit_identical);
     RUN(test_wide_lane_write_bit_identical);
+    RUN(test_wide_lane_read_and_norm_bit_identical);
     RUN(test_hada_gate);
     RUN(test_mean_square_order);
     return test_summary();

@@ -320,24 +320,38 @@ static void cpu_engram_conv(backend_ctx *s, const engram_site *es, float *ring,
 typedef struct lane_norm_args {
     const float *lanes;
     float *nx;
+    uint32_t n;
 } lane_norm_args;
 
-static void lane_norm_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
+/* Tokens per lane-norm item: the wide kernels norm several at once (their sums of squares
+ * are latency-bound chains that interleave). */
+static uint32_t lane_norm_group(const backend_ctx *s) {
+    return cs_of(s)->lane_wide ? LANE_NORM_BATCH : 1;
+}
+
+static void lane_norm_tokens(backend_ctx *s, const void *ctx, uint32_t g, int thread) {
     (void)thread;
     const lane_norm_args *a = ctx;
     const model_weights *m = s->m;
-    const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad;
-    float *out = a->nx + (size_t)i * ld;
-    nm_rms_unit(a->lanes + (size_t)i * nd, nd, out);
-    /* Needle 3 quantizes the normed lanes for the phi products (a QAT point); Needle 2
-     * does not */
-    if (m->generation == 3) cpu_act_rotate(s, &m->phi_pre, out, out);
-    else cs_of(s)->kern->rotate(&m->phi_pre, out, out);
+    const lane_wide_kernels *wide = cs_of(s)->lane_wide;
+    const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad, group = lane_norm_group(s);
+    const uint32_t t0 = g * group, count = a->n - t0 < group ? a->n - t0 : group;
+    if (wide) wide->rms_unit_rows(a->lanes + (size_t)t0 * nd, nd, nd, count,
+                                  a->nx + (size_t)t0 * ld, ld);
+    for (uint32_t i = t0; i < t0 + count; i++) {
+        float *out = a->nx + (size_t)i * ld;
+        if (!wide) nm_rms_unit(a->lanes + (size_t)i * nd, nd, out);
+        /* Needle 3 quantizes the normed lanes for the phi products (a QAT point); Needle 2
+         * does not */
+        if (m->generation == 3) cpu_act_rotate(s, &m->phi_pre, out, out);
+        else cs_of(s)->kern->rotate(&m->phi_pre, out, out);
+    }
 }
 
 static void cpu_lane_norm(backend_ctx *s, const float *lanes, uint32_t n, float *nx) {
-    const lane_norm_args a = {lanes, nx};
-    par_for(s, n, lane_norm_token, &a);
+    const lane_norm_args a = {lanes, nx, n};
+    const uint32_t group = lane_norm_group(s);
+    par_for(s, (n + group - 1) / group, lane_norm_tokens, &a);
 }
 
 typedef struct lane_read_args {
@@ -357,13 +371,18 @@ static void lane_read_token(backend_ctx *s, const void *ctx, uint32_t i, int thr
     const float *mix = a->mix_all + (size_t)i * mix_ld;
     const float *X = a->lanes + (size_t)i * nd;
     float *u = a->u_all + (size_t)i * d, *bx = a->bx_all + (size_t)i * d;
-    memset(u, 0, d * sizeof *u);
-    for (uint32_t r = 0; r < nl; r++) {
-        float w = nm_sigmoid(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] +
-                             nm_lane_pre_offset(r, my_lane));
-        for (uint32_t k = 0; k < d; k++) u[k] += w * X[(size_t)r * d + k];
+    float w[64]; /* n_lanes <= 64 (model load) */
+    for (uint32_t r = 0; r < nl; r++)
+        w[r] = nm_sigmoid(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] +
+                          nm_lane_pre_offset(r, my_lane));
+    if (c->lane_wide) {
+        c->lane_wide->read4(X, w, d, u, bx);
+    } else {
+        memset(u, 0, d * sizeof *u);
+        for (uint32_t r = 0; r < nl; r++)
+            for (uint32_t k = 0; k < d; k++) u[k] += w[r] * X[(size_t)r * d + k];
+        memcpy(bx, u, d * sizeof *bx);
     }
-    memcpy(bx, u, d * sizeof *bx);
     if (a->ek_all) {
         const float *ek = a->ek_all + (size_t)i * d, *ev = a->ev_all + (size_t)i * d;
         float *ru = c->th[thread].tmp, *rk = c->th[thread].tmp + d;

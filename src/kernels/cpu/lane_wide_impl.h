@@ -74,7 +74,9 @@ static inline WFN void WNAME(transpose)(WV v[4]) {
 
 /* Vector groups interleaved: one Sinkhorn is a chain of dependent steps, and the steps of
  * independent groups fill the time each waits on the one before. */
+#ifndef WGROUPS
 #define WGROUPS 4
+#endif
 
 static WFN void WNAME(sinkhorn4)(float *P, uint32_t count) {
     WV v[WGROUPS][4];
@@ -130,6 +132,29 @@ static WFN void WNAME(rewrite4)(float *X, const float *y, const float *P, const 
             for (int c = 0; c < 4; c++) acc += P[4 * r + c] * o[c];
             rows[r][k] = acc;
         }
+    }
+}
+
+/* u = bx = sum over r of w[r] * X[r], accumulated from 0 in the order r = 0..3 */
+static WFN void WNAME(read4)(const float *X, const float *w, uint32_t d, float *u, float *bx) {
+    const float *X0 = X, *X1 = X + d, *X2 = X + 2 * (size_t)d, *X3 = X + 3 * (size_t)d;
+    const WV w0 = WV_SET(w[0]), w1 = WV_SET(w[1]), w2 = WV_SET(w[2]), w3 = WV_SET(w[3]);
+    uint32_t k = 0;
+    for (; k + WIDTH <= d; k += WIDTH) {
+        WV acc = WV_ADD(WV_SET(0.0f), WV_MUL(w0, WV_LOAD(X0 + k)));
+        acc = WV_ADD(acc, WV_MUL(w1, WV_LOAD(X1 + k)));
+        acc = WV_ADD(acc, WV_MUL(w2, WV_LOAD(X2 + k)));
+        acc = WV_ADD(acc, WV_MUL(w3, WV_LOAD(X3 + k)));
+        WV_STORE(u + k, acc);
+        WV_STORE(bx + k, acc);
+    }
+    for (; k < d; k++) {
+        float acc = 0.0f;
+        acc += w[0] * X0[k];
+        acc += w[1] * X1[k];
+        acc += w[2] * X2[k];
+        acc += w[3] * X3[k];
+        u[k] = bx[k] = acc;
     }
 }
 

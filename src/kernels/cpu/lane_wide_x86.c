@@ -2,6 +2,7 @@
  * (two tokens to a vector) and AVX-512F (four). Functions carry target attributes, as in
  * the other x86 kernels, and run only after the kernel level's CPU probe. The build is
  * ISO C (-ffp-contract=off), so no multiply-add is fused: the bits are the portable ones. */
+#include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
@@ -103,13 +104,49 @@
 #define WV_SHUFFLE(a, b, imm) _mm512_shuffle_ps(a, b, imm)
 #include "kernels/cpu/lane_wide_impl.h"
 
+/* nm_rms_unit of up to LANE_NORM_BATCH rows: nm_mean_square's eight partial sums (element i
+ * into sum i % 8) are one 8-float vector, a row's sums a chain of adds four cycles apart;
+ * rows side by side fill those cycles. The same code serves the AVX-512 level: the order of
+ * the sums fixes the width at eight. */
+__attribute__((target("avx2"))) static void avx2_rms_unit_rows(const float *x, size_t ld_x,
+                                                               uint32_t n, uint32_t count,
+                                                               float *out, size_t ld_out) {
+    __m256 acc[LANE_NORM_BATCH];
+    for (uint32_t t = 0; t < LANE_NORM_BATCH; t++) acc[t] = _mm256_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (uint32_t t = 0; t < count; t++) {
+            const __m256 v = _mm256_loadu_ps(x + t * ld_x + i);
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(v, v));
+        }
+    for (uint32_t t = 0; t < count; t++) {
+        const float *row = x + t * ld_x;
+        float a[8];
+        _mm256_storeu_ps(a, acc[t]);
+        for (uint32_t j = 0; i + j < n; j++) {
+            const float sq = row[i + j] * row[i + j];
+            a[j] += sq;
+        }
+        const float lo = (a[0] + a[1]) + (a[2] + a[3]);
+        const float hi = (a[4] + a[5]) + (a[6] + a[7]);
+        const float inv = 1.0f / sqrtf((lo + hi) / (float)n + NM_NORM_EPS);
+        const __m256 vinv = _mm256_set1_ps(inv);
+        float *o = out + t * ld_out;
+        uint32_t k = 0;
+        for (; k + 8 <= n; k += 8) _mm256_storeu_ps(o + k, _mm256_mul_ps(_mm256_loadu_ps(row + k), vinv));
+        for (; k < n; k++) o[k] = row[k] * inv;
+    }
+}
+
 static const lane_wide_kernels avx2_table = {
     .name = "avx2", .sinkhorn_batch = 8,
     .sinkhorn4 = avx2_lane_sinkhorn4, .rewrite4 = avx2_lane_rewrite4,
+    .read4 = avx2_lane_read4, .rms_unit_rows = avx2_rms_unit_rows,
 };
 static const lane_wide_kernels avx512_table = {
     .name = "avx512", .sinkhorn_batch = 16,
     .sinkhorn4 = avx512_lane_sinkhorn4, .rewrite4 = avx512_lane_rewrite4,
+    .read4 = avx512_lane_read4, .rms_unit_rows = avx2_rms_unit_rows,
 };
 
 const lane_wide_kernels *lane_wide_kernels_named(const char *name) {
