@@ -231,9 +231,10 @@ static void test_wide_lane_write_bit_identical(void) {
     if (!tested) harness_skip("no AVX2 or AVX-512 lane kernels on this build or CPU");
 }
 
-/* The lane read's weighted sum (from 0, lanes in order) and the lane norm of several rows
- * at once (nm_rms_unit of each), on widths with and without a tail, row counts 1..batch. */
-static void test_wide_lane_read_and_norm_bit_identical(void) {
+/* The lane read's weighted sum (from 0, lanes in order), the lane norm of several rows at
+ * once (nm_rms_unit of each), on widths with and without a tail, row counts 1..batch, and
+ * the Hadamard gate as lane_hada_gate. */
+static void test_wide_lane_read_norm_gate_bit_identical(void) {
     const char *levels[] = {"avx2", "avx512"};
     int tested = 0;
     for (size_t lv = 0; lv < sizeof levels / sizeof *levels; lv++) {
@@ -273,6 +274,19 @@ static void test_wide_lane_read_and_norm_bit_identical(void) {
                 CHECK_MSG(bad == 0, "%s: norm of %u rows of %u: %u differ", w->name, count, n,
                           bad);
             }
+        }
+        /* the gate, |v| up to 200: past both exp clamps */
+        const uint32_t gate_lengths[] = {1, 13, 64, 1024};
+        for (size_t gi = 0; gi < sizeof gate_lengths / sizeof *gate_lengths; gi++) {
+            const uint32_t n = gate_lengths[gi];
+            static float z[1024], zw[1024], d2[1024];
+            for (uint32_t k = 0; k < n; k++) {
+                z[k] = zw[k] = 400.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+                d2[k] = 2.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+            }
+            lane_hada_gate(z, d2, 0.03125f, n);
+            w->hada_gate(zw, d2, 0.03125f, n);
+            CHECK_MSG(memcmp(z, zw, n * sizeof *z) == 0, "%s: gate of %u", w->name, n);
         }
     }
     if (!tested) harness_skip("no AVX2 or AVX-512 lane kernels on this build or CPU");
@@ -338,7 +352,7 @@ int main(void) {
     RUN(test_sinkhorn_against_double);
     RUN(test_vector_sinkhorn_bit_identical);
     RUN(test_wide_lane_write_bit_identical);
-    RUN(test_wide_lane_read_and_norm_bit_identical);
+    RUN(test_wide_lane_read_norm_gate_bit_identical);
     RUN(test_hada_gate);
     RUN(test_mean_square_order);
     return test_summary();

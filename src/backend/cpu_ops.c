@@ -171,6 +171,7 @@ static int cpu_session_init(backend_ctx *s) {
     c->kern = cpu_pool_kernels(c->pool);
     c->a8 = a8_kernels_named(c->kern->name);
     if (!c->a8) c->a8 = &a8_kernels_scalar;
+    /* the AVX2/AVX-512 lane ops (their 4-lane write and read need n_lanes 4) */
     c->lane_wide = m->n_lanes == 4 ? lane_wide_kernels_named(c->kern->name) : NULL;
     if (s->a8) {
         const cq_matrix *act[] = {&m->layers[0].q_proj, &m->layers[0].out_proj, &m->embedding,
@@ -554,7 +555,9 @@ static void hadamard_token(backend_ctx *s, const void *ctx, uint32_t t, int thre
     float *out = a->out_all + (size_t)t * d;
     for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
     c->kern->fwht(z, N);
-    lane_hada_gate(z, l->d2, scale, N); /* v = d2 * z * scale, z = v * sigmoid(v) */
+    /* v = d2 * z * scale, z = v * sigmoid(v) */
+    if (c->lane_wide) c->lane_wide->hada_gate(z, l->d2, scale, N);
+    else lane_hada_gate(z, l->d2, scale, N);
     c->kern->fwht(z, N);
     for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
 }

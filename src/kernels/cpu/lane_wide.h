@@ -1,7 +1,8 @@
 /* The 4-lane mHC ops (§3.4) in AVX2 and AVX-512 vectors: the Sinkhorn of several tokens
  * at once, several tokens to a vector, and the lane rewrite in one pass over the lanes.
  *
- * Also the lane read's weighted sum and the lane norm of several tokens at once. All give
+ * Also the lane read's weighted sum, the lane norm of several tokens at once and the
+ * Hadamard MLP's gate (the same exp, over wider vectors). All give
  * exactly the bits of the portable code (nm_sinkhorn, nm_rms_unit, and the loops of
  * backend/cpu_ops.c): the same multiplies and adds in the same order, no fma, so a token's
  * lanes do not depend on the kernel level's batch, the chunking or the thread count
@@ -31,6 +32,8 @@ typedef struct lane_wide_kernels {
      * fixed order of nm_mean_square; the rows' chains run interleaved. */
     void (*rms_unit_rows)(const float *x, size_t ld_x, uint32_t n, uint32_t count, float *out,
                           size_t ld_out);
+    /* The Hadamard MLP's gate (§3.7), lane_hada_gate of kernels/cpu/lane_math.h */
+    void (*hada_gate)(float *z, const float *d2, float scale, uint32_t n);
 } lane_wide_kernels;
 
 /* The most rows one rms_unit_rows call takes. */

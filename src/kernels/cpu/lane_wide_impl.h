@@ -158,5 +158,21 @@ static WFN void WNAME(read4)(const float *X, const float *w, uint32_t d, float *
     }
 }
 
+/* lane_math.h's lane_hada_gate: v = d2[i] * (z[i] * scale), z[i] = v / (1 + exp(-v)) */
+static WFN void WNAME(hada_gate)(float *z, const float *d2, float scale, uint32_t n) {
+    const WV one = WV_SET(1.0f), sc = WV_SET(scale);
+    uint32_t i = 0;
+    for (; i + WIDTH <= n; i += WIDTH) {
+        const WV v = WV_MUL(WV_LOAD(d2 + i), WV_MUL(WV_LOAD(z + i), sc));
+        const WV sig = WV_DIV(one, WV_ADD(one, WNAME(exp)(WV_NEG(v))));
+        WV_STORE(z + i, WV_MUL(v, sig));
+    }
+    for (; i < n; i++) {
+        const float v = d2[i] * (z[i] * scale);
+        const float sig = 1.0f / (1.0f + nm_exp_poly(-v));
+        z[i] = v * sig;
+    }
+}
+
 #undef WTOK
 #undef WGROUPS

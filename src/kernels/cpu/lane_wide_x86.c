@@ -3,6 +3,7 @@
  * the other x86 kernels, and run only after the kernel level's CPU probe. The build is
  * ISO C (-ffp-contract=off), so no multiply-add is fused: the bits are the portable ones. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
@@ -42,6 +43,8 @@
 #define WV_UNPACKLO(a, b) _mm256_unpacklo_ps(a, b)
 #define WV_UNPACKHI(a, b) _mm256_unpackhi_ps(a, b)
 #define WV_SHUFFLE(a, b, imm) _mm256_shuffle_ps(a, b, imm)
+#define WV_DIV(a, b) _mm256_div_ps(a, b)
+#define WV_NEG(a) _mm256_xor_ps(a, _mm256_set1_ps(-0.0f))
 #include "kernels/cpu/lane_wide_impl.h"
 #undef WV
 #undef WI
@@ -71,6 +74,8 @@
 #undef WV_UNPACKLO
 #undef WV_UNPACKHI
 #undef WV_SHUFFLE
+#undef WV_DIV
+#undef WV_NEG
 
 /* ---- AVX-512F: 16 floats ----------------------------------------------------------- */
 
@@ -102,6 +107,9 @@
 #define WV_UNPACKLO(a, b) _mm512_unpacklo_ps(a, b)
 #define WV_UNPACKHI(a, b) _mm512_unpackhi_ps(a, b)
 #define WV_SHUFFLE(a, b, imm) _mm512_shuffle_ps(a, b, imm)
+#define WV_DIV(a, b) _mm512_div_ps(a, b)
+#define WV_NEG(a) /* the sign bit flipped: AVX-512F has no float xor */ \
+    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)))
 #include "kernels/cpu/lane_wide_impl.h"
 
 /* nm_rms_unit of up to LANE_NORM_BATCH rows: nm_mean_square's eight partial sums (element i
@@ -142,11 +150,13 @@ static const lane_wide_kernels avx2_table = {
     .name = "avx2", .sinkhorn_batch = 8,
     .sinkhorn4 = avx2_lane_sinkhorn4, .rewrite4 = avx2_lane_rewrite4,
     .read4 = avx2_lane_read4, .rms_unit_rows = avx2_rms_unit_rows,
+    .hada_gate = avx2_lane_hada_gate,
 };
 static const lane_wide_kernels avx512_table = {
     .name = "avx512", .sinkhorn_batch = 16,
     .sinkhorn4 = avx512_lane_sinkhorn4, .rewrite4 = avx512_lane_rewrite4,
     .read4 = avx512_lane_read4, .rms_unit_rows = avx2_rms_unit_rows,
+    .hada_gate = avx512_lane_hada_gate,
 };
 
 const lane_wide_kernels *lane_wide_kernels_named(const char *name) {
