@@ -1,10 +1,12 @@
 /* The in-house exp/log of the Sinkhorn (kernels/nmath.h) against double-precision libm, and
- * the vector Sinkhorn (kernels/cpu/lane_math.h) against the scalar one, bit for bit. */
+ * the vector Sinkhorn (kernels/cpu/lane_math.h) and the AVX2/AVX-512 lane write
+ * (kernels/cpu/lane_wide.h) against the scalar code, bit for bit. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "harness.h"
 #include "kernels/cpu/lane_math.h"
+#include "kernels/cpu/lane_wide.h"
 #include "kernels/nmath.h"
 
 static uint32_t rng_state = 0x12345678u;
@@ -180,6 +182,116 @@ static void test_vector_sinkhorn_bit_identical(void) {
 #endif
 }
 
+/* The wide kernels of every level this CPU has: a batch of Sinkhorns of any count (up to
+ * the level's batch) each as nm_sinkhorn alone, over spans that reach the exp clamps; the
+ * lane rewrite as the portable loop writes it (hpost * y, then + P[r][c] * old lane c in
+ * order), on widths with and without a tail. */
+static void test_wide_lane_write_bit_identical(void) {
+    const char *levels[] = {"avx2", "avx512"};
+    int tested = 0;
+    for (size_t lv = 0; lv < sizeof levels / sizeof *levels; lv++) {
+        const lane_wide_kernels *w = lane_wide_kernels_named(levels[lv]);
+        if (!w) continue;
+        tested++;
+        CHECK(w->sinkhorn_batch >= 1 && w->sinkhorn_batch <= LANE_WIDE_MAX_BATCH);
+        const float spans[] = {10.0f, 60.0f, 400.0f};
+        for (uint32_t count = 1; count <= w->sinkhorn_batch; count++) {
+            for (size_t sp = 0; sp < sizeof spans / sizeof *spans; sp++) {
+                float many[16 * LANE_WIDE_MAX_BATCH], one[16 * LANE_WIDE_MAX_BATCH];
+                for (uint32_t k = 0; k < 16 * count; k++)
+                    many[k] = one[k] =
+                        spans[sp] * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+                w->sinkhorn4(many, count);
+                for (uint32_t j = 0; j < count; j++) nm_sinkhorn(one + 16 * j, 4);
+                CHECK_MSG(memcmp(many, one, 16 * count * sizeof *many) == 0,
+                          "%s: batch of %u, span %g", w->name, count, (double)spans[sp]);
+            }
+        }
+        const uint32_t widths[] = {1, 5, 16, 37, 512};
+        for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+            const uint32_t d = widths[wi];
+            float X[4 * 512], want[4 * 512], y[512], P[16], hpost[4];
+            for (uint32_t k = 0; k < 4 * d; k++)
+                X[k] = 4.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+            for (uint32_t k = 0; k < d; k++)
+                y[k] = 2.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+            for (int k = 0; k < 16; k++) P[k] = (float)(rng_next() >> 8) / 16777216.0f;
+            for (int r = 0; r < 4; r++) hpost[r] = 2.0f * (float)(rng_next() >> 8) / 16777216.0f;
+            for (int r = 0; r < 4; r++)
+                for (uint32_t k = 0; k < d; k++) {
+                    float acc = hpost[r] * y[k];
+                    for (int c = 0; c < 4; c++) acc += P[4 * r + c] * X[(size_t)c * d + k];
+                    want[(size_t)r * d + k] = acc;
+                }
+            w->rewrite4(X, y, P, hpost, d);
+            CHECK_MSG(memcmp(X, want, 4 * d * sizeof *X) == 0, "%s: rewrite of width %u",
+                      w->name, d);
+        }
+    }
+    if (!tested) harness_skip("no AVX2 or AVX-512 lane kernels on this build or CPU");
+}
+
+/* The lane read's weighted sum (from 0, lanes in order), the lane norm of several rows at
+ * once (nm_rms_unit of each), on widths with and without a tail, row counts 1..batch, and
+ * the Hadamard gate as lane_hada_gate. */
+static void test_wide_lane_read_norm_gate_bit_identical(void) {
+    const char *levels[] = {"avx2", "avx512"};
+    int tested = 0;
+    for (size_t lv = 0; lv < sizeof levels / sizeof *levels; lv++) {
+        const lane_wide_kernels *w = lane_wide_kernels_named(levels[lv]);
+        if (!w) continue;
+        tested++;
+        const uint32_t widths[] = {1, 7, 8, 21, 512};
+        for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+            const uint32_t d = widths[wi];
+            float X[4 * 512], u[512], bx[512], want[512], wts[4];
+            for (uint32_t k = 0; k < 4 * d; k++)
+                X[k] = 4.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+            for (int r = 0; r < 4; r++) wts[r] = (float)(rng_next() >> 8) / 16777216.0f;
+            for (uint32_t k = 0; k < d; k++) {
+                float acc = 0.0f;
+                for (int r = 0; r < 4; r++) acc += wts[r] * X[(size_t)r * d + k];
+                want[k] = acc;
+            }
+            w->read4(X, wts, d, u, bx);
+            CHECK_MSG(memcmp(u, want, d * sizeof *u) == 0 && memcmp(bx, want, d * sizeof *bx) == 0,
+                      "%s: read of width %u", w->name, d);
+        }
+        const uint32_t lengths[] = {3, 8, 203, 2048};
+        static float rows[LANE_NORM_BATCH * 2056], got[LANE_NORM_BATCH * 2056], one[2056];
+        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+            const uint32_t n = lengths[li];
+            const size_t ld_x = n + 3, ld_out = n + 5; /* strides other than n */
+            for (uint32_t count = 1; count <= LANE_NORM_BATCH; count++) {
+                for (size_t k = 0; k < count * ld_x; k++)
+                    rows[k] = 6.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+                w->rms_unit_rows(rows, ld_x, n, count, got, ld_out);
+                uint32_t bad = 0;
+                for (uint32_t t = 0; t < count; t++) {
+                    nm_rms_unit(rows + t * ld_x, n, one);
+                    if (memcmp(one, got + t * ld_out, n * sizeof *one)) bad++;
+                }
+                CHECK_MSG(bad == 0, "%s: norm of %u rows of %u: %u differ", w->name, count, n,
+                          bad);
+            }
+        }
+        /* the gate, |v| up to 200: past both exp clamps */
+        const uint32_t gate_lengths[] = {1, 13, 64, 1024};
+        for (size_t gi = 0; gi < sizeof gate_lengths / sizeof *gate_lengths; gi++) {
+            const uint32_t n = gate_lengths[gi];
+            static float z[1024], zw[1024], d2[1024];
+            for (uint32_t k = 0; k < n; k++) {
+                z[k] = zw[k] = 400.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+                d2[k] = 2.0f * ((float)(rng_next() >> 8) / 16777216.0f - 0.5f);
+            }
+            lane_hada_gate(z, d2, 0.03125f, n);
+            w->hada_gate(zw, d2, 0.03125f, n);
+            CHECK_MSG(memcmp(z, zw, n * sizeof *z) == 0, "%s: gate of %u", w->name, n);
+        }
+    }
+    if (!tested) harness_skip("no AVX2 or AVX-512 lane kernels on this build or CPU");
+}
+
 /* the Hadamard MLP's gate: every element as the scalar formula gives it (odd lengths: the
  * vector part then a tail), and within a few ulp of v * sigmoid(v) in double */
 static void test_hada_gate(void) {
@@ -239,6 +351,8 @@ int main(void) {
 #endif
     RUN(test_sinkhorn_against_double);
     RUN(test_vector_sinkhorn_bit_identical);
+    RUN(test_wide_lane_write_bit_identical);
+    RUN(test_wide_lane_read_norm_gate_bit_identical);
     RUN(test_hada_gate);
     RUN(test_mean_square_order);
     return test_summary();

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "kernels/cpu/a8.h"
 #include "kernels/cpu/lane_math.h"
+#include "kernels/cpu/lane_wide.h"
 #include "backend/cpu_ops3.h"
 #include "util/error.h"
 #include "util/fp16.h"
@@ -35,6 +36,7 @@ typedef struct cpu_session {
     cpu_pool *pool;
     const cpu_kernels *kern;
     const a8_kernels *a8; /* W·A8 kernels of the same level (used when s->a8) */
+    const lane_wide_kernels *lane_wide; /* 4-lane write in AVX2/AVX-512, or NULL */
     int n_threads;     /* the pool's, the caller included */
     cpu_scratch *th;   /* [n_threads] */
     float *th_mem;     /* backs every th[i] */
@@ -173,6 +175,8 @@ static int cpu_session_init(backend_ctx *s) {
     c->kern = cpu_pool_kernels(c->pool);
     c->a8 = a8_kernels_named(c->kern->name);
     if (!c->a8) c->a8 = &a8_kernels_scalar;
+    /* the AVX2/AVX-512 lane ops (their 4-lane write and read need n_lanes 4) */
+    c->lane_wide = m->n_lanes == 4 ? lane_wide_kernels_named(c->kern->name) : NULL;
     if (s->a8) {
         const cq_matrix *act[] = {&m->layers[0].q_proj, &m->layers[0].out_proj, &m->embedding,
                                   m->n_sites ? &m->sites[0].key_proj : &m->embedding,
@@ -321,24 +325,38 @@ static void cpu_engram_conv(backend_ctx *s, const engram_site *es, float *ring,
 typedef struct lane_norm_args {
     const float *lanes;
     float *nx;
+    uint32_t n;
 } lane_norm_args;
 
-static void lane_norm_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
+/* Tokens per lane-norm item: the wide kernels norm several at once (their sums of squares
+ * are latency-bound chains that interleave). */
+static uint32_t lane_norm_group(const backend_ctx *s) {
+    return cs_of(s)->lane_wide ? LANE_NORM_BATCH : 1;
+}
+
+static void lane_norm_tokens(backend_ctx *s, const void *ctx, uint32_t g, int thread) {
     (void)thread;
     const lane_norm_args *a = ctx;
     const model_weights *m = s->m;
-    const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad;
-    float *out = a->nx + (size_t)i * ld;
-    nm_rms_unit(a->lanes + (size_t)i * nd, nd, out);
-    /* Needle 3 quantizes the normed lanes for the phi products (a QAT point); Needle 2
-     * does not */
-    if (m->generation == 3) cpu_act_rotate(s, &m->phi_pre, out, out);
-    else cs_of(s)->kern->rotate(&m->phi_pre, out, out);
+    const lane_wide_kernels *wide = cs_of(s)->lane_wide;
+    const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad, group = lane_norm_group(s);
+    const uint32_t t0 = g * group, count = a->n - t0 < group ? a->n - t0 : group;
+    if (wide) wide->rms_unit_rows(a->lanes + (size_t)t0 * nd, nd, nd, count,
+                                  a->nx + (size_t)t0 * ld, ld);
+    for (uint32_t i = t0; i < t0 + count; i++) {
+        float *out = a->nx + (size_t)i * ld;
+        if (!wide) nm_rms_unit(a->lanes + (size_t)i * nd, nd, out);
+        /* Needle 3 quantizes the normed lanes for the phi products (a QAT point); Needle 2
+         * does not */
+        if (m->generation == 3) cpu_act_rotate(s, &m->phi_pre, out, out);
+        else cs_of(s)->kern->rotate(&m->phi_pre, out, out);
+    }
 }
 
 static void cpu_lane_norm(backend_ctx *s, const float *lanes, uint32_t n, float *nx) {
-    const lane_norm_args a = {lanes, nx};
-    par_for(s, n, lane_norm_token, &a);
+    const lane_norm_args a = {lanes, nx, n};
+    const uint32_t group = lane_norm_group(s);
+    par_for(s, (n + group - 1) / group, lane_norm_tokens, &a);
 }
 
 typedef struct lane_read_args {
@@ -358,13 +376,18 @@ static void lane_read_token(backend_ctx *s, const void *ctx, uint32_t i, int thr
     const float *mix = a->mix_all + (size_t)i * mix_ld;
     const float *X = a->lanes + (size_t)i * nd;
     float *u = a->u_all + (size_t)i * d, *bx = a->bx_all + (size_t)i * d;
-    memset(u, 0, d * sizeof *u);
-    for (uint32_t r = 0; r < nl; r++) {
-        float w = nm_sigmoid(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] +
-                             nm_lane_pre_offset(r, my_lane));
-        for (uint32_t k = 0; k < d; k++) u[k] += w * X[(size_t)r * d + k];
+    float w[64]; /* n_lanes <= 64 (model load) */
+    for (uint32_t r = 0; r < nl; r++)
+        w[r] = nm_sigmoid(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] +
+                          nm_lane_pre_offset(r, my_lane));
+    if (c->lane_wide) {
+        c->lane_wide->read4(X, w, d, u, bx);
+    } else {
+        memset(u, 0, d * sizeof *u);
+        for (uint32_t r = 0; r < nl; r++)
+            for (uint32_t k = 0; k < d; k++) u[k] += w[r] * X[(size_t)r * d + k];
+        memcpy(bx, u, d * sizeof *bx);
     }
-    memcpy(bx, u, d * sizeof *bx);
     if (a->ek_all) {
         const float *ek = a->ek_all + (size_t)i * d, *ev = a->ev_all + (size_t)i * d;
         float *ru = c->th[thread].tmp, *rk = c->th[thread].tmp + d;
@@ -599,7 +622,9 @@ static void hadamard_token(backend_ctx *s, const void *ctx, uint32_t t, int thre
     float *out = a->out_all + (size_t)t * d;
     for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
     c->kern->fwht(z, N);
-    lane_hada_gate(z, l->d2, scale, N); /* v = d2 * z * scale, z = v * sigmoid(v) */
+    /* v = d2 * z * scale, z = v * sigmoid(v) */
+    if (c->lane_wide) c->lane_wide->hada_gate(z, l->d2, scale, N);
+    else lane_hada_gate(z, l->d2, scale, N);
     c->kern->fwht(z, N);
     for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
 }
@@ -618,9 +643,12 @@ typedef struct lane_write_args {
     float *lanes;
 } lane_write_args;
 
-/* Tokens per lane-write item: with 4 lanes, a group's Sinkhorns run interleaved. */
-static uint32_t lane_write_group(const model_weights *m) {
-    return m->n_lanes == 4 ? LANE_SINKHORN_BATCH : 1;
+/* Tokens per lane-write item: with 4 lanes, a group's Sinkhorns run interleaved (as many
+ * as fill the wide kernels' vectors). */
+static uint32_t lane_write_group(const backend_ctx *s) {
+    const lane_wide_kernels *w = cs_of(s)->lane_wide;
+    if (w) return w->sinkhorn_batch;
+    return s->m->n_lanes == 4 ? LANE_SINKHORN_BATCH : 1;
 }
 
 /* Tokens [g * group, ...) of the chunk: y = block output - u, the post weights and the
@@ -630,9 +658,10 @@ static void lane_write_tokens(backend_ctx *s, const void *ctx, uint32_t g, int t
     const model_weights *m = s->m;
     const uint32_t li = a->li;
     const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
-    const uint32_t my_lane = li % nl, group = lane_write_group(m);
+    const uint32_t my_lane = li % nl, group = lane_write_group(s);
+    const lane_wide_kernels *wide = cs_of(s)->lane_wide;
     const uint32_t t0 = g * group, count = a->n - t0 < group ? a->n - t0 : group;
-    float hpost[LANE_SINKHORN_BATCH][64], P[64 * 64]; /* group > 1 only for 4 lanes */
+    float hpost[LANE_WIDE_MAX_BATCH][64], P[64 * 64]; /* group > 1 only for 4 lanes */
     for (uint32_t j = 0; j < count; j++) {
         const uint32_t i = t0 + j;
         const float *x = a->x_all + (size_t)i * d, *u = a->u_all + (size_t)i * d;
@@ -649,11 +678,17 @@ static void lane_write_tokens(backend_ctx *s, const void *ctx, uint32_t g, int t
         for (uint32_t k = 0; k < nl * nl; k++)
             Pj[k] = m->a_res[li] * mix[2 * nl + k] + m->b_res[(size_t)li * nl * nl + k];
     }
-    if (group > 1) lane_sinkhorn4_batch(P, count);
+    /* one token (decode) has no other to interleave with: the 4-wide chain is as short */
+    if (wide && count > 1) wide->sinkhorn4(P, count);
+    else if (group > 1) lane_sinkhorn4_batch(P, count);
     else lane_sinkhorn(P, nl);
     for (uint32_t j = 0; j < count; j++) {
         const uint32_t i = t0 + j;
         const float *y = a->mlp + (size_t)i * d, *Pj = P + (size_t)j * nl * nl;
+        if (wide) {
+            wide->rewrite4(a->lanes + (size_t)i * nd, y, Pj, hpost[j], d);
+            continue;
+        }
         /* lane r, column k: hpost[r] * y[k] + sum over c of P[r][c] * old lane c, column
          * k. A column's new values need only its old ones, so the lanes are rewritten a
          * block of columns at a time from a copy of that block (one pass over the lanes) */
@@ -685,7 +720,7 @@ static void cpu_lane_write(backend_ctx *s, uint32_t li, uint32_t n,
                            const float *mix_all, const float *x_all, float *mlp,
                            const float *u_all, float *lanes) {
     const lane_write_args a = {li, n, mix_all, x_all, mlp, u_all, lanes};
-    const uint32_t group = lane_write_group(s->m);
+    const uint32_t group = lane_write_group(s);
     par_for(s, (n + group - 1) / group, lane_write_tokens, &a);
 }
 
