@@ -230,8 +230,8 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         printf("\nfma peak   %.1f GFLOP/s %s on %ld threads (%.1f on one), measured now\n", peak,
                pk.isa, used, peak1);
         if (pk.avx2_gflops > 0 && strcmp(pk.isa, "AVX2+FMA") != 0)
-            printf("           %.1f GFLOP/s AVX2+FMA (%.1f on one): attention and lane ops; the\n"
-                   "           CQ products use AVX-512F unless NEEDLE_CPU=avx2\n",
+            printf("           %.1f GFLOP/s AVX2+FMA (%.1f on one): decode attention's width; the\n"
+                   "           rest uses AVX-512F unless NEEDLE_CPU=avx2\n",
                    pk.avx2_gflops, pk1.avx2_gflops);
         printf("  %-10s %18s %18s\n", "GFLOP/s", "prefill", "decode");
         printf("  %-10s %10.2f (%4.1f%%) %10.2f (%4.1f%%)\n", "forward", gf_prefill,
@@ -290,9 +290,10 @@ const cli_command cli_bench = {
     "more chains than latency x throughput needs) in the widest vector ISA the CPU and OS\n"
     "support, which it names (AVX-512F, AVX2+FMA, NEON, else scalar), run on the same\n"
     "threads; the best of six ~15 ms tries. On an AVX-512 CPU it also prints the AVX2+FMA\n"
-    "peak: the CQ products run on AVX-512F (kernel level avx512), attention and the lane\n"
-    "ops on AVX2+FMA, and NEEDLE_CPU=avx2 keeps all on AVX2 (JSON: fma_peak_isa, fma_peak_gflops,\n"
-    "fma_peak_avx2_gflops, and *_1t_* for one thread). On a busy machine the phases slow\n"
+    "peak: at the avx512 kernel level the CQ products, prefill attention and lane ops\n"
+    "use AVX-512F, decode attention AVX2+FMA; NEEDLE_CPU=avx2 keeps all on AVX2 (JSON:\n"
+    "fma_peak_isa, fma_peak_gflops, fma_peak_avx2_gflops, and *_1t_* for one thread).\n"
+    "On a busy machine the phases slow\n"
     "down more than the peak, so the fractions are lower bounds.\n"
     "\n"
     "options:\n"
