@@ -293,8 +293,8 @@ const cli_command cli_bench = {
     "peak: at the avx512 kernel level the CQ products, prefill attention and lane ops\n"
     "use AVX-512F, decode attention AVX2+FMA; NEEDLE_CPU=avx2 keeps all on AVX2 (JSON:\n"
     "fma_peak_isa, fma_peak_gflops, fma_peak_avx2_gflops, and *_1t_* for one thread).\n"
-    "On a busy machine the phases slow\n"
-    "down more than the peak, so the fractions are lower bounds.\n"
+    "On a busy machine the phases slow down more than the peak, so the fractions are\n"
+    "lower bounds.\n"
     "\n"
     "options:\n"
     CLI_WEIGHTS_HELP
