@@ -10,71 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format/cact.h"
+#include "cq_test_matrix.h"
 #include "harness.h"
 #include "kernels/cpu/cq_decode_avx512.h"
-#include "util/fp16.h"
 
-#define TOL 2e-6 /* relative to sum |w x|; observed errors are ~1e-7 */
-
-static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rnd_float(void) { return (float)((int)(rnd() % 20001) - 10000) / 10000.0f; }
-
-typedef struct test_matrix {
-    cq_matrix w;
-    uint8_t *codes;
-    uint16_t *norms;
-    float codebook[16];
-} test_matrix;
-
-static void make_matrix(test_matrix *tm, uint32_t rows, uint32_t cols, uint32_t group,
-                        uint32_t bits) {
-    cq_matrix *w = &tm->w;
-    memset(tm, 0, sizeof *tm);
-    w->rows = rows;
-    w->cols = cols;
-    w->group = group;
-    w->cols_pad = (cols + group - 1) / group * group;
-    w->ngroups = w->cols_pad / group;
-    w->bits = bits;
-    w->row_bytes = (uint32_t)cact_cq_row_bytes(w->cols_pad, bits);
-    const size_t nb = (size_t)rows * w->row_bytes, nn = (size_t)rows * w->ngroups;
-    tm->codes = malloc(nb ? nb : 1);
-    tm->norms = malloc((nn ? nn : 1) * sizeof *tm->norms);
-    for (size_t i = 0; i < nb; i++) tm->codes[i] = (uint8_t)rnd();
-    for (size_t i = 0; i < nn; i++)
-        tm->norms[i] = f32_to_fp16(0.25f + (float)(rnd() % 1000) / 250.0f);
-    for (int i = 0; i < 16; i++) tm->codebook[i] = rnd_float() / sqrtf((float)group);
-    w->codes = tm->codes;
-    w->norms = tm->norms;
-    w->codebook = tm->codebook;
-}
-
-static void free_matrix(test_matrix *tm) {
-    free(tm->codes);
-    free(tm->norms);
-}
-
-static double magnitude(const cq_matrix *w, uint32_t r, const float *x) {
-    float *lv = malloc(w->group * sizeof *lv);
-    double mag = 0;
-    for (uint32_t g = 0; g < w->ngroups; g++) {
-        cq_group_levels(w, r, g, lv);
-        const double nrm = fabs(fp16_to_f32(w->norms[(size_t)r * w->ngroups + g]));
-        for (uint32_t k = 0; k < w->group; k++)
-            mag += nrm * fabs((double)lv[k] * x[g * w->group + k]);
-    }
-    free(lv);
-    return mag;
-}
-
-/* One shape through the three scratch cases; a row range alone must equal the full call. */
 static void check_shape(uint32_t rows, uint32_t cols, uint32_t group, uint32_t bits) {
     test_matrix tm;
     make_matrix(&tm, rows, cols, group, bits);
@@ -99,10 +38,10 @@ static void check_shape(uint32_t rows, uint32_t cols, uint32_t group, uint32_t b
         CHECK(cq_decode_avx512(w, 0, rows, x, got, use) == 1);
         double worst = 0;
         for (uint32_t r = 0; r < rows; r++) {
-            const double rel = fabs((double)got[r] - ref[r]) / (magnitude(w, r, x) + 1e-30);
+            const double rel = fabs((double)got[r] - ref[r]) / (cq_magnitude(w, r, x) + 1e-30);
             if (!(rel <= worst)) worst = rel;
         }
-        CHECK_MSG(worst <= TOL, "pass %d rows=%u cols=%u G=%u bits=%u: error %g", pass, rows,
+        CHECK_MSG(worst <= CQ_TEST_TOL, "pass %d rows=%u cols=%u G=%u bits=%u: error %g", pass, rows,
                   cols, group, bits, worst);
         int alone_same = 1; /* a row alone equals the row paired with its neighbour */
         for (uint32_t r = 0; r < rows; r++) {
@@ -196,6 +135,7 @@ static void test_declines_small_groups(void) {
 }
 
 int main(void) {
+    rnd_seed(0x2545F4914F6CDD1DULL);
     RUN(test_every_shape);
     RUN(test_scratch_follows_activations);
     RUN(test_declines_small_groups);

@@ -15,70 +15,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "format/cact.h"
+#include "cq_test_matrix.h"
 #include "harness.h"
 #include "kernels/cpu/cpu.h"
-#include "util/fp16.h"
-
-#define TOL 2e-6 /* relative to sum |w x|; observed errors are ~1e-7 */
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-static float rnd_float(void) { return (float)((int)(rnd() % 20001) - 10000) / 10000.0f; }
-
-typedef struct test_matrix {
-    cq_matrix w;
-    uint8_t *codes;
-    uint16_t *norms;
-    float codebook[16];
-} test_matrix;
-
-/* Random codes (any bit pattern is a valid index stream), norms and codebook. The code
- * buffer is allocated to the exact size so that ASan catches any read past the end. */
-static void make_matrix(test_matrix *tm, uint32_t rows, uint32_t cols, uint32_t group,
-                        uint32_t bits) {
-    cq_matrix *w = &tm->w;
-    memset(tm, 0, sizeof *tm);
-    w->rows = rows;
-    w->cols = cols;
-    w->group = group;
-    w->cols_pad = (cols + group - 1) / group * group;
-    w->ngroups = w->cols_pad / group;
-    w->bits = bits;
-    w->row_bytes = (uint32_t)cact_cq_row_bytes(w->cols_pad, bits);
-    const size_t nb = (size_t)rows * w->row_bytes, nn = (size_t)rows * w->ngroups;
-    tm->codes = malloc(nb ? nb : 1);
-    tm->norms = malloc((nn ? nn : 1) * sizeof *tm->norms);
-    for (size_t i = 0; i < nb; i++) tm->codes[i] = (uint8_t)rnd();
-    for (size_t i = 0; i < nn; i++) tm->norms[i] = f32_to_fp16(0.25f + (float)(rnd() % 1000) / 250.0f);
-    for (int i = 0; i < 16; i++) tm->codebook[i] = rnd_float() / sqrtf((float)group);
-    w->codes = tm->codes;
-    w->norms = tm->norms;
-    w->codebook = tm->codebook;
-}
-
-static void free_matrix(test_matrix *tm) {
-    free(tm->codes);
-    free(tm->norms);
-}
-
-/* sum_k |w_k x_k| for row r and token vector x (rotated domain, unscaled levels). */
-static double magnitude(const cq_matrix *w, uint32_t r, const float *x) {
-    float *lv = malloc(w->group * sizeof *lv);
-    double mag = 0;
-    for (uint32_t g = 0; g < w->ngroups; g++) {
-        cq_group_levels(w, r, g, lv);
-        const double nrm = fabs(fp16_to_f32(w->norms[(size_t)r * w->ngroups + g]));
-        for (uint32_t k = 0; k < w->group; k++) mag += nrm * fabs((double)lv[k] * x[g * w->group + k]);
-    }
-    free(lv);
-    return mag;
-}
 
 static cq_scratch make_scratch(uint32_t cols_pad, uint32_t ntok) {
     cq_scratch sc;
@@ -111,12 +50,12 @@ static void check_matmul(const cpu_kernels *k, uint32_t rows, uint32_t cols, uin
         double worst = 0;
         for (uint32_t r = 0; r < rows; r++)
             for (uint32_t t = 0; t < ntok; t++) {
-                const double mag = magnitude(w, r, xr + t * ld_x);
+                const double mag = cq_magnitude(w, r, xr + t * ld_x);
                 const double err = fabs((double)got[t * ld_y + r] - ref[t * ld_y + r]);
                 const double rel = err / (mag + 1e-30);
                 if (!(rel <= worst)) worst = rel;
             }
-        CHECK_MSG(worst <= TOL, "%s %s rows=%u cols=%u G=%u bits=%u ntok=%u: error %g", k->name,
+        CHECK_MSG(worst <= CQ_TEST_TOL, "%s %s rows=%u cols=%u G=%u bits=%u ntok=%u: error %g", k->name,
                   pass ? "natural" : "fast", rows, cols, group, bits, ntok, worst);
 
         /* a row range computed alone (reusing the cached layout) equals the full call */
@@ -471,6 +410,7 @@ static void test_threaded_matmul_equals_one_thread(void) {
 }
 
 int main(void) {
+    rnd_seed(0x9E3779B97F4A7C15ULL);
     find_levels();
     RUN(test_dispatch);
     RUN(test_avx512_level);
