@@ -1,4 +1,4 @@
-/* libneedle3: the C ABI of the official cactus-needle 3.x engine (NEEDLE3-NOTES §4), as its
+/* libneedle3: the C ABI of the official cactus-needle 3.x engine (NEEDLE3.md §4), as its
  * Python client loads it through NEEDLE3_LIB_PATH, over one process-global Needle 3 model
  * and session guarded by a lock. A separate library from libneedle because needle_complete
  * has another signature here (3.0.x had the 2.x one); link one or the other, not both.

@@ -1,4 +1,4 @@
-/* Needle 3 probe heads (NEEDLE3-NOTES §3): the two-stage pool against a direct computation
+/* Needle 3 probe heads (NEEDLE3.md §3): the two-stage pool against a direct computation
  * on synthetic cells, and parity of the embedding, confidence and router heads with the
  * official forward_embedding / forward_confidence / forward_router of cactus-needle 3.2.8
  * (tests/reference/make_v3_head_fixtures.py -> tests/fixtures/v3/v3a.heads.json), by one

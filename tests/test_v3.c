@@ -325,7 +325,7 @@ static void test_rung_records(void) {
     check_rung_records("v3/v3c.cact", "v3/v3c_rung2.cact", 2);
 }
 
-/* The bisection order of NEEDLE3-NOTES.md §2 for 20 layers, rung by rung. */
+/* The bisection order of docs/spec/NEEDLE3.md §2.6 for 20 layers, rung by rung. */
 static void test_ladder_order(void) {
     static const uint32_t order20[20] = {0, 19, 9, 14, 4, 6, 11, 16, 2, 7,
                                          12, 17, 1, 3, 5, 8, 10, 13, 15, 18};

@@ -1,5 +1,5 @@
 /* libneedle3 (include/needle3.h): the cactus-needle 3.x engine ABI over libneedle's public
- * API, as its ctypes client calls it (NEEDLE3-NOTES §4). Built into its own shared library
+ * API, as its ctypes client calls it (NEEDLE3.md §4). Built into its own shared library
  * because needle_complete's signature differs from the 2.x ABI of libneedle; it links the
  * static libneedle, whose 2.x ABI object is then never pulled in.
  *

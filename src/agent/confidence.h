@@ -13,7 +13,7 @@
  *             loop may compute only their logits (sparse logits, agent/chat.c): the value
  *             is then the same whether the other rows were computed or not.
  * Both choices are ours where the official sources are silent (spec §8.6 item 7). A Needle 3
- * file's confidence head pools the same cells in two stages (model/heads.h, NEEDLE3-NOTES
+ * file's confidence head pools the same cells in two stages (model/heads.h, NEEDLE3.md
  * §3): it scores BOS + prompt + completion, the rule of the official 3.x engine.
  *
  * The pooling state follows the conversation: pinned after the tools prefix (what

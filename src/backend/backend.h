@@ -189,7 +189,7 @@ typedef struct needle_backend_ops {
     void (*matmul_a8)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
                       const cq_job *jobs, uint32_t njobs);
     /* ---- Needle 3 (optional: NULL where this backend cannot run a Needle 3 model) ---- */
-    /* For tokens at t = p0 + i, in order (NEEDLE3-NOTES.md §2): the causal conv taps over
+    /* For tokens at t = p0 + i, in order (NEEDLE3.md §2.1-2.2): the causal conv taps over
      * the raw projections (earlier positions from s->qkv_hist, which this op keeps), per
      * head ZC norm and RoPE of q and k (rope_cs: host [n][qk_dim] = cos | sin), K and V
      * into the cache (rows of kv_dim in kv_type, K using KV*qk and V KV*v of them; int8:

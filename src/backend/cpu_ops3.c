@@ -1,5 +1,5 @@
 /* The CPU's Needle 3 operations (backend.h: attention3, monarch_mlp), float32 over host
- * memory, following the official forward (NEEDLE3-NOTES.md §2).
+ * memory, following the official forward (docs/spec/NEEDLE3.md §2).
  *
  * Everything else a Needle 3 layer does (lanes, engram, the CQ products, the residual
  * norms, logits) goes through the ops Needle 2 uses. These two share their work among

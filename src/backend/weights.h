@@ -30,7 +30,7 @@ typedef struct layer_weights {
 
 #define MODEL3_COND_RANK 8u /* rank of the Monarch MLP's conditioning (cond_v, cond_u) */
 
-/* What a Needle 3 layer adds (NEEDLE3-NOTES.md §2): causal conv taps on the raw q/k/v
+/* What a Needle 3 layer adds (docs/spec/NEEDLE3.md §2): causal conv taps on the raw q/k/v
  * projections, the attention span, and the Monarch MLP's trained factors. */
 typedef struct layer3_weights {
     const float *q_taps, *k_taps, *v_taps; /* [conv_taps][H*qk], [..][KV*qk], [..][KV*v]; NULL

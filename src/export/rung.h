@@ -1,6 +1,6 @@
 /* A Needle 3 ladder rung written as its own file (`needle quantize IN.cact --depth N`).
  *
- * NEEDLE3-NOTES §2 "Ladder": depth d keeps the first d layers of the official bisection
+ * docs/spec/NEEDLE3.md §2.6: depth d keeps the first d layers of the official bisection
  * order (model3_ladder_layers), in file order; the official rung export
  * (finetune.rung -> write_export, cactus-needle 3.2.8) is byte-identical, record by record,
  * to slicing the parent file. So a rung is made without decoding anything: the kept

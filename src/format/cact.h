@@ -1,7 +1,7 @@
 /* The .cact container (spec §1): header, codebooks, tensor directory, data blobs, in two
  * generations told apart by the tag: Needle 2 (CACT_TAG, 120-byte header, v2 layout) and
  * Needle 3 (CACT3_TAG, 196-byte header, cact3_header and the v3 layout of
- * ../shared/spec/NEEDLE3-NOTES.md §1). cact_file.generation says which was read.
+ * docs/spec/NEEDLE3.md §1). cact_file.generation says which was read.
  *
  * cact_parse() validates a whole image before anything reads a tensor: header geometry,
  * codebooks, every directory record (dtype, shape against the positional layout of §1.9,

@@ -1,4 +1,4 @@
-/* The Needle 3 .cact reader (../shared/spec/NEEDLE3-NOTES.md §1; the official writer is
+/* The Needle 3 .cact reader (docs/spec/NEEDLE3.md §1; the official writer is
  * cactus-needle 3.2.8 model/export.py).
  *
  * Same container as Needle 2 (codebooks, 44-byte records, 64-byte aligned blobs), a

@@ -1,4 +1,4 @@
-/* One Needle 3 layer over a chunk (NEEDLE3-NOTES.md §2; the official definition is
+/* One Needle 3 layer over a chunk (docs/spec/NEEDLE3.md §2; the official definition is
  * cactus-needle 3.2.8 model/architecture.py), called from the shared chunk loop in
  * forward.c, which also does the embedding, the engram memory and the logits.
  *

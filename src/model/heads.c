@@ -1,5 +1,5 @@
 /* Streaming probe pooling, the Needle 2 heads (see heads.h, spec §4) and the Needle 3
- * heads' second pooling stage (NEEDLE3-NOTES §3). */
+ * heads' second pooling stage (NEEDLE3.md §3). */
 #include "model/heads.h"
 
 #include <math.h>
@@ -107,7 +107,7 @@ void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cel
     }
 }
 
-/* Needle 3's second stage (NEEDLE3-NOTES §3): r[l,k] = rms_unit(pooled) * gain, then per
+/* Needle 3's second stage (NEEDLE3.md §3): r[l,k] = rms_unit(pooled) * gain, then per
  * query a softmax over the (l, k) of the rows that were run, mixing r into a d-vector;
  * the Q mixes, query-major, are what proj reads. u gets Q * d floats. */
 static int second_stage(const head_pool *p, float *u) {

@@ -12,7 +12,7 @@
  * to save and restore the pooling state along with a session checkpoint.
  *
  * Generations: a Needle 2 head pools every probe over all cells jointly (one stage). A
- * Needle 3 head (NEEDLE3-NOTES §3, bound by heads3.c) pools probe (l, k) over the tokens of
+ * Needle 3 head (NEEDLE3.md §3, bound by heads3.c) pools probe (l, k) over the tokens of
  * cell l only (the same online softmax, fed only the cells whose index is l), then
  * head_pool_output mixes the (L+1) K results per query in a second stage. */
 #ifndef NEEDLE_MODEL_HEADS_H

@@ -1,4 +1,4 @@
-/* Binding the Needle 3 probe heads (NEEDLE3-NOTES §3; cactus-needle 3.2.8 ProbeHead.export):
+/* Binding the Needle 3 probe heads (NEEDLE3.md §1.5, §3; cactus-needle 3.2.8 ProbeHead.export):
  * after final_norm a manifest of codes (1 embedding, 2 confidence, 3 router), then per head
  * probes [(L+1) K][d], gain [L+1][K], query [Q][d], row_bias [Q][L+1][K], proj [out][Q d],
  * bias [out] (and calibration [3] for the router), validated by cact3_parse.

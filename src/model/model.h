@@ -20,7 +20,7 @@ typedef struct probe_head {
     const uint8_t *proj_file; /* its FP16 or FP32 values in the file, widened row by row */
     int proj_fp16;
     const float *bias;   /* [out] */
-    /* Needle 3 two-stage pooling (NEEDLE3-NOTES §3); rows == 0 for a Needle 2 head.
+    /* Needle 3 two-stage pooling (NEEDLE3.md §3); rows == 0 for a Needle 2 head.
      * Probe p pools only the cells of row p / per_row; row 0 is the embedding, row l the
      * lane mean after file layer l - 1. */
     uint32_t rows, per_row, queries;

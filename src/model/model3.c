@@ -1,5 +1,5 @@
 /* Binding a validated Needle 3 file (format/cact3.c) into m->w, for the whole stack or one
- * rung of its ladder (NEEDLE3-NOTES.md §2 "Ladder").
+ * rung of its ladder (docs/spec/NEEDLE3.md §2.6).
  *
  * The engine's shared ops read the Needle 2 fields of model_weights (embedding, the lane
  * and engram weights, the projections of layer_weights); the Needle 3 additions are in

@@ -81,7 +81,7 @@ MODELS = {
                           engram_orders=(2,), engram_slots=31, engram_layers=(1,)),
                 group=64, bits="every", heads=False, rungs=(), seed=14),
 }
-# The released needle3.cact geometry (NEEDLE3-NOTES.md), CQ2 with CQ4 embedding, mHC phi
+# The released needle3.cact geometry (docs/spec/NEEDLE3.md §0), CQ2 with CQ4 embedding, mHC phi
 # and heads like the shipped file; ~35 MB, so only made on request (--only released) into
 # a work directory, for the bench and a full-size parity check, never committed.
 RELEASED = dict(geom=dict(vocab_size=8192, out_vocab=8192, d_model=768, num_heads=12,

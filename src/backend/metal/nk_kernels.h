@@ -394,7 +394,7 @@ NK_FN void nk_argmax(NK_PARAMS) {
     ((NK_DEVICE int *)b1)[gid] = (int)best;
 }
 
-/* ---- Needle 3 (NEEDLE3-NOTES.md §2; the CPU reference is backend/cpu_ops3.c) ----------- */
+/* ---- Needle 3 (NEEDLE3.md §2; the CPU reference is backend/cpu_ops3.c) ---------------- */
 
 /* Raw projection value c of the q|k|v row of position p: this chunk's rows (b0 q [n][wq],
  * b1 k [n][wk], b2 v [n][wv]) for p >= p0, else the layer's history ring b3
