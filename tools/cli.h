@@ -31,6 +31,8 @@ extern const cli_command cli_inspect, cli_tokenize, cli_generate, cli_logits, cl
 /* `needle export` / `needle quantize` (tools/export.c; they link the internal export
  * library, see the file's header) */
 extern const cli_command cli_export, cli_quantize;
+/* `needle download` / `needle models` (tools/download.c; the hub client library, src/hub) */
+extern const cli_command cli_download, cli_models;
 
 /* ---- options --------------------------------------------------------------------------- */
 
