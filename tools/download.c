@@ -185,8 +185,12 @@ static int run_models(const cli_command *self, int argc, char **argv) {
     }
     const char *def = needle_default_model_path();
     int has_default = 0;
+    /* $NEEDLE_MODEL is the default as such, even when it names a cached file */
+    const char *def_source = env && env[0] ? "env" : NULL;
     for (int i = 0; i < n && def; i++)
-        if (!strcmp(rows[i].path, def) && !has_default) rows[i].is_default = has_default = 1;
+        if (!strcmp(rows[i].path, def) && !has_default &&
+            (!def_source || !strcmp(rows[i].source, def_source)))
+            rows[i].is_default = has_default = 1;
     if (json) {
         printf("[");
         for (int i = 0; i < n; i++) {

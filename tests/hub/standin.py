@@ -11,7 +11,7 @@ It answers what `hf_hub_download` and `needle download` ask, the way huggingface
       Errors with X-Error-Code: RepoNotFound, RevisionNotFound, EntryNotFound (404),
       GatedRepo (401 without a token, 403 with a wrong one).
   GET /cdn/{sha256}       the bytes, with Range (206 + Content-Range)
-  GET /api/models/{org}/{name}/revision/{revision}   {"id", "sha", "siblings": [{"rfilename"}]}
+  GET /api/models/{org}/{name}[/revision/{revision}]  {"id", "sha", "siblings": [{"rfilename"}]}
 
 Knobs (Hub.knobs, per test) for faults on the CDN: cut the body after N bytes (the first
 `cut_times` transfers), corrupt a byte, answer 429 (or 503) the first N times, send slowly.
@@ -148,6 +148,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._cdn(parts[1], head)
         if len(parts) >= 6 and parts[0] == "api" and parts[1] == "models" and parts[4] == "revision":
             return self._listing("/".join(parts[2:4]), "/".join(parts[5:]), head)
+        if len(parts) == 4 and parts[0] == "api" and parts[1] == "models":
+            return self._listing("/".join(parts[2:4]), "main", head)
         if len(parts) >= 5 and parts[2] == "resolve":
             return self._resolve("/".join(parts[:2]), parts[3], "/".join(parts[4:]), head)
         self._error(404, "NotFound", head)
