@@ -152,7 +152,8 @@ static void test_errors_and_usage(void) {
 /* Every command the CLI has; `needle help` must list exactly these. */
 static const char *const COMMANDS[] = {"run",     "chat",    "eval",   "generate",
                                        "logits",  "tokenize", "inspect", "bench",
-                                       "devices", "embed",   "serve",   "help",    "version", "export", "quantize"};
+                                       "devices", "embed",   "serve",   "help",    "version", "export", "quantize",
+                                       "download", "models"};
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
 /* The line after `line`, or NULL after the last one. */
@@ -335,6 +336,22 @@ static void test_run_exit_status_and_missing_model(void) {
     CHECK_MSG(strstr(out, "no model found") && strstr(out, "/nonexistent/m.cact") &&
                   !strstr(out, "--tools TOOLS is required"),
               "%s", out);
+}
+
+/* The demo model named with --weights (a relative path here) brings its own tool list
+ * (models/needle-demo.tools.json), as when it is the default; another model still needs
+ * --tools. */
+static void test_run_demo_weights_use_demo_tools(void) {
+    if (skip_demo_when_emulated()) return;
+    char cmd[2048];
+    static char out[65536];
+    snprintf(cmd, sizeof cmd, "cd %s && %s run --weights models/needle-demo.cact "
+             "'Set a timer for 25 minutes'", NEEDLE_SOURCE_DIR, cli_path());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "\"set_timer\"") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s run --weights %s 'hi' 2>&1", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 2);
+    CHECK_MSG(strstr(out, "--tools TOOLS is required") != NULL, "%s", out);
 }
 
 /* --tools takes one tool object as well as a list, skips a UTF-8 byte order mark in a
@@ -550,6 +567,7 @@ int main(void) {
     RUN(test_unknown_command_and_options);
     RUN(test_run_exit_status_and_missing_model);
     RUN(test_run_tools_forms);
+    RUN(test_run_demo_weights_use_demo_tools);
     RUN(test_seed_budget_and_empty_query);
     RUN(test_chat_commands_and_modes);
     RUN(test_bench_reports_peak_and_gflops);

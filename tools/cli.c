@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -130,12 +131,33 @@ int cli_no_weights(void) {
     return 2;
 }
 
+int cli_is_demo_model(const char *path) {
+    /* the same file, however it is named (models/needle-demo.cact, an absolute path) */
+    struct stat st, demo_st;
+    if (stat(path, &st) != 0) return 0;
+    const char *demo;
+    for (int i = 0; (demo = needle_default_model_candidate(i)) != NULL; i++)
+        if (stat(demo, &demo_st) == 0 && demo_st.st_dev == st.st_dev &&
+            demo_st.st_ino == st.st_ino)
+            return 1;
+    return 0;
+}
+
 int cli_default_weights(const char **weights) {
     if (*weights) return 0;
     *weights = needle_default_model_path();
     if (!*weights) return 0;
     /* NEEDLE_MODEL is taken as given; one naming no readable file counts as no model */
     if (access(*weights, R_OK) != 0) *weights = NULL;
+    if (*weights && isatty(STDERR_FILENO)) {
+        /* a person at a terminal learns which model answered, and where the real one is */
+        const char *env = getenv("NEEDLE_MODEL");
+        if (env && env[0]) fprintf(stderr, "[model: %s, from $NEEDLE_MODEL]\n", *weights);
+        else if (cli_is_demo_model(*weights))
+            fprintf(stderr, "[model: the small demo model %s; `needle download needle3` fetches "
+                            "the real Needle 3, the default once cached]\n", *weights);
+        else fprintf(stderr, "[model: %s]\n", *weights);
+    }
     return *weights != NULL;
 }
 

@@ -81,13 +81,19 @@ int cli_lib_error(const char *what, int status);
 
 /* The usage text's line for --weights, shared by every command that opens a model. */
 #define CLI_WEIGHTS_HELP                                                                 \
-    "  -w, --weights FILE      the .cact model (default: $NEEDLE_MODEL, else the demo\n" \
-    "                          model installed or in the source tree)\n"
+    "  -w, --weights FILE      the .cact model (default: $NEEDLE_MODEL, else the newest\n" \
+    "                          cached official needle3, else needle2 (`needle download`,\n" \
+    "                          `needle models`), else the demo model)\n"
 
 /* *weights, or the default model when it is NULL (needle_default_model_path). Returns 1
  * when the default was taken, 0 when *weights was given or no default exists (then
- * *weights stays NULL). */
+ * *weights stays NULL). On a terminal (stderr) it says which model was taken, and for
+ * the demo model how to get the real one. */
 int cli_default_weights(const char **weights);
+
+/* 1 if path is the file of one of the demo-model paths (needle_default_model_candidate),
+ * by any name. */
+int cli_is_demo_model(const char *path);
 
 /* Prints why no model could be found (for a missing --weights) and returns 2. */
 int cli_no_weights(void);

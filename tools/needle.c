@@ -32,7 +32,9 @@ static void print_overview(FILE *f) {
         fprintf(f, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
     fputs("\n`needle help COMMAND` or `needle COMMAND --help` shows a command's options.\n"
           "Without --weights a command uses the default model: $NEEDLE_MODEL, else the\n"
-          "demo model (installed, or models/needle-demo.cact in the source tree).\n"
+          "newest cached official needle3, else needle2 (`needle download needle3` fetches\n"
+          "it; `needle models` lists them), else the demo model (installed, or\n"
+          "models/needle-demo.cact in the source tree).\n"
           "Exit status: 0 success, 1 a library, file or data error, 2 bad usage.\n",
           f);
 }
