@@ -214,3 +214,29 @@ unsigned long long cli_sampling_seed(unsigned long long seed, int seed_given,
     fprintf(stderr, "[sampling with --seed %llu]\n", seed);
     return seed;
 }
+
+int cli_exec_helper(const char *helper, const char *command, char **argv) {
+    char self[4096], path[8192];
+    const char *dir_of = NULL;
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        dir_of = self;
+    } else if (strchr(argv[0], '/') && strlen(argv[0]) < sizeof self) {
+        dir_of = strcpy(self, argv[0]);
+    }
+    const char *slash = dir_of ? strrchr(dir_of, '/') : NULL;
+    fflush(NULL);
+    /* never a helper of another build from PATH when this one's folder is known */
+    if (slash) {
+        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - dir_of), dir_of, helper);
+        argv[0] = path;
+        execv(path, argv);
+    } else {
+        argv[0] = (char *)helper;
+        execvp(helper, argv);
+    }
+    fprintf(stderr, "needle %s: cannot run %s: %s (it is the %s executable, built and "
+            "installed beside needle)\n", command, argv[0], strerror(errno), helper);
+    return 1;
+}

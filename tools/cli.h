@@ -145,6 +145,12 @@ void cli_show_progress(needle_session *s);
 
 double cli_now_ms(void);
 
+/* Runs the executable `helper` (needle-download) in place of this process with the same
+ * argv: the one beside this executable (/proc/self/exe, else argv[0] when it is a path),
+ * else the one on PATH. Commands whose libraries should not load into every `needle`
+ * run this way. Returns 1 after printing why, only on failure. */
+int cli_exec_helper(const char *helper, const char *command, char **argv);
+
 /* The sampling seed of a run: `seed` when --seed was given; with temperature > 0 and no
  * --seed, a fresh one (clock and process id), printed on stderr so the sample can be
  * repeated; with greedy decoding (temperature 0) the seed is unused and stays 0. */

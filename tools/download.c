@@ -1,6 +1,12 @@
 /* download.c: `needle download` (a model from the Hugging Face Hub into the cache that
  * huggingface_hub shares) and `needle models` (what the caches hold, and the default).
- * The protocol and the cache live in the hub client library, src/hub (hub.h). */
+ * The protocol and the cache live in the hub client library, src/hub (hub.h).
+ *
+ * `needle download` runs in the needle-download executable (tools/download_main.c), the
+ * one linked with libcurl (needle_hub_net); `needle` itself links the network-free build
+ * of the library (needle_hub) and execs needle-download (NEEDLE_DOWNLOAD_EXEC). A build
+ * without libcurl has no needle-download: then `needle download` runs here and finds
+ * cached files only. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +15,11 @@
 #include "hub/hub.h"
 
 static int run_download(const cli_command *self, int argc, char **argv) {
+#ifdef NEEDLE_DOWNLOAD_EXEC
+    /* the network client (libcurl and its TLS chain) lives in needle-download */
+    (void)self, (void)argc;
+    return cli_exec_helper("needle-download", "download", argv);
+#endif
     const char *spec_arg = NULL, *out = NULL, *revision = NULL;
     int force = 0, json = 0;
     const cli_option opts[] = {

@@ -112,6 +112,11 @@ static int run_version(const cli_command *self, int argc, char **argv) {
     printf("build: %s, C compiler %s%s%s\n", NEEDLE_BUILD_TYPE, compiler,
            NEEDLE_GIT_COMMIT[0] ? ", configured at commit " : "", NEEDLE_GIT_COMMIT);
     printf("chat input: %s\n", chat_input_kind());
+#ifdef NEEDLE_DOWNLOAD_EXEC
+    printf("download: needle-download (libcurl)\n");
+#else
+    printf("download: cached models only (built without libcurl)\n");
+#endif
     /* what this library can run on here: its backends that found a device */
     printf("devices:");
     const int n = needle_device_count();

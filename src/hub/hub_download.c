@@ -114,6 +114,15 @@ static int mkdirs(const char *path) {
     return 0;
 }
 
+static hub_status disk_error(char *err, size_t errn, const char *what, const char *path, int e) {
+    if (e == ENOSPC || e == EFBIG || e == EDQUOT)
+        return fail(HUB_ERR_DISK, err, errn, "disk full writing %s: %s", path, strerror(e));
+    return fail(HUB_ERR_DISK, err, errn,
+                "cannot %s %s: %s (the cache must be writable: set HF_HUB_CACHE or HF_HOME to "
+                "a writable folder)", what, path, strerror(e));
+}
+
+#ifdef NEEDLE_HAVE_CURL /* what only a download writes */
 static int parent_dirs(const char *path) {
     char dir[PATH_CAP];
     snprintf(dir, sizeof dir, "%s", path);
@@ -121,14 +130,6 @@ static int parent_dirs(const char *path) {
     if (!slash || slash == dir) return 0;
     *slash = 0;
     return mkdirs(dir);
-}
-
-static hub_status disk_error(char *err, size_t errn, const char *what, const char *path, int e) {
-    if (e == ENOSPC || e == EFBIG || e == EDQUOT)
-        return fail(HUB_ERR_DISK, err, errn, "disk full writing %s: %s", path, strerror(e));
-    return fail(HUB_ERR_DISK, err, errn,
-                "cannot %s %s: %s (the cache must be writable: set HF_HUB_CACHE or HF_HOME to "
-                "a writable folder)", what, path, strerror(e));
 }
 
 /* refs/<revision> = commit, written whole (a temporary file renamed over it), and only
@@ -200,6 +201,8 @@ static int make_pointer(const char *pointer, const char *file, const char *etag)
     }
     return 0;
 }
+
+#endif
 
 static int file_size(const char *path, uint64_t *size) {
     struct stat st;
