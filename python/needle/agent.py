@@ -175,11 +175,12 @@ def _ungrounded_dates(schema: dict, args: Any, sources: List[str]) -> List[str]:
     return bad
 
 
-def _resolve_weights(weights: Optional[str]) -> str:
+def _resolve_weights(weights: Optional[str], generation: Optional[int] = None) -> str:
     if weights is None:
-        weights = os.environ.get("NEEDLE_MODEL")
-    if weights is None:
-        weights = demo_model_path()
+        # $NEEDLE_MODEL > cached needle3 > needle2 > the demo (hub.py; a generation asked
+        # for and not cached is downloaded, as the official package does)
+        from .hub import default_weights
+        weights = default_weights(generation, demo_model_path())
     if weights is None:
         raise NeedleError("no weights given: pass weights='path/to/model.cact' or set "
                           "NEEDLE_MODEL")
@@ -405,7 +406,7 @@ class Needle:
         self.tools: List[dict] = []
         self._functions: Dict[str, Callable] = {}
         weights_defaulted = weights is None and not os.environ.get("NEEDLE_MODEL")
-        self.weights = _resolve_weights(weights)
+        self.weights = _resolve_weights(weights, generation)
         if tools is None and weights_defaulted and _demo_tools_path(self.weights):
             tools = _demo_tools_path(self.weights)
         for t in _tool_specs(tools if tools is not None else []):

@@ -37,7 +37,8 @@ def v3_model(tmp_path_factory):
     out = tmp_path_factory.mktemp("v3") / "v3.cact"
     fx = ROOT / "tests" / "fixtures" / "export"
     subprocess.run([CLI, "export", str(fx / "v3_a.safetensors"), "--config",
-                    str(fx / "v3_a.config.json"), "--v3", "-o", str(out)],
+                    str(fx / "v3_a.config.json"), "--v3", "-t",
+                    str(ROOT / "tests" / "fixtures" / "tiny_bpe512.model"), "-o", str(out)],
                    check=True, capture_output=True)
     return out.read_bytes()
 
@@ -429,3 +430,41 @@ def test_progress_bar_on_a_terminal(env, hub):
     # piped: no bar
     r = needle(env, "download", "needle3", "--force")
     assert r.returncode == 0 and "ETA" not in r.stderr
+
+
+def test_python_download_uses_huggingface_hub(env, hub, v3_model):
+    # needle.download with huggingface_hub importable (this venv): the ecosystem's client
+    # writes the cache (a fresh interpreter: huggingface_hub reads HF_* at import)
+    e = dict(env, PYTHONPATH=str(ROOT / "python"), NEEDLE_LIB_PATH=os.environ.get(
+        "NEEDLE_LIB_PATH", str(ROOT / "build" / "libneedle.so")), NEEDLE_CLI="/nonexistent")
+    code = ("import needle, needle.hub as h\n"
+            "p = needle.download('needle3')\n"
+            "print(p)\n"
+            "print(h.default_weights())\n")
+    r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    path, default = r.stdout.split()
+    assert pathlib.Path(path).read_bytes() == v3_model and default == path
+    assert any(e["path"].startswith("/Cactus-Compute/needle3/resolve/main/") for e in hub.log)
+    # ours finds it offline, and agrees on the default
+    res = download(dict(env, HF_HUB_OFFLINE="1"), "needle3")
+    assert res["path"] == path and res["downloaded"] is False
+    assert default_of(models(env))["path"] == path
+
+
+def test_terminal_says_which_model(env, hub):
+    if not shutil.which("script"):
+        pytest.skip("no script(1) to give the command a terminal")
+
+    def on_tty(cmd):
+        r = subprocess.run(["script", "-q", "-e", "-c", f"{CLI} {cmd}", "/dev/null"], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout
+        return r.stdout
+    out = on_tty("inspect")
+    assert "[model: the small demo model" in out and "needle download needle3" in out
+    n3 = download(env, "needle3")
+    assert f"[model: {n3['path']}]" in on_tty("inspect")
+    # piped: nothing extra on stderr
+    assert "[model:" not in needle(env, "inspect").stderr
