@@ -276,7 +276,9 @@ int hub_resolve_location(const char *base, const char *location, char *out, size
             else w = snprintf(out, n, "%.*s%s", (int)dir, base, location);
         }
     }
-    return w >= 0 && (size_t)w < n ? 0 : -1;
+    if (w < 0 || (size_t)w >= n) return -1;
+    /* "////x" against http://h/ gives "http:////x": no host, not a URL to fetch */
+    return origin_len(out) ? 0 : -1;
 }
 
 int hub_url_path(const char *in, char *out, size_t n) {
