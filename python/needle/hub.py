@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from typing import List, Optional, Tuple
 
 from ._lib import NeedleError
@@ -201,10 +202,14 @@ def _download_cli(spec: str, revision: Optional[str], force: bool) -> str:
         cmd += ["--revision", revision]
     if force:
         cmd.append("--force")
-    # stderr stays the caller's: the progress bar shows on a terminal
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # on a terminal stderr stays the caller's, for the progress bar (and the message of a
+    # failure); otherwise it is kept for the NeedleError
+    tty = sys.stderr is not None and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if tty else subprocess.PIPE,
+                       text=True)
     if r.returncode != 0:
-        raise NeedleError(r.stderr.strip() or f"needle download {spec} failed ({r.returncode})")
+        why = (r.stderr or "").strip() or f"exit status {r.returncode}, its message is above"
+        raise NeedleError(f"needle download {spec} failed: {why}" if tty else why)
     return json.loads(r.stdout)["path"]
 
 

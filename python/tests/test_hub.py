@@ -43,7 +43,7 @@ def hub(monkeypatch, tmp_path, v3_bytes, cq4):
         h.add("Cactus-Compute/needle2", {"needle2.cact": f.read()})
     h.add("Cactus-Compute/needle3", {"needle3.cact": v3_bytes})
     for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN", "HF_HUB_OFFLINE",
-                 "NEEDLE_MODEL", "XDG_CACHE_HOME"):
+                 "NEEDLE_MODEL", "XDG_CACHE_HOME"):  # (conftest's hermetic cache: replaced)
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))

@@ -122,7 +122,8 @@ typedef struct hub_cached {
 
 /* The .cact files in the hub cache (snapshots of every models--* repo, three folders
  * deep) and in the official package's cache (~/.cache/cactus-needle/FOLDER/VERSION/).
- * Returns the count with a malloc'ed array in *out (free()), or -1 when out of memory. */
+ * Sorted by source (hub-cache first), then name. Returns the count with a malloc'ed array
+ * in *out (free()), or -1 when out of memory. */
 int hub_list_cached(const hub_config *cfg, hub_cached **out);
 
 /* ---- response parsing (hub_parse.c; no network, fuzzed by tests/fuzz/fuzz_hub.c) ------ */

@@ -1019,6 +1019,12 @@ static int scan_cact(cached_list *l, const char *dir, const char *rel, int depth
     return rc;
 }
 
+static int by_source_and_name(const void *a, const void *b) {
+    const hub_cached *x = a, *y = b;
+    const int s = strcmp(x->source, y->source);
+    return s ? s : strcmp(x->name, y->name);
+}
+
 int hub_list_cached(const hub_config *cfg, hub_cached **out) {
     cached_list l = {0};
     *out = NULL;
@@ -1044,7 +1050,7 @@ int hub_list_cached(const hub_config *cfg, hub_cached **out) {
             if (se->d_name[0] == '.' || strlen(se->d_name) >= sizeof proto.commit) continue;
             char dir[PATH_CAP];
             if (!fits(snprintf(dir, sizeof dir, "%s/%s", snaps, se->d_name), sizeof dir)) continue;
-            snprintf(proto.commit, sizeof proto.commit, "%s", se->d_name);
+            memcpy(proto.commit, se->d_name, strlen(se->d_name) + 1); /* fits: checked above */
             refs_of(storage, se->d_name, proto.revision, sizeof proto.revision);
             if (!proto.revision[0]) snprintf(proto.revision, sizeof proto.revision, "%s", se->d_name);
             if (scan_cact(&l, dir, "", 2, &proto)) {
@@ -1084,6 +1090,8 @@ int hub_list_cached(const hub_config *cfg, hub_cached **out) {
         }
         if (vd) closedir(vd);
     }
+    /* readdir's order is the filesystem's: a stable listing instead */
+    if (l.n > 1) qsort(l.items, (size_t)l.n, sizeof *l.items, by_source_and_name);
     *out = l.items;
     return l.n;
 }
