@@ -167,7 +167,10 @@ int hub_same_origin(const char *a, const char *b);
 int hub_parse_listing(const char *body, size_t n, char ***files, char commit[64]);
 void hub_free_list(char **files, int n);
 
-/* Percent-encodes a path for a URL, keeping '/' (as huggingface_hub's quote(filename)). */
+/* Percent-encodes a path for a URL, keeping '/' (as huggingface_hub's quote(filename)).
+ * Returns 0, or -1 if it does not fit in n bytes. */
 int hub_url_path(const char *in, char *out, size_t n);
+/* The same, '/' encoded too unless keep_slash (a revision: quote(revision, safe="")). */
+int hub_url_quote(const char *in, char *out, size_t n, int keep_slash);
 
 #endif

@@ -577,7 +577,7 @@ typedef struct file_meta {
 static hub_status head_file(const hub_config *cfg, const hub_spec *spec, const char *file,
                             const char *revision, file_meta *m, char *err, size_t errn) {
     char path[1200], rev[600], url[2048];
-    if (hub_url_path(file, path, sizeof path) || hub_url_path(revision, rev, sizeof rev) ||
+    if (hub_url_path(file, path, sizeof path) || hub_url_quote(revision, rev, sizeof rev, 0) ||
         !fits(snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", cfg->endpoint, spec->repo, rev,
                        path), sizeof url))
         return fail(HUB_ERR_USAGE, err, errn, "the URL for %s/%s is too long", spec->repo, file);
@@ -636,7 +636,7 @@ static hub_status head_file(const hub_config *cfg, const hub_spec *spec, const c
 static hub_status list_files(const hub_config *cfg, const hub_spec *spec, const char *revision,
                              char ***files, int *n, char *err, size_t errn) {
     char rev[600], url[2048];
-    if (hub_url_path(revision, rev, sizeof rev) ||
+    if (hub_url_quote(revision, rev, sizeof rev, 0) ||
         !fits(snprintf(url, sizeof url, "%s/api/models/%s/revision/%s", cfg->endpoint,
                        spec->repo, rev), sizeof url))
         return fail(HUB_ERR_USAGE, err, errn, "the listing URL for %s is too long", spec->repo);

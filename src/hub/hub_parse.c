@@ -281,13 +281,15 @@ int hub_resolve_location(const char *base, const char *location, char *out, size
     return origin_len(out) ? 0 : -1;
 }
 
-int hub_url_path(const char *in, char *out, size_t n) {
+int hub_url_path(const char *in, char *out, size_t n) { return hub_url_quote(in, out, n, 1); }
+
+int hub_url_quote(const char *in, char *out, size_t n, int keep_slash) {
     static const char hex[] = "0123456789ABCDEF";
     size_t o = 0;
     for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
         /* Python's urllib.parse.quote keeps letters, digits, _.-~ and the safe '/' */
         const int keep = isalnum(*p) || *p == '_' || *p == '.' || *p == '-' || *p == '~' ||
-                         *p == '/';
+                         (*p == '/' && keep_slash);
         if (o + (keep ? 1 : 3) >= n) return -1;
         if (keep) out[o++] = (char)*p;
         else {

@@ -48,7 +48,8 @@ def hub(v3_model):
     h = standin.Hub(token=TOKEN)
     h.add("Cactus-Compute/needle3", {"needle3.cact": v3_model, "config.json": b'{"a": 1}\n',
                                      "checkpoints/needle3.safetensors": os.urandom(70000)},
-          other_revisions={"v1": ("1" * 40, {"needle3.cact": DEMO})})
+          other_revisions={"v1": ("1" * 40, {"needle3.cact": DEMO}),
+                           "refs/pr/1": ("f" * 40, {"needle3.cact": DEMO})})
     h.add("Cactus-Compute/needle2", {"needle2.cact": DEMO})
     h.add("org/gated", {"m.cact": os.urandom(30000)}, gated=True)
     h.add("org/two", {"a.cact": b"1" * 100, "b.cact": b"2" * 100, "README.md": b"hi"})
@@ -106,6 +107,10 @@ def test_standin_satisfies_huggingface_hub(hub, tmp_path, v3_model):
     hf_hub_download("Cactus-Compute/needle3", "checkpoints/needle3.safetensors", **kw)
     assert pathlib.Path(hf_hub_download("Cactus-Compute/needle3", "needle3.cact",
                                         revision="v1", **kw)).read_bytes() == DEMO
+    pr = hf_hub_download("Cactus-Compute/needle3", "needle3.cact", revision="refs/pr/1", **kw)
+    assert "/snapshots/" + "f" * 40 + "/" in pr
+    assert (tmp_path / "c" / "models--Cactus-Compute--needle3" / "refs" / "refs" / "pr" /
+            "1").read_text() == "f" * 40
     assert pathlib.Path(hf_hub_download("org/old-name", "needle3.cact",
                                         **kw)).read_bytes() == v3_model
     # the errors the hub's X-Error-Code headers mean
@@ -173,6 +178,11 @@ def test_small_file_revision_and_renamed_repo(env, hub, v3_model):
     assert v1["commit"] == "1" * 40 and pathlib.Path(v1["path"]).read_bytes() == DEMO
     storage = cache(env) / "models--Cactus-Compute--needle3"
     assert (storage / "refs" / "v1").read_text() == "1" * 40
+    # a revision with slashes (a pull request): quoted whole in the URL, nested under refs/
+    pr = download(env, "needle3", "--revision", "refs/pr/1")
+    assert pr["commit"] == "f" * 40
+    assert (storage / "refs" / "refs" / "pr" / "1").read_text() == "f" * 40
+    assert any("/resolve/refs%2Fpr%2F1/" in e["path"] for e in hub.log)
     # a commit as revision: no ref, and once cached no request at all
     n = len(hub.log)
     assert download(env, "needle3", "--revision", "1" * 40)["path"] == v1["path"]
