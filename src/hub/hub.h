@@ -10,6 +10,7 @@
  *   <cache>/models--ORG--NAME/snapshots/<commit>/<file>  a relative symlink to the blob
  *   <cache>/models--ORG--NAME/refs/<revision>           the commit, when revision is a name
  *   <cache>/.locks/models--ORG--NAME/<etag>.lock        flock(2): one writer per blob
+ *   <cache>/models--ORG--NAME/.no_exist/<commit>/<file> a file the hub said is missing
  * A file enters blobs/ only whole: it is written to blobs/<etag>.incomplete (kept for the
  * next run to resume), checked (size, and SHA-256 when the ETag is one), then renamed.
  *

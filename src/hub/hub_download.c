@@ -551,14 +551,15 @@ static hub_status http_error(const hub_config *cfg, const hub_spec *spec, const 
                 r->status, spec->repo, what);
 }
 
-/* A request with retries on 429/5xx and lost connections (HEAD, listings). */
-static CURLcode request_retrying(transfer *t, const char *method, const char *url, int auth) {
+/* A request with up to `retries` retries on 429/5xx and lost connections (HEAD, listings). */
+static CURLcode request_retrying(transfer *t, const char *method, const char *url, int auth,
+                                 int retries) {
     CURLcode rc = CURLE_OK;
     for (int attempt = 0;; attempt++) {
         t->mem_len = 0;
         rc = request(t, method, url, auth, 0, 0);
         const int again = rc != CURLE_OK ? retryable_curl(rc) : retryable_status(t->resp.status);
-        if (!again || attempt >= t->cfg->max_retries) return rc;
+        if (!again || attempt >= retries) return rc;
         backoff(t->cfg, attempt + 1, &t->resp);
     }
 }
@@ -572,10 +573,13 @@ typedef struct file_meta {
 } file_meta;
 
 /* HEAD /resolve, following redirects on the hub's origin (a renamed repo) and stopping at
- * one that leaves it (the CDN), as huggingface_hub's get_hf_file_metadata. Returns HUB_OK,
- * HUB_ERR_NETWORK (the caller may fall back to the cache) or another error. */
+ * one that leaves it (the CDN), as huggingface_hub's get_hf_file_metadata; each request
+ * retried up to `retries` times. Returns HUB_OK, HUB_ERR_NETWORK (the caller may fall back
+ * to the cache) or another error; for a missing file (EntryNotFound) m->commit is the
+ * commit the hub named, if any. */
 static hub_status head_file(const hub_config *cfg, const hub_spec *spec, const char *file,
-                            const char *revision, file_meta *m, char *err, size_t errn) {
+                            const char *revision, int retries, file_meta *m, char *err,
+                            size_t errn) {
     char path[1200], rev[600], url[2048];
     if (hub_url_path(file, path, sizeof path) || hub_url_quote(revision, rev, sizeof rev, 0) ||
         !fits(snprintf(url, sizeof url, "%s/%s/resolve/%s/%s", cfg->endpoint, spec->repo, rev,
@@ -583,7 +587,7 @@ static hub_status head_file(const hub_config *cfg, const hub_spec *spec, const c
         return fail(HUB_ERR_USAGE, err, errn, "the URL for %s/%s is too long", spec->repo, file);
     transfer t = {.cfg = cfg, .fd = -1};
     for (int hop = 0;; hop++) {
-        const CURLcode rc = request_retrying(&t, "HEAD", url, 1);
+        const CURLcode rc = request_retrying(&t, "HEAD", url, 1, retries);
         if (rc != CURLE_OK) {
             free(t.mem);
             return fail(HUB_ERR_NETWORK, err, errn, "cannot reach %s: %s", cfg->endpoint,
@@ -611,6 +615,8 @@ static hub_status head_file(const hub_config *cfg, const hub_spec *spec, const c
             if (st >= 300 && st < 400)
                 return fail(HUB_ERR_PROTOCOL, err, errn, "HTTP %ld without a Location", st);
             const hub_status e = http_error(cfg, spec, file, revision, &t.resp, err, errn);
+            if (e == HUB_ERR_FILE_NOT_FOUND && hub_valid_component(t.resp.repo_commit, 0))
+                snprintf(m->commit, sizeof m->commit, "%s", t.resp.repo_commit);
             return e;
         }
         break;
@@ -641,7 +647,7 @@ static hub_status list_files(const hub_config *cfg, const hub_spec *spec, const 
                        spec->repo, rev), sizeof url))
         return fail(HUB_ERR_USAGE, err, errn, "the listing URL for %s is too long", spec->repo);
     transfer t = {.cfg = cfg, .fd = -1};
-    const CURLcode rc = request_retrying(&t, "GET", url, 1);
+    const CURLcode rc = request_retrying(&t, "GET", url, 1, cfg->max_retries);
     hub_status st = HUB_OK;
     if (rc != CURLE_OK)
         st = fail(HUB_ERR_NETWORK, err, errn, "cannot reach %s: %s", cfg->endpoint,
@@ -733,6 +739,18 @@ static hub_status fetch_blob(const hub_config *cfg, const file_meta *m, const ch
     if (close(fd) != 0 && out == HUB_OK) out = disk_error(err, errn, "write", incomplete, errno);
     if (out == HUB_OK) res->downloaded = 1;
     return out;
+}
+
+static void mark_no_exist(const hub_paths *p, const char *revision, const char *commit,
+                          const char *file) {
+    char path[PATH_CAP];
+    if (!fits(snprintf(path, sizeof path, "%s/.no_exist/%s/%s", p->storage, commit, file),
+              sizeof path) ||
+        parent_dirs(path) != 0)
+        return;
+    const int fd = open(path, O_WRONLY | O_CREAT, 0666);
+    if (fd >= 0) close(fd);
+    write_ref(p, revision, commit);
 }
 
 static hub_status network_download(const hub_config *cfg, const hub_spec *spec,
@@ -906,13 +924,25 @@ hub_status hub_download(const hub_config *cfg, const hub_spec *spec, const char 
 #ifdef NEEDLE_HAVE_CURL
         file_meta m;
         memset(&m, 0, sizeof m);
-        st = head_file(cfg, spec, file, revision, &m, err, errn);
-        if (st == HUB_ERR_NETWORK && !force) {
-            /* the hub is unreachable: a cached copy still answers (as huggingface_hub) */
-            char why[600];
-            snprintf(why, sizeof why, "%s", err);
-            if (cached_lookup(cfg, spec, file, revision, res) == 0) st = HUB_OK;
-            else snprintf(err, errn, "%s (and it is not cached)", why);
+        /* as huggingface_hub: with a cached copy, one try and then the copy (a machine
+         * without network does not wait through the retries); without, the retries */
+        hub_result cached;
+        const int have_cached = !force && cached_lookup(cfg, spec, file, revision, &cached) == 0;
+        st = head_file(cfg, spec, file, revision, have_cached ? 0 : cfg->max_retries, &m, err,
+                       errn);
+        if (st == HUB_ERR_NETWORK && have_cached) {
+            snprintf(res->path, sizeof res->path, "%s", cached.path);
+            snprintf(res->commit, sizeof res->commit, "%s", cached.commit);
+            res->source = cached.source;
+            if (cfg->progress)
+                fprintf(stderr, "needle download: %s; using the cached copy\n", err);
+            st = HUB_OK;
+        } else if (st == HUB_ERR_NETWORK) {
+            const size_t len = strlen(err);
+            snprintf(err + len, errn - len, " (and %s/%s is not cached)", spec->repo, file);
+        } else if (st == HUB_ERR_FILE_NOT_FOUND && m.commit[0]) {
+            /* remembered as huggingface_hub does: .no_exist/<commit>/<file>, and the ref */
+            mark_no_exist(&p, revision, m.commit, file);
         } else if (st == HUB_OK) {
             st = network_download(cfg, spec, file, revision, force, &m, &p, res, err, errn);
         }

@@ -75,8 +75,8 @@ def cache(env):
 
 
 def needle(env, *args, **kw):
-    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=120,
-                          **kw)
+    kw.setdefault("timeout", 120)
+    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, **kw)
 
 
 def download(env, *args):
@@ -279,10 +279,43 @@ def test_not_found_repo_vs_file(env, hub):
     assert r.returncode == 1 and "repository org/missing not found" in r.stderr
     r = needle(env, "download", "Cactus-Compute/needle3/missing.cact")
     assert r.returncode == 1 and "file missing.cact not found in Cactus-Compute/needle3" in r.stderr
+    # the missing file is remembered as huggingface_hub does (.no_exist/<commit>/<file>)
+    commit = hub.repos["Cactus-Compute/needle3"].commit
+    storage = cache(env) / "models--Cactus-Compute--needle3"
+    assert (storage / ".no_exist" / commit / "missing.cact").is_file()
+    assert (storage / "refs" / "main").read_text() == commit
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.file_download import _CACHED_NO_EXIST
+    assert try_to_load_from_cache("Cactus-Compute/needle3", "missing.cact",
+                                  cache_dir=str(cache(env))) is _CACHED_NO_EXIST
     r = needle(env, "download", "not-a-spec")
     assert r.returncode == 2 and "needle3" in r.stderr
     r = needle(env, "download", "org/repo/../../etc/passwd")
     assert r.returncode == 2
+
+
+def test_unreachable_hub_falls_back_to_the_cache(env, hub, tmp_path):
+    import socket
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    n3 = download(env, "needle3")
+    official = pathlib.Path(env["HOME"], ".cache", "cactus-needle", "v2", "2.0.4")
+    official.mkdir(parents=True)
+    (official / "needle2.cact").write_bytes(DEMO)
+    down = dict(env, HF_ENDPOINT=dead)
+    start = time.time()
+    # cached: one try, then the copy (no wait through the retries)
+    assert download(down, "needle3")["path"] == n3["path"]
+    res = download(down, "needle2")
+    assert res["source"] == "official-cache"
+    assert time.time() - start < 10
+    # not cached: the retries (a hub that keeps answering 429 with Retry-After: 0, so that
+    # the test does not wait through the backoff), then an error saying both
+    hub.knobs.update(head_429=100)
+    r = needle(dict(env, HF_HUB_CACHE=str(tmp_path / "empty")), "download", "needle3")
+    assert r.returncode == 1 and "HTTP 429 after 6 tries" in r.stderr, r.stderr
+    assert "not cached" in r.stderr and hub.counts["head_429"] == 6
 
 
 def test_429_and_503_then_success(env, hub, v3_model):
