@@ -775,9 +775,11 @@ static hub_status network_download(const hub_config *cfg, const hub_spec *spec,
     }
     if (mkdirs(cfg->cache)) return disk_error(err, errn, "create", cfg->cache, errno);
     char dir[PATH_CAP];
-    if (!fits(snprintf(dir, sizeof dir, "%s/blobs", p->storage), sizeof dir) || mkdirs(dir)) return disk_error(err, errn, "create", dir, errno);
+    if (!fits(snprintf(dir, sizeof dir, "%s/blobs", p->storage), sizeof dir) || mkdirs(dir))
+        return disk_error(err, errn, "create", dir, errno);
     cachedir_tag(cfg->cache);
-    if (write_ref(p, revision, m->commit)) return disk_error(err, errn, "write", "refs", errno);
+    if (write_ref(p, revision, m->commit))
+        return disk_error(err, errn, "write the refs of", p->storage, errno);
     if (parent_dirs(lock)) return disk_error(err, errn, "create", lock, errno);
     const int lfd = open(lock, O_RDWR | O_CREAT, 0666);
     if (lfd < 0) return disk_error(err, errn, "create", lock, errno);
