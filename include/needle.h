@@ -146,7 +146,8 @@ NEEDLE_API void needle_model_free(needle_model *model);
  * (<datadir>/needle/needle-demo.cact), else the demo model of the source tree this library
  * was built from; NULL if none of those is readable. The hub cache is $HF_HUB_CACHE, else
  * $HF_HOME/hub, else ~/.cache/huggingface/hub; it is read from the filesystem only (no
- * network). The string is the environment's or static (valid until the next call). */
+ * network). The string is the environment's, static, or per thread (valid until the
+ * calling thread's next call). */
 NEEDLE_API const char *needle_default_model_path(void);
 
 /* The demo-model paths needle_default_model_path() tries after $NEEDLE_MODEL, in its order

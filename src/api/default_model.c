@@ -28,10 +28,11 @@ static int readable(const char *path) { return path[0] && access(path, R_OK) == 
 const char *needle_default_model_path(void) {
     const char *env = getenv("NEEDLE_MODEL");
     if (env && env[0]) return env;
-    /* one buffer per generation: the string stays valid until the next call */
-    static char cached[2][4096];
-    if (model_cache_official_model(3, cached[1], sizeof cached[1]) == 0) return cached[1];
-    if (model_cache_official_model(2, cached[0], sizeof cached[0]) == 0) return cached[0];
+    /* per thread: a call on one thread never rewrites the string another is reading */
+    static _Thread_local char cached[4096];
+    if (model_cache_official_model(3, cached, sizeof cached) == 0 ||
+        model_cache_official_model(2, cached, sizeof cached) == 0)
+        return cached;
     for (size_t i = 0; i < N_DEMO; i++)
         if (readable(demo_models[i])) return demo_models[i];
     return NULL;
