@@ -346,6 +346,25 @@ def test_concurrent_downloads_of_one_file(env, hub, v3_model):
     assert pathlib.Path(results[0]["path"]).read_bytes() == v3_model
 
 
+def test_concurrent_with_huggingface_hub(env, hub, v3_model):
+    # one lock for both clients: huggingface_hub's filelock and our flock(2) on the same
+    # .locks/<repo>/<etag>.lock, so whichever comes second waits and finds the blob
+    hub.knobs.update(slow=0.003)
+    p = subprocess.Popen([CLI, "download", "needle3", "--json"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    part = cache(env) / "models--Cactus-Compute--needle3" / "blobs" / (sha256(v3_model) + ".incomplete")
+    deadline = time.time() + 30
+    while time.time() < deadline and not part.exists():
+        time.sleep(0.01)
+    theirs = hf_hub_download("Cactus-Compute/needle3", "needle3.cact", cache_dir=str(cache(env)),
+                             endpoint=hub.endpoint)
+    out, errs = p.communicate(timeout=120)
+    assert p.returncode == 0, errs
+    assert json.loads(out)["path"] == theirs
+    assert pathlib.Path(theirs).read_bytes() == v3_model
+    assert len(hub.cdn_gets()) == 1
+
+
 def test_offline_mode(env, hub):
     off = dict(env, HF_HUB_OFFLINE="1")
     r = needle(off, "download", "needle3")
