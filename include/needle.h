@@ -140,9 +140,14 @@ NEEDLE_API void needle_model_free(needle_model *model);
 
 /* The model to open when the caller names none (the CLI without --weights, the official
  * ABI's needle_init without needle_load): env NEEDLE_MODEL if set and non-empty, else the
- * installed demo model (<datadir>/needle/needle-demo.cact), else the demo model of the
- * source tree this library was built from; NULL if none of those is readable. The
- * string is the environment's or static. */
+ * newest cached official Needle 3 (Cactus-Compute/needle3 needle3.cact in the Hugging Face
+ * hub cache at refs/main, else its newest snapshot, else the official package's copy under
+ * ~/.cache/cactus-needle/v3/), else the same for Needle 2, else the installed demo model
+ * (<datadir>/needle/needle-demo.cact), else the demo model of the source tree this library
+ * was built from; NULL if none of those is readable. The hub cache is $HF_HUB_CACHE, else
+ * $HF_HOME/hub, else ~/.cache/huggingface/hub; it is read from the filesystem only (no
+ * network). The string is the environment's, static, or per thread (valid until the
+ * calling thread's next call). */
 NEEDLE_API const char *needle_default_model_path(void);
 
 /* The demo-model paths needle_default_model_path() tries after $NEEDLE_MODEL, in its order

@@ -6,7 +6,8 @@
 #                                    pkg-config and cJSON (the library's one dependency);
 #                                    libedit (line editing in `needle chat`, optional:
 #                                    without it chat reads plain lines), libmicrohttpd
-#                                    (`needle serve`; optional in CMake)
+#                                    (`needle serve`; optional in CMake), libcurl
+#                                    (`needle download`; optional in CMake)
 #   scripts/install-deps.sh --test   also what the tests need (scripts/test.sh passes it):
 #                                    Python 3 with venv (the Python suites), the aarch64
 #                                    cross compiler, qemu-user and arm64 cJSON (the NEON
@@ -33,6 +34,10 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -f /usr/include/histedit.h ] || need+=(libedit-dev)
 # `needle serve` (optional in CMake: without it the command says it has no HTTP support)
 [ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
+# `needle download` (optional in CMake: without it only cached models are found)
+[ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] ||
+  [ -n "$(find /usr/include -path '*/curl/curl.h' -print -quit 2>/dev/null)" ] ||
+  need+=(libcurl4-openssl-dev)
 
 # Tests only. cross: installed without recommends (qemu-user's would register binfmt
 # handlers system-wide, which the tests do not need: ctest calls qemu-aarch64 itself).

@@ -85,5 +85,9 @@ bash tests/official_client/run3.sh build
 echo "== the needle Python package (python/) =="
 bash python/run_tests.sh build
 
+# about 20 s on 2 cores once the venv exists (its first creation downloads ~15 MB of wheels)
+echo "== needle download / needle models: a loopback stand-in hub, checked with huggingface_hub (pinned, private venv) =="
+bash tests/hub/run.sh build
+
 echo "== needle serve: the official openai client (pinned, private venv) and the playground in headless Chromium =="
 bash tests/serve/run.sh build

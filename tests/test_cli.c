@@ -152,7 +152,8 @@ static void test_errors_and_usage(void) {
 /* Every command the CLI has; `needle help` must list exactly these. */
 static const char *const COMMANDS[] = {"run",     "chat",    "eval",   "generate",
                                        "logits",  "tokenize", "inspect", "bench",
-                                       "devices", "embed",   "serve",   "help",    "version", "export", "quantize"};
+                                       "devices", "embed",   "serve",   "help",    "version", "export", "quantize",
+                                       "download", "models"};
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
 /* The line after `line`, or NULL after the last one. */
@@ -337,6 +338,22 @@ static void test_run_exit_status_and_missing_model(void) {
               "%s", out);
 }
 
+/* The demo model named with --weights (a relative path here) brings its own tool list
+ * (models/needle-demo.tools.json), as when it is the default; another model still needs
+ * --tools. */
+static void test_run_demo_weights_use_demo_tools(void) {
+    if (skip_demo_when_emulated()) return;
+    char cmd[2048];
+    static char out[65536];
+    snprintf(cmd, sizeof cmd, "cd %s && %s run --weights models/needle-demo.cact "
+             "'Set a timer for 25 minutes'", NEEDLE_SOURCE_DIR, cli_path());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "\"set_timer\"") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "%s run --weights %s 'hi' 2>&1", cli_path(), model_path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 2);
+    CHECK_MSG(strstr(out, "--tools TOOLS is required") != NULL, "%s", out);
+}
+
 /* --tools takes one tool object as well as a list, skips a UTF-8 byte order mark in a
  * file, and says a directory is a directory (it said "malformed JSON"). */
 static void test_run_tools_forms(void) {
@@ -479,6 +496,37 @@ static void test_serve_is_its_own_executable(void) {
     CHECK_EQ_INT(run_command(cmd, NULL, 0), 0);
 }
 
+/* `needle download` runs the needle-download executable beside needle, which alone links
+ * libcurl (and its TLS chain): as for needle-serve, the loader's log names libcurl for
+ * needle-download only. */
+static void test_download_is_its_own_executable(void) {
+    char helper[1100], cmd[4096];
+    static char out[65536];
+    snprintf(helper, sizeof helper, "%s-download", cli_path());
+    snprintf(cmd, sizeof cmd, "%s version", cli_path());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    if (access(helper, X_OK) != 0) {
+        CHECK_MSG(strstr(out, "download: cached models only") != NULL, "%s", out);
+        harness_skip("no needle-download beside needle (built without libcurl)");
+        return;
+    }
+    CHECK_MSG(strstr(out, "download: needle-download (libcurl)") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s --help 2>&1 >/dev/null", helper);
+    run_command(cmd, out, sizeof out);
+    if (!strstr(out, "find library=")) {
+        harness_skip("the dynamic loader has no LD_DEBUG=libs log (not glibc)");
+        return;
+    }
+    CHECK_MSG(strstr(out, "libcurl") != NULL, "needle-download: %.2000s", out);
+    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s models 2>&1 >/dev/null", cli_path());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "libcurl") == NULL, "needle loads it: %.2000s", out);
+    /* needle download reaches it: its usage comes back through needle */
+    snprintf(cmd, sizeof cmd, "%s download --help", cli_path());
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "usage: needle download SPEC") != NULL, "%s", out);
+}
+
 /* The JSON field `key` of `json` as a number, or -1 when missing. */
 static double json_number(const char *json, const char *key) {
     char pat[64];
@@ -539,6 +587,7 @@ int main(void) {
     RUN(test_help_lists_every_command);
     RUN(test_version_build_info);
     RUN(test_serve_is_its_own_executable);
+    RUN(test_download_is_its_own_executable);
     RUN(test_every_command_has_help);
     RUN(test_fixture_present);
     if (!model_path[0]) return test_summary();
@@ -550,6 +599,7 @@ int main(void) {
     RUN(test_unknown_command_and_options);
     RUN(test_run_exit_status_and_missing_model);
     RUN(test_run_tools_forms);
+    RUN(test_run_demo_weights_use_demo_tools);
     RUN(test_seed_budget_and_empty_query);
     RUN(test_chat_commands_and_modes);
     RUN(test_bench_reports_peak_and_gflops);

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -130,12 +131,33 @@ int cli_no_weights(void) {
     return 2;
 }
 
+int cli_is_demo_model(const char *path) {
+    /* the same file, however it is named (models/needle-demo.cact, an absolute path) */
+    struct stat st, demo_st;
+    if (stat(path, &st) != 0) return 0;
+    const char *demo;
+    for (int i = 0; (demo = needle_default_model_candidate(i)) != NULL; i++)
+        if (stat(demo, &demo_st) == 0 && demo_st.st_dev == st.st_dev &&
+            demo_st.st_ino == st.st_ino)
+            return 1;
+    return 0;
+}
+
 int cli_default_weights(const char **weights) {
     if (*weights) return 0;
     *weights = needle_default_model_path();
     if (!*weights) return 0;
     /* NEEDLE_MODEL is taken as given; one naming no readable file counts as no model */
     if (access(*weights, R_OK) != 0) *weights = NULL;
+    if (*weights && isatty(STDERR_FILENO)) {
+        /* a person at a terminal learns which model answered, and where the real one is */
+        const char *env = getenv("NEEDLE_MODEL");
+        if (env && env[0]) fprintf(stderr, "[model: %s, from $NEEDLE_MODEL]\n", *weights);
+        else if (cli_is_demo_model(*weights))
+            fprintf(stderr, "[model: the small demo model %s; `needle download needle3` fetches "
+                            "the real Needle 3, the default once cached]\n", *weights);
+        else fprintf(stderr, "[model: %s]\n", *weights);
+    }
     return *weights != NULL;
 }
 
@@ -191,4 +213,30 @@ unsigned long long cli_sampling_seed(unsigned long long seed, int seed_given,
            ((unsigned long long)getpid() << 32);
     fprintf(stderr, "[sampling with --seed %llu]\n", seed);
     return seed;
+}
+
+int cli_exec_helper(const char *helper, const char *command, char **argv) {
+    char self[4096], path[8192];
+    const char *dir_of = NULL;
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        dir_of = self;
+    } else if (strchr(argv[0], '/') && strlen(argv[0]) < sizeof self) {
+        dir_of = strcpy(self, argv[0]);
+    }
+    const char *slash = dir_of ? strrchr(dir_of, '/') : NULL;
+    fflush(NULL);
+    /* never a helper of another build from PATH when this one's folder is known */
+    if (slash) {
+        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - dir_of), dir_of, helper);
+        argv[0] = path;
+        execv(path, argv);
+    } else {
+        argv[0] = (char *)helper;
+        execvp(helper, argv);
+    }
+    fprintf(stderr, "needle %s: cannot run %s: %s (it is the %s executable, built and "
+            "installed beside needle)\n", command, argv[0], strerror(errno), helper);
+    return 1;
 }

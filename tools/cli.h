@@ -31,6 +31,8 @@ extern const cli_command cli_inspect, cli_tokenize, cli_generate, cli_logits, cl
 /* `needle export` / `needle quantize` (tools/export.c; they link the internal export
  * library, see the file's header) */
 extern const cli_command cli_export, cli_quantize;
+/* `needle download` / `needle models` (tools/download.c; the hub client library, src/hub) */
+extern const cli_command cli_download, cli_models;
 
 /* ---- options --------------------------------------------------------------------------- */
 
@@ -79,13 +81,19 @@ int cli_lib_error(const char *what, int status);
 
 /* The usage text's line for --weights, shared by every command that opens a model. */
 #define CLI_WEIGHTS_HELP                                                                 \
-    "  -w, --weights FILE      the .cact model (default: $NEEDLE_MODEL, else the demo\n" \
-    "                          model installed or in the source tree)\n"
+    "  -w, --weights FILE      the .cact model (default: $NEEDLE_MODEL, else the newest\n" \
+    "                          cached official needle3, else needle2 (`needle download`,\n" \
+    "                          `needle models`), else the demo model)\n"
 
 /* *weights, or the default model when it is NULL (needle_default_model_path). Returns 1
  * when the default was taken, 0 when *weights was given or no default exists (then
- * *weights stays NULL). */
+ * *weights stays NULL). On a terminal (stderr) it says which model was taken, and for
+ * the demo model how to get the real one. */
 int cli_default_weights(const char **weights);
+
+/* 1 if path is the file of one of the demo-model paths (needle_default_model_candidate),
+ * by any name. */
+int cli_is_demo_model(const char *path);
 
 /* Prints why no model could be found (for a missing --weights) and returns 2. */
 int cli_no_weights(void);
@@ -136,6 +144,12 @@ int cli_prefill_progress(void *user, uint32_t done, uint32_t total);
 void cli_show_progress(needle_session *s);
 
 double cli_now_ms(void);
+
+/* Runs the executable `helper` (needle-download) in place of this process with the same
+ * argv: the one beside this executable (/proc/self/exe, else argv[0] when it is a path),
+ * else the one on PATH. Commands whose libraries should not load into every `needle`
+ * run this way. Returns 1 after printing why, only on failure. */
+int cli_exec_helper(const char *helper, const char *command, char **argv);
 
 /* The sampling seed of a run: `seed` when --seed was given; with temperature > 0 and no
  * --seed, a fresh one (clock and process id), printed on stderr so the sample can be

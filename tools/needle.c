@@ -15,7 +15,8 @@ static const cli_command cli_help, cli_version;
 
 static const cli_command *const commands[] = {
     &cli_run, &cli_chat, &cli_eval, &cli_generate, &cli_logits, &cli_tokenize,
-    &cli_inspect, &cli_bench, &cli_devices, &cli_embed, &cli_serve, &cli_export, &cli_quantize, &cli_help, &cli_version,
+    &cli_inspect, &cli_bench, &cli_devices, &cli_embed, &cli_serve, &cli_export, &cli_quantize,
+    &cli_download, &cli_models, &cli_help, &cli_version,
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -31,7 +32,9 @@ static void print_overview(FILE *f) {
         fprintf(f, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
     fputs("\n`needle help COMMAND` or `needle COMMAND --help` shows a command's options.\n"
           "Without --weights a command uses the default model: $NEEDLE_MODEL, else the\n"
-          "demo model (installed, or models/needle-demo.cact in the source tree).\n"
+          "newest cached official needle3, else needle2 (`needle download needle3` fetches\n"
+          "it; `needle models` lists them), else the demo model (installed, or\n"
+          "models/needle-demo.cact in the source tree).\n"
           "Exit status: 0 success, 1 a library, file or data error, 2 bad usage.\n",
           f);
 }
@@ -109,6 +112,11 @@ static int run_version(const cli_command *self, int argc, char **argv) {
     printf("build: %s, C compiler %s%s%s\n", NEEDLE_BUILD_TYPE, compiler,
            NEEDLE_GIT_COMMIT[0] ? ", configured at commit " : "", NEEDLE_GIT_COMMIT);
     printf("chat input: %s\n", chat_input_kind());
+#ifdef NEEDLE_DOWNLOAD_EXEC
+    printf("download: needle-download (libcurl)\n");
+#else
+    printf("download: cached models only (built without libcurl)\n");
+#endif
     /* what this library can run on here: its backends that found a device */
     printf("devices:");
     const int n = needle_device_count();

@@ -169,10 +169,9 @@ static int open_agent(const cli_command *self, agent_options *o, needle_model **
     /* the model first: without one, a missing --tools is not the problem to report */
     if (!o->weights) return cli_no_weights();
     const char *tools_arg = o->tools;
-    /* the demo model's own tool list is the default only for the default model */
-    const char *env_model = getenv("NEEDLE_MODEL");
-    if (!tools_arg && o->weights_defaulted && !(env_model && env_model[0]))
-        tools_arg = needle_default_tools_path();
+    /* the demo model's own tool list is the default for the demo model, taken by default
+     * or named with --weights (not for another model that happens to be the default) */
+    if (!tools_arg && cli_is_demo_model(o->weights)) tools_arg = needle_default_tools_path();
     if (!tools_arg) return cli_usage_error(self, "--tools TOOLS is required");
     char *tools = load_tools(tools_arg);
     if (!tools) return 1;

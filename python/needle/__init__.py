@@ -26,12 +26,13 @@ from ._lib import NeedleError, library_path  # noqa: E402
 from ._lib import TURN_AUTO, TURN_QUERY, TURN_TOOL_RESULT  # noqa: E402
 from .agent import BACKENDS, Needle, default_backend, devices, extract  # noqa: E402
 from .schema import Field, tool, tool_schema, type_schema  # noqa: E402
+from .hub import download  # noqa: E402
 
 
 __all__ = [
     "Needle", "NeedleError", "Field", "tool", "tool_schema", "type_schema", "extract",
     "devices", "default_backend", "BACKENDS", "library_version", "__version__",
-    "TURN_AUTO", "TURN_QUERY", "TURN_TOOL_RESULT", "NameClashWarning",
+    "TURN_AUTO", "TURN_QUERY", "TURN_TOOL_RESULT", "NameClashWarning", "download",
 ]
 
 

@@ -175,11 +175,12 @@ def _ungrounded_dates(schema: dict, args: Any, sources: List[str]) -> List[str]:
     return bad
 
 
-def _resolve_weights(weights: Optional[str]) -> str:
+def _resolve_weights(weights: Optional[str], generation: Optional[int] = None) -> str:
     if weights is None:
-        weights = os.environ.get("NEEDLE_MODEL")
-    if weights is None:
-        weights = demo_model_path()
+        # $NEEDLE_MODEL > cached needle3 > needle2 > the demo (hub.py; a generation asked
+        # for and not cached is downloaded, as the official package does)
+        from .hub import default_weights
+        weights = default_weights(generation, demo_model_path())
     if weights is None:
         raise NeedleError("no weights given: pass weights='path/to/model.cact' or set "
                           "NEEDLE_MODEL")
@@ -353,7 +354,8 @@ class Needle:
         executed by ``run``. None: with the default demo model, the demo's own tool list
         (declared only, as the CLI does); otherwise no tools, with a warning.
     system: system facts given to the model (optional).
-    weights: path of a .cact model; default $NEEDLE_MODEL, else the demo model.
+    weights: path of a .cact model; default $NEEDLE_MODEL, else the newest cached needle3,
+        else needle2, else the demo model (needle.hub.default_weights).
     tool_index_path: a file caching the tool embeddings of retrieval (with more than 5
         tools and a model with a retrieval head, each conversation sees only the 5 tools
         closest to its first query; README "Tool retrieval"). Made or refreshed as needed.
@@ -368,7 +370,9 @@ class Needle:
         False, unlike the official client: the demo model was trained without it, and
         it makes the output depend on the clock.
     generation: the Needle generation of the weights (None: whatever the file is; 2 or 3
-        must match the file, other values raise NeedleError).
+        must match the file, other values raise NeedleError). Without weights: that
+        generation's cached official model, downloaded when none is cached (an error
+        saying what to run under HF_HUB_OFFLINE=1).
     depth: a Needle 3 ladder rung: run the `depth`-layer model of the file's ladder (the
         official bisection order; the CLI's --depth, needle_model_params.depth). None:
         every layer. NeedleError (status -1) unless it is in [2, the file's layers], or
@@ -405,7 +409,7 @@ class Needle:
         self.tools: List[dict] = []
         self._functions: Dict[str, Callable] = {}
         weights_defaulted = weights is None and not os.environ.get("NEEDLE_MODEL")
-        self.weights = _resolve_weights(weights)
+        self.weights = _resolve_weights(weights, generation)
         if tools is None and weights_defaulted and _demo_tools_path(self.weights):
             tools = _demo_tools_path(self.weights)
         for t in _tool_specs(tools if tools is not None else []):

@@ -6,6 +6,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIXTURES = os.environ.get("NEEDLE_TEST_FIXTURES", os.path.join(ROOT, "tests", "fixtures"))
 
 
+@pytest.fixture(autouse=True)
+def no_cached_models(monkeypatch, tmp_path_factory):
+    """Hermetic default model: Needle() without weights must find the demo, whatever the
+    machine running the tests has downloaded (~/.cache/huggingface, ~/.cache/cactus-needle)."""
+    empty = tmp_path_factory.mktemp("no-models")
+    for name in ("HF_HOME", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "NEEDLE_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(empty / "hub"))
+    monkeypatch.setenv("HOME", str(empty))
+
+
 @pytest.fixture
 def cq4():
     return os.path.join(FIXTURES, "tiny_cq4.cact")

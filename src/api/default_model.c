@@ -1,12 +1,16 @@
-/* Where the default model lives. The demo model (models/needle-demo.cact, trained by
- * train/) stands in for the official engine's built-in weights, so that the CLI, the
- * official ABI and the Python package do their job with no model named. The build
- * passes two candidate paths: the installed copy and the source tree's. */
+/* Where the default model lives: $NEEDLE_MODEL, else the newest cached official Needle 3,
+ * else Needle 2 (the hub cache and the official package's cache, see model_cache.h; both
+ * filled by `needle download`, huggingface_hub or cactus-needle), else the demo model
+ * (models/needle-demo.cact, trained by train/), which stands in for the real weights so
+ * that the CLI, the official ABI and the Python package do their job on a machine that
+ * has downloaded nothing. The build passes two demo paths: the installed copy and the
+ * source tree's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "model_cache.h"
 #include "needle.h"
 
 #ifndef NEEDLE_INSTALLED_MODEL
@@ -24,6 +28,11 @@ static int readable(const char *path) { return path[0] && access(path, R_OK) == 
 const char *needle_default_model_path(void) {
     const char *env = getenv("NEEDLE_MODEL");
     if (env && env[0]) return env;
+    /* per thread: a call on one thread never rewrites the string another is reading */
+    static _Thread_local char cached[4096];
+    if (model_cache_official_model(3, cached, sizeof cached) == 0 ||
+        model_cache_official_model(2, cached, sizeof cached) == 0)
+        return cached;
     for (size_t i = 0; i < N_DEMO; i++)
         if (readable(demo_models[i])) return demo_models[i];
     return NULL;

@@ -19,7 +19,7 @@
 
 #if defined(NEEDLE_HAVE_HTTP) && !defined(NEEDLE_SERVE_EXEC)
 
-/* The demo model's tools for the playground, when serving the default model. */
+/* The demo model's tools for the playground, when serving the demo model. */
 static char *read_small_file(const char *path) {
     FILE *f = path ? fopen(path, "rb") : NULL;
     if (!f) return NULL;
@@ -31,18 +31,6 @@ static char *read_small_file(const char *path) {
     if (b.oom) buf_free(&b);
     return b.data;
 }
-
-/* Whether path is one of the demo model's files (then its tools suit it). */
-static int is_demo_model(const char *path) {
-    struct stat given, demo;
-    if (stat(path, &given) != 0) return 0;
-    const char *c;
-    for (int i = 0; (c = needle_default_model_candidate(i)) != NULL; i++)
-        if (stat(c, &demo) == 0 && demo.st_dev == given.st_dev && demo.st_ino == given.st_ino)
-            return 1;
-    return 0;
-}
-
 #endif /* NEEDLE_HAVE_HTTP && !NEEDLE_SERVE_EXEC */
 
 #ifdef NEEDLE_SERVE_EXEC
@@ -113,7 +101,7 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
     const char *key_env = getenv("NEEDLE_API_KEY");
     if (!cfg.api_key && key_env && key_env[0]) cfg.api_key = key_env;
     if (cfg.api_key && !cfg.api_key[0]) cfg.api_key = NULL;
-    const int defaulted = cli_default_weights(&cfg.weights);
+    cli_default_weights(&cfg.weights);
     if (!cfg.weights) return cli_no_weights();
     if (!cfg.parallel) {
         const long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -123,9 +111,10 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
         const char *slash = strrchr(cfg.weights, '/');
         cfg.model_name = slash ? slash + 1 : cfg.weights;
     }
-    const char *env_model = getenv("NEEDLE_MODEL");
-    char *demo_tools = (defaulted && !(env_model && env_model[0])) || is_demo_model(cfg.weights)
-                           ? read_small_file(needle_default_tools_path()) : NULL;
+    /* the demo's tool list goes with the demo model only (the default model may be a
+     * cached needle3 now) */
+    char *demo_tools = cli_is_demo_model(cfg.weights) ? read_small_file(needle_default_tools_path())
+                                                  : NULL;
     cfg.default_tools = demo_tools;
 
     /* Signals go to the main thread's sigwait alone: block them before any thread starts. */
