@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "needle.h"
+#include "util/error.h"
 #include "util/json_escape.h"
 #include "util/utf8.h"
 
@@ -845,4 +847,27 @@ void validation_write(const char *tools_json, const char *system, const char *te
                                                          : "],\"negation\":false}");
     if (paths.oom) out->oom = 1;
     free(paths.data);
+}
+
+int needle_validate_calls(const char *tools_json, const char *system, const char *text,
+                          int32_t turn, const char *calls_json, char *out, size_t cap,
+                          size_t *len) {
+    if (!calls_json || !len || (!out && cap))
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "validate_calls: NULL argument");
+    strbuf b = {0};
+    validation_write(tools_json, system, text, turn == NEEDLE_TURN_QUERY, calls_json, &b);
+    if (b.oom) {
+        free(b.data);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "validate_calls: out of memory");
+    }
+    *len = b.len;
+    if (b.len + 1 > cap) {
+        free(b.data);
+        return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "validate_calls: the result needs %zu "
+                           "bytes, the buffer holds %zu", *len + 1, cap);
+    }
+    memcpy(out, b.data, b.len + 1);
+    free(b.data);
+    needle_clear_error();
+    return NEEDLE_OK;
 }
