@@ -676,10 +676,10 @@ static void walk(grounding *g, const cJSON *node, const cJSON *value, strbuf *pa
 }
 
 static const cJSON *tool_named(const cJSON *tools, const char *name) {
-    const cJSON *t;
-    cJSON_ArrayForEach(t, tools) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
-        if (cJSON_IsObject(f)) t = f;
+    const cJSON *entry;
+    cJSON_ArrayForEach(entry, tools) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(entry, "function");
+        const cJSON *t = cJSON_IsObject(f) ? f : entry; /* OpenAI-style or bare */
         const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name"));
         if (n && !strcmp(n, name)) return t;
     }
