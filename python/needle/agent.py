@@ -758,9 +758,21 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return value
+
+
 def _call_key(call: dict) -> str:
-    """A call's identity for the repeat rule: its name and arguments, key order ignored."""
-    return json.dumps([call.get("name"), call.get("arguments")], sort_keys=True, default=str)
+    """A call's identity for the repeat rule: its name and arguments, key order ignored
+    and 5.0 the same as 5."""
+    return json.dumps([call.get("name"), _whole(call.get("arguments"))], sort_keys=True,
+                      default=str)
 
 
 def _answer(rounds: List[List[tuple]]) -> Any:

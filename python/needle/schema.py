@@ -124,6 +124,11 @@ def pydantic_schema(model: type) -> dict:
     (type, properties, then required / $defs / definitions), description (the class
     docstring), in the official package's order."""
     raw = model.model_json_schema() if hasattr(model, "model_json_schema") else model.schema()
+    if "properties" not in raw and isinstance(raw.get("$ref"), str):
+        # a model that contains itself: pydantic writes it as a $ref into its $defs, and
+        # the official builder would send a tool without parameters
+        raise NeedleError(f"{model.__name__} is recursive ({raw['$ref']} refers to itself): "
+                          "a tool's parameters cannot contain themselves")
     parameters: dict = {"type": "object", "properties": raw.get("properties", {})}
     for key in ("required", "$defs", "definitions"):
         if key in raw:
@@ -419,6 +424,7 @@ def tool(fn: Optional[Callable] = None, *, triggers: Optional[List[str]] = None,
         if triggers:
             schema["triggers"] = list(triggers)
         target._needle_tool = schema
+        target.__needle_tool__ = schema  # the name this package used before 0.3
         return target
     return attach(fn) if fn is not None else attach
 
@@ -455,10 +461,21 @@ def tool_schema(obj: Any) -> dict:
             raise NeedleError("expected exactly one tool schema")
         return items[0]
     stored = getattr(obj, "_needle_tool", None)
+    if not isinstance(stored, dict):
+        stored = getattr(obj, "__needle_tool__", None)
     if isinstance(stored, dict):
         return stored
     if is_pydantic_model(obj):
         return pydantic_schema(obj)
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+        # as a callable, but without the signature dataclass() writes as the docstring
+        out = {"name": obj.__name__}
+        doc = obj.__doc__ or ""
+        desc, _ = parse_docstring("" if doc.startswith(obj.__name__ + "(") else doc)
+        if desc:
+            out["description"] = desc
+        out["parameters"] = _members_schema(obj, "first")
+        return out
     if _is_typeddict(obj):
         # the official builder reads a TypedDict's (empty) signature; its keys are the tool
         out: dict = {"name": obj.__name__}
