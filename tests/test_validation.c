@@ -148,8 +148,8 @@ static void test_ungrounded_values(void) {
     /* a word only inside another word is not the value; partial phrases are not copies */
     EXPECT(NULL, "the scatter plot", "[{\"name\":\"send\",\"arguments\":{\"body\":\"cat\"}}]", "[\"send.body\"]");
     EXPECT(NULL, "tell Bob the build is green", "[{\"name\":\"send\",\"arguments\":{\"body\":\"the build is red\"}}]", "[\"send.body\"]");
-    /* a value without words must appear as it is */
-    EXPECT(NULL, "what now?!", "[{\"name\":\"send\",\"arguments\":{\"body\":\"?!\",\"to\":[\":{\"]}}]", "[\"send.to[0]\"]");
+    /* a value without words copies nothing, even punctuation the input has */
+    EXPECT(NULL, "what now?!", "[{\"name\":\"send\",\"arguments\":{\"body\":\"?!\",\"to\":[\":{\"]}}]", "[\"send.body\",\"send.to[0]\"]");
     /* the auto date fact grounds no number */
     EXPECT("date: 2026-12-06 Sun 10:12; user: Ada", "set a timer", "[{\"name\":\"timer\",\"arguments\":{\"minutes\":12}}]", "[\"timer.minutes\"]");
     /* several calls: each flagged by its own name */

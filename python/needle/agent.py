@@ -568,11 +568,14 @@ class Needle:
         if not is_result and not text.strip():
             # the CLI refuses an empty query too (a usage error): no turn is run
             return _invalid_input("the query is empty")
-        env = self._session.complete(text, turn, max_new_tokens, extract)
+        env = self._engine(text, turn, max_new_tokens, extract)
         if not is_result:
             self._seen_years |= _years_in(text)
             _add_year_rule(env, self.tools, _licensed_years(self._seen_years, self.system, text))
         return env
+
+    def _engine(self, text: str, turn: int, max_new_tokens: int, extract: bool) -> dict:
+        return self._session.complete(text, turn, max_new_tokens, extract)
 
     def complete(self, text: str = "", max_new_tokens: int = 512, *,
                  turn: int = _lib.TURN_AUTO, extract: bool = False) -> dict:
@@ -631,7 +634,8 @@ class Needle:
         - a follow-up round (the model's answer to results): when a call repeats one
           already executed in this run (same name and arguments), or when a call is not
           asked for by the query: an argument the query, the system facts and the results
-          so far do not support (the engine's rule, needle_validate_calls). The loop stops
+          so far do not support (the engine's rule, needle_validate_calls), or a date
+          whose year the query does not write (the year rule). The loop stops
           there ("stop": "repeat" / "unrequested") with that round unexecuted.
 
         Beyond the official answer: "stop" ("respond", "error", "max_steps", "repeat",
@@ -667,9 +671,11 @@ class Needle:
                         break
                     check_text = query + "\n" + json.dumps(results, default=_jsonable,
                                                            ensure_ascii=False)
-                    followup = validate_calls(self.tools, fcalls, check_text, self.system,
-                                              query=False)
-                    if followup.get("ungrounded"):
+                    followup = {"function_calls": fcalls, "validation": validate_calls(
+                        self.tools, fcalls, check_text, self.system, query=False)}
+                    _add_year_rule(followup, self.tools,
+                                   _licensed_years(self._seen_years, self.system, query))
+                    if followup["validation"].get("ungrounded"):
                         stop = "unrequested"
                         break
                 executed.update(keys)

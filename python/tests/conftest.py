@@ -26,12 +26,13 @@ def header_version():
 
 
 class Scripted:
-    """Replaces an agent's complete(): the replies in order, and the turns it was sent."""
+    """Replaces an agent's engine turns (Needle._engine, under complete() and run()): the
+    replies in order (each a copy), and the turns it was sent."""
 
     def __init__(self, agent, replies):
-        self.replies, self.sent = list(replies), []
-        agent.complete = self
+        self.replies, self.sent = [dict(r) for r in replies], []
+        agent._engine = self
 
-    def __call__(self, text, max_new_tokens=256, *, turn=0, extract=False):
+    def __call__(self, text, turn=0, max_new_tokens=512, extract=False):
         self.sent.append((turn, text))
         return self.replies.pop(0)

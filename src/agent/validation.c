@@ -200,12 +200,12 @@ static int contains_run(const words *hay, const words *needle, int stemmed) {
     return 0;
 }
 
-/* Whether `text` is written in the input (`raw`: the input as given, for a value with no
- * word in it, such as "?!", which must then appear as it is). */
-static int contains_text(const words *hay, const char *raw, const char *text, int stemmed) {
+/* Whether the words of `text` are written in the input. A value with no word in it
+ * ("?!", ",") copies nothing: it is never supported (punctuation is in every JSON result). */
+static int contains_text(const words *hay, const char *text, int stemmed) {
     words v;
     split_words(text, &v);
-    int found = v.oom ? 0 : v.n ? contains_run(hay, &v, stemmed) : raw && strstr(raw, text) != NULL;
+    int found = !v.oom && v.n && contains_run(hay, &v, stemmed);
     words_free(&v);
     return found;
 }
@@ -500,7 +500,6 @@ static const struct {
 };
 
 static int synonym_appears(const words *input, const char *value) {
-    /* synonyms are words, never punctuation */
     for (size_t i = 0; i < sizeof SYNONYMS / sizeof *SYNONYMS; i++) {
         if (strcmp(SYNONYMS[i].value, value)) continue;
         const char *s = SYNONYMS[i].synonyms;
@@ -511,7 +510,7 @@ static int synonym_appears(const words *input, const char *value) {
             if (n < sizeof phrase) {
                 memcpy(phrase, s, n);
                 phrase[n] = 0;
-                if (contains_text(input, NULL, phrase, 1)) return 1;
+                if (contains_text(input, phrase, 1)) return 1;
             }
             s += n + (bar ? 1 : 0);
         }
@@ -523,7 +522,6 @@ static int synonym_appears(const words *input, const char *value) {
  * Arguments against their schemas */
 
 typedef struct grounding {
-    const char *raw; /* the input as given */
     const words *input;
     const numbers *nums;
     const cJSON *root; /* the tool's parameters: where "#/..." refs resolve */
@@ -603,7 +601,7 @@ static int looks_temporal(const char *s) {
 static int enum_value_supported(const grounding *g, const cJSON *value) {
     if (cJSON_IsNumber(value)) return has_number(g->nums, value->valuedouble);
     if (!cJSON_IsString(value)) return 1;
-    if (contains_text(g->input, g->raw, value->valuestring, 1)) return 1;
+    if (contains_text(g->input, value->valuestring, 1)) return 1;
     words v;
     split_words(value->valuestring, &v);
     /* a one-word value ("on") or its phrase ("living_room") through the synonym table */
@@ -639,7 +637,7 @@ static int value_supported(const grounding *g, const cJSON *schema, const cJSON 
                 !strcmp(fmt, "duration")))
         return 1;
     if (!*s || looks_temporal(s)) return 1;
-    return contains_text(g->input, g->raw, s, 0);
+    return contains_text(g->input, s, 0);
 }
 
 static void flag(grounding *g, const char *path) {
@@ -832,7 +830,7 @@ void validation_write(const char *tools_json, const char *system, const char *te
             const cJSON *tool = name ? tool_named(tools, name) : NULL;
             if (!tool || !cJSON_IsObject(args)) continue;
             const cJSON *params = cJSON_GetObjectItemCaseSensitive(tool, "parameters");
-            grounding g = {in.data, &input, &nums, params, &paths, n_paths};
+            grounding g = {&input, &nums, params, &paths, n_paths};
             strbuf path = {0};
             strbuf_puts(&path, name);
             walk(&g, params, args, &path, 0);

@@ -7,7 +7,8 @@
  * when, after normalization (case folded; Latin diacritics folded on both sides, so a value
  * is found whether or not the user typed its accents; apostrophes dropped; every other
  * non-letter, non-digit byte a word break):
- *   - a string: its words appear in the input as a contiguous run of words;
+ *   - a string: its words appear in the input as a contiguous run of words (a string
+ *     with no letter or digit, such as "?!", copies nothing and is never supported);
  *   - a number: the input writes it in digits ("1,500", "2.5", "-3", "5th", "25%"), in words
  *     ("twenty five", "a dozen", "half an hour"), or in another unit of a quantity it
  *     writes (90 seconds = 1.5 minutes; 2 hours = 120 minutes; 1.5 kg = 1500 g; 5 pm = 17;
