@@ -85,5 +85,9 @@ bash tests/official_client/run3.sh build
 echo "== the needle Python package (python/) =="
 bash python/run_tests.sh build
 
+# about 5 s once the venvs exist (both are made above)
+echo "== drop-in: the official cactus-needle 3.2.8 code (schemas, environments, README) unchanged on python/ =="
+bash tests/official_client/dropin.sh build
+
 echo "== needle serve: the official openai client (pinned, private venv) and the playground in headless Chromium =="
 bash tests/serve/run.sh build
