@@ -10,8 +10,8 @@
  *    invented strings, numbers and enum values are flagged with their tool.path, nested
  *    paths and array indices included; the system facts count as input, the auto date
  *    fact does not.
- * 3. needle_validate_calls (the public entry) and a real envelope on the demo model carry
- *    it, and every failure envelope has type "error". */
+ * 3. needle_validate_calls (the public entry), a real envelope on the demo model and the
+ *    CLI's envelope carry it, and every failure envelope has type "error". */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +41,8 @@ static void test_negated_phrasings(void) {
         "do not turn on the lights and the fan",
         "DO NOT CALL MOM",
         "you shouldn't send that email",
+        "do not, under any circumstances, close the blinds",
+        "never, ever play Baby Shark again",
     };
     for (size_t i = 0; i < sizeof negated / sizeof *negated; i++)
         CHECK_MSG(validation_negated(negated[i]), "not flagged: %s", negated[i]);
@@ -221,6 +223,22 @@ out:
     needle_model_free(m);
 }
 
+/* The CLI prints the engine's envelope, validation included. */
+static void test_cli_envelope(void) {
+    char cmd[2048];
+    static char out[16384];
+    const char *demo = NEEDLE_SOURCE_DIR "/models/needle-demo";
+    snprintf(cmd, sizeof cmd, "%s run --weights %s.cact --tools %s.tools.json --ctx 4096 "
+             "\"don't turn on the kitchen lights\" 2>/dev/null", cli_path(), demo, demo);
+    int rc = run_command(cmd, out, sizeof out);
+    if (rc == 127 || strstr(out, "not found")) {
+        harness_skip("no needle CLI");
+        return;
+    }
+    CHECK_MSG(rc == 0 && strstr(out, "\"validation\":{\"ungrounded\":[") &&
+                  strstr(out, "\"negation\":true}"), "rc %d: %s", rc, out);
+}
+
 int main(void) {
     RUN(test_negated_phrasings);
     RUN(test_not_negated_phrasings);
@@ -228,5 +246,6 @@ int main(void) {
     RUN(test_ungrounded_values);
     RUN(test_public_entry);
     RUN(test_envelopes_on_demo);
+    RUN(test_cli_envelope);
     return test_summary();
 }

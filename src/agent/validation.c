@@ -708,7 +708,9 @@ static const char *const NOT_IMPERATIVE[] = {
     "while", "when", "whenever", "if", "because", "since", "until", "as", "though",
     "although", "for", "in", "on", "at", "to", "of", "with", "without", "from", "by",
     "after", "before", "maybe", "thanks", "thank", "cheers", "which", "who", "what", "yet",
-    "again", "today", "tonight", "tomorrow", "later", "or", "nor", "thx", "ty", "lol"};
+    "again", "today", "tonight", "tomorrow", "later", "or", "nor", "thx", "ty", "lol",
+    "under", "over", "about", "into", "onto", "unless", "even", "ever", "only", "anyway",
+    "anymore", "not", "never", "whatever", "whichever"};
 
 /* The length of the negation cue at word i (0: none). */
 static size_t cue_at(const words *w, size_t i) {
@@ -733,6 +735,7 @@ int validation_negated(const char *query) {
         return 0;
     }
     int negated = 0, imperative = 0;
+    int pending = 0; /* a cue ended its clause before its verb: "do not, under any ..., close" */
     for (size_t at = 0; at < w.n;) {
         size_t end = at + 1;
         while (end < w.n && !w.clause[end] && !word_is(&w, end, "but") && !word_is(&w, end, "then"))
@@ -748,7 +751,8 @@ int validation_negated(const char *query) {
                                word_is(&w, v, "please") || word_is(&w, v, "you") ||
                                word_is(&w, v, "just")))
                 v++;
-            if (v >= end || !IN_LIST(word_at(&w, v), NON_ACTIONS)) negated = 1;
+            if (v >= end) negated = pending = 1;
+            else if (!IN_LIST(word_at(&w, v), NON_ACTIONS)) negated = 1;
         } else if (i < end && (word_is(&w, i, "stop") || word_is(&w, i, "keep") ||
                                word_is(&w, i, "prevent"))) {
             int from = 0;
@@ -761,8 +765,11 @@ int validation_negated(const char *query) {
             /* an imperative: no subject first ("I love this part" is a statement), not a
              * determiner, subordinator or number */
             if (!IN_LIST(first, NOT_IMPERATIVE) && !IN_LIST(lead, NOT_IMPERATIVE) &&
-                !isdigit((unsigned char)lead[0]) && small_word(lead) < 0 && tens_word(lead) < 0)
-                imperative = 1;
+                !isdigit((unsigned char)lead[0]) && small_word(lead) < 0 && tens_word(lead) < 0) {
+                /* the verb a dangling cue was waiting for is negated, not a new request */
+                if (pending) pending = 0;
+                else imperative = 1;
+            }
         }
         at = end;
     }
