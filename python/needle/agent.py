@@ -655,17 +655,20 @@ class Needle:
             calls: List[dict] = []
             rounds: List[List[tuple]] = []  # per executed round: (result, function ran)
             executed = set()
-            stop = "max_steps"
+            negated = False  # strict, and the query negates what it asks for
+            stop = None
             for step in range(max(0, int(max_steps))):
-                fcalls = env.get("function_calls") or []
-                if not env.get("success", True):
-                    stop = "error"
+                stop = _reply_stop(env)
+                if stop:
                     break
-                if env.get("type") != "call" or not fcalls:
-                    stop = "respond"
-                    break
+                fcalls = env["function_calls"]
                 keys = [_call_key(c) for c in fcalls]
-                if step > 0:
+                if step == 0:
+                    negated = strict and bool((env.get("validation") or {}).get("negation"))
+                else:
+                    if negated:  # nothing the model adds to a negated request is asked for
+                        stop = "unrequested"
+                        break
                     if any(k in executed for k in keys):
                         stop = "repeat"
                         break
@@ -686,6 +689,8 @@ class Needle:
                 payload = json.dumps([r for r, _ in this_round], default=_jsonable,
                                      ensure_ascii=False)
                 env = self._turn(payload, _lib.TURN_TOOL_RESULT, max_new_tokens)
+            if stop is None:  # max_steps rounds ran (or none was allowed)
+                stop = _reply_stop(env) or "max_steps"
             out = dict(env)
             out["stop"] = stop
             out["results"] = results
@@ -753,6 +758,15 @@ class Needle:
     def __repr__(self) -> str:
         names = ", ".join(str(s.get("name")) for s in getattr(self, "tools", []))
         return f"Needle(weights={getattr(self, 'weights', None)!r}, tools=[{names}])"
+
+
+def _reply_stop(env: dict) -> Optional[str]:
+    """Why a reply ends the loop ("error", "respond"), or None when it is a call to run."""
+    if not env.get("success", True):
+        return "error"
+    if env.get("type") != "call" or not env.get("function_calls"):
+        return "respond"
+    return None
 
 
 def _jsonable(value: Any) -> Any:

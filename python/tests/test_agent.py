@@ -312,8 +312,9 @@ def test_interleaved_agents_different_models(cq4, cq2):
     assert all(c[0]["name"] == "get_weather" for c in got_a)
     assert all(c[0]["name"] == "convert" for c in got_b)
     ra, rb = a.run("x", max_steps=2, strict=False), b.run("y", max_steps=2, strict=False)
-    assert [c["name"] for c in ra["calls"]] == ["get_weather"]
-    assert [c["name"] for c in rb["calls"]] == ["convert"]
+    # (a follow-up round built from the first one's results may run too: random weights)
+    assert ra["calls"] and all(c["name"] == "get_weather" for c in ra["calls"])
+    assert rb["calls"] and all(c["name"] == "convert" for c in rb["calls"])
     for x in (a, b, solo_a, solo_b):
         x.close()
 

@@ -105,6 +105,10 @@ def test_strict_first_round_flags_and_negation(cq4):
     Scripted(agent, [negated, RESPOND])
     r = agent.run("don't add 1 and 2")
     assert done == [] and r["results"] == [{"error": "negated request"}]
+    # a negated query: what the model calls after the refusal is not asked for either
+    Scripted(agent, [negated, call("add", a=1, b=2.0)])
+    r = agent.run("don't add 1 and 2")
+    assert done == [] and r["stop"] == "unrequested"
     Scripted(agent, [negated, RESPOND])
     r = agent.run("don't add 1 and 2", strict=False)
     assert done == [(1, 2)] and r["results"] == [3]
