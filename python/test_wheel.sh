@@ -56,6 +56,7 @@ fi
 import json, os, sys
 import needle, needle._lib as L
 pkg = sys.argv[1]
+import needle.environments._harness  # the package's subpackage is in the wheel
 with needle.Needle() as agent:  # the bundled demo model and its tools
     env = agent.complete("What's the weather in Paris?")
 assert L.library_path == os.path.join(pkg, "libneedle.so"), L.library_path

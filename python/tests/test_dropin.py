@@ -155,6 +155,43 @@ def test_extract_official_contract_on_the_demo():
     assert None in found or all(isinstance(f, dict) for f in found)
 
 
+def test_extract_none_strict_and_failure(cq4, monkeypatch):
+    import needle.agent as agent_mod
+    lights = demo_tool("set_lights")
+    replies = []
+    monkeypatch.setattr(agent_mod._Session, "complete",
+                        lambda self, text, turn, n, extract=False: replies.pop(0))
+
+    def reply(calls, **validation):
+        return {"type": "call", "success": True, "function_calls": calls,
+                "validation": {"ungrounded": [], "negation": False, **validation}}
+
+    call = {"name": "set_lights", "arguments": {"room": "kitchen", "state": "on"}}
+    replies[:] = [reply([])]
+    assert needle.extract("hello", lights, weights=cq4) is None  # no call: None
+    replies[:] = [reply([call])]
+    assert needle.extract("kitchen on", lights, weights=cq4) == call["arguments"]
+    replies[:] = [reply([call], ungrounded=["set_lights.room"])]
+    with pytest.raises(needle.ExtractionValidationError, match="room"):
+        needle.extract("lights on", lights, weights=cq4)
+    replies[:] = [reply([call], ungrounded=["set_lights.room"])]
+    assert needle.extract("lights on", lights, weights=cq4, strict=False) == call["arguments"]
+    replies[:] = [reply([call], negation=True)]
+    with pytest.raises(needle.ExtractionValidationError, match="negated request"):
+        needle.extract("don't", lights, weights=cq4)
+    failed = {"type": "error", "success": False, "error": "budget", "error_code": "max_tokens",
+              "function_calls": []}
+    replies[:] = [failed]
+    with pytest.raises(needle.NeedleError, match="max_tokens"):
+        needle.extract("kitchen on", lights, weights=cq4)
+    # the year rule on top: a date whose year the text does not write
+    event = {"name": "event", "parameters": {"type": "object", "properties": {
+        "day": {"type": "string", "format": "date"}}, "required": ["day"]}}
+    replies[:] = [reply([{"name": "event", "arguments": {"day": "2023-05-01"}}])]
+    with pytest.raises(needle.ExtractionValidationError, match="day"):
+        needle.extract("on May 1st 2024", event, weights=cq4)
+
+
 @needs_demo
 def test_pydantic_model_in_tools_runs_as_the_official():
     pydantic = pytest.importorskip("pydantic")
