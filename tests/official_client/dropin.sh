@@ -6,7 +6,9 @@
 #     dropin/schema_corpus.py: 58 functions and pydantic v1/v2 models);
 #  2. environments: the six official environment modules, run by their own run_tests()
 #     on our package and the default (demo) model: validation in every response, every call
-#     valid against its schema, no exception; the pass rate is printed;
+#     valid against its schema, no exception; the pass rate is printed; and the validation
+#     rule against the suites' labels (negation on exactly the 18 negation cases, none of
+#     the expected calls flagged ungrounded);
 #  3. the official README's example runs unchanged.
 # About 5 s on 2 cores once the venvs exist (a minute to make them). Usage: tests/official_client/dropin.sh BUILD_DIR
 set -euo pipefail

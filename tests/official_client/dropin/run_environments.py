@@ -4,7 +4,8 @@ run_tests() and our needle.environments._harness, and checks what the engine ret
 every response carries "validation" ({"ungrounded": [...], "negation": bool}), every call
 is valid against its tool's schema (jsonschema, Draft 2020-12), and nothing raises. The
 pass rate is printed, not asserted (the default demo model was not trained on these
-tools). Exit status 1 on a failed check."""
+tools). Also checks the validation rule against the suites' labels (negation exactly on
+the negation cases, no expected call flagged). Exit status 1 on a failed check."""
 import contextlib
 import io
 import json
@@ -21,8 +22,31 @@ NAMES = ("data_capture", "kitchen_appliance", "media_player", "productivity", "s
          "wearable")
 
 
+def check_validation_labels(failures):
+    """The engine's validation against the official suites' own labels: "negation" exactly on
+    the cases of category "negation", and no expected (correct) call flagged ungrounded."""
+    from needle.agent import validate_calls
+    negated = flagged = 0
+    for name in NAMES:
+        module = getattr(environments, name)
+        tools = [t._needle_tool for t in module.TOOLS]
+        for case in module.TEST_CASES:
+            v = validate_calls(tools, case["calls"], case["query"], module.SYSTEM)
+            if v["negation"] != (case["category"] == "negation"):
+                failures.append(f"{name}: negation {v['negation']} for [{case['category']}] "
+                                f"{case['query']!r}")
+            negated += v["negation"]
+            if v["ungrounded"]:
+                flagged += 1
+                failures.append(f"{name}: the expected calls of {case['query']!r} flagged "
+                                f"{v['ungrounded']}")
+    print(f"validation on the suites' labels: {negated} negated (the negation cases), "
+          f"{flagged} expected calls flagged")
+
+
 def main():
     failures = []
+    check_validation_labels(failures)
     total_passed = total_cases = 0
     responses = 0
     for name in NAMES:
