@@ -247,6 +247,9 @@ def validate_calls(tools: Any, calls: List[dict], text: str = "", system: Option
     `tools` (schemas, as for Needle), the system facts and `text` (negation is looked for
     only when `query`). Needs no model."""
     L = lib()
+    if not hasattr(L, "needle_validate_calls"):
+        raise NeedleError("this libneedle has no needle_validate_calls (older than 0.3): "
+                          "rebuild the library from the same source as the package")
     schemas = []
     for t in _tool_specs(tools):
         schemas += tool_schemas(t)
