@@ -789,9 +789,9 @@ static void put_without_date_fact(strbuf *b, const char *system) {
         if (f > system && isalpha((unsigned char)f[-1])) continue; /* "update:" */
         const char *q = f + 5;
         while (*q == ' ') q++;
-        int iso = 1;
-        for (int k = 0; k < 10; k++)
-            iso &= (k == 4 || k == 7) ? q[k] == '-' : isdigit((unsigned char)q[k]) != 0;
+        int iso = 1; /* stops at the first mismatch: the string may end before 10 bytes */
+        for (int k = 0; k < 10 && iso; k++)
+            iso = (k == 4 || k == 7) ? q[k] == '-' : isdigit((unsigned char)q[k]) != 0;
         if (!iso) continue;
         q += 10;
         if (q[0] == ' ' && isalpha((unsigned char)q[1]) && isalpha((unsigned char)q[2]) &&
