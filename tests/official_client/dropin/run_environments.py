@@ -14,7 +14,6 @@ import warnings
 
 import jsonschema
 
-import needle
 from needle import environments
 
 warnings.simplefilter("ignore")  # the un-reset and no-tools warnings are not the subject
