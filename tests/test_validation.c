@@ -132,8 +132,8 @@ static void test_grounded_values(void) {
     EXPECT(NULL, "a dozen eggs, 25% off", "[{\"name\":\"timer\",\"arguments\":{\"seconds\":12,\"ratio\":0.25}}]", "[]");
     EXPECT(NULL, "set it to -3", "[{\"name\":\"timer\",\"arguments\":{\"seconds\":-3}}]", "[]");
     EXPECT(NULL, "one hundred and fifty", "[{\"name\":\"timer\",\"arguments\":{\"seconds\":150}}]", "[]");
-    /* exempt: booleans, defaults, consts, formats and clock / ISO shapes, null, "" */
-    EXPECT(NULL, "lights", "[{\"name\":\"control_lights\",\"arguments\":{\"fade\":true,\"mode\":\"normal\",\"kind\":\"light\",\"color\":\"\"}}]", "[]");
+    /* exempt: booleans, defaults, consts, formats and clock / ISO shapes, null */
+    EXPECT(NULL, "lights", "[{\"name\":\"control_lights\",\"arguments\":{\"fade\":true,\"mode\":\"normal\",\"kind\":\"light\"}}]", "[]");
     EXPECT(NULL, "send it tomorrow", "[{\"name\":\"send\",\"arguments\":{\"when\":\"2026-12-07T09:00:00\"}},{\"name\":\"timer\",\"arguments\":{\"at\":\"17:30\",\"minutes\":null}}]", "[]");
     /* the system facts are input */
     EXPECT("user: Ada Lovelace; city: Z\xC3\xBCrich", "message me", "[{\"name\":\"send\",\"arguments\":{\"to\":[\"Ada Lovelace\"],\"meta\":{\"city\":\"Zurich\"}}}]", "[]");
@@ -150,7 +150,8 @@ static void test_ungrounded_values(void) {
     /* a word only inside another word is not the value; partial phrases are not copies */
     EXPECT(NULL, "the scatter plot", "[{\"name\":\"send\",\"arguments\":{\"body\":\"cat\"}}]", "[\"send.body\"]");
     EXPECT(NULL, "tell Bob the build is green", "[{\"name\":\"send\",\"arguments\":{\"body\":\"the build is red\"}}]", "[\"send.body\"]");
-    /* a value without words copies nothing, even punctuation the input has */
+    /* a value without words copies nothing, even punctuation the input has; nor does "" */
+    EXPECT(NULL, "lights", "[{\"name\":\"control_lights\",\"arguments\":{\"color\":\"\"}}]", "[\"control_lights.color\"]");
     EXPECT(NULL, "what now?!", "[{\"name\":\"send\",\"arguments\":{\"body\":\"?!\",\"to\":[\":{\"]}}]", "[\"send.body\",\"send.to[0]\"]");
     /* the auto date fact grounds no number */
     EXPECT("date: 2026-12-06 Sun 10:12; user: Ada", "set a timer", "[{\"name\":\"timer\",\"arguments\":{\"minutes\":12}}]", "[\"timer.minutes\"]");

@@ -134,6 +134,12 @@ def _tool_specs(tools: Any) -> List[Any]:
 _DATE_GIVEN = re.compile(r"(?<![A-Za-z])date:|\d{4}-\d{2}-\d{2}")
 
 
+def _now() -> datetime.datetime:
+    """The local time of the date fact (the tests fix it, so that a random-weight model's
+    answers do not change with the minute)."""
+    return datetime.datetime.now()
+
+
 def _with_date(system: Optional[str]) -> str:
     """``auto_date``: today's local date and time put before the system facts
     ("date: 2026-12-06 Sun 10:12; ..."), unless they already state a date or are a JSON
@@ -141,7 +147,7 @@ def _with_date(system: Optional[str]) -> str:
     system = system or ""
     if _DATE_GIVEN.search(system) or system.lstrip().startswith("{"):
         return system
-    fact = datetime.datetime.now().strftime("date: %Y-%m-%d %a %H:%M")
+    fact = _now().strftime("date: %Y-%m-%d %a %H:%M")
     return fact + "; " + system if system.strip() else fact
 
 

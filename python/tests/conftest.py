@@ -6,6 +6,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIXTURES = os.environ.get("NEEDLE_TEST_FIXTURES", os.path.join(ROOT, "tests", "fixtures"))
 
 
+FIXED_NOW = __import__("datetime").datetime(2026, 1, 5, 9, 0)  # a Monday
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch):
+    """auto_date (on by default, as the official) writes the minute into the prompt: a fixed
+    clock keeps every test's prompt, and so its answers, the same from run to run."""
+    import needle.agent
+    monkeypatch.setattr(needle.agent, "_now", lambda: FIXED_NOW)
+
+
 @pytest.fixture
 def cq4():
     return os.path.join(FIXTURES, "tiny_cq4.cact")

@@ -97,7 +97,7 @@ def test_official_keywords(cq4):
         needle.Needle(weights=cq4, tools=[WEATHER], generation=3)
     needle.Needle(weights=cq4, tools=[WEATHER], generation=2).close()
 
-    today = datetime.date.today().isoformat()
+    today = "2026-01-05"  # conftest.fixed_clock
     with needle.Needle(weights=cq4, tools=[WEATHER], auto_date=True) as a:
         assert a.system.startswith("date: " + today)
     with needle.Needle(weights=cq4, tools=[WEATHER], system="user: Ada", auto_date=True) as a:

@@ -636,7 +636,7 @@ static int value_supported(const grounding *g, const cJSON *schema, const cJSON 
     if (fmt && (!strcmp(fmt, "date") || !strcmp(fmt, "date-time") || !strcmp(fmt, "time") ||
                 !strcmp(fmt, "duration")))
         return 1;
-    if (!*s || looks_temporal(s)) return 1;
+    if (looks_temporal(s)) return 1;
     return contains_text(g->input, s, 0);
 }
 

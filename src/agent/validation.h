@@ -8,7 +8,7 @@
  * is found whether or not the user typed its accents; apostrophes dropped; every other
  * non-letter, non-digit byte a word break):
  *   - a string: its words appear in the input as a contiguous run of words (a string
- *     with no letter or digit, such as "?!", copies nothing and is never supported);
+ *     with no letter or digit, such as "" or "?!", copies nothing and is never supported);
  *   - a number: the input writes it in digits ("1,500", "2.5", "-3", "5th", "25%"), in words
  *     ("twenty five", "a dozen", "half an hour"), or in another unit of a quantity it
  *     writes (90 seconds = 1.5 minutes; 2 hours = 120 minutes; 1.5 kg = 1500 g; 5 pm = 17;
@@ -16,7 +16,7 @@
  *   - an enum value (schema "enum"): the value itself (a word form of it: "vacuuming"
  *     supports "vacuum", "living room" supports "living_room") or one of its synonyms from
  *     the table in validation.c appears.
- * Always supported: booleans, null, "" , a value equal to the schema's "default" or
+ * Always supported: booleans, null, a value equal to the schema's "default" or
  * "const", an enum with one value, and strings the model resolves rather than copies:
  * formats date, date-time, time, duration, and values shaped like an ISO date or a clock
  * time (the Python package checks a date's year against the input, as the official does).
