@@ -572,6 +572,20 @@ NEEDLE_API int needle_session_set_callbacks(needle_session *session,
 NEEDLE_API int needle_session_append_turn(needle_session *session, const char *text,
                                           int32_t turn, const char *calls_json);
 
+/* The "validation" object of the response envelope ({"ungrounded": ["NAME.path", ...],
+ * "negation": bool}; README "Validation") for the calls `calls_json` (a JSON call array)
+ * against the tools `tools_json` (as needle_session_set_tools takes them), the system facts
+ * and a turn's text (each may be NULL): what needle_session_complete writes into every
+ * envelope, for a caller that judges calls against another input (the Python agent loop
+ * checks a follow-up call against the query and the results so far). `turn`:
+ * NEEDLE_TURN_QUERY looks for a negated request in `text`, any other value does not.
+ * Needs no model. Writes the JSON, NUL-terminated, into out (*len: its length without the
+ * NUL). Errors: NEEDLE_ERR_INVALID_ARGUMENT (out, len or calls_json NULL),
+ * NEEDLE_ERR_BUFFER_TOO_SMALL (*len = the length needed), NEEDLE_ERR_OUT_OF_MEMORY. */
+NEEDLE_API int needle_validate_calls(const char *tools_json, const char *system, const char *text,
+                                     int32_t turn, const char *calls_json, char *out, size_t cap,
+                                     size_t *len);
+
 /* ------------------------------------------------------------------------------------ */
 /* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */
 /* over one default model and session guarded by a lock.                                 */

@@ -16,6 +16,9 @@ The default build is CPU-only and self-contained:
 
 Environment:
   NEEDLE_BUILD_CUDA=1 build the CUDA backend too (needs nvcc; the wheel then needs libcudart).
+  NEEDLE_BUILD_SERVER=0 leave out needle-serve, the HTTP server `python -m needle serve` runs
+                    (bundled by default when libmicrohttpd is there; it loads the system's
+                    libmicrohttpd at run time).
   NEEDLE_LIB_PATH   an already built libneedle: it is copied, as it is, instead of running
                     CMake (its dependencies are then the builder's business).
   NEEDLE_SKIP_CMAKE=1  bundle nothing, on purpose; the library is then found at import
@@ -112,6 +115,21 @@ def _run_logged(cmd, tty):
         raise subprocess.CalledProcessError(p.returncode, cmd)
 
 
+SERVER = "needle-serve"
+
+
+def _build_server(cmake, build, tty):
+    """Builds the needle-serve executable (`needle serve`, libneedle linked in statically)
+    in the same CMake tree; a tree configured without libmicrohttpd has no such target, and
+    the wheel then has no server (`python -m needle serve` says how to get one)."""
+    try:
+        _run_logged([cmake, "--build", build, "--target", "needle_serve", "-j",
+                     str(os.cpu_count() or 2)], tty)
+    except (OSError, subprocess.CalledProcessError):
+        print("needle setup: no needle-serve (libmicrohttpd not found at configure time): "
+              "the wheel has no HTTP server", file=sys.stderr)
+
+
 def _build_library(tmp):
     """(path of the built libneedle, True if CMake built it here)."""
     if os.environ.get("NEEDLE_LIB_PATH"):
@@ -139,6 +157,8 @@ def _build_library(tmp):
         _run_logged(cfg, tty)
         _run_logged([cmake, "--build", build, "--target", "needle_shared", "-j",
                      str(os.cpu_count() or 2)], tty)
+        if os.environ.get("NEEDLE_BUILD_SERVER", "1") != "0":
+            _build_server(cmake, build, tty)
     except (OSError, subprocess.CalledProcessError) as e:
         _fail(f"building libneedle with CMake failed ({e}); the compiler's output is above")
     finally:
@@ -206,6 +226,13 @@ class BuildPyWithLibrary(build_py):
             dest = os.path.join(pkg_dir, LIBNAME)
             shutil.copyfile(os.path.realpath(lib), dest)
             os.chmod(dest, 0o755)
+            # the HTTP server, for `python -m needle serve`: beside the library CMake built
+            # (or the one NEEDLE_LIB_PATH names, when its build folder has it)
+            server = os.path.join(os.path.dirname(os.path.abspath(lib)), SERVER)
+            if os.path.isfile(server) and os.access(server, os.X_OK):
+                shutil.copyfile(os.path.realpath(server), os.path.join(pkg_dir, SERVER))
+                os.chmod(os.path.join(pkg_dir, SERVER), 0o755)
+                print(f"needle setup: bundled {server} as needle/{SERVER}", file=sys.stderr)
             cjson = _linked_cjson(lib) if built and sys.platform.startswith("linux") else None
             if cjson:
                 shutil.copyfile(os.path.realpath(cjson), os.path.join(pkg_dir, CJSON))
@@ -231,7 +258,7 @@ class SdistWithSources(sdist):
                 shutil.copyfile(src, dest)
             elif not name.startswith("models/"):
                 _fail(f"{src} is missing: the sdist needs the repository's sources")
-        for name in (LIBNAME, CJSON, "libcjson.LICENSE"):  # left by an editable install
+        for name in (LIBNAME, CJSON, "libcjson.LICENSE", SERVER):  # left by an editable install
             stale = os.path.join(base_dir, "needle", name)
             if os.path.exists(stale):
                 os.remove(stale)

@@ -5,6 +5,8 @@
 #   2. a wheel built from that sdist by pip in a fresh venv (the default build: CPU-only,
 #      cJSON bundled), installed there; readelf/ldd: no libcudart, RUNPATH $ORIGIN, and
 #      libcjson resolved inside the package; then a tool call on the bundled demo model;
+#      `python -m needle serve` from that venv, with no NEEDLE_CLI and no build folder on
+#      PATH: the wheel's own needle-serve answers /health and drains on SIGTERM;
 #   3. `pip install -e` of a copy of python/: the package imported from the source folder
 #      finds the library the install put there (built by CMake; here NEEDLE_LIB_PATH gives
 #      it the wheel's library, so that CMake runs once in this script).
@@ -54,6 +56,7 @@ fi
 import json, os, sys
 import needle, needle._lib as L
 pkg = sys.argv[1]
+import needle.environments._harness  # the package's subpackage is in the wheel
 with needle.Needle() as agent:  # the bundled demo model and its tools
     env = agent.complete("What's the weather in Paris?")
 assert L.library_path == os.path.join(pkg, "libneedle.so"), L.library_path
@@ -63,11 +66,32 @@ assert calls and all(c["name"] for c in calls), env
 print("   call:", json.dumps(calls[0]))
 EOF
 
+echo "== python -m needle serve from the installed wheel (no NEEDLE_CLI, no build folder on PATH)"
+[ -x "$pkg/needle-serve" ] || fail "the wheel carries no needle-serve"
+(cd "$tmp" && env -u NEEDLE_CLI PATH=/usr/bin:/bin "$tmp/venv/bin/python" -) <<'EOF' ||
+import re, signal, subprocess, sys, urllib.request
+p = subprocess.Popen([sys.executable, "-m", "needle", "serve", "--port", "0", "--parallel", "1"],
+                     stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+try:
+    line = p.stderr.readline()
+    port = re.search(r"listening on http://\S+:(\d+) ", line)
+    assert port, line
+    with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/health", timeout=30) as r:
+        assert r.status == 200
+finally:
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=60)
+assert p.returncode == 0, p.returncode
+print("   serve: /health answered, drained on SIGTERM")
+EOF
+  fail "python -m needle serve from the installed wheel"
+
 echo "== editable install"
 mkdir -p "$tmp/repo"
 cp -r "$root/include" "$tmp/repo/include"
 (cd "$here" && tar cf - --exclude=.venv --exclude=__pycache__ --exclude='*.egg-info' --exclude=build \
-   --exclude=dist --exclude='needle/libneedle.so' --exclude='needle/libcjson*' .) |
+   --exclude=dist --exclude='needle/libneedle.so' --exclude='needle/libcjson*' \
+   --exclude='needle/needle-serve' .) |
   (mkdir -p "$tmp/repo/python" && cd "$tmp/repo/python" && tar xf -)
 NEEDLE_LIB_PATH="$lib" "$tmp/venv/bin/pip" install -q --no-deps -e "$tmp/repo/python" ||
   fail "pip install -e"

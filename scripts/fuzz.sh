@@ -7,7 +7,7 @@
 #                                       whichever comes first); the CI stage, ~2 minutes
 #   scripts/fuzz.sh campaign N [T...]   N executions per target (all targets, or those
 #                                       named: cact schema regex json_canon chat export
-#                                       hub), one
+#                                       hub validation), one
 #                                       after the other, growing a working corpus in
 #                                       build-fuzz/corpus/<target>; prints executions,
 #                                       exec/s, coverage and the time taken per target
@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(cact schema regex json_canon chat export hub)
+TARGETS=(cact schema regex json_canon chat export hub validation)
 BUILD=${FUZZ_BUILD:-build-fuzz}
 ARTIFACTS=$BUILD/artifacts
 

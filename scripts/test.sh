@@ -85,6 +85,10 @@ bash tests/official_client/run3.sh build
 echo "== the needle Python package (python/) =="
 bash python/run_tests.sh build
 
+# about 5 s once the venvs exist (both are made above)
+echo "== drop-in: the official cactus-needle 3.2.8 code (schemas, environments, README) unchanged on python/ =="
+bash tests/official_client/dropin.sh build
+
 # about 20 s on 2 cores once the venv exists (its first creation downloads ~15 MB of wheels)
 echo "== needle download / needle models: a loopback stand-in hub, checked with huggingface_hub (pinned, private venv) =="
 bash tests/hub/run.sh build

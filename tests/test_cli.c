@@ -444,6 +444,45 @@ static void test_chat_commands_and_modes(void) {
     remove(err_path);
 }
 
+/* needle chat after a call: a JSON line is the tool's result, any other line a new query
+ * (chat says so), where it used to be taken as the result whatever it was. */
+static void test_chat_tells_a_result_from_a_query(void) {
+    if (skip_demo_when_emulated()) return;
+    char cmd[4096], path[256];
+    static char out[1 << 16], err[1 << 14];
+    snprintf(path, sizeof path, "/tmp/needle_test_chat2_%d.txt", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("Set a timer for 25 minutes\nWhat's the weather in Paris?\n"
+          "{\"temp_c\": 24, \"sky\": \"sunny\"}\n", f);
+    fclose(f);
+    const char *demo = NEEDLE_SOURCE_DIR "/models/needle-demo";
+    snprintf(cmd, sizeof cmd, "%s chat --weights %s.cact --tools %s.tools.json --ctx 4096 "
+             "< %s 2>%s.err", cli_path(), demo, demo, path, path);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    char err_path[300];
+    snprintf(err_path, sizeof err_path, "%s.err", path);
+    size_t n = 0;
+    uint8_t *e = read_file(err_path, &n);
+    snprintf(err, sizeof err, "%s", e ? (const char *)e : "");
+    free(e);
+    /* the question after the timer call is a query: answered by a get_weather call */
+    const char *second = strstr(out, "{\"type\":");
+    second = second ? strstr(second + 1, "{\"type\":") : NULL;
+    CHECK_MSG(second && strstr(second, "\"get_weather\"") && strstr(second, "Paris"),
+              "the second line was not a query: %.600s", out);
+    const char *note = strstr(err, "not JSON, so not a tool result: sent as a new query");
+    CHECK_MSG(note != NULL, "chat did not say so: %s", err);
+    CHECK_MSG(note && !strstr(note + 1, "not JSON, so not a tool result"),
+              "the JSON result was taken as a query too: %s", err);
+    int envelopes = 0;
+    for (const char *p = out; (p = strstr(p, "{\"type\":")); p++) envelopes++;
+    CHECK_EQ_INT(envelopes, 3);
+    remove(path);
+    remove(err_path);
+}
+
 /* needle --version: the library version, how the tool was built, the devices found. */
 static void test_version_build_info(void) {
     char cmd[1024];
@@ -602,6 +641,7 @@ int main(void) {
     RUN(test_run_demo_weights_use_demo_tools);
     RUN(test_seed_budget_and_empty_query);
     RUN(test_chat_commands_and_modes);
+    RUN(test_chat_tells_a_result_from_a_query);
     RUN(test_bench_reports_peak_and_gflops);
     RUN(test_bench_reports_kv_size);
     return test_summary();

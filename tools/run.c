@@ -1,5 +1,6 @@
 /* run.c: tool calling from the command line: `needle run` (one turn, prints the JSON
  * envelope) and `needle chat` (an interactive conversation on one session). */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +280,14 @@ const cli_command cli_run = {
     AGENT_OPTIONS_HELP,
     run_run};
 
+/* A whole JSON value (what a tool returns), spaces around it allowed. */
+static int is_json(const char *text) {
+    const char *end = NULL;
+    cJSON *v = cJSON_ParseWithOpts(text, &end, 1);
+    cJSON_Delete(v);
+    return v != NULL;
+}
+
 static int run_chat(const cli_command *self, int argc, char **argv) {
     agent_options o = {.session = CLI_SESSION_OPTIONS_INIT};
     const cli_option opts[] = {AGENT_OPTIONS(&o), {0}};
@@ -288,9 +297,10 @@ static int run_chat(const cli_command *self, int argc, char **argv) {
     needle_session *s;
     int rc = open_agent(self, &o, &m, &s);
     if (rc) return rc;
-    /* After a turn with calls the next plain line is their result (the engine's AUTO
-     * rule); the prompt says which kind of line is expected. Lines are edited on a
-     * terminal (libedit) and read whole, of any length (chat_input.h). */
+    /* After a turn with calls the next plain line is their result when it is JSON (what a
+     * tool returns); any other line is a new request, and chat says so. The prompt says
+     * which kind of line is expected. Lines are edited on a terminal (libedit) and read
+     * whole, of any length (chat_input.h). */
     chat_input *in = chat_input_open(stdin);
     if (!in) {
         needle_session_free(s);
@@ -300,12 +310,13 @@ static int run_chat(const cli_command *self, int argc, char **argv) {
     const char *line;
     size_t n;
     int expect_result = 0;
-    fprintf(stderr, "needle chat: type a query; after a call, type the tool result. "
-                    "/help lists the commands\n");
+    fprintf(stderr, "needle chat: type a query; after a call, type the tool result as JSON "
+                    "(any other line is a new query). /help lists the commands\n");
     while ((line = chat_input_read(in, expect_result ? "result> " : "query> ", &n))) {
         if (!n) continue;
         chat_input_remember(in, line);
         int turn = expect_result ? NEEDLE_TURN_TOOL_RESULT : NEEDLE_TURN_QUERY;
+        int plain = 1; /* not sent by /query or /result */
         const char *text = line;
         if (line[0] == '/' && line[1] == '/') {
             text = line + 1; /* "//x" sends "/x" */
@@ -332,14 +343,21 @@ static int run_chat(const cli_command *self, int argc, char **argv) {
                 if (!arg || !*arg) continue;
                 turn = NEEDLE_TURN_QUERY;
                 text = arg;
+                plain = 0;
             } else if (!strncmp(line, "/result", w) && w == 7 && arg && *arg) {
                 turn = NEEDLE_TURN_TOOL_RESULT;
                 text = arg;
+                plain = 0;
             } else {
                 fprintf(stderr, "unknown command %.*s (/help lists them; //TEXT sends /TEXT)\n",
                         (int)w, line);
                 continue;
             }
+        }
+        if (plain && turn == NEEDLE_TURN_TOOL_RESULT && !is_json(text)) {
+            turn = NEEDLE_TURN_QUERY;
+            fprintf(stderr, "(not JSON, so not a tool result: sent as a new query; "
+                            "/result TEXT sends TEXT as the result)\n");
         }
         int called = 0;
         complete_and_print(s, &o, text, turn, &called);
@@ -356,7 +374,8 @@ const cli_command cli_chat = {
     "usage: needle chat [--weights FILE] [--tools TOOLS] [options]\n"
     "\n"
     "Reads lines from stdin on one session: each line is a query or, after a turn with\n"
-    "calls, their result (the prompt says which: query> or result>), and each turn's\n"
+    "calls, their result when the line is JSON (the prompt says which is expected: query>\n"
+    "or result>; a line that is not JSON is a new query, and chat says so), and each turn's\n"
     "envelope is printed as by `needle run`. Commands: /help, /query [TEXT] (a query;\n"
     "alone: back to queries), /result JSON, /reset (back to the tools prefix), /quit;\n"
     "//TEXT sends /TEXT. Lines of any length are read whole. On a terminal, lines can be\n"

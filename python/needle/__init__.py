@@ -24,15 +24,19 @@ _check_name_clash(_os.path.dirname(_os.path.abspath(__file__)))
 
 from ._lib import NeedleError, library_path  # noqa: E402
 from ._lib import TURN_AUTO, TURN_QUERY, TURN_TOOL_RESULT  # noqa: E402
-from .agent import BACKENDS, Needle, default_backend, devices, extract  # noqa: E402
-from .schema import Field, tool, tool_schema, type_schema  # noqa: E402
+from .agent import BACKENDS, ExtractionValidationError, Needle, default_backend  # noqa: E402
+from .agent import devices, extract  # noqa: E402
+from .schema import Field, build_schema, pydantic_schema, tool, tool_schema  # noqa: E402
+from .schema import type_schema  # noqa: E402
 from .hub import download  # noqa: E402
+from .schema import is_pydantic_model as _is_pydantic_model  # noqa: E402,F401  (official name)
 
 
 __all__ = [
-    "Needle", "NeedleError", "Field", "tool", "tool_schema", "type_schema", "extract",
-    "devices", "default_backend", "BACKENDS", "library_version", "__version__",
-    "TURN_AUTO", "TURN_QUERY", "TURN_TOOL_RESULT", "NameClashWarning", "download",
+    "Needle", "NeedleError", "ExtractionValidationError", "Field", "tool", "tool_schema",
+    "type_schema", "build_schema", "pydantic_schema", "extract", "devices", "default_backend",
+    "BACKENDS", "library_version", "__version__", "TURN_AUTO", "TURN_QUERY",
+    "TURN_TOOL_RESULT", "NameClashWarning", "download",
 ]
 
 

@@ -1,10 +1,9 @@
 """`python -m needle serve [options]`: the OpenAI-compatible HTTP server.
 
 The server is the `needle` executable's `serve` command (C, libmicrohttpd; see
-docs/serve.md); this entry point finds that executable and runs it in place of the Python
-process, so signals (SIGTERM drains) and the exit status are the server's own. It looks in
-$NEEDLE_CLI, beside the libneedle this package loads (a CMake build folder, or
-PREFIX/lib -> PREFIX/bin), then on PATH."""
+docs/serve.md), whose own executable is needle-serve; a wheel carries needle-serve in the
+package. This entry point finds one (find_cli) and runs it in place of the Python process,
+so signals (SIGTERM drains) and the exit status are the server's own."""
 import os
 import shutil
 import sys
@@ -20,20 +19,25 @@ def _is_executable(path):
 
 
 def find_cli():
-    """Path of the `needle` executable, or None."""
+    """Path of the executable that serves: $NEEDLE_CLI; the needle-serve an installed
+    wheel carries in this package; else `needle` or `needle-serve` beside the loaded
+    libneedle (a CMake build folder, or PREFIX/lib -> PREFIX/bin); else on PATH. None if
+    there is none. Both take `serve ARGS`."""
     env = os.environ.get("NEEDLE_CLI")
     if env:
         return env if _is_executable(env) else None
-    candidates = []
+    candidates = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "needle-serve")]
     try:
         from . import _lib
         _lib.lib()
         if _lib.library_path:
             here = os.path.dirname(os.path.abspath(_lib.library_path))
-            candidates += [os.path.join(here, "needle"), os.path.join(here, "..", "bin", "needle")]
+            candidates += [os.path.join(here, name) for name in ("needle", "needle-serve")]
+            candidates += [os.path.join(here, "..", "bin", name)
+                           for name in ("needle", "needle-serve")]
     except Exception:  # no library: PATH may still have the executable
         pass
-    candidates.append(shutil.which("needle"))
+    candidates += [shutil.which("needle"), shutil.which("needle-serve")]
     for c in candidates:
         if _is_executable(c):
             return os.path.abspath(c)
@@ -50,10 +54,19 @@ def main(argv=None):
         return 2
     exe = find_cli()
     if not exe:
-        print("python -m needle serve: the needle executable was not found ($NEEDLE_CLI, beside "
-              "libneedle, PATH); build it with CMake (it is the `needle` target) and set "
-              "NEEDLE_CLI to its path", file=sys.stderr)
+        print("python -m needle serve: no server executable found (the package's needle-serve, "
+              "$NEEDLE_CLI, beside libneedle, PATH): this install was built without "
+              "libmicrohttpd; install it (Debian: libmicrohttpd-dev) and reinstall, or build "
+              "the `needle` target with CMake and set NEEDLE_CLI to its path", file=sys.stderr)
         return 1
+    if not os.environ.get("NEEDLE_MODEL") and not any(
+            a == "--weights" or a.startswith("--weights=") for a in argv):
+        # the server's default model is the one Needle() uses: the demo model this package
+        # carries (an installed wheel), which the executable cannot find by itself
+        from .agent import demo_model_path
+        demo = demo_model_path()
+        if demo:
+            os.environ["NEEDLE_MODEL"] = demo
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(exe, [exe] + argv)

@@ -221,6 +221,10 @@ def _declare(L: ctypes.CDLL) -> None:
     L.needle_session_complete.restype = c.c_int
     L.needle_session_complete.argtypes = [
         vp, cp, c.POINTER(CompleteParams), c.c_char_p, c.c_size_t, c.POINTER(c.c_size_t)]
+    if hasattr(L, "needle_validate_calls"):  # absent from libraries before 0.3
+        L.needle_validate_calls.restype = c.c_int
+        L.needle_validate_calls.argtypes = [cp, cp, cp, c.c_int32, cp, c.c_char_p, c.c_size_t,
+                                            c.POINTER(c.c_size_t)]
 
 
 def lib() -> ctypes.CDLL:

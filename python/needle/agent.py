@@ -14,7 +14,8 @@ from . import _lib
 from ._lib import NeedleError, check, lib
 from .schema import convert_arguments, is_pydantic_model, tool_schema, tool_schemas
 
-__all__ = ["Needle", "extract", "devices", "default_backend", "BACKENDS"]
+__all__ = ["Needle", "ExtractionValidationError", "extract", "validate_calls", "devices",
+           "default_backend", "BACKENDS"]
 
 # The backend names the engine knows; which of them are built into the loaded library
 # and find a device is what devices() reports.
@@ -128,51 +129,148 @@ def _tool_specs(tools: Any) -> List[Any]:
     return list(tools)
 
 
-_DATE_FACT = re.compile(r"(?i)\bdate\s*:|\b\d{4}-\d{2}-\d{2}\b")
+# The official client's date fact: a "date:" key of its own (not the tail of "update:") or an
+# ISO date already in the system text means the caller gave the date.
+_DATE_GIVEN = re.compile(r"(?<![A-Za-z])date:|\d{4}-\d{2}-\d{2}")
+
+
+def _now() -> datetime.datetime:
+    """The local time of the date fact (the tests fix it, so that a random-weight model's
+    answers do not change with the minute)."""
+    return datetime.datetime.now()
 
 
 def _with_date(system: Optional[str]) -> str:
-    """``auto_date``: today's local date and time put before the system facts, unless they
-    already state a date or are a JSON object (structured facts the caller owns)."""
+    """``auto_date``: today's local date and time put before the system facts
+    ("date: 2026-12-06 Sun 10:12; ..."), unless they already state a date or are a JSON
+    object (structured facts the caller owns), as the official client does."""
     system = system or ""
-    if _DATE_FACT.search(system) or system.lstrip().startswith("{"):
+    if _DATE_GIVEN.search(system) or system.lstrip().startswith("{"):
         return system
-    fact = datetime.datetime.now().strftime("date: %Y-%m-%d %a %H:%M")
+    fact = _now().strftime("date: %Y-%m-%d %a %H:%M")
     return fact + "; " + system if system.strip() else fact
 
 
-_YEAR = re.compile(r"(?<![0-9])([12][0-9]{3})(?![0-9])")
+# ---------------------------------------------------------------------------------------
+# The year rule the official client adds to the engine's validation: a date or date-time
+# argument must carry a year the input writes (with a relative phrase such as "tomorrow",
+# also the system date's year); no year written, nothing is checked.
+
+_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|jun(?:e)?|jul(?:y)?|"
+          r"aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
+# a number right after a day and month is its year, unless it is a clock time
+_NOT_A_TIME = r"(?![0-9a-z]|:\d|\s*[ap]\.?m\b)"
+_YEAR_PATTERNS = [re.compile(p) for p in (
+    rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTH}[\s,]+(\d{{1,4}}){_NOT_A_TIME}",
+    rf"\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\s*,?\s+(\d{{1,4}}){_NOT_A_TIME}",
+    rf"\b{_MONTH}[\s,]+(\d{{3,4}})(?![0-9a-z])",
+    r"\byear\s+(\d{1,4})(?![0-9a-z])",
+    r"(?<![0-9])(\d{4})(?=[-/]\d{1,2}[-/]\d{1,2}(?![0-9]))",  # year-first dates only
+)]
+_RELATIVE = re.compile(
+    r"\b(?:today|tonight|tomorrow|yesterday|next|this|coming|now|"
+    r"in \d+ (?:days?|weeks?|months?|years?)|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.IGNORECASE)
 
 
-def _ungrounded_dates(schema: dict, args: Any, sources: List[str]) -> List[str]:
-    """``run(strict=True)``: the paths of date / date-time arguments whose year is not
-    written in the sources (the query, the system facts), when the sources write any
-    year; with no year written, a relative date ("tomorrow") is the model's to resolve."""
-    years = {m for text in sources if text for m in _YEAR.findall(text)}
-    if not years:
-        return []
+def _years_in(text: Optional[str]) -> set:
+    low = (text or "").lower()
+    return {int(m.group(1)) for pat in _YEAR_PATTERNS for m in pat.finditer(low)}
+
+
+def _licensed_years(seen: set, system: Optional[str], text: Optional[str]) -> set:
+    years = set(seen)
+    if years and system and (text is None or _RELATIVE.search(text or "")):
+        years |= _years_in(system)
+    return years
+
+
+def _bad_years(schema: dict, args: Any, years: set) -> List[str]:
+    """Paths (official form: key, key.sub, key[0]) of date / date-time arguments whose year
+    is not in `years`."""
+    params = schema.get("parameters") if isinstance(schema.get("parameters"), dict) else schema
     bad: List[str] = []
 
+    def deref(node: Any) -> Any:
+        for _ in range(16):
+            if not (isinstance(node, dict) and isinstance(node.get("$ref"), str)
+                    and node["$ref"].startswith("#/")):
+                return node
+            target: Any = params
+            for part in node["$ref"][2:].split("/"):
+                target = target.get(part.replace("~1", "/").replace("~0", "~"), {}) \
+                    if isinstance(target, dict) else {}
+            node = target
+        return node
+
     def walk(node: Any, value: Any, path: str) -> None:
+        node = deref(node)
         if not isinstance(node, dict):
             return
+        members = [deref(m) for m in (node.get("anyOf") or node.get("oneOf") or [])]
+        concrete = [m for m in members if isinstance(m, dict) and m.get("type") != "null"]
+        if len(concrete) == 1:
+            node = concrete[0]
         if node.get("format") in ("date", "date-time") and isinstance(value, str):
-            m = re.match(r"([0-9]{4})-", value)
-            if m and m.group(1) not in years:
+            m = re.match(r"(\d{4})-", value)
+            if m and int(m.group(1)) not in years:
                 bad.append(path)
             return
-        for alt in node.get("anyOf") or []:
-            walk(alt, value, path)
         if isinstance(value, dict):
             props = node.get("properties") or {}
             for k, v in value.items():
-                walk(props.get(k), v, f"{path}.{k}")
-        elif isinstance(value, list):
+                if k in props:
+                    walk(props[k], v, f"{path}.{k}" if path else k)
+        elif isinstance(value, list) and "items" in node:
             for i, v in enumerate(value):
-                walk(node.get("items"), v, f"{path}[{i}]")
+                walk(node["items"], v, f"{path}[{i}]")
 
-    walk(schema.get("parameters"), args, schema.get("name", ""))
+    walk(params, args, "")
     return bad
+
+
+def _add_year_rule(env: dict, tools: List[dict], years: set) -> None:
+    """Adds the year rule's paths ("NAME.path") to env["validation"]["ungrounded"]."""
+    calls = env.get("function_calls") or env.get("suppressed_calls") or []
+    if not calls or not years:
+        return
+    by_name = {t.get("name"): t for t in tools if isinstance(t, dict)}
+    found = []
+    for call in calls:
+        schema = by_name.get(call.get("name"))
+        if schema is not None and isinstance(call.get("arguments"), dict):
+            found += [f"{call['name']}.{p}" for p in _bad_years(schema, call["arguments"], years)]
+    if found:
+        validation = env.get("validation") or {"ungrounded": [], "negation": False}
+        flagged = list(validation.get("ungrounded") or [])
+        validation["ungrounded"] = flagged + [f for f in found if f not in flagged]
+        env["validation"] = validation
+
+
+def validate_calls(tools: Any, calls: List[dict], text: str = "", system: Optional[str] = None,
+                   query: bool = True) -> dict:
+    """The engine's validation ({"ungrounded": [...], "negation": bool}) of `calls` against
+    `tools` (schemas, as for Needle), the system facts and `text` (negation is looked for
+    only when `query`). Needs no model."""
+    L = lib()
+    if not hasattr(L, "needle_validate_calls"):
+        raise NeedleError("this libneedle has no needle_validate_calls (older than 0.3): "
+                          "rebuild the library from the same source as the package")
+    schemas = []
+    for t in _tool_specs(tools):
+        schemas += tool_schemas(t)
+    args = (json.dumps(schemas, ensure_ascii=False).encode("utf-8"),
+            system.encode("utf-8") if system else None, (text or "").encode("utf-8"),
+            _lib.TURN_QUERY if query else _lib.TURN_TOOL_RESULT,
+            json.dumps(calls, ensure_ascii=False).encode("utf-8"))
+    n = ctypes.c_size_t(0)
+    buf = ctypes.create_string_buffer(4096)
+    rc = L.needle_validate_calls(*args, buf, len(buf), ctypes.byref(n))
+    if rc == _lib.NEEDLE_ERR_BUFFER_TOO_SMALL:
+        buf = ctypes.create_string_buffer(n.value + 1)
+        rc = L.needle_validate_calls(*args, buf, len(buf), ctypes.byref(n))
+    check(rc)
+    return json.loads(buf.value.decode("utf-8"))
 
 
 def _resolve_weights(weights: Optional[str], generation: Optional[int] = None) -> str:
@@ -289,7 +387,7 @@ class _Session:
         if bad:
             # The C API takes a NUL-terminated string: such a text would reach the engine
             # cut short, so it is refused here, the way the engine refuses bad UTF-8.
-            return _invalid_input(f"text {bad}", self.is_result(turn))
+            return _invalid_input(f"text {bad}")
         L = lib()
         p = L.needle_complete_default_params()
         p.max_new_tokens = int(max_new_tokens)
@@ -335,11 +433,23 @@ class _Session:
             lib().needle_session_free(h)
 
 
-def _invalid_input(message: str, is_result: bool) -> dict:
+def _invalid_input(message: str) -> dict:
     """An envelope shaped like the engine's for a refused text (error_code invalid_input)."""
-    return {"type": "respond" if is_result else "call", "success": False, "error": message,
+    return {"type": "error", "success": False, "error": message,
             "error_code": "invalid_input", "function_calls": [], "reasoning": "",
-            "confidence": None, "prefill_tps": 0.0, "decode_tps": 0.0, "peak_ram_mb": 0.0}
+            "confidence": None, "validation": {"ungrounded": [], "negation": False},
+            "prefill_tps": 0.0, "decode_tps": 0.0, "peak_ram_mb": 0.0}
+
+
+class ExtractionValidationError(ValueError):
+    """``extract(strict=True)``: the extracted values are not supported by the input (an
+    ungrounded argument, a date whose year the input does not write) or the request was
+    negated."""
+
+
+# complete() / run() warn once when this many queries went by without reset()
+UNRESET_TURNS = 4
+_DEFAULT_BUFFER = 65536
 
 
 # ---------------------------------------------------------------------------------------
@@ -348,75 +458,84 @@ def _invalid_input(message: str, is_result: bool) -> dict:
 class Needle:
     """A tool-calling agent: its own model reference and its own engine session.
 
+    The official client's parameters, in its order and with its defaults:
     tools: a list of functions (``@needle.tool`` decorated or plain), pydantic models,
-        dataclasses, raw dict schemas or JSON strings; or the path of a JSON file of one
-        schema or an array (as the CLI's --tools), or a JSON string. Functions are
-        executed by ``run``. None: with the default demo model, the demo's own tool list
-        (declared only, as the CLI does); otherwise no tools, with a warning.
+        raw dict schemas or JSON strings; or a JSON string of an array; also (ours) the
+        path of a JSON file (as the CLI's --tools), dataclasses and TypedDicts. Functions
+        and pydantic models are what ``run`` executes. None: with the default demo model,
+        the demo's own tool list (declared only, as the CLI does); otherwise no tools,
+        with a warning.
     system: system facts given to the model (optional).
     weights: path of a .cact model; default $NEEDLE_MODEL, else the newest cached needle3,
         else needle2, else the demo model (needle.hub.default_weights).
     tool_index_path: a file caching the tool embeddings of retrieval (with more than 5
         tools and a model with a retrieval head, each conversation sees only the 5 tools
         closest to its first query; README "Tool retrieval"). Made or refreshed as needed.
-    backend: None (the engine's choice: NEEDLE_BACKEND, JAX_PLATFORMS, JAX_PLATFORM_NAME,
-        else the first backend that finds a device, CPU last) or "cpu", "cuda", "metal" (NeedleError if
-        that backend is not built into libneedle or finds no device). ``self.backend`` is
-        the backend the model actually runs on.
-    The official client's keyword arguments, with its meaning:
-    buffer_size: bytes of the envelope buffer (default 1 MiB); a longer envelope raises
+    buffer_size: bytes of the envelope buffer (default 65536); a longer envelope raises
         NeedleError (status -8).
-    auto_date: put today's local date before the system facts (see _with_date). Default
-        False, unlike the official client: the demo model was trained without it, and
-        it makes the output depend on the clock.
+    auto_date: put today's local date before the system facts ("date: 2026-12-06 Sun
+        10:12; ..."), unless they state a date already (default True, as the official).
     generation: the Needle generation of the weights (None: whatever the file is; 2 or 3
         must match the file, other values raise NeedleError). Without weights: that
         generation's cached official model, downloaded when none is cached (an error
         saying what to run under HF_HUB_OFFLINE=1).
-    depth: a Needle 3 ladder rung: run the `depth`-layer model of the file's ladder (the
-        official bisection order; the CLI's --depth, needle_model_params.depth). None:
-        every layer. NeedleError (status -1) unless it is in [2, the file's layers], or
-        for a Needle 2 file. ``self.depth`` is the number of layers the model runs.
     stateless: forget the conversation before every query (every ``run`` and every
         query turn of ``complete``), as if ``reset()`` were called.
+    Ours, keyword-only:
+    backend: None (the engine's choice: NEEDLE_BACKEND, JAX_PLATFORMS, JAX_PLATFORM_NAME,
+        else the first backend that finds a device, CPU last) or "cpu", "cuda", "metal".
+        ``self.backend`` is the backend the model actually runs on.
     min_confidence: a reply whose calls have a "confidence" below this comes back as
         ``"type": "low_confidence"`` with the calls in "suppressed_calls" and none in
         "function_calls", so ``run`` executes nothing (default 0: never).
+    depth: a Needle 3 ladder rung: run the `depth`-layer model of the file's ladder (the
+        CLI's --depth). None: every layer. ``self.depth`` is the number of layers run.
 
-    One agent must be used by one thread at a time (calls are serialized by a lock);
-    different agents may run concurrently.
+    Every envelope carries "validation" ({"ungrounded": ["NAME.path", ...], "negation":
+    bool}; python/README.md "Validation"): computed by the engine, plus the official
+    client's year rule for dates. One agent must be used by one thread at a time (calls
+    are serialized by a lock); different agents may run concurrently.
     """
 
     def __init__(self, tools: Any = None, system: Optional[str] = None,
                  weights: Optional[str] = None, tool_index_path: Optional[str] = None,
-                 backend: Optional[str] = None, *, buffer_size: int = _ENVELOPE_CAP,
-                 auto_date: bool = False, generation: Optional[int] = None,
-                 stateless: bool = False, min_confidence: float = 0.0,
+                 buffer_size: int = _DEFAULT_BUFFER, auto_date: bool = True,
+                 generation: Optional[int] = None, stateless: bool = False, *,
+                 backend: Optional[str] = None, min_confidence: float = 0.0,
                  depth: Optional[int] = None):
         self._session: Optional[_Session] = None
         self._model: Optional[_Model] = None
+        if isinstance(buffer_size, str):
+            raise TypeError(f"buffer_size must be a positive int, got {buffer_size!r} (the "
+                            "fifth positional parameter is buffer_size, as in the official "
+                            "client; pass the backend by name: backend=...)")
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or \
+                buffer_size < 1:
+            raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
         backend = _check_backend(backend)
         depth_param = _check_depth(depth)
         if generation is not None and (isinstance(generation, bool) or generation not in (2, 3)):
             raise NeedleError(f"generation={generation!r}: this engine runs Needle 2 and "
                               "Needle 3 models (generation 2 or 3)")
-        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or \
-                buffer_size < 1:
-            raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
         self.stateless = bool(stateless)
         self.system = _with_date(system) if auto_date else system
         self.tool_index_path = tool_index_path
         self.tools: List[dict] = []
         self._functions: Dict[str, Callable] = {}
+        self._turns = 0
+        self._seen_years: set = set()
         weights_defaulted = weights is None and not os.environ.get("NEEDLE_MODEL")
         self.weights = _resolve_weights(weights, generation)
         if tools is None and weights_defaulted and _demo_tools_path(self.weights):
             tools = _demo_tools_path(self.weights)
         for t in _tool_specs(tools if tools is not None else []):
             schemas = tool_schemas(t)
-            for s in schemas:
-                self.tools.append(s)
-            if callable(t) and not isinstance(t, type) and len(schemas) == 1:
+            for schema in schemas:
+                self.tools.append(schema)
+            # functions and pydantic models run (a model's "result" is its instance), as
+            # with the official client; dataclass / TypedDict specs only declare a tool
+            if callable(t) and len(schemas) == 1 and (
+                    not isinstance(t, type) or is_pydantic_model(t)):
                 self._functions[schemas[0].get("name")] = t
         if not self.tools:
             warnings.warn("needle.Needle has no tools: the model can only answer with an "
@@ -438,23 +557,58 @@ class Needle:
             self._model = None
             raise
 
+    @property
+    def _system_text(self) -> str:
+        """The system facts as the model reads them (the official client's name)."""
+        return self.system or ""
+
     # -- turns ------------------------------------------------------------------------
 
-    def complete(self, text: str, max_new_tokens: int = 256, *, turn: int = _lib.TURN_AUTO,
-                 extract: bool = False) -> dict:
+    def _count_query(self) -> None:
+        self._turns += 1
+        if self._turns == UNRESET_TURNS + 1:
+            warnings.warn(
+                f"{UNRESET_TURNS} queries went to this agent without reset(): each stays in "
+                "the conversation and the next query is read in their context, which costs "
+                "accuracy on unrelated queries; call reset() between independent queries "
+                "or make the agent with stateless=True", UserWarning, stacklevel=3)
+
+    def _turn(self, text: str, turn: int, max_new_tokens: int, extract: bool = False) -> dict:
+        """One engine turn, the year rule added to its validation (queries only)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, not {type(text).__name__}")
+        is_result = self._session.is_result(turn)
+        if not is_result and not text.strip():
+            # the CLI refuses an empty query too (a usage error): no turn is run
+            return _invalid_input("the query is empty")
+        env = self._engine(text, turn, max_new_tokens, extract)
+        if not is_result:
+            self._seen_years |= _years_in(text)
+            _add_year_rule(env, self.tools, _licensed_years(self._seen_years, self.system, text))
+        return env
+
+    def _engine(self, text: str, turn: int, max_new_tokens: int, extract: bool) -> dict:
+        return self._session.complete(text, turn, max_new_tokens, extract)
+
+    def complete(self, text: str = "", max_new_tokens: int = 512, *,
+                 turn: int = _lib.TURN_AUTO, extract: bool = False) -> dict:
         """One turn (a query, or a tool result after a call); returns the envelope dict.
-        A text that is not a str raises TypeError; one holding NUL (or a lone surrogate)
-        gives an ``invalid_input`` envelope and is not part of the conversation."""
+        An empty (or blank) query is refused, as the CLI refuses it: an ``invalid_input``
+        envelope, and no turn is run. A text that is not a str raises TypeError; one
+        holding NUL (or a lone surrogate) gives an ``invalid_input`` envelope and is not
+        part of the conversation."""
         with self._lock:
             if self._session is None:
                 raise NeedleError("the agent is closed")
             if not isinstance(text, str):
                 raise TypeError(f"text must be str, not {type(text).__name__}")
-            if self.stateless and not self._session.is_result(turn):
-                self._session.reset()
-            return self._session.complete(text, turn, max_new_tokens, extract)
+            if not self._session.is_result(turn):
+                if self.stateless:
+                    self.reset()
+                self._count_query()
+            return self._turn(text, turn, max_new_tokens, extract)
 
-    def embed(self, text: str) -> List[float]:
+    def embed(self, text: str = "") -> List[float]:
         """The unit-length embedding (128 floats) of ``text`` by the model's retrieval
         head; the dot product of two is their cosine similarity. Does not touch the
         conversation. NeedleError (status -13) for a model without that head."""
@@ -467,8 +621,6 @@ class Needle:
         name = call.get("name")
         args = call.get("arguments") or {}
         if name not in self._functions:
-            if any(s.get("name") == name for s in self.tools):
-                return {"error": f"no implementation for tool: {name}"}
             return {"error": f"unknown tool: {name}"}
         try:
             if not isinstance(args, dict):
@@ -478,78 +630,80 @@ class Needle:
         except Exception as e:
             return {"error": str(e)}
 
-    def _execute_checked(self, call: dict, query: str, strict: bool) -> tuple:
-        """(result, whether the function ran) of one call of ``run``."""
-        name = call.get("name")
-        if strict and name in self._functions:
-            schema = next((s for s in self.tools if s.get("name") == name), {})
-            bad = _ungrounded_dates(schema, call.get("arguments"), [query, self.system or ""])
-            if bad:
-                return {"error": "ungrounded " + ", ".join(bad)}, False
-        return self._execute(call), name in self._functions
-
-    def run(self, query: str, max_steps: int = 8, max_new_tokens: int = 256, *,
+    def run(self, query: str = "", max_steps: int = 8, max_new_tokens: int = 512,
             strict: bool = True) -> dict:
         """Answers a query, executing the model's tool calls with the Python functions.
 
-        The stopping rule (python/README.md, "The agent loop") in order, per round:
-        the reply is not a call or failed ("respond" / "error"); ``max_steps`` rounds were
-        executed ("max_steps"); a call repeats one already executed in this run, same name
-        and same arguments ("repeat": that round is not executed); a call names a tool
-        without a Python function ("no_implementation": the round is executed, its
-        results are not sent back); the agent has a single tool, so the engine can only
-        answer a tool result with another call ("single_tool"). Otherwise the round's
-        results go back to the model as a tool-result turn (``json.dumps`` of the list).
+        The official loop: each round of calls is executed (an unknown tool or a raised
+        exception gives ``{"error": ...}`` as its result) and the round's results go back
+        to the model as a tool-result turn, for at most ``max_steps`` rounds; the answer is
+        the last envelope with "results" (every result, in order).
 
-        Returns the last envelope plus "stop" (the reason above), "results" and "calls"
-        (every executed call and its result, in order) and "answer": the last useful
-        result, see ``_answer``.
+        Safe by default (python/README.md "The agent loop"), a round is not executed:
+        - strict, first round: a call the engine's validation flags (an ungrounded
+          argument, a date whose year the query does not write) gets
+          ``{"error": "ungrounded NAME.path"}``, and every call of a negated query
+          ``{"error": "negated request"}``, instead of running;
+        - a follow-up round (the model's answer to results): when a call repeats one
+          already executed in this run (same name and arguments), or when a call is not
+          asked for by the query: an argument the query, the system facts and the results
+          so far do not support (the engine's rule, needle_validate_calls), or a date
+          whose year the query does not write (the year rule). The loop stops
+          there ("stop": "repeat" / "unrequested") with that round unexecuted.
 
-        strict (the official client's meaning): a call with a date or date-time argument
-        whose year is not written in the query or the system facts, when they write a
-        year, is not executed; its result is ``{"error": "ungrounded NAME.path"}``.
+        Beyond the official answer: "stop" ("respond", "error", "max_steps", "repeat",
+        "unrequested"), "calls" (every executed call, in order) and "answer": the last
+        useful result (see ``_answer``).
         """
         if not isinstance(query, str):
             raise TypeError(f"query must be str, not {type(query).__name__}")
-        with self._lock:  # a stateless agent forgets the conversation in complete()
-            env = self.complete(query, max_new_tokens, turn=_lib.TURN_QUERY)
+        with self._lock:
+            if self._session is None:
+                raise NeedleError("the agent is closed")
+            if self.stateless:
+                self.reset()
+            self._count_query()
+            env = self._turn(query, _lib.TURN_QUERY, max_new_tokens)
             results: List[Any] = []
             calls: List[dict] = []
             rounds: List[List[tuple]] = []  # per executed round: (result, function ran)
-            answered = set()
-            steps = max(0, int(max_steps))
-            while True:
-                fcalls = env.get("function_calls") or []
-                if not env.get("success", True):
-                    stop = "error"
+            executed = set()
+            negated = False  # strict, and the query negates what it asks for
+            stop = None
+            for step in range(max(0, int(max_steps))):
+                stop = _reply_stop(env)
+                if stop:
                     break
-                if env.get("type") != "call" or not fcalls:
-                    stop = "respond"
-                    break
-                if len(rounds) >= steps:
-                    stop = "max_steps"
-                    break
+                fcalls = env["function_calls"]
                 keys = [_call_key(c) for c in fcalls]
-                if any(k in answered for k in keys):
-                    stop = "repeat"
-                    break
-                answered.update(keys)
-                this_round = [self._execute_checked(c, query, strict) for c in fcalls]
+                if step == 0:
+                    negated = strict and bool((env.get("validation") or {}).get("negation"))
+                else:
+                    if negated:  # nothing the model adds to a negated request is asked for
+                        stop = "unrequested"
+                        break
+                    if any(k in executed for k in keys):
+                        stop = "repeat"
+                        break
+                    check_text = query + "\n" + json.dumps(results, default=_jsonable,
+                                                           ensure_ascii=False)
+                    followup = {"function_calls": fcalls, "validation": validate_calls(
+                        self.tools, fcalls, check_text, self.system, query=False)}
+                    _add_year_rule(followup, self.tools,
+                                   _licensed_years(self._seen_years, self.system, query))
+                    if followup["validation"].get("ungrounded"):
+                        stop = "unrequested"
+                        break
+                executed.update(keys)
+                this_round = [self._run_call(c, env, strict and step == 0) for c in fcalls]
                 rounds.append(this_round)
                 calls.extend(fcalls)
                 results.extend(r for r, _ in this_round)
-                if any(c.get("name") not in self._functions for c in fcalls):
-                    stop = "no_implementation"
-                    break
-                if len(self.tools) == 1:
-                    stop = "single_tool"
-                    break
-                if len(rounds) >= steps:
-                    stop = "max_steps"  # no round left to execute what a reply would call
-                    break
-                payload = json.dumps([r for r, _ in this_round], default=str,
+                payload = json.dumps([r for r, _ in this_round], default=_jsonable,
                                      ensure_ascii=False)
-                env = self.complete(payload, max_new_tokens, turn=_lib.TURN_TOOL_RESULT)
+                env = self._turn(payload, _lib.TURN_TOOL_RESULT, max_new_tokens)
+            if stop is None:  # max_steps rounds ran (or none was allowed)
+                stop = _reply_stop(env) or "max_steps"
             out = dict(env)
             out["stop"] = stop
             out["results"] = results
@@ -557,18 +711,34 @@ class Needle:
             out["answer"] = _answer(rounds)
             return out
 
-    def extract(self, text: str, schema: Any, max_new_tokens: int = 256) -> Any:
-        """Extracts the arguments of `schema` (any tool spec) from `text` in a fresh
-        temporary session on this agent's model, leaving the conversation untouched.
-        Returns the arguments dict, or an instance when `schema` is a pydantic model."""
+    def _run_call(self, call: dict, env: dict, strict: bool) -> tuple:
+        """(result, whether the function ran) of one call of a run's first round."""
+        if strict:
+            validation = env.get("validation") or {}
+            name = str(call.get("name"))
+            flagged = sorted(p for p in validation.get("ungrounded") or []
+                             if p.split(".", 1)[0] == name)
+            if flagged:
+                return {"error": "ungrounded " + ", ".join(flagged)}, False
+            if validation.get("negation"):
+                return {"error": "negated request"}, False
+        return self._execute(call), call.get("name") in self._functions
+
+    def extract(self, text: str, schema: Any, max_new_tokens: int = 512,
+                strict: bool = True, *, force: bool = False) -> Any:
+        """``needle.extract`` on this agent's model and system facts, in a fresh temporary
+        session (the conversation is untouched)."""
         with self._lock:
             if self._model is None:
                 raise NeedleError("the agent is closed")
-            return _extract_with(self._model, text, schema, self.system, max_new_tokens)
+            return _extract_with(self._model, text, schema, self.system, max_new_tokens,
+                                 strict, force)
 
     def reset(self) -> None:
         """Forgets the conversation (the tools prefix stays cached)."""
         with self._lock:
+            self._turns = 0
+            self._seen_years = set()
             if self._session is not None:
                 self._session.reset()
 
@@ -603,15 +773,45 @@ class Needle:
         return f"Needle(weights={getattr(self, 'weights', None)!r}, tools=[{names}])"
 
 
+def _reply_stop(env: dict) -> Optional[str]:
+    """Why a reply ends the loop ("error", "respond"), or None when it is a call to run."""
+    if not env.get("success", True):
+        return "error"
+    if env.get("type") != "call" or not env.get("function_calls"):
+        return "respond"
+    return None
+
+
+def _jsonable(value: Any) -> Any:
+    """json.dumps default for results: pydantic instances as dicts, else str()."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if is_pydantic_model(type(value)) and hasattr(value, "dict"):
+        return value.dict()
+    return str(value)
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return value
+
+
 def _call_key(call: dict) -> str:
-    """A call's identity for the repeat rule: its name and arguments, key order ignored."""
-    return json.dumps([call.get("name"), call.get("arguments")], sort_keys=True, default=str)
+    """A call's identity for the repeat rule: its name and arguments, key order ignored
+    and 5.0 the same as 5."""
+    return json.dumps([call.get("name"), _whole(call.get("arguments"))], sort_keys=True,
+                      default=str)
 
 
 def _answer(rounds: List[List[tuple]]) -> Any:
     """The last useful result of a run: the results of the latest round in which a function
     ran (its own {"error": ...} counts), without the results of calls whose function did
-    not run (no implementation, refused by strict); one result alone, several as a list.
+    not run (unknown tool, refused by strict); one result alone, several as a list.
     When no function ever ran, the last round's errors, so the answer says why; None when
     no call was executed."""
     for rnd in reversed(rounds):
@@ -625,33 +825,62 @@ def _answer(rounds: List[List[tuple]]) -> Any:
 
 
 def _extract_with(model: _Model, text: str, schema: Any, system: Optional[str],
-                  max_new_tokens: int) -> Any:
+                  max_new_tokens: int, strict: bool, force: bool) -> Any:
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, not {type(text).__name__}")
     s = tool_schema(schema)
     sess = _Session(model, system, [s])
     try:
-        env = sess.complete(text, _lib.TURN_QUERY, max_new_tokens, extract=True)
+        if not text.strip():
+            env = _invalid_input("the query is empty")
+        else:
+            env = sess.complete(text, _lib.TURN_QUERY, max_new_tokens, extract=force)
     finally:
         sess.free()
-    if not env.get("success") or not env.get("function_calls"):
+    if not env.get("success"):
+        # a failed turn is not "nothing to extract": raised, not returned as None
         raise NeedleError("extraction failed: " + str(env.get("error") or "no call")
                           + (f" ({env['error_code']})" if env.get("error_code") else ""))
-    args = env["function_calls"][0].get("arguments") or {}
+    calls = env.get("function_calls") or env.get("suppressed_calls") or []
+    if not calls:
+        return None
+    _add_year_rule(env, [s], _licensed_years(_years_in(text), system, text))
+    args = calls[0].get("arguments") or {}
+    if strict:
+        validation = env.get("validation") or {}
+        failures = sorted({p.split(".", 1)[-1] for p in validation.get("ungrounded") or []})
+        if validation.get("negation"):
+            failures.append("negated request")
+        if failures:
+            raise ExtractionValidationError(
+                "extraction returned values not grounded in the input: " + ", ".join(failures))
     if is_pydantic_model(schema):
         try:
-            return schema.model_validate(args)
+            return schema.model_validate(args) if hasattr(schema, "model_validate") \
+                else schema(**args)
         except Exception as e:
             raise NeedleError(f"extracted arguments do not validate: {e}") from None
     return args
 
 
 def extract(text: str, schema: Any, system: Optional[str] = None,
-            weights: Optional[str] = None, max_new_tokens: int = 256, *,
-            depth: Optional[int] = None) -> Any:
-    """Extracts the fields of `schema` (a tool spec: function, pydantic model, dataclass,
-    dict or JSON schema) from `text`; returns the arguments dict (a pydantic instance for
-    pydantic models). `depth`: a Needle 3 ladder rung, as for Needle."""
+            max_new_tokens: int = 512, weights: Optional[str] = None, strict: bool = True,
+            generation: Optional[int] = None, *, depth: Optional[int] = None,
+            auto_date: bool = True, force: bool = False) -> Any:
+    """One-shot structured extraction (the official signature): the arguments of the
+    model's call of `schema` (a tool spec: function, pydantic model, dataclass, dict or
+    JSON schema) in `text`, as a dict (a pydantic instance for pydantic models); None when
+    the model makes no call. strict (default): values the engine's validation flags (not
+    supported by the text or the system facts, a date whose year the text does not
+    write) or a negated request raise ExtractionValidationError. A failed turn raises
+    NeedleError. Ours, keyword-only: `depth` (a Needle 3 ladder rung), `auto_date` (as for
+    Needle) and `force` (constrain the answer to exactly one call of `schema`)."""
     m = _acquire_model(_resolve_weights(weights), None, _check_depth(depth))
     try:
-        return _extract_with(m, text, schema, system, max_new_tokens)
+        if generation is not None and generation != m.generation:
+            raise NeedleError(f"generation={generation}: the weights are a Needle "
+                              f"{m.generation} model")
+        facts = _with_date(system) if auto_date else system
+        return _extract_with(m, text, schema, facts, max_new_tokens, strict, force)
     finally:
         _release_model(m)

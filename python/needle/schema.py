@@ -1,101 +1,104 @@
 """Turning Python callables, types and models into Needle tool schemas (JSON Schema).
 
-Type mapping (``type_schema``):
-  str -> string, int -> integer, float -> number, bool -> boolean, None -> null,
-  list / List[X] / tuple / set -> array (with "items" when parameterized),
-  dict / Dict / Mapping -> object, Any / unannotated -> string,
-  Literal[a, b] -> {"type": T, "enum": [a, b]} where T is the JSON type shared by all the
-      literals (string, integer, number, boolean); literals of mixed types give only "enum",
-  Enum subclasses -> enum of the member values (typed the same way as Literal),
-  Optional[X] / Union[X, None] / X | None -> X (and the parameter is not required),
-  Union[X, Y] -> {"anyOf": [...]} (models too: the engine tells them apart by a Literal
-  field or their required fields),
-  dataclasses and TypedDicts -> nested object schemas,
-  pydantic models -> model_json_schema(),
-  Annotated[X, Field(...)] -> X's schema plus the Field's description and constraints,
-  datetime.date -> {"type": "string", "format": "date"}, datetime.datetime -> format
-      "date-time", datetime.time -> format "time" (the engine's grammar constrains these
-      formats); ``convert_arguments`` turns such arguments back into Python objects.
+The schemas are the prompt: the engine shows the tools to the model exactly as written,
+key order included, so for every annotation the official package (cactus-needle 3.x)
+turns into a schema, this module writes the same JSON, byte for byte (the drop-in test,
+tests/official_client/dropin.sh, compares the two over a corpus). The rules:
+
+  str -> string, int -> integer, float -> number, bool -> boolean, list -> array,
+  dict / Dict[K, V] -> object, unannotated / None / Any -> string,
+  List[X] / list[X] -> {"type": "array", "items": X} (bare List: items string),
+  Literal[a, b] / Enum -> {"type": T, "enum": [...]}, T the JSON type of the first value,
+  Optional[X] / X | None -> X, and the parameter is not required,
+  Union[X, Y] -> X (the first member; ``unions="anyOf"`` opts in to {"anyOf": [...]}),
+  pydantic models (v1 and v2) -> their properties / required / $defs,
+  Annotated[X, needle.Field(...)] and ``x: X = needle.Field(...)`` -> X's schema with the
+      Field's description and constraints; a Field used as the default stays required
+      unless the Field itself has a default ("default" is never written into the schema),
+  a parameter's Google-style docstring line -> "description", right after "type".
+
+Where the official builder has no rule of its own (it writes "string" for anything else)
+we write the richer form: datetime.date / datetime / time -> string with format "date" /
+"date-time" / "time" (``convert_arguments`` parses them back), tuples, sets and sequences
+-> arrays, dataclasses and TypedDicts -> objects, Mapping -> object.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import datetime
 import enum
 import inspect
 import json
 import re
-import sys
+import types as _types
 import typing
 from typing import Any, Callable, Dict, List, Optional
 
 from ._lib import NeedleError
 
-__all__ = ["Field", "tool", "tool_schema", "type_schema", "is_pydantic_model"]
+__all__ = ["Field", "tool", "tool_schema", "type_schema", "build_schema", "pydantic_schema",
+           "is_pydantic_model"]
 
 _MISSING = object()
 
-# Field keyword -> JSON Schema key, in output order.
-_FIELD_KEYS = [
-    ("description", "description"),
-    ("enum", "enum"),
-    ("const", "const"),
-    ("ge", "minimum"),
-    ("le", "maximum"),
-    ("gt", "exclusiveMinimum"),
-    ("lt", "exclusiveMaximum"),
-    ("multiple_of", "multipleOf"),
-    ("min_length", "minLength"),
-    ("max_length", "maxLength"),
-    ("pattern", "pattern"),
-    ("format", "format"),
-    ("min_items", "minItems"),
-    ("max_items", "maxItems"),
+# Field keyword -> JSON Schema key, in the order the official builder writes them
+# ("const" comes last, after all of these).
+_FIELD_KEYS = (
+    ("description", "description"), ("enum", "enum"), ("ge", "minimum"), ("le", "maximum"),
+    ("gt", "exclusiveMinimum"), ("lt", "exclusiveMaximum"), ("multiple_of", "multipleOf"),
+    ("min_length", "minLength"), ("max_length", "maxLength"), ("pattern", "pattern"),
+    ("format", "format"), ("min_items", "minItems"), ("max_items", "maxItems"),
     ("unique_items", "uniqueItems"),
-]
+)
+
+_UNION_ORIGINS = (typing.Union, getattr(_types, "UnionType", typing.Union))
+_SIMPLE_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean",
+                 list: "array", dict: "object"}
 
 
 class Field:
-    """Constraints for ``typing.Annotated[X, needle.Field(...)]`` parameters and fields.
+    """Description and constraints of a parameter: ``Annotated[X, needle.Field(...)]`` or
+    ``x: X = needle.Field(...)``. The first positional argument is the default (as in the
+    official package); the schema never shows it, it only makes the parameter optional."""
 
-    ``default`` (when given) is emitted as "default" and makes the parameter optional.
-    """
-
-    def __init__(self, description: Optional[str] = None, *, enum: Optional[list] = None,
-                 const: Any = _MISSING, ge: Any = None, le: Any = None, gt: Any = None,
-                 lt: Any = None, multiple_of: Any = None, min_length: Optional[int] = None,
-                 max_length: Optional[int] = None, pattern: Optional[str] = None,
-                 format: Optional[str] = None, min_items: Optional[int] = None,
-                 max_items: Optional[int] = None, unique_items: Optional[bool] = None,
-                 default: Any = _MISSING):
+    def __init__(self, default: Any = _MISSING, *, description: Optional[str] = None,
+                 enum: Optional[list] = None, const: Any = _MISSING, ge: Any = None,
+                 le: Any = None, gt: Any = None, lt: Any = None, multiple_of: Any = None,
+                 min_length: Optional[int] = None, max_length: Optional[int] = None,
+                 pattern: Optional[str] = None, format: Optional[str] = None,
+                 min_items: Optional[int] = None, max_items: Optional[int] = None,
+                 unique_items: Optional[bool] = None):
+        self.default = default
         self.description = description
-        self.enum = list(enum) if enum is not None else None
+        self.enum = enum
         self.const = const
         self.ge, self.le, self.gt, self.lt = ge, le, gt, lt
         self.multiple_of = multiple_of
         self.min_length, self.max_length = min_length, max_length
         self.pattern, self.format = pattern, format
         self.min_items, self.max_items, self.unique_items = min_items, max_items, unique_items
-        self.default = default
 
-    @property
     def has_default(self) -> bool:
         return self.default is not _MISSING
 
     def apply(self, schema: dict) -> dict:
-        out = dict(schema)
+        """Writes the constraints into `schema` (in place: a key already there keeps its
+        position, as a docstring description right after "type" does) and returns it."""
         for attr, key in _FIELD_KEYS:
-            v = getattr(self, attr)
-            if v is _MISSING or v is None:
-                continue
-            out[key] = _jsonable(v)
-        if self.has_default:
-            out["default"] = _jsonable(self.default)
-        return out
+            value = getattr(self, attr)
+            if value is not None:
+                schema[key] = [_jsonable(v) for v in value] if key == "enum" else _jsonable(value)
+        if self.const is not _MISSING:
+            schema["const"] = _jsonable(self.const)
+        return schema
 
     def __repr__(self) -> str:
-        keys = [a for a, _ in _FIELD_KEYS if getattr(self, a) not in (None, _MISSING)]
-        return "Field(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in keys) + ")"
+        keys = [a for a, _ in _FIELD_KEYS if getattr(self, a) is not None]
+        shown = ([f"{self.default!r}"] if self.has_default() else []) + \
+            [f"{k}={getattr(self, k)!r}" for k in keys] + \
+            ([f"const={self.const!r}"] if self.const is not _MISSING else [])
+        return "Field(" + ", ".join(shown) + ")"
 
 
 def _jsonable(v: Any) -> Any:
@@ -103,17 +106,38 @@ def _jsonable(v: Any) -> Any:
         return v.value
     if isinstance(v, (datetime.date, datetime.time)):
         return v.isoformat()
-    if isinstance(v, (list, tuple, set, frozenset)):
+    if isinstance(v, (tuple, set, frozenset)):
         return [_jsonable(x) for x in v]
     return v
 
 
 def is_pydantic_model(obj: Any) -> bool:
-    try:
-        import pydantic  # noqa: F401
-    except ImportError:
-        return False
-    return isinstance(obj, type) and issubclass(obj, pydantic.BaseModel)
+    """A pydantic model class, v2 or v1 (``pydantic.v1`` included), recognized as the
+    official package does: by a BaseModel from a pydantic module in its MRO."""
+    return isinstance(obj, type) and any(
+        base.__name__ == "BaseModel" and (base.__module__ or "").startswith("pydantic")
+        for base in obj.__mro__)
+
+
+def pydantic_schema(model: type) -> dict:
+    """The tool schema of a pydantic model: name (its JSON-schema title), parameters
+    (type, properties, then required / $defs / definitions), description (the class
+    docstring), in the official package's order."""
+    raw = model.model_json_schema() if hasattr(model, "model_json_schema") else model.schema()
+    if "properties" not in raw and isinstance(raw.get("$ref"), str):
+        # a model that contains itself: pydantic writes it as a $ref into its $defs, and
+        # the official builder would send a tool without parameters
+        raise NeedleError(f"{model.__name__} is recursive ({raw['$ref']} refers to itself): "
+                          "a tool's parameters cannot contain themselves")
+    parameters: dict = {"type": "object", "properties": raw.get("properties", {})}
+    for key in ("required", "$defs", "definitions"):
+        if key in raw:
+            parameters[key] = raw[key]
+    out: dict = {"name": raw.get("title", model.__name__), "parameters": parameters}
+    doc = (model.__doc__ or "").strip()
+    if doc:
+        out["description"] = doc
+    return out
 
 
 def _is_typeddict(tp: Any) -> bool:
@@ -121,348 +145,291 @@ def _is_typeddict(tp: Any) -> bool:
         and hasattr(tp, "__total__")
 
 
-def _literal_type(values: list) -> Optional[str]:
-    """The JSON type shared by all the values, or None if they differ."""
-    def jt(v):
-        if isinstance(v, bool):
-            return "boolean"
-        if isinstance(v, int):
-            return "integer"
-        if isinstance(v, float):
-            return "number"
-        if isinstance(v, str):
-            return "string"
-        if v is None:
-            return "null"
-        return None
-    types = {jt(v) for v in values}
-    if len(types) == 1:
-        return types.pop()
-    if types == {"integer", "number"}:
-        return "number"
+def _json_name(value: Any) -> str:
+    """The JSON type the official builder gives an enum by its first value's Python type."""
+    return _SIMPLE_TYPES.get(type(value), "string")
+
+
+def _strip_annotated(tp: Any) -> Any:
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+def _is_optional(tp: Any) -> bool:
+    tp = _strip_annotated(tp)
+    return typing.get_origin(tp) in _UNION_ORIGINS and type(None) in typing.get_args(tp)
+
+
+def _field_of(tp: Any, default: Any) -> Optional[Field]:
+    """The Field of a parameter: its default when that is a Field, else the first Field of
+    its Annotated metadata (also inside Optional[...])."""
+    if isinstance(default, Field):
+        return default
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return next((m for m in typing.get_args(tp)[1:] if isinstance(m, Field)), None)
+    if origin in _UNION_ORIGINS:
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(members) == 1:
+            return _field_of(members[0], _MISSING)
     return None
 
 
-def _enum_schema(values: list) -> dict:
-    t = _literal_type(values)
-    return ({"type": t} if t else {}) | {"enum": values}
+# exact types: a datetime is a date subclass, and a subclass may not parse the same way
+_TEMPORAL_FORMATS = {datetime.datetime: "date-time", datetime.date: "date",
+                     datetime.time: "time"}
+_ARRAY_ORIGINS = (tuple, set, frozenset, collections.abc.Sequence, collections.abc.Iterable,
+                  collections.abc.Set, collections.abc.MutableSequence)
 
 
-_NONE_TYPES = (type(None), None)
+def type_schema(tp: Any, unions: str = "first") -> dict:
+    """The JSON Schema of a Python annotation (see the module docstring). ``unions``:
+    "first" (the official rule: a Union is its first non-None member) or "anyOf"."""
+    if unions not in ("first", "anyOf"):
+        raise ValueError(f"unions must be 'first' or 'anyOf', not {unions!r}")
+    schema = _type_schema(tp, unions)
+    field = _field_of(tp, _MISSING)
+    return field.apply(schema) if field else schema
 
 
-def _split_optional(tp: Any):
-    """(inner type, was_optional) for Optional[X] / Union[X, None] / X | None."""
+def _type_schema(tp: Any, unions: str) -> dict:
+    if tp is inspect.Parameter.empty or tp is None:
+        return {"type": "string"}
     origin = typing.get_origin(tp)
-    union_types = [typing.Union]
-    if sys.version_info >= (3, 10):
-        import types as _types
-        union_types.append(_types.UnionType)
-    if origin in union_types:
-        args = [a for a in typing.get_args(tp) if a not in _NONE_TYPES]
-        if len(args) < len(typing.get_args(tp)):
-            if len(args) == 1:
-                return args[0], True
-            return typing.Union[tuple(args)], True
-    return tp, False
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _type_schema(args[0], unions)
+    if origin is None:
+        if isinstance(tp, type) and tp in _SIMPLE_TYPES:
+            return {"type": _SIMPLE_TYPES[tp]}
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            values = [member.value for member in tp]
+            return {"type": _json_name(values[0]) if values else "string", "enum": values}
+        if is_pydantic_model(tp):
+            return pydantic_schema(tp)["parameters"]
+        return _richer_schema(tp, unions)
+    if origin is typing.Literal:
+        values = [_jsonable(a) for a in args]
+        return {"type": _json_name(args[0]) if args else "string", "enum": values}
+    if origin is list:
+        return {"type": "array", "items": _type_schema(args[0], unions) if args
+                else {"type": "string"}}
+    if origin is dict:
+        return {"type": "object"}
+    if origin in _UNION_ORIGINS:
+        members = [a for a in args if a is not type(None)]
+        if unions == "anyOf" and len(members) > 1:
+            return {"anyOf": [_type_schema(m, unions) for m in members]}
+        return _type_schema(members[0], unions) if members else {"type": "string"}
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": _type_schema(args[0], unions)}
+        if args and len(set(args)) == 1:
+            return {"type": "array", "items": _type_schema(args[0], unions),
+                    "minItems": len(args), "maxItems": len(args)}
+        return {"type": "array"}
+    if origin in _ARRAY_ORIGINS:
+        return {"type": "array", "items": _type_schema(args[0], unions)} if args \
+            else {"type": "array"}
+    if origin in (collections.abc.Mapping, collections.abc.MutableMapping):
+        return {"type": "object"}
+    return {"type": "string"}
 
 
-def _split_annotated(tp: Any):
-    """(inner type, [Field...], [other metadata strings])."""
-    if typing.get_origin(tp) is typing.Annotated:
-        args = typing.get_args(tp)
-        fields = [m for m in args[1:] if isinstance(m, Field)]
-        docs = [m for m in args[1:] if isinstance(m, str)]
-        return args[0], fields, docs
-    return tp, [], []
+def _richer_schema(tp: Any, unions: str) -> dict:
+    """Bare types the official builder has no rule for (it writes "string")."""
+    if isinstance(tp, type) and tp in _TEMPORAL_FORMATS:
+        return {"type": "string", "format": _TEMPORAL_FORMATS[tp]}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _members_schema(tp, unions)
+    if _is_typeddict(tp):
+        return _members_schema(tp, unions)
+    if tp in (tuple, set, frozenset):
+        return {"type": "array"}
+    return {"type": "string"}
 
 
-def _object_schema(props: Dict[str, dict], required: List[str]) -> dict:
+def _members_schema(cls: type, unions: str) -> dict:
+    """A dataclass or TypedDict as an object: its fields as properties, by the same rules
+    as a function's parameters."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    props: Dict[str, dict] = {}
+    required: List[str] = []
+    if dataclasses.is_dataclass(cls):
+        members = [(f.name, hints.get(f.name, Any),
+                    f.default is not dataclasses.MISSING or
+                    f.default_factory is not dataclasses.MISSING) for f in dataclasses.fields(cls)]
+    else:
+        keys = getattr(cls, "__required_keys__", set(hints) if cls.__total__ else set())
+        members = []
+        for name, tp in hints.items():
+            origin = typing.get_origin(tp)
+            if origin is not None and getattr(origin, "_name", None) in ("NotRequired", "Required"):
+                tp = typing.get_args(tp)[0]
+            members.append((name, tp, name not in keys))
+    for name, tp, has_default in members:
+        schema = _type_schema(tp, unions)
+        field = _field_of(tp, _MISSING)
+        if field:
+            field.apply(schema)
+            has_default = has_default or field.has_default()
+        props[name] = schema
+        if not has_default and not _is_optional(tp):
+            required.append(name)
     out: dict = {"type": "object", "properties": props}
     if required:
         out["required"] = required
     return out
 
 
-def _dataclass_schema(cls: type) -> dict:
-    hints = typing.get_type_hints(cls, include_extras=True)
-    props, required = {}, []
-    for f in dataclasses.fields(cls):
-        tp = hints.get(f.name, Any)
-        s, optional, has_default = _param_schema(tp)
-        props[f.name] = s
-        if not (optional or has_default or f.default is not dataclasses.MISSING
-                or f.default_factory is not dataclasses.MISSING):
-            required.append(f.name)
-    return _object_schema(props, required)
-
-
-def _typeddict_schema(cls: type) -> dict:
-    hints = typing.get_type_hints(cls, include_extras=True)
-    req_keys = getattr(cls, "__required_keys__", set(hints) if cls.__total__ else set())
-    props, required = {}, []
-    for name, tp in hints.items():
-        # NotRequired[...] / Required[...] wrappers (3.11+) only affect __required_keys__.
-        origin = typing.get_origin(tp)
-        if origin is not None and getattr(origin, "_name", None) in ("NotRequired", "Required"):
-            tp = typing.get_args(tp)[0]
-        s, optional, has_default = _param_schema(tp)
-        props[name] = s
-        if name in req_keys and not optional:
-            required.append(name)
-    return _object_schema(props, required)
-
-
-def _param_schema(tp: Any):
-    """(schema, optional, has_default) of an annotation, Annotated/Optional unwrapped."""
-    tp, fields, docs = _split_annotated(tp)
-    tp, optional = _split_optional(tp)
-    # Optional[Annotated[X, Field]] puts the Annotated inside the Optional.
-    tp, f2, d2 = _split_annotated(tp)
-    fields, docs = fields + f2, docs + d2
-    schema = type_schema(tp)
-    if docs and "description" not in schema:
-        schema = schema | {"description": " ".join(docs)}
-    has_default = False
-    for f in fields:
-        schema = f.apply(schema)
-        has_default = has_default or f.has_default
-    return schema, optional, has_default
-
-
-# exact types: a datetime is a date subclass, and a subclass may not parse the same way
-_TEMPORAL_FORMATS = {datetime.datetime: "date-time", datetime.date: "date",
-                     datetime.time: "time"}
-
-
-def _from_iso(tp: type, value: str):
-    if tp is datetime.datetime and value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"  # fromisoformat takes "Z" only from Python 3.11
-    try:
-        return tp.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an ISO {_TEMPORAL_FORMATS[tp]}") from None
-
-
-def _convert_value(tp: Any, value: Any) -> Any:
-    tp = _split_annotated(tp)[0]
-    tp = _split_annotated(_split_optional(tp)[0])[0]
-    if tp in _TEMPORAL_FORMATS:
-        return _from_iso(tp, value) if isinstance(value, str) else value
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (list, set, frozenset, tuple) and args and isinstance(value, list):
-        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis) and \
-                len(set(args)) != 1:
-            return value
-        items = [_convert_value(args[0], v) for v in value]
-        return items if origin is list else origin(items)
-    return value
-
-
-def convert_arguments(fn: Callable, args: Dict[str, Any]) -> Dict[str, Any]:
-    """The call arguments for ``fn``: values of parameters annotated ``datetime.date`` /
-    ``datetime``/``time`` (also inside Optional, Annotated, list, set, tuple) parsed back
-    from their ISO strings; everything else as the model wrote it. ValueError when such
-    a string does not parse."""
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception:
-        return args
-    return {k: _convert_value(hints[k], v) if k in hints else v for k, v in args.items()}
-
-
-def type_schema(tp: Any) -> dict:
-    """The JSON Schema of a Python type annotation (see the module docstring)."""
-    if tp is inspect.Parameter.empty or tp is Any:
-        return {"type": "string"}
-    if tp is None or tp is type(None):
-        return {"type": "null"}
-    if typing.get_origin(tp) is typing.Annotated or _split_optional(tp)[1]:
-        return _param_schema(tp)[0]
-    if tp is bool:
-        return {"type": "boolean"}
-    if tp is int:
-        return {"type": "integer"}
-    if tp is float:
-        return {"type": "number"}
-    if tp is str:
-        return {"type": "string"}
-    if isinstance(tp, type) and tp in _TEMPORAL_FORMATS:
-        return {"type": "string", "format": _TEMPORAL_FORMATS[tp]}
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return _enum_schema([m.value for m in tp])
-    if is_pydantic_model(tp):
-        return tp.model_json_schema()
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _dataclass_schema(tp)
-    if _is_typeddict(tp):
-        return _typeddict_schema(tp)
-    if tp in (list, tuple, set, frozenset, List, typing.Tuple, typing.Set, typing.Sequence):
-        return {"type": "array"}
-    if tp in (dict, Dict, typing.Mapping):
-        return {"type": "object"}
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is typing.Literal:
-        return _enum_schema([_jsonable(a) for a in args])
-    if origin in (list, set, frozenset, typing.Sequence) or \
-            (origin is not None and getattr(origin, "__name__", "") in ("Sequence", "Iterable")):
-        return {"type": "array", "items": type_schema(args[0])} if args else {"type": "array"}
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return {"type": "array", "items": type_schema(args[0])}
-        if args and len(set(args)) == 1:
-            return {"type": "array", "items": type_schema(args[0]),
-                    "minItems": len(args), "maxItems": len(args)}
-        return {"type": "array"}
-    if origin in (dict,) or (origin is not None and getattr(origin, "__name__", "") == "Mapping"):
-        return {"type": "object"}
-    if origin is typing.Union or (sys.version_info >= (3, 10) and
-                                  origin is __import__("types").UnionType):
-        return {"anyOf": [type_schema(a) for a in args]}
-    raise NeedleError(f"unsupported type annotation for a tool schema: {tp!r}")
-
-
 # ---------------------------------------------------------------------------------------
 # Docstrings
 
-_ARGS_HEADERS = {"args:", "arguments:", "parameters:", "params:"}
-_SECTION_RE = re.compile(r"^[A-Z][A-Za-z ]*:$")
-_ARG_RE = re.compile(r"^\*{0,2}([A-Za-z_][A-Za-z0-9_]*)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
+_ARGS_HEADERS = ("args:", "arguments:", "parameters:", "params:")
+_SECTION_LINE = re.compile(r"\s*[A-Za-z][\w ]*:\s*$")
+_ARG_LINE = re.compile(r"\s+(\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)")
+
+
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def parse_docstring(doc: Optional[str]):
-    """(description, {arg: description}) of a Google-style docstring.
-
-    The description is every line before an ``Args:`` / ``Arguments:`` / ``Parameters:``
-    header (or another section header such as ``Returns:``), stripped and joined by spaces.
-    """
+    """(description, {arg: description}) of a Google-style docstring, read as the official
+    package reads it: the description is every line before the ``Args:`` (``Arguments:``,
+    ``Parameters:``, ``Params:``) header, stripped and joined by spaces; an argument is an
+    indented ``name (type): text`` line, continued by lines indented deeper; a section
+    header at the Args header's indent (``Returns:``) ends the arguments."""
     if not doc:
         return "", {}
-    lines = inspect.cleandoc(doc).splitlines()
-    desc: List[str] = []
+    lines = doc.strip("\n").splitlines()
+    at = 0
+    while at < len(lines) and lines[at].strip().lower() not in _ARGS_HEADERS:
+        at += 1
+    description = " ".join(part for part in (line.strip() for line in lines[:at]) if part)
     args: Dict[str, str] = {}
-    i = 0
-    while i < len(lines) and lines[i].strip().lower() not in _ARGS_HEADERS \
-            and not _SECTION_RE.match(lines[i].strip()):
-        if lines[i].strip():
-            desc.append(lines[i].strip())
-        i += 1
-    section = None
-    current = None
-    base_indent = None
-    for line in lines[i:]:
-        stripped = line.strip()
-        if not stripped:
+    header_indent = _indent_of(lines[at]) if at < len(lines) else 0
+    current, current_indent = None, 0
+    for line in lines[at + 1:]:
+        if not line.strip():
             continue
-        indent = len(line) - len(line.lstrip())
-        if indent == 0 and (stripped.lower() in _ARGS_HEADERS or _SECTION_RE.match(stripped)):
-            section = "args" if stripped.lower() in _ARGS_HEADERS else "other"
-            current, base_indent = None, None
-            continue
-        if section != "args":
-            continue
-        if base_indent is None:
-            base_indent = indent
-        m = _ARG_RE.match(stripped)
-        if indent <= base_indent and m:
-            current = m.group(1)
-            args[current] = m.group(3).strip()
-        elif current is not None:
-            args[current] = (args[current] + " " + stripped).strip()
-    return " ".join(desc), args
+        indent = _indent_of(line)
+        if indent <= header_indent and _SECTION_LINE.match(line):
+            break
+        match = _ARG_LINE.match(line)
+        if match and (current is None or indent <= current_indent):
+            current, current_indent = match.group(1), indent
+            args[current] = match.group(2).strip()
+        elif current is not None and indent > current_indent:
+            args[current] += " " + line.strip()
+    return description.strip(), args
 
 
 # ---------------------------------------------------------------------------------------
 # Tools
 
-def _function_schema(fn: Callable, name: Optional[str] = None,
-                     description: Optional[str] = None) -> dict:
-    desc, arg_docs = parse_docstring(inspect.getdoc(fn))
-    if description is not None:
-        desc = description
+def build_schema(fn: Callable, unions: str = "first") -> dict:
+    """The tool schema of a function (or any callable): its name, the docstring's
+    description, and one property per parameter (see the module docstring)."""
+    signature = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception as e:  # unresolvable forward references
-        raise NeedleError(f"cannot resolve the annotations of {fn!r}: {e}") from None
-    sig = inspect.signature(fn)
-    props: Dict[str, dict] = {}
+    except Exception:  # unresolvable forward references: the raw annotations, as official
+        hints = {}
+    description, arg_docs = parse_docstring(fn.__doc__)
+    properties: Dict[str, dict] = {}
     required: List[str] = []
-    for p in sig.parameters.values():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in ("self", "cls"):
+    for name, param in signature.parameters.items():
+        if name in ("self", "cls") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        tp = hints.get(p.name, inspect.Parameter.empty)
-        schema, optional, has_default = _param_schema(tp)
-        if p.name in arg_docs and arg_docs[p.name] and "description" not in schema:
-            schema = schema | {"description": arg_docs[p.name]}
-        if p.default is not p.empty and "default" not in schema:
-            d = _jsonable(p.default)
-            try:
-                json.dumps(d)
-                if d is not None:
-                    schema = schema | {"default": d}
-            except (TypeError, ValueError):
-                pass
-        props[p.name] = schema
-        if p.default is p.empty and not optional and not has_default:
-            required.append(p.name)
-    out: dict = {"name": name or fn.__name__}
-    if desc:
-        out["description"] = desc
-    out["parameters"] = _object_schema(props, required)
-    defs = _hoist_defs(props)
-    for key in ("$defs", "definitions"):
-        if defs[key]:
-            out["parameters"][key] = defs[key]
+        annotation = hints.get(name, param.annotation)
+        schema = _type_schema(annotation, unions)
+        if name in arg_docs and "description" not in schema:
+            schema["description"] = arg_docs[name]
+        field = _field_of(annotation, param.default)
+        if field:
+            field.apply(schema)
+        properties[name] = schema
+        has_default = param.default is not param.empty and not isinstance(param.default, Field)
+        if field and field.has_default():
+            has_default = True
+        if not has_default and not _is_optional(annotation):
+            required.append(name)
+    parameters: dict = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    _hoist_nested_defs(parameters)
+    out: dict = {"name": getattr(fn, "__name__", type(fn).__name__)}
+    if description:
+        out["description"] = description
+    out["parameters"] = parameters
     return out
 
 
-def _hoist_defs(props: Dict[str, dict]) -> Dict[str, dict]:
-    """Moves the $defs / definitions of parameter schemas (a pydantic model's
-    model_json_schema() carries its own) to the tool's parameters, where the refs inside them
-    ("#/$defs/Name") point: a ref is resolved from the parameters schema, as the official
-    client does."""
-    found: Dict[str, dict] = {"$defs": {}, "definitions": {}}
+def _hoist_nested_defs(parameters: dict) -> None:
+    """A pydantic model used as a parameter type brings its own $defs, which its refs
+    ("#/$defs/Name") cannot reach from inside a property: the engine resolves refs from the
+    tool's parameters. They move there (the official package leaves them nested, where
+    those refs do not resolve); a schema without nested $defs is left as it is."""
+    found: Dict[str, Dict[str, dict]] = {"$defs": {}, "definitions": {}}
 
-    def walk(node: Any) -> None:  # node is a schema (or a list of them)
+    def walk(node: Any) -> None:
         if isinstance(node, list):
-            for x in node:
-                walk(x)
+            for item in node:
+                walk(item)
         if not isinstance(node, dict):
             return
         for key in ("$defs", "definitions"):
             defs = node.pop(key, None) if isinstance(node.get(key), dict) else None
-            for name, schema in (defs or {}).items():
+            for def_name, schema in (defs or {}).items():
                 walk(schema)
-                if name in found[key] and found[key][name] != schema:
-                    raise NeedleError(f"two different schemas are both named {name!r} in {key}")
-                found[key][name] = schema
-        for key, v in node.items():
-            if key == "properties" and isinstance(v, dict):  # a map of names, not a schema
-                for x in v.values():
-                    walk(x)
+                if def_name in found[key] and found[key][def_name] != schema:
+                    raise NeedleError(f"two different schemas are both named {def_name!r} "
+                                      f"in {key}")
+                found[key][def_name] = schema
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                for item in value.values():
+                    walk(item)
             elif key not in ("enum", "const", "default", "examples"):
-                walk(v)
+                walk(value)
 
-    for schema in props.values():
-        walk(schema)
-    return found
-
-
-def tool(fn: Optional[Callable] = None, *, name: Optional[str] = None,
-         description: Optional[str] = None):
-    """Decorator marking a function as a Needle tool; the schema is built from its signature
-    and docstring and stored as ``fn.__needle_tool__``. The function itself is unchanged.
-
-    Usable bare (``@needle.tool``) or with ``name=`` / ``description=`` overrides.
-    """
-    def wrap(f: Callable) -> Callable:
-        f.__needle_tool__ = _function_schema(f, name, description)
-        return f
-    return wrap(fn) if fn is not None else wrap
+    walk(parameters["properties"])
+    for key in ("$defs", "definitions"):
+        if found[key]:
+            parameters[key] = found[key]
 
 
-def _normalize_raw(d: dict) -> dict:
+def tool(fn: Optional[Callable] = None, *, triggers: Optional[List[str]] = None,
+         name: Optional[str] = None, description: Optional[str] = None,
+         unions: str = "first") -> Callable:
+    """Decorator marking a function as a Needle tool: its schema (``build_schema``) is
+    stored as ``fn._needle_tool``, with "triggers" (example phrasings) when given; the
+    function itself is unchanged. Usable bare (``@needle.tool``) or with arguments.
+    Beyond the official package: ``name=`` / ``description=`` overrides and
+    ``unions="anyOf"`` (a Union parameter as anyOf rather than its first member)."""
+    if unions not in ("first", "anyOf"):
+        raise ValueError(f"unions must be 'first' or 'anyOf', not {unions!r}")
+
+    def attach(target: Callable) -> Callable:
+        schema = build_schema(target, unions)
+        if name is not None:
+            schema["name"] = name
+        if description is not None:
+            if "description" not in schema:
+                schema = {"name": schema["name"], "description": description,
+                          "parameters": schema["parameters"]}
+            schema["description"] = description
+        if triggers:
+            schema["triggers"] = list(triggers)
+        target._needle_tool = schema
+        target.__needle_tool__ = schema  # the name this package used before 0.3
+        return target
+    return attach(fn) if fn is not None else attach
+
+
+def _normalize_raw(d: Any) -> dict:
     if not isinstance(d, dict):
         raise NeedleError(f"a tool schema must be a JSON object, got {type(d).__name__}")
     if d.get("type") == "function" and isinstance(d.get("function"), dict):
@@ -472,8 +439,8 @@ def _normalize_raw(d: dict) -> dict:
 
 def tool_schemas(obj: Any) -> List[dict]:
     """The schema(s) of one tool spec: a decorated or plain function, a pydantic model, a
-    dataclass, a raw dict schema (plain or OpenAI-style), or a JSON string of either one
-    schema or an array of them."""
+    dataclass or TypedDict, a raw dict schema (plain or OpenAI-style), or a JSON string of
+    either one schema or an array of them."""
     if isinstance(obj, (str, bytes)):
         try:
             parsed = json.loads(obj)
@@ -493,34 +460,90 @@ def tool_schema(obj: Any) -> dict:
         if len(items) != 1:
             raise NeedleError("expected exactly one tool schema")
         return items[0]
-    if hasattr(obj, "__needle_tool__"):
-        return obj.__needle_tool__
+    stored = getattr(obj, "_needle_tool", None)
+    if not isinstance(stored, dict):
+        stored = getattr(obj, "__needle_tool__", None)
+    if isinstance(stored, dict):
+        return stored
     if is_pydantic_model(obj):
+        return pydantic_schema(obj)
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+        # as a callable, but without the signature dataclass() writes as the docstring
+        out = {"name": obj.__name__}
+        doc = obj.__doc__ or ""
+        desc, _ = parse_docstring("" if doc.startswith(obj.__name__ + "(") else doc)
+        if desc:
+            out["description"] = desc
+        out["parameters"] = _members_schema(obj, "first")
+        return out
+    if _is_typeddict(obj):
+        # the official builder reads a TypedDict's (empty) signature; its keys are the tool
         out: dict = {"name": obj.__name__}
         desc, _ = parse_docstring(obj.__doc__)
         if desc:
             out["description"] = desc
-        raw = obj.model_json_schema()
-        raw.pop("title", None)
-        raw.pop("description", None)
-        # the official client's key order (the prompt shows the tools as sent): type,
-        # properties, required, then the definitions the refs point at
-        params = {}
-        for key in ("type", "properties", "required", "$defs", "definitions"):
-            if key in raw:
-                params[key] = raw.pop(key)
-        out["parameters"] = params | raw
-        return out
-    if isinstance(obj, type) and (dataclasses.is_dataclass(obj) or _is_typeddict(obj)):
-        out = {"name": obj.__name__}
-        doc = obj.__doc__ or ""
-        if dataclasses.is_dataclass(obj) and doc.startswith(obj.__name__ + "("):
-            doc = ""  # the auto-generated dataclass signature
-        desc, _ = parse_docstring(doc)
-        if desc:
-            out["description"] = desc
-        out["parameters"] = type_schema(obj)
+        out["parameters"] = _members_schema(obj, "first")
         return out
     if callable(obj):
-        return _function_schema(obj)
+        return build_schema(obj)
     raise NeedleError(f"cannot make a tool schema from {obj!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# Arguments back into Python values
+
+def _from_iso(tp: type, value: str):
+    if tp is datetime.datetime and value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"  # fromisoformat takes "Z" only from Python 3.11
+    try:
+        return tp.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an ISO {_TEMPORAL_FORMATS[tp]}") from None
+
+
+def _without_none(tp: Any) -> Any:
+    """X of Optional[X] / Annotated[Optional[X], ...] (a Union of several kept as it is)."""
+    tp = _strip_annotated(tp)
+    if typing.get_origin(tp) in _UNION_ORIGINS:
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(members) == 1:
+            return _strip_annotated(members[0])
+    return tp
+
+
+def _wants_int(tp: Any) -> bool:
+    """An int annotation, or a Literal / int Enum whose values are all ints."""
+    if tp is int:
+        return True
+    if typing.get_origin(tp) is typing.Literal:
+        values = typing.get_args(tp)
+        return bool(values) and all(type(v) is int for v in values)
+    return False
+
+
+def _convert_value(tp: Any, value: Any) -> Any:
+    tp = _without_none(tp)
+    if isinstance(value, float) and value.is_integer() and _wants_int(tp):
+        return int(value)  # a JSON number written 3.0 for an int parameter
+    if isinstance(tp, type) and tp in _TEMPORAL_FORMATS:
+        return _from_iso(tp, value) if isinstance(value, str) else value
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (list, set, frozenset, tuple) and args and isinstance(value, list):
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis) and \
+                len(set(args)) != 1:
+            return value
+        items = [_convert_value(args[0], v) for v in value]
+        return items if origin is list else origin(items)
+    return value
+
+
+def convert_arguments(fn: Callable, args: Dict[str, Any]) -> Dict[str, Any]:
+    """The call arguments for ``fn``: values of parameters annotated ``datetime.date`` /
+    ``datetime``/``time`` (also inside Optional, Annotated, list, set, tuple) parsed back
+    from their ISO strings; a whole float for an int (or all-int Literal) parameter as an
+    int; everything else as the model wrote it. ValueError when a date does not parse."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return args
+    return {k: _convert_value(hints[k], v) if k in hints else v for k, v in args.items()}

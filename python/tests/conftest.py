@@ -17,6 +17,17 @@ def no_cached_models(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("HOME", str(empty))
 
 
+FIXED_NOW = __import__("datetime").datetime(2026, 1, 5, 9, 0)  # a Monday
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch):
+    """auto_date (on by default, as the official) writes the minute into the prompt: a fixed
+    clock keeps every test's prompt, and so its answers, the same from run to run."""
+    import needle.agent
+    monkeypatch.setattr(needle.agent, "_now", lambda: FIXED_NOW)
+
+
 @pytest.fixture
 def cq4():
     return os.path.join(FIXTURES, "tiny_cq4.cact")
@@ -37,12 +48,13 @@ def header_version():
 
 
 class Scripted:
-    """Replaces an agent's complete(): the replies in order, and the turns it was sent."""
+    """Replaces an agent's engine turns (Needle._engine, under complete() and run()): the
+    replies in order (each a copy), and the turns it was sent."""
 
     def __init__(self, agent, replies):
-        self.replies, self.sent = list(replies), []
-        agent.complete = self
+        self.replies, self.sent = [dict(r) for r in replies], []
+        agent._engine = self
 
-    def __call__(self, text, max_new_tokens=256, *, turn=0, extract=False):
+    def __call__(self, text, turn=0, max_new_tokens=512, extract=False):
         self.sent.append((turn, text))
         return self.replies.pop(0)

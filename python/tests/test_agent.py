@@ -28,16 +28,18 @@ def make_weather():
 
 def test_run_single_tool_stops_after_one_round(cq4):
     # With one tool the engine must answer every turn with a call of it, so a tool-result
-    # turn could never end the loop: run executes one round and stops.
+    # turn could never end the loop: the follow-up round repeats the call or invents a
+    # value (random weights), and either way it is not executed.
     fn, log = make_weather()
     with needle.Needle(weights=cq4, tools=[fn]) as agent:
-        r = agent.run("weather in Lagos?", max_steps=3)
-        assert r["type"] == "call" and r["success"] is True and r["stop"] == "single_tool"
+        r = agent.run("weather in Lagos?", max_steps=3, strict=False)
+        assert r["type"] == "call" and r["success"] is True
+        assert r["stop"] in ("repeat", "unrequested")
         assert [c["name"] for c in r["calls"]] == ["get_weather"]
         assert log == [r["calls"][0]["arguments"]["city"]]
         assert r["results"] == [{"city": log[0], "temp_c": 27, "sky": "clear"}]
         assert r["answer"] == r["results"][0]
-        assert r["function_calls"] == r["calls"]
+        assert r["function_calls"] and r["function_calls"][0]["name"] == "get_weather"
         for key in ("error", "error_code", "reasoning", "confidence", "prefill_tps",
                     "decode_tps", "peak_ram_mb"):
             assert key in r
@@ -46,7 +48,7 @@ def test_run_single_tool_stops_after_one_round(cq4):
 def test_run_max_steps_one_and_zero(cq4):
     fn, log = make_weather()
     agent = needle.Needle(weights=cq4, tools=[fn])
-    r = agent.run("hi", max_steps=1)
+    r = agent.run("hi", max_steps=1, strict=False)
     assert len(r["results"]) == 1 and log == [r["calls"][0]["arguments"]["city"]]
     r = agent.run("hi", max_steps=0)
     assert r["results"] == [] and r["answer"] is None and r["type"] == "call"
@@ -86,7 +88,7 @@ def test_multi_tool_results_match_calls(cq4):
 
     agent = needle.Needle(weights=cq4, tools=[add, unit])
     for q in ["add 2 and 3", "use metric", "hello", "what is 7 plus 8"]:
-        r = agent.run(q, max_steps=4)
+        r = agent.run(q, max_steps=4, strict=False)
         assert len(r["results"]) == len(r["calls"])
         for c, res in zip(r["calls"], r["results"]):
             args = c["arguments"]
@@ -107,8 +109,8 @@ def test_tool_that_raises(cq4):
         raise ValueError("boom: " + city)
 
     agent = needle.Needle(weights=cq4, tools=[explode])
-    r = agent.run("go", max_steps=2)
-    assert len(r["results"]) == 1 and r["stop"] == "single_tool"
+    r = agent.run("go", max_steps=2, strict=False)
+    assert len(r["results"]) == 1 and r["stop"] in ("repeat", "unrequested")
     for c, res in zip(r["calls"], r["results"]):
         assert res == {"error": "boom: " + c["arguments"]["city"]}
     assert r["answer"] == r["results"][-1]
@@ -120,10 +122,12 @@ def test_unknown_and_unimplemented_tools(cq4):
            "parameters": {"type": "object", "properties": {"q": {"type": "string"}},
                           "required": ["q"]}}
     agent = needle.Needle(weights=cq4, tools=[json.dumps(raw)])
-    r = agent.run("find x", max_steps=3)
-    assert r["results"] == [{"error": "no implementation for tool: lookup"}]
-    assert r["stop"] == "no_implementation"
-    assert r["answer"] == {"error": "no implementation for tool: lookup"}
+    r = agent.run("find x", max_steps=3, strict=False)
+    # as the official client: a declared tool without a function is an unknown tool, its
+    # result an error sent back to the model like any other
+    assert r["results"] == [{"error": "unknown tool: lookup"}]
+    assert r["stop"] in ("repeat", "unrequested")
+    assert r["answer"] == {"error": "unknown tool: lookup"}
     assert agent._execute({"name": "nope", "arguments": {}}) == {"error": "unknown tool: nope"}
     agent.close()
 
@@ -243,19 +247,21 @@ def test_extract(cq4):
               "parameters": {"type": "object", "properties": {
                   "name": {"type": "string"}, "age": {"type": "integer"}},
                   "required": ["name", "age"]}}
-    args = needle.extract("Ada is 36.", schema, weights=cq4)
+    # random weights: the values are noise, so not strict; force: exactly one call
+    args = needle.extract("Ada is 36.", schema, weights=cq4, strict=False, force=True)
     assert set(args) >= {"name", "age"} and isinstance(args["age"], int)
 
     def invoice(number: str, paid: bool):
         "An invoice."
-    args = needle.extract("invoice 12, paid", invoice, system="Be exact.", weights=cq4)
+    args = needle.extract("invoice 12, paid", invoice, system="Be exact.", weights=cq4,
+                          strict=False, force=True)
     assert isinstance(args["number"], str) and isinstance(args["paid"], bool)
 
     fn, _ = make_weather()
     with needle.Needle(weights=cq4, tools=[fn]) as agent:
         before = agent.complete("weather?")
         agent.reset()
-        a2 = agent.extract("Ada is 36.", schema)
+        a2 = agent.extract("Ada is 36.", schema, strict=False, force=True)
         assert set(a2) >= {"name", "age"}
         # the agent's own conversation is untouched by extraction
         assert agent.complete("weather?")["function_calls"] == before["function_calls"]
@@ -268,7 +274,7 @@ def test_extract_pydantic(cq4):
         name: str
         age: int
 
-    p = needle.extract("Ada is 36.", Person, weights=cq4)
+    p = needle.extract("Ada is 36.", Person, weights=cq4, strict=False, force=True)
     assert isinstance(p, Person) and isinstance(p.age, int)
 
 
@@ -305,9 +311,10 @@ def test_interleaved_agents_different_models(cq4, cq2):
     assert got_a == ref_a and got_b == ref_b
     assert all(c[0]["name"] == "get_weather" for c in got_a)
     assert all(c[0]["name"] == "convert" for c in got_b)
-    ra, rb = a.run("x", max_steps=2), b.run("y", max_steps=2)
-    assert [c["name"] for c in ra["calls"]] == ["get_weather"]
-    assert [c["name"] for c in rb["calls"]] == ["convert"]
+    ra, rb = a.run("x", max_steps=2, strict=False), b.run("y", max_steps=2, strict=False)
+    # (a follow-up round built from the first one's results may run too: random weights)
+    assert ra["calls"] and all(c["name"] == "get_weather" for c in ra["calls"])
+    assert rb["calls"] and all(c["name"] == "convert" for c in rb["calls"])
     for x in (a, b, solo_a, solo_b):
         x.close()
 

@@ -37,7 +37,7 @@ def test_nul_and_surrogates_give_invalid_input(cq4):
         for text in ("weather in Lagos\0 and Accra", "a\ud800b"):
             env = agent.complete(text)
             assert env["success"] is False and env["error_code"] == "invalid_input"
-            assert env["type"] == "call" and env["function_calls"] == []
+            assert env["type"] == "error" and env["function_calls"] == []
             assert "NUL" in env["error"] or "surrogate" in env["error"]
             assert set(env) >= {"reasoning", "confidence", "prefill_tps", "decode_tps",
                                 "peak_ram_mb", "error"}
@@ -97,7 +97,7 @@ def test_official_keywords(cq4):
         needle.Needle(weights=cq4, tools=[WEATHER], generation=3)
     needle.Needle(weights=cq4, tools=[WEATHER], generation=2).close()
 
-    today = datetime.date.today().isoformat()
+    today = "2026-01-05"  # conftest.fixed_clock
     with needle.Needle(weights=cq4, tools=[WEATHER], auto_date=True) as a:
         assert a.system.startswith("date: " + today)
     with needle.Needle(weights=cq4, tools=[WEATHER], system="user: Ada", auto_date=True) as a:
@@ -106,13 +106,16 @@ def test_official_keywords(cq4):
         with needle.Needle(weights=cq4, tools=[WEATHER], system=given, auto_date=True) as a:
             assert a.system == given
     with needle.Needle(weights=cq4, tools=[WEATHER], system="x") as a:
-        assert a.system == "x"  # auto_date is off by default here (README says why)
+        assert a.system == "date: " + today + a.system[16:] and a.system.endswith("; x")
+    with needle.Needle(weights=cq4, tools=[WEATHER], system="x", auto_date=False) as a:
+        assert a.system == "x"
 
 
 def test_stateless(cq4):
     tools = [WEATHER, LOOKUP]
-    with needle.Needle(weights=cq4, tools=tools, stateless=True) as agent, \
-            needle.Needle(weights=cq4, tools=tools) as fresh:
+    # auto_date off: the same system text in every agent whatever the minute
+    with needle.Needle(weights=cq4, tools=tools, stateless=True, auto_date=False) as agent, \
+            needle.Needle(weights=cq4, tools=tools, auto_date=False) as fresh:
         agent.complete("first query, forgotten")
         q = agent.complete("weather in Accra?")
         assert q["function_calls"] == fresh.complete("weather in Accra?")["function_calls"]
@@ -121,8 +124,8 @@ def test_stateless(cq4):
         assert r1["calls"] == r2["calls"]
     # a tool result after a call continues the conversation: it is not a new query
     result = json.dumps([{"temp_c": 27}])
-    with needle.Needle(weights=cq4, tools=[WEATHER], stateless=True) as agent, \
-            needle.Needle(weights=cq4, tools=[WEATHER]) as kept:
+    with needle.Needle(weights=cq4, tools=[WEATHER], stateless=True, auto_date=False) as agent, \
+            needle.Needle(weights=cq4, tools=[WEATHER], auto_date=False) as kept:
         assert agent.complete("weather?")["function_calls"] == \
             kept.complete("weather?")["function_calls"]
         assert agent.complete(result)["function_calls"] == \
@@ -140,15 +143,17 @@ def test_run_strict_refuses_ungrounded_dates(cq4):
 
     reply = {"type": "call", "success": True, "function_calls": [
         {"name": "book", "arguments": {"city": "Lagos", "when": "2023-05-01"}}]}
+    done = {"type": "respond", "success": True, "function_calls": []}
     agent = needle.Needle(weights=cq4, tools=[book])
-    Scripted(agent, [reply])
+    Scripted(agent, [reply, done])
     r = agent.run("book Lagos on May 1st 2024")
     assert r["results"] == [{"error": "ungrounded book.when"}] and seen == []
     assert r["answer"] == {"error": "ungrounded book.when"}  # no function ran
-    Scripted(agent, [reply])
+    Scripted(agent, [reply, done])
     r = agent.run("book Lagos on May 1st 2024", strict=False)
     assert r["answer"] == {"booked": "2023-05-01"} and seen == [datetime.date(2023, 5, 1)]
-    Scripted(agent, [reply])
+    agent.reset()  # the years written earlier in a conversation count until reset()
+    Scripted(agent, [reply, done])
     r = agent.run("book Lagos next Monday")  # no year written: nothing to contradict
     assert r["answer"] == {"booked": "2023-05-01"}
     agent.close()
@@ -161,8 +166,9 @@ def test_run_strict_refuses_ungrounded_dates(cq4):
         {"name": "book", "arguments": {"city": "Lagos", "when": "2024-05-01"}}]}, reply,
         {"type": "respond", "success": True, "function_calls": []}])
     r = agent.run("book Lagos on May 1st 2024, or else 2024-05-02")
-    assert r["results"] == [{"booked": "2024-05-01"}, {"error": "ungrounded book.when"}]
-    assert r["answer"] == {"booked": "2024-05-01"} and r["stop"] == "respond"
+    # the follow-up's year is not the query's: that round is not asked for, not executed
+    assert r["results"] == [{"booked": "2024-05-01"}]
+    assert r["answer"] == {"booked": "2024-05-01"} and r["stop"] == "unrequested"
     agent.close()
 
 
@@ -184,7 +190,7 @@ def test_date_parameters_schema_and_conversion(cq4):
     assert plan.__needle_tool__["parameters"]["required"] == ["day"]
 
     with needle.Needle(weights=cq4, tools=[plan]) as agent:
-        r = agent.run("plan it", max_new_tokens=512, strict=False)
+        r = agent.run("plan it", max_steps=1, max_new_tokens=512, strict=False)
         if r["results"] == ["ok"]:
             (day, at, also, alarm), = got
             assert type(day) is datetime.date

@@ -69,5 +69,5 @@ def test_recursive_models_refused_clearly(cq4):
         label: str
         kids: list["Node"] = []
 
-    with pytest.raises(needle.NeedleError, match=r"\$ref '#/\$defs/Node' is recursive"):
+    with pytest.raises(needle.NeedleError, match=r"Node is recursive \(#/\$defs/Node refers"):
         needle.Needle(weights=cq4, tools=[Node])

@@ -35,8 +35,10 @@ def test_no_description_no_required():
     def f(x: int = 3):
         pass
     s = f.__needle_tool__
+    # the official builder never writes "default": a default only makes it optional
     assert s == {"name": "f", "parameters": {"type": "object", "properties":
-                                            {"x": {"type": "integer", "default": 3}}}}
+                                            {"x": {"type": "integer"}}}}
+    assert f._needle_tool is s  # the official attribute name
     assert "description" not in s and "required" not in s["parameters"]
 
 
@@ -70,7 +72,7 @@ def test_literal_types():
         "b": {"type": "integer", "enum": [1, 2, 3]},
         "c": {"type": "boolean", "enum": [True, False]},
         "d": {"type": "number", "enum": [1.5, 2]},
-        "e": {"enum": ["x", 1]}}
+        "e": {"type": "string", "enum": ["x", 1]}}  # the first value's type, as official
 
 
 def test_optional_and_defaults():
@@ -80,9 +82,12 @@ def test_optional_and_defaults():
     p = params(f)
     assert p["properties"] == {
         "a": {"type": "string"}, "b": {"type": "integer"},
-        "c": {"type": "string", "default": "x"}, "d": {"type": "integer"},
-        "g": {"anyOf": [{"type": "integer"}, {"type": "string"}], "default": 1}}
+        "c": {"type": "string"}, "d": {"type": "integer"},
+        "g": {"type": "integer"}}  # a Union is its first member, as official
     assert "required" not in p
+    # anyOf is opt-in
+    rich = needle.tool(f, unions="anyOf")._needle_tool["parameters"]["properties"]
+    assert rich["g"] == {"anyOf": [{"type": "integer"}, {"type": "string"}]}
 
 
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="X | None needs Python 3.10")
@@ -109,7 +114,7 @@ def test_enums():
         pass
     p = params(f)
     assert p["properties"] == {"c": {"type": "string", "enum": ["red", "green"]},
-                               "l": {"type": "integer", "enum": [1, 2], "default": 1}}
+                               "l": {"type": "integer", "enum": [1, 2]}}
     assert p["required"] == ["c"]
 
 
@@ -146,7 +151,8 @@ def test_nested_dataclass_and_typeddict():
 
 def test_field_constraints_each():
     cases = [
-        (Annotated[str, Field("City name")], {"type": "string", "description": "City name"}),
+        (Annotated[str, Field(description="City name")],
+         {"type": "string", "description": "City name"}),
         (Annotated[str, Field(enum=["a", "b"])], {"type": "string", "enum": ["a", "b"]}),
         (Annotated[str, Field(const="k")], {"type": "string", "const": "k"}),
         (Annotated[int, Field(ge=0)], {"type": "integer", "minimum": 0}),
@@ -164,22 +170,23 @@ def test_field_constraints_each():
          {"type": "array", "items": {"type": "integer"}, "maxItems": 3}),
         (Annotated[List[int], Field(unique_items=True)],
          {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}),
-        (Annotated[int, Field(default=4)], {"type": "integer", "default": 4}),
+        (Annotated[int, Field(default=4)], {"type": "integer"}),
+        (Annotated[int, Field(4)], {"type": "integer"}),  # the first positional is the default
     ]
     for tp, expected in cases:
         assert type_schema(tp) == expected, tp
 
 
 def test_field_combined_and_required():
-    def f(n: Annotated[int, Field("count", ge=1, le=10)],
+    def f(n: Annotated[int, Field(description="count", ge=1, le=10)],
           m: Annotated[int, Field(default=2)],
-          o: Optional[Annotated[str, Field("opt")]] = None,
-          q: Annotated[Optional[str], Field("q")] = None):
+          o: Optional[Annotated[str, Field(description="opt")]] = None,
+          q: Annotated[Optional[str], Field(description="q")] = None):
         pass
     p = params(f)
     assert p == {"type": "object", "properties": {
         "n": {"type": "integer", "description": "count", "minimum": 1, "maximum": 10},
-        "m": {"type": "integer", "default": 2},
+        "m": {"type": "integer"},
         "o": {"type": "string", "description": "opt"},
         "q": {"type": "string", "description": "q"}}, "required": ["n"]}
 
@@ -204,10 +211,8 @@ def test_docstring_google_style():
                  "parameters": {"type": "object", "properties": {
                      "city": {"type": "string",
                               "description": "The city to book in, as a plain name."},
-                     "nights": {"type": "integer", "description": "How many nights.",
-                                "default": 1},
-                     "pets": {"type": "boolean", "description": "Whether pets come.",
-                              "default": False}},
+                     "nights": {"type": "integer", "description": "How many nights."},
+                     "pets": {"type": "boolean", "description": "Whether pets come."}},
                      "required": ["city"]}}
 
 
@@ -218,7 +223,7 @@ def test_docstring_headers(header):
 
 
 def test_field_description_wins_over_docstring():
-    def f(x: Annotated[int, Field("from field")]):
+    def f(x: Annotated[int, Field(description="from field")]):
         """F.
 
         Args:
@@ -247,11 +252,40 @@ def test_raw_dict_and_json_tools():
         tool_schemas("{not json")
 
 
-def test_unsupported_annotation():
+def test_unknown_annotation_is_string():
+    # the official builder writes "string" for a type it has no rule for
     def f(x: complex):
         pass
-    with pytest.raises(needle.NeedleError, match="unsupported"):
-        needle.tool(f)
+    assert params(f)["properties"] == {"x": {"type": "string"}}
+
+
+def test_field_as_default_keeps_constraints_and_stays_required():
+    def f(a: int = Field(ge=1, le=5), b: int = Field(3, ge=0), c: str = Field(description="d")):
+        pass
+    p = params(f)
+    assert p["properties"] == {"a": {"type": "integer", "minimum": 1, "maximum": 5},
+                               "b": {"type": "integer", "minimum": 0},
+                               "c": {"type": "string", "description": "d"}}
+    assert p["required"] == ["a", "c"]
+
+
+def test_triggers():
+    @needle.tool(triggers=["lights on", "turn the lights on"])
+    def lights(on: bool):
+        "Lights."
+    assert lights._needle_tool == {"name": "lights", "description": "Lights.", "parameters": {
+        "type": "object", "properties": {"on": {"type": "boolean"}}, "required": ["on"]},
+        "triggers": ["lights on", "turn the lights on"]}
+
+
+def test_description_right_after_type():
+    def f(x: Annotated[int, Field(ge=0, le=9)]):
+        """F.
+
+        Args:
+            x: a digit
+        """
+    assert list(params(f)["properties"]["x"]) == ["type", "description", "minimum", "maximum"]
 
 
 def test_dataclass_as_tool():

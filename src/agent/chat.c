@@ -598,7 +598,8 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: min_confidence must be >= 0");
     const int is_result = p.turn == NEEDLE_TURN_TOOL_RESULT ||
                           (p.turn == NEEDLE_TURN_AUTO && c->last_turn_called);
-    envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0, 0, 0, NULL, NULL};
+    envelope e = {.type = is_result ? "respond" : "call", .calls_json = "[]", .reasoning = "",
+                  .tools_json = c->tools, .system = c->system, .text = text, .is_query = !is_result};
     int suppressed = 0; /* a low-confidence answer: reported, then rolled back */
     const int last_turn_called = c->last_turn_called;
     int saved = 0; /* turn_start holds this turn's starting point */

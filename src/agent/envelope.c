@@ -1,6 +1,8 @@
 /* Envelope serialization (see envelope.h). */
 #include "agent/envelope.h"
 
+#include "agent/validation.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +27,9 @@ static void put_nullable(strbuf *b, const char *s) {
 
 static void render(const envelope *e, strbuf *b) {
     strbuf_puts(b, "{\"type\":");
-    put_nullable(b, e->type ? e->type : "call");
+    /* one type for every failure: callers test "type" before "success" (the official
+     * client's loop runs while type is "call"), so a failed turn must never read as one */
+    put_nullable(b, !e->success ? "error" : e->type ? e->type : "call");
     strbuf_puts(b, e->success ? ",\"success\":true,\"error\":" : ",\"success\":false,\"error\":");
     put_nullable(b, e->error);
     strbuf_puts(b, ",\"error_code\":");
@@ -51,6 +55,9 @@ static void render(const envelope *e, strbuf *b) {
     } else {
         strbuf_puts(b, "null");
     }
+    strbuf_puts(b, ",\"validation\":");
+    validation_write(e->tools_json, e->system, e->text, e->is_query,
+                     e->suppressed_calls ? e->suppressed_calls : e->calls_json, b);
     strbuf_puts(b, ",\"prefill_tps\":");
     put_number(b, e->prefill_tps);
     strbuf_puts(b, ",\"decode_tps\":");
@@ -76,7 +83,8 @@ int envelope_write(const envelope *e, char *out, size_t cap, size_t *len) {
     size_t needed = b.len + 1;
     free(b.data);
     envelope small = {e->type, 0, "output buffer too small for the response",
-                      "buffer_too_small", "[]", "", 0, 0, 0, 0, 0, NULL, NULL};
+                      "buffer_too_small", "[]", "", 0, 0, 0, 0, 0, NULL, NULL,
+                      NULL, NULL, e->text, e->is_query};
     strbuf s = {0};
     render(&small, &s);
     if (out && cap) out[0] = 0;

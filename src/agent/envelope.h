@@ -4,10 +4,14 @@
  * client among them) always get parseable JSON:
  *   {"type":"call"|"respond","success":bool,"error":null|str,"error_code":null|str,
  *    "function_calls":[{"name":..,"arguments":{..}}],"reasoning":str,"confidence":num|null,
+ *    "validation":{"ungrounded":[..],"negation":bool},
  *    "prefill_tps":num,"decode_tps":num,"peak_ram_mb":num}
  * plus, only when they apply, "suppressed_calls" (type "low_confidence": the calls not to
  * execute) and "retrieved_tools" (the names of the tools retrieval rendered this turn).
- * "confidence" is a number in [0, 1] on every successful turn, null on failures. 
+ * "confidence" is a number in [0, 1] on every successful turn, null on failures.
+ * "validation" is in every envelope (agent/validation.h), on the calls shown (the
+ * suppressed ones for "low_confidence"). A failed turn's "type" is always "error", whatever
+ * failed; its error_code tells which. 
  * error_code values (documented in the README), all produced by agent/chat.c:
  * "context_full", "max_tokens", "invalid_input", "internal". (A session without tools is
  * not a turn-level failure: needle_session_complete returns NEEDLE_ERR_STATE.) */
@@ -19,7 +23,8 @@
 #include "util/strbuf.h"
 
 typedef struct envelope {
-    const char *type;           /* "call" or "respond" */
+    const char *type;           /* "call", "respond" or "low_confidence"; written as "error"
+                                   whenever success is 0 */
     int success;
     const char *error;          /* NULL on success */
     const char *error_code;     /* NULL on success */
@@ -30,6 +35,10 @@ typedef struct envelope {
     double confidence;          /* [0, 1], written when has_confidence */
     const char *suppressed_calls; /* JSON array or NULL (key left out) */
     const char *retrieved_tools;  /* JSON array of names or NULL (key left out) */
+    /* what "validation" (agent/validation.h) is computed from: the tools JSON, the system
+     * facts, the turn's text (each may be NULL) and whether that text is a query */
+    const char *tools_json, *system, *text;
+    int is_query;
 } envelope;
 
 /* Writes the envelope, NUL-terminated, into out. *len receives the length without the NUL.

@@ -86,6 +86,15 @@ def main():
     for ex in heldout:
         write("chat", json.dumps(ex["tools"]).encode() + b"\0" + ex["query"].encode("utf-8"))
         write("chat", ex["query"].encode("utf-8"))
+    # validation: demo tools + NUL + their answers + NUL + the query (+ NUL + system facts),
+    # and negation phrasings without calls
+    for ex in heldout[:30]:
+        write("validation", json.dumps(ex["tools"]).encode() + b"\0" + compact(ex["answers"]) +
+              b"\0" + ex["query"].encode("utf-8") + b"\0date: 2026-12-06 Sun 10:12; user: Ada")
+    for q in ("don't turn on the study lights", "do not, under any circumstances, close it",
+              "it's not done yet, set a timer for 5 minutes", "never mind, stop the vacuum from x",
+              "half an hour, 1,500 s, 9:15 p.m., twenty five, -3, 25%"):
+        write("validation", b"[]\0[]\0" + q.encode("utf-8"))
     # export: selector byte (0 safetensors, 1 SentencePiece model, 2 config + NUL + bits map),
     # a width byte, then the input
     import struct

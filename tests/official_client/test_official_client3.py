@@ -40,6 +40,9 @@ def set_timer(minutes: int):
 def check_envelope(response, names):
     assert response["success"] is True, response
     assert response["type"] == "call", response
+    # the engine's validation, which the client's strict run and extract act on
+    assert isinstance(response["validation"]["ungrounded"], list), response
+    assert isinstance(response["validation"]["negation"], bool), response
     for call in response["function_calls"]:
         assert call["name"] in names
         assert isinstance(call["arguments"], dict)
@@ -60,7 +63,10 @@ def test_complete_returns_a_valid_envelope():
 def test_run_executes_the_python_tools():
     calls.clear()
     agent = needle.Needle(tools=[get_weather], weights=WEIGHTS)
-    response = agent.run("what's it like in Lagos right now?", max_steps=2, max_new_tokens=96)
+    # strict=False: the random weights' city is made up, and the engine's validation now
+    # flags it (the client's strict run would rightly refuse to execute it)
+    response = agent.run("what's it like in Lagos right now?", max_steps=2, max_new_tokens=96,
+                         strict=False)
     # one tool: every turn is exactly one call, so the loop ran the tool for real
     assert len(calls) >= 1
     assert all(name == "get_weather" and isinstance(city, str) for name, city in calls)

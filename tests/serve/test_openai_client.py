@@ -144,6 +144,18 @@ def test_errors(client, server):
     assert status == 200 and env["function_calls"][0]["name"] == "set_timer" and "server" in env
 
 
+def test_needle_complete_carries_validation(server):
+    # issue 30: the engine's validation reaches the HTTP envelope, in both directions
+    auth = {"Authorization": "Bearer " + KEY}
+    status, body, _ = server.post("/v1/needle/complete", {"query": "Set a timer for 3 minutes",
+                                                           "tools": DEMO_TOOLS}, auth)
+    assert status == 200 and json.loads(body)["validation"] == {"ungrounded": [],
+                                                                "negation": False}
+    status, body, _ = server.post("/v1/needle/complete", {
+        "query": "don't set a timer for 3 minutes", "tools": DEMO_TOOLS}, auth)
+    assert status == 200 and json.loads(body)["validation"]["negation"] is True
+
+
 def test_official_playground_endpoints(server):
     auth = {"Authorization": "Bearer " + KEY}
     status, body, _ = server.post("/complete", {"query": "Set a timer for 3 minutes",
