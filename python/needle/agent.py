@@ -400,8 +400,11 @@ class _Session:
         check(rc)
         raw = ctypes.string_at(self.buf, n.value).decode("utf-8", "replace")
         env = json.loads(raw)
-        if env.get("success"):
-            self.last_called = env.get("type") == "call"
+        # the engine's rule (chat.c): a turn that wrote calls makes the next TURN_AUTO text a
+        # tool result; a turn whose envelope says "call" with an empty list does not, and a
+        # suppressed (low_confidence) turn leaves no trace, so the flag stays as it was
+        if env.get("success") and env.get("type") != "low_confidence":
+            self.last_called = bool(env.get("function_calls"))
         return env
 
     def embed(self, text: str) -> List[float]:

@@ -75,6 +75,27 @@ def test_empty_query_refused_like_the_cli(cq4):
     agent.close()
 
 
+def test_stateless_repeats_its_answer_after_an_empty_call_list(cq4):
+    """A turn whose envelope says "call" with no calls is not waiting for a tool result (the
+    engine's rule): a stateless agent resets before the next query and answers it exactly as
+    the first time. Before the fix the next query went in as a tool result of the empty turn,
+    so the same query drifted (0, 1, 1, 0 calls, different confidences)."""
+    tools = [{"name": "set_timer", "description": "Set a timer", "parameters": {
+                 "type": "object", "properties": {"minutes": {"type": "integer"}},
+                 "required": ["minutes"]}},
+             {"name": "send_message", "description": "Send a message", "parameters": {
+                 "type": "object", "properties": {"to": {"type": "string"},
+                                                  "text": {"type": "string"}},
+                 "required": ["to", "text"]}}]
+    with needle.Needle(tools=tools, weights=cq4, auto_date=False, stateless=True) as agent:
+        first = agent.complete("play some jazz")
+        assert first["type"] == "call" and first["function_calls"] == []
+        for _ in range(3):
+            again = agent.complete("play some jazz")
+            assert (again["function_calls"], again["confidence"]) == (
+                first["function_calls"], first["confidence"])
+
+
 def test_unreset_warning_on_the_fifth_query(cq4):
     agent = needle.Needle(weights=cq4, tools=[demo_tool("set_lights")], auto_date=False)
     Scripted(agent, [{"type": "call", "success": True, "function_calls": []}] * 20)
