@@ -75,6 +75,16 @@ cmake -S . -B build-armv7 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-armv7-linux-gnu
 cmake --build build-armv7 -j "$jobs"
 (cd build-armv7 && ctest -L platform --output-on-failure -j "$jobs")
 
+# riscv64 (RV64GC, portable kernels): Debian 12 has no riscv64 cJSON package, so cJSON is
+# compiled from Debian's source package (scripts/cjson-source.sh). Build ~70 s; the
+# tool call alone took ~240 s under qemu-riscv64 on the shared machine (slower than armv7).
+echo "== riscv64 cross build, trimmed suite under qemu-user =="
+cmake -S . -B build-riscv64 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-riscv64-linux-gnu.cmake \
+  -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON -DNEEDLE_CUDA=OFF \
+  -DNEEDLE_CJSON_SOURCE="$(bash scripts/cjson-source.sh build-riscv64)" >/dev/null
+cmake --build build-riscv64 -j "$jobs"
+(cd build-riscv64 && ctest -L platform --output-on-failure -j "$jobs")
+
 # Windows x86-64 (mingw-w64, winpthreads linked in): libneedle.dll + import library and
 # needle.exe, run under wine: the DLL's exports, a program linked through the import
 # library opening the model by a UTF-8 path, and the tool call through needle.exe. The C
