@@ -13,7 +13,8 @@
 #                                    build under emulation), clang with libFuzzer (the fuzz
 #                                    targets), Chromium (the serve playground test),
 #                                    the armv7, riscv64 and mingw-w64 cross compilers,
-#                                    armhf cJSON, wine64, and a deb-src entry for
+#                                    armhf cJSON, wine64, lld + wasi-libc + clang's
+#                                    wasm32 builtins, and a deb-src entry for
 #                                    scripts/cjson-source.sh (issue 36's targets).
 #                                    ThreadSanitizer comes with gcc's runtime.
 set -euo pipefail
@@ -22,7 +23,7 @@ with_tests=0
 for arg in "$@"; do
   case "$arg" in
     --test) with_tests=1 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -84,6 +85,15 @@ if [ "$with_tests" = 1 ]; then
   command -v x86_64-w64-mingw32-gcc-posix >/dev/null 2>&1 || cross+=(gcc-mingw-w64-x86-64-posix)
   [ -x /usr/lib/wine/wine64 ] || command -v wine64 >/dev/null 2>&1 || cross+=(wine64)
   command -v dpkg-source >/dev/null 2>&1 || cross+=(dpkg-dev)
+  # WebAssembly (cmake/toolchain-wasm32-wasi.cmake): clang (above), lld, wasi-libc and
+  # clang's wasm32 runtime builtins
+  command -v wasm-ld >/dev/null 2>&1 || cross+=(lld)
+  [ -f /usr/lib/wasm32-wasi/libc.a ] || cross+=(wasi-libc)
+  if command -v clang >/dev/null 2>&1; then
+    major=$(clang -dumpversion | cut -d. -f1)
+    ls /usr/lib/llvm-"$major"/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1 ||
+      cross+=("libclang-rt-$major-dev-wasm32")
+  fi
   # the playground page of `needle serve` in a real browser (tests/serve/test_playground.py)
   command -v chromium >/dev/null 2>&1 || cross+=(chromium)
 fi

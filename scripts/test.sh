@@ -97,6 +97,18 @@ cmake -S . -B build-mingw -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-x86_64-w64-ming
 cmake --build build-mingw -j "$jobs"
 (cd build-mingw && ctest -L platform --output-on-failure)
 
+# WebAssembly (wasm32-wasi, clang + wasi-libc): one thread (src/util/wasi/pthread.h), the
+# model read into memory (no mmap), cJSON from Debian's source; modules run by PyPI's
+# wasmtime (pinned, private venv). Suites that need no process (WASI has none), the tool
+# call through the CLI module. Build ~40 s, tests ~85 s (-j2) on the shared machine.
+echo "== WebAssembly (wasm32-wasi) build, trimmed suite under wasmtime =="
+bash scripts/wasmtime-venv.sh build-wasi
+cmake -S . -B build-wasi -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-wasm32-wasi.cmake \
+  -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON -DNEEDLE_CUDA=OFF \
+  -DNEEDLE_CJSON_SOURCE="$(bash scripts/cjson-source.sh build-wasi)" >/dev/null
+cmake --build build-wasi -j "$jobs"
+(cd build-wasi && ctest -L platform --output-on-failure -j "$jobs")
+
 nvcc=$(command -v nvcc || true)
 if [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc=/usr/local/cuda/bin/nvcc; fi
 if [ -n "$nvcc" ]; then

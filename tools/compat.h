@@ -50,6 +50,12 @@ static inline double compat_peak_rss_mb(void) {
     if (!GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof pmc)) return 0;
     return (double)pmc.PeakWorkingSetSize / (1024.0 * 1024.0);
 }
+#elif defined(__wasi__)
+static inline long compat_cpu_count(void) { return 1; }
+/* the linear memory never shrinks: its size is the peak */
+static inline double compat_peak_rss_mb(void) {
+    return (double)__builtin_wasm_memory_size(0) * 65536.0 / (1024.0 * 1024.0);
+}
 #else
 #include <sys/resource.h>
 #include <unistd.h>
