@@ -89,6 +89,8 @@ if [ "$with_tests" = 1 ]; then
   # clang's wasm32 runtime builtins
   command -v wasm-ld >/dev/null 2>&1 || cross+=(lld)
   [ -f /usr/lib/wasm32-wasi/libc.a ] || cross+=(wasi-libc)
+  # scripts/macos-link-check.sh reads the Mach-O export table with llvm-nm
+  command -v llvm-nm >/dev/null 2>&1 || cross+=(llvm)
   if command -v clang >/dev/null 2>&1; then
     major=$(clang -dumpversion | cut -d. -f1)
     ls /usr/lib/llvm-"$major"/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1 ||

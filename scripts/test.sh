@@ -109,6 +109,12 @@ cmake -S . -B build-wasi -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-wasm32-wasi.cmak
 cmake --build build-wasi -j "$jobs"
 (cd build-wasi && ctest -L platform --output-on-failure -j "$jobs")
 
+# macOS (aarch64): compile-and-link of libneedle.dylib with PyPI's ziglang (no Apple SDK
+# here, so nothing runs and Metal is not built); its exports = needle.h's NEEDLE_API.
+# ~35 s (the first run also fills a private venv).
+echo "== aarch64-macos compile-and-link check of libneedle (ziglang) =="
+bash scripts/macos-link-check.sh build-macos
+
 nvcc=$(command -v nvcc || true)
 if [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc=/usr/local/cuda/bin/nvcc; fi
 if [ -n "$nvcc" ]; then
