@@ -87,9 +87,10 @@ cmake --build build-riscv64 -j "$jobs"
 
 # Windows x86-64 (mingw-w64, winpthreads linked in): libneedle.dll + import library and
 # needle.exe, run under wine: the DLL's exports, a program linked through the import
-# library opening the model by a UTF-8 path, and the tool call through needle.exe. The C
-# suite needs POSIX that Windows lacks, so it does not run here (tests/platform/windows.cmake).
-# Build ~70 s, tests ~12 s (wine's first start included) on a shared 2-core machine.
+# library opening the model by a UTF-8 path, the tokenizer, kernel and tiny-fixture parity
+# suites, and the tool call through needle.exe; the rest of the C suite needs POSIX that
+# Windows lacks (tests/platform/windows.cmake). Build ~70 s, tests ~17 s (wine's first
+# start included) on a shared 2-core machine.
 echo "== Windows x86-64 (mingw-w64) cross build, libneedle.dll and needle.exe under wine =="
 cmake -S . -B build-mingw -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-x86_64-w64-mingw32.cmake \
   -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON -DNEEDLE_CUDA=OFF \

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#ifndef __wasi__
+#if !defined(__wasi__) && !defined(_WIN32)
 #include <sys/wait.h>
 #endif
 
@@ -131,6 +131,10 @@ int run_command(const char *cmd, char *out, size_t cap) {
     char sink[4096];
     while (fread(sink, 1, sizeof sink, p) > 0) {}
     int status = pclose(p);
+#ifdef _WIN32
+    return status; /* the command's exit code itself */
+#else
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+#endif
 #endif
 }

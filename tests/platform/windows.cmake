@@ -33,3 +33,17 @@ add_test(NAME win_utf8_open COMMAND win_utf8_open)
 set_tests_properties(dll_exports platform_tool_call win_utf8_open PROPERTIES
   LABELS platform TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "NEEDLE_CLI=${NEEDLE_TEST_CLI};WINEPREFIX=${NEEDLE_WINEPREFIX};WINEDEBUG=-all")
+
+# The suites that build with the Windows runtime (no glob, setenv, aligned_alloc, fork).
+set(NEEDLE_WINDOWS_TESTS test_tokenizer test_kernels test_parity)
+foreach(name ${NEEDLE_WINDOWS_TESTS})
+  add_executable(${name} ${name}.c harness.c)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+  target_compile_options(${name} PRIVATE ${NEEDLE_WARNINGS})
+  target_compile_definitions(${name} PRIVATE _POSIX_C_SOURCE=200809L
+                             NEEDLE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_link_libraries(${name} PRIVATE needle_static PkgConfig::CJSON)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS platform TIMEOUT 600 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+    ENVIRONMENT "NEEDLE_FIXTURES=${CMAKE_CURRENT_SOURCE_DIR}/fixtures;NEEDLE_PARITY_SKIP=full_;WINEPREFIX=${NEEDLE_WINEPREFIX};WINEDEBUG=-all")
+endforeach()
