@@ -28,7 +28,11 @@ extern "C" {
 /* Marks the library's exported functions. libneedle is built with hidden visibility and a
  * version script, so these declarations are its whole dynamic ABI (tests/check_exports.sh
  * fails the build's tests if anything else is exported). */
-#if defined(__GNUC__) || defined(__clang__)
+#if defined(_WIN32) && defined(NEEDLE_BUILD_DLL)
+/* building libneedle.dll (CMake defines it): these functions, and only these, are its
+ * export table; callers reach them through the import library, no dllimport needed */
+#define NEEDLE_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
 #define NEEDLE_API __attribute__((visibility("default")))
 #else
 #define NEEDLE_API

@@ -12,7 +12,11 @@
 #                                    Python 3 with venv (the Python suites), the aarch64
 #                                    cross compiler, qemu-user and arm64 cJSON (the NEON
 #                                    build under emulation), clang with libFuzzer (the fuzz
-#                                    targets), Chromium (the serve playground test).
+#                                    targets), Chromium (the serve playground test),
+#                                    the armv7, riscv64 and mingw-w64 cross compilers,
+#                                    armhf cJSON, wine64, lld + wasi-libc + clang's
+#                                    wasm32 builtins, and a deb-src entry for
+#                                    scripts/cjson-source.sh (issue 36's targets).
 #                                    ThreadSanitizer comes with gcc's runtime.
 set -euo pipefail
 
@@ -20,7 +24,7 @@ with_tests=0
 for arg in "$@"; do
   case "$arg" in
     --test) with_tests=1 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -74,17 +78,54 @@ if [ "$with_tests" = 1 ]; then
   command -v qemu-aarch64 >/dev/null 2>&1 || command -v qemu-aarch64-static >/dev/null 2>&1 ||
     cross+=(qemu-user)
   [ -f /usr/lib/aarch64-linux-gnu/pkgconfig/libcjson.pc ] || cross+=(libcjson-dev:arm64)
+  # The other cross targets of scripts/test.sh (issue 36): armv7 (cJSON through multiarch
+  # armhf), riscv64 and Windows (mingw-w64 + wine; Debian 12 has no riscv64 or mingw
+  # cJSON, so scripts/cjson-source.sh unpacks its source package, which needs a deb-src
+  # entry and dpkg-dev).
+  command -v arm-linux-gnueabihf-gcc >/dev/null 2>&1 || cross+=(gcc-arm-linux-gnueabihf)
+  [ -f /usr/arm-linux-gnueabihf/include/stdio.h ] || cross+=(libc6-dev-armhf-cross)
+  [ -f /usr/lib/arm-linux-gnueabihf/pkgconfig/libcjson.pc ] || cross+=(libcjson-dev:armhf)
+  command -v riscv64-linux-gnu-gcc >/dev/null 2>&1 || cross+=(gcc-riscv64-linux-gnu)
+  [ -f /usr/riscv64-linux-gnu/include/stdio.h ] || cross+=(libc6-dev-riscv64-cross)
+  command -v x86_64-w64-mingw32-gcc-posix >/dev/null 2>&1 || cross+=(gcc-mingw-w64-x86-64-posix)
+  [ -x /usr/lib/wine/wine64 ] || command -v wine64 >/dev/null 2>&1 || cross+=(wine64)
+  command -v dpkg-source >/dev/null 2>&1 || cross+=(dpkg-dev)
+  # WebAssembly (cmake/toolchain-wasm32-wasi.cmake): clang (above), lld, wasi-libc and
+  # clang's wasm32 runtime builtins
+  command -v wasm-ld >/dev/null 2>&1 || cross+=(lld)
+  [ -f /usr/lib/wasm32-wasi/libc.a ] || cross+=(wasi-libc)
+  # scripts/macos-link-check.sh reads the Mach-O export table with llvm-nm
+  command -v llvm-nm >/dev/null 2>&1 || cross+=(llvm)
+  if command -v clang >/dev/null 2>&1; then
+    major=$(clang -dumpversion | cut -d. -f1)
+    ls /usr/lib/llvm-"$major"/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1 ||
+      cross+=("libclang-rt-$major-dev-wasm32")
+  fi
   # the playground page of `needle serve` in a real browser (tests/serve/test_playground.py)
   command -v chromium >/dev/null 2>&1 || cross+=(chromium)
 fi
 
-if [ ${#need[@]} -gt 0 ] || [ ${#cross[@]} -gt 0 ]; then
+# scripts/cjson-source.sh runs `apt-get source cjson` (Debian's archive): a deb-src entry
+need_src=0
+if [ "$with_tests" = 1 ] && ! grep -rqs '^Types: deb-src\|^deb-src ' /etc/apt/sources.list /etc/apt/sources.list.d/ &&
+   [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] && grep -qs '^ID=debian' /etc/os-release; then
+  need_src=1
+fi
+
+if [ ${#need[@]} -gt 0 ] || [ ${#cross[@]} -gt 0 ] || [ "$need_src" = 1 ]; then
   echo "install-deps: installing ${need[*]} ${cross[*]}"
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  if [[ " ${cross[*]} " == *":arm64 "* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
-    $SUDO dpkg --add-architecture arm64
+  for arch in arm64 armhf; do
+    if [[ " ${cross[*]} " == *":$arch "* ]] && ! dpkg --print-foreign-architectures | grep -qx $arch; then
+      $SUDO dpkg --add-architecture $arch
+    fi
+  done
+  if [ "$need_src" = 1 ]; then
+    codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
+    printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      "$codename" "$codename" | $SUDO tee /etc/apt/sources.list.d/needle-deb-src.sources >/dev/null
   fi
   $SUDO apt-get update -qq
   [ ${#need[@]} -eq 0 ] || $SUDO apt-get install -y -qq "${need[@]}" >/dev/null

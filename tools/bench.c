@@ -6,10 +6,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench_peak.h"
+#include "compat.h"
 #include "cli.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -157,7 +157,7 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
     long used = threads;
     if (!used) {
         const char *env = getenv("NEEDLE_THREADS");
-        used = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+        used = env && *env ? strtol(env, NULL, 10) : compat_cpu_count();
         if (used < 1) used = 1;
     }
     const bench_peak pk1 = bench_fma_peak(1);
@@ -171,9 +171,7 @@ static int run_bench(const cli_command *self, int argc, char **argv) {
         fl_mm[phase] += bench_matmul_flops(&info, 0);
         fl_att[phase] += bench_attention_flops(&info, (uint32_t)i, info.kv_window);
     }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    const double rss_mb = (double)ru.ru_maxrss / 1024.0; /* ru_maxrss is in KiB on Linux */
+    const double rss_mb = compat_peak_rss_mb();
     const double med_prefill = median(prefill, (int)runs), med_ttft = median(ttft, (int)runs);
     const double med_decode = median(decode, (int)runs);
     /* GFLOP/s = flops / ms / 1e6 */

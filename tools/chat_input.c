@@ -2,8 +2,8 @@
  * emulation: the prompt goes to stderr without global state, and a history lives and dies
  * with the reader. */
 #include "chat_input.h"
+#include "compat.h"
 
-#include <langinfo.h>
 #include <locale.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +11,7 @@
 
 #ifdef NEEDLE_HAVE_LIBEDIT
 #include <histedit.h>
+#include <langinfo.h>
 #endif
 
 struct chat_input {

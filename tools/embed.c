@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include "cli.h"
+#include "compat.h"
 
 static int print_embedding(needle_session *s, const char *text) {
     /* the width is the model's (128 for Needle 2; a Needle 3 head declares its own) */

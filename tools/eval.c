@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "compat.h"
 #include "eval_score.h"
 
 #define EVAL_SESSIONS 4        /* distinct tools+system sessions kept warm */

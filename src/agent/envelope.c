@@ -7,11 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "needle.h"
 #include "util/error.h"
 #include "util/json_escape.h"
+#include "util/platform.h"
 
 static void put_number(strbuf *b, double v) {
     char num[64];
@@ -94,8 +94,4 @@ int envelope_write(const envelope *e, char *out, size_t cap, size_t *len) {
                        "holds %zu", needed, cap);
 }
 
-double envelope_peak_ram_mb(void) {
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
-    return (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
-}
+double envelope_peak_ram_mb(void) { return platform_peak_rss_mb(); }

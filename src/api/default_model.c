@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "model_cache.h"
 #include "needle.h"
+#include "util/platform.h"
 
 #ifndef NEEDLE_INSTALLED_MODEL
 #define NEEDLE_INSTALLED_MODEL ""
@@ -23,7 +23,7 @@
 static const char *const demo_models[] = {NEEDLE_INSTALLED_MODEL, NEEDLE_SOURCE_MODEL};
 #define N_DEMO (sizeof demo_models / sizeof demo_models[0])
 
-static int readable(const char *path) { return path[0] && access(path, R_OK) == 0; }
+static int readable(const char *path) { return platform_readable(path); }
 
 const char *needle_default_model_path(void) {
     const char *env = getenv("NEEDLE_MODEL");

@@ -1,17 +1,13 @@
 /* Public model and tokenizer entry points (needle.h) over the format/model/tokenizer
  * modules: argument checks, file mapping, and error messages. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "backend/backend.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/fp16.h"
+#include "util/platform.h"
 #include "util/struct_size.h"
 
 const char *needle_version(void) { return NEEDLE_VERSION_STRING; }
@@ -72,24 +68,13 @@ static int finish_open(needle_model *m, const needle_model_params *params, needl
 
 int needle_model_open(const char *path, const needle_model_params *params, needle_model **out) {
     if (!path || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "model_open: NULL argument");
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return needle_fail(NEEDLE_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return needle_fail(NEEDLE_ERR_IO, "%s is not a regular file", path);
-    }
-    size_t size = (size_t)st.st_size;
-    if (size == 0) {
-        close(fd);
-        return needle_fail(NEEDLE_ERR_FORMAT, "%s is empty", path);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return needle_fail(NEEDLE_ERR_IO, "cannot map %s: %s", path, strerror(errno));
+    const void *map;
+    size_t size;
+    int rc = platform_map_file(path, &map, &size);
+    if (rc) return rc;
     needle_model *m = calloc(1, sizeof *m);
     if (!m) {
-        munmap(map, size);
+        platform_unmap_file(map, size);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model_open: out of memory");
     }
     m->mapping = map;
@@ -106,7 +91,7 @@ int needle_model_open_blob(const void *data, size_t size, const needle_model_par
     if ((uintptr_t)data % 64) {
         /* Tensor blobs are 64-aligned relative to the image; kernels read fp16 norms
          * directly, so a misaligned image is copied once into aligned memory. */
-        m->owned = aligned_alloc(64, (size + 63) / 64 * 64);
+        m->owned = platform_aligned_alloc(64, size);
         if (!m->owned) {
             free(m);
             return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model_open_blob: out of memory");
@@ -125,8 +110,8 @@ void needle_model_free(needle_model *m) {
     if (m->backend && m->backend->ops->model_unload)
         m->backend->ops->model_unload(m->device_weights);
     model_unbind(m);
-    if (m->mapping) munmap(m->mapping, m->image_size);
-    free(m->owned);
+    platform_unmap_file(m->mapping, m->image_size);
+    platform_aligned_free(m->owned);
     free(m);
 }
 

@@ -7,10 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/utsname.h>
-#include <unistd.h>
 
 #include "util/error.h"
+#include "util/platform.h"
 #include "util/struct_size.h"
 
 /* ------------------------------------------------------------------------------------ */
@@ -49,8 +48,9 @@ static void read_cpu_name(void) {
         fclose(f);
     }
     if (!cpu_model_name[0]) {
-        struct utsname u;
-        if (uname(&u) == 0) trim_copy(cpu_model_name, sizeof cpu_model_name, u.machine);
+        char machine[64];
+        platform_machine_name(machine, sizeof machine);
+        trim_copy(cpu_model_name, sizeof cpu_model_name, machine);
     }
     if (!cpu_model_name[0]) trim_copy(cpu_model_name, sizeof cpu_model_name, "cpu");
 }
@@ -64,10 +64,8 @@ static int cpu_device_info(int index, needle_device_info *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->backend, sizeof out->backend, "cpu");
     snprintf(out->name, sizeof out->name, "%s", cpu_model_name);
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    out->memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    out->compute_units = cores > 0 ? (int32_t)cores : 1;
+    out->memory_bytes = platform_memory_bytes();
+    out->compute_units = platform_cpu_count();
     snprintf(out->capability, sizeof out->capability, "%s", cpu_kernels_best()->name);
     return NEEDLE_OK;
 }

@@ -22,6 +22,7 @@
 #include "kernels/cpu/lane_wide.h"
 #include "backend/cpu_ops3.h"
 #include "util/error.h"
+#include "util/platform.h"
 #include "util/fp16.h"
 
 /* Scratch of one pool thread (index 0: the caller). */
@@ -113,7 +114,7 @@ static void cpu_session_free(backend_ctx *s) {
     if (!c) return;
     free(c->eng_e);
     free(c->th);
-    free(c->th_mem);
+    platform_aligned_free(c->th_mem);
     free(c->out_rot);
     cpu_pool_free(c->pool);
     free(c);
@@ -128,7 +129,7 @@ static int thread_scratch_alloc(cpu_session *c, const model_weights *m, size_t t
     const size_t per = (m->hada_n + lane + tmp + 15) / 16 * 16;
     const size_t bytes = (size_t)c->n_threads * per * sizeof(float);
     c->th = calloc((size_t)c->n_threads, sizeof *c->th);
-    c->th_mem = aligned_alloc(64, bytes);
+    c->th_mem = platform_aligned_alloc(64, bytes);
     if (!c->th || !c->th_mem) return -1;
     memset(c->th_mem, 0, bytes);
     for (int i = 0; i < c->n_threads; i++) {

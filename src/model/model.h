@@ -34,7 +34,7 @@ struct needle_model {
     cact_file file;
     const uint8_t *image;   /* the validated bytes */
     size_t image_size;
-    void *mapping;          /* mmap of a file, or NULL */
+    const void *mapping;    /* the file mapped by platform_map_file, or NULL */
     void *owned;            /* aligned copy of a misaligned blob, or NULL */
     tokenizer *tok;         /* NULL if the file has no tokenizer */
     needle_model_info info;

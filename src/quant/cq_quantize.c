@@ -30,8 +30,9 @@ static float *hadamard_matrix(uint32_t group) {
 /* Not under the sanitizers: the clone's ifunc resolver runs while the program is being
  * relocated, before the sanitizer runtime is up (under ThreadSanitizer it crashed every
  * program linking the exporter at start-up). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
+/* ELF only: the clones are chosen by an ifunc, which PE (Windows) does not have. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 static void

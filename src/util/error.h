@@ -10,7 +10,10 @@
 
 #include "needle.h"
 
-#if defined(__GNUC__) || defined(__clang__)
+#if defined(__MINGW32__)
+/* gnu_printf with __USE_MINGW_ANSI_STDIO (the build defines it): C99 formats (%zu, %lld) */
+#define NEEDLE_PRINTF(a, b) __attribute__((format(gnu_printf, a, b)))
+#elif defined(__GNUC__) || defined(__clang__)
 #define NEEDLE_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define NEEDLE_PRINTF(a, b)

@@ -26,11 +26,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kernels/cpu/cpu.h"
 #include "needle.h"
 #include "util/clock.h"
+#include "util/platform.h"
 
 #define MAX_THREADS 256
 #define SPIN_US 30      /* tight spinning before yielding */
@@ -146,9 +146,8 @@ static int default_threads(void) {
         long v = strtol(env, &end, 10);
         if (!*end && v > 0) return v > MAX_THREADS ? MAX_THREADS : (int)v;
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores < 1) cores = 1;
-    return cores > MAX_THREADS ? MAX_THREADS : (int)cores;
+    const int cores = platform_cpu_count();
+    return cores > MAX_THREADS ? MAX_THREADS : cores;
 }
 
 void cpu_pool_free(cpu_pool *pool) {
@@ -165,7 +164,7 @@ void cpu_pool_free(cpu_pool *pool) {
     pthread_mutex_destroy(&pool->mu);
     free(pool->workers);
     free(pool->scratch);
-    free(pool->scratch_mem);
+    platform_aligned_free(pool->scratch_mem);
     free(pool);
 }
 
@@ -190,7 +189,7 @@ int cpu_pool_create(int n_threads, const cpu_kernels *kernels, size_t scratch_fl
     pool->scratch = calloc((size_t)n, sizeof *pool->scratch);
     pool->workers = calloc((size_t)n, sizeof *pool->workers);
     if (per && !(per > SIZE_MAX / sizeof(float) / (size_t)n - 16))
-        pool->scratch_mem = aligned_alloc(64, ((size_t)n * per + 16) * sizeof(float));
+        pool->scratch_mem = platform_aligned_alloc(64, ((size_t)n * per + 16) * sizeof(float));
     if (!pool->scratch || !pool->workers || (per && !pool->scratch_mem)) {
         cpu_pool_free(pool);
         return NEEDLE_ERR_OUT_OF_MEMORY;

@@ -1,0 +1,41 @@
+/* The few operating-system services the library needs beyond C11 and pthreads, behind one
+ * interface with an implementation per system: platform_posix.c (Linux, macOS, the BSDs),
+ * platform_win32.c (Windows: Win32 file mapping, UTF-8 paths) and platform_wasi.c
+ * (WebAssembly under WASI: no mmap, one thread). Each file compiles to nothing on the
+ * other systems, so the build lists them all. */
+#ifndef NEEDLE_UTIL_PLATFORM_H
+#define NEEDLE_UTIL_PLATFORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A whole file in memory, read-only: a mapping where the system has one, else a copy in
+ * 64-byte-aligned memory. `path` is UTF-8 on every system. Returns NEEDLE_OK, or a
+ * negative needle_status with the message recorded (a file larger than the address
+ * space, as on 32-bit targets, is refused here rather than truncated). */
+int platform_map_file(const char *path, const void **data, size_t *size);
+void platform_unmap_file(const void *data, size_t size);
+
+/* 1 if `path` (UTF-8) names a file this process can read. */
+int platform_readable(const char *path);
+
+/* Processors online (at least 1), physical memory in bytes (0 if unknown), and the
+ * machine's architecture name for when no CPU model name is known ("x86_64", ...). */
+int platform_cpu_count(void);
+uint64_t platform_memory_bytes(void);
+void platform_machine_name(char *out, size_t cap);
+
+/* The process's peak resident memory in MiB (0 if unknown). */
+double platform_peak_rss_mb(void);
+
+/* `size` bytes aligned to `align` (a power of two), released with platform_aligned_free:
+ * C11's aligned_alloc is missing from the Windows C runtime, whose aligned blocks need
+ * their own free. NULL when out of memory. */
+void *platform_aligned_alloc(size_t align, size_t size);
+void platform_aligned_free(void *p);
+
+/* 1 if this build can start threads (0 under WASI: the thread pool then runs every task
+ * on the calling thread). */
+int platform_has_threads(void);
+
+#endif

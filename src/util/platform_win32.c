@@ -1,0 +1,135 @@
+/* platform.h on Windows: CreateFileMapping for the model file, UTF-8 paths converted to
+ * UTF-16 for the wide-character API (the ANSI one would read them in the local code
+ * page), GetSystemInfo and GlobalMemoryStatusEx. */
+#if defined(_WIN32)
+
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+/* after windows.h; PSAPI_VERSION 2: GetProcessMemoryInfo is in kernel32 (K32...) */
+#include <psapi.h>
+
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "util/error.h"
+#include "util/platform.h"
+
+/* The UTF-16 form of a UTF-8 path (malloc'd), or NULL when it is not valid UTF-8. */
+static wchar_t *wide_path(const char *path) {
+    int n = MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, NULL, 0);
+    if (n <= 0) return NULL;
+    wchar_t *w = malloc((size_t)n * sizeof *w);
+    if (w && MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, path, -1, w, n) != n) {
+        free(w);
+        w = NULL;
+    }
+    return w;
+}
+
+/* The system's message for `code`, in English where the system has it. */
+static const char *win_message(DWORD code, char *buf, DWORD cap) {
+    DWORD n = FormatMessageA(FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS, NULL,
+                             code, 0, buf, cap, NULL);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == '.')) buf[--n] = 0;
+    if (!n) snprintf(buf, cap, "error %lu", (unsigned long)code);
+    return buf;
+}
+
+int platform_map_file(const char *path, const void **data, size_t *size) {
+    char msg[256];
+    wchar_t *w = wide_path(path);
+    if (!w) return needle_fail(NEEDLE_ERR_IO, "cannot open %s: the path is not valid UTF-8", path);
+    HANDLE file = CreateFileW(w, GENERIC_READ, FILE_SHARE_READ, NULL, OPEN_EXISTING,
+                              FILE_ATTRIBUTE_NORMAL, NULL);
+    free(w);
+    if (file == INVALID_HANDLE_VALUE)
+        return needle_fail(NEEDLE_ERR_IO, "cannot open %s: %s", path,
+                           win_message(GetLastError(), msg, sizeof msg));
+    LARGE_INTEGER len;
+    if (!GetFileSizeEx(file, &len) || GetFileType(file) != FILE_TYPE_DISK) {
+        CloseHandle(file);
+        return needle_fail(NEEDLE_ERR_IO, "%s is not a regular file", path);
+    }
+    if ((uint64_t)len.QuadPart > (uint64_t)SIZE_MAX) {
+        CloseHandle(file);
+        return needle_fail(NEEDLE_ERR_IO, "%s is %llu bytes, larger than this build's address "
+                           "space", path, (unsigned long long)len.QuadPart);
+    }
+    if (len.QuadPart == 0) {
+        CloseHandle(file);
+        return needle_fail(NEEDLE_ERR_FORMAT, "%s is empty", path);
+    }
+    /* The view keeps the mapping object, and that the file, alive: both handles can be
+     * closed at once, and UnmapViewOfFile alone releases everything. */
+    HANDLE mapping = CreateFileMappingW(file, NULL, PAGE_READONLY, 0, 0, NULL);
+    const DWORD map_error = GetLastError();
+    CloseHandle(file);
+    if (!mapping)
+        return needle_fail(NEEDLE_ERR_IO, "cannot map %s: %s", path,
+                           win_message(map_error, msg, sizeof msg));
+    void *view = MapViewOfFile(mapping, FILE_MAP_READ, 0, 0, 0);
+    const DWORD view_error = GetLastError();
+    CloseHandle(mapping);
+    if (!view)
+        return needle_fail(NEEDLE_ERR_IO, "cannot map %s: %s", path,
+                           win_message(view_error, msg, sizeof msg));
+    *data = view;
+    *size = (size_t)len.QuadPart;
+    return NEEDLE_OK;
+}
+
+void platform_unmap_file(const void *data, size_t size) {
+    (void)size;
+    if (data) UnmapViewOfFile(data);
+}
+
+int platform_readable(const char *path) {
+    if (!path[0]) return 0;
+    wchar_t *w = wide_path(path);
+    if (!w) return 0;
+    HANDLE f = CreateFileW(w, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE, NULL,
+                           OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
+    free(w);
+    if (f == INVALID_HANDLE_VALUE) return 0;
+    CloseHandle(f);
+    return 1;
+}
+
+int platform_cpu_count(void) {
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    return si.dwNumberOfProcessors ? (int)si.dwNumberOfProcessors : 1;
+}
+
+uint64_t platform_memory_bytes(void) {
+    MEMORYSTATUSEX ms;
+    ms.dwLength = sizeof ms;
+    return GlobalMemoryStatusEx(&ms) ? (uint64_t)ms.ullTotalPhys : 0;
+}
+
+void platform_machine_name(char *out, size_t cap) {
+    SYSTEM_INFO si;
+    GetNativeSystemInfo(&si);
+    const char *name = si.wProcessorArchitecture == PROCESSOR_ARCHITECTURE_AMD64   ? "x86_64"
+                       : si.wProcessorArchitecture == PROCESSOR_ARCHITECTURE_ARM64 ? "arm64"
+                       : si.wProcessorArchitecture == PROCESSOR_ARCHITECTURE_INTEL ? "x86"
+                                                                                   : "";
+    snprintf(out, cap, "%s", name);
+}
+
+double platform_peak_rss_mb(void) {
+    PROCESS_MEMORY_COUNTERS pmc;
+    if (!GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof pmc)) return 0;
+    return (double)pmc.PeakWorkingSetSize / (1024.0 * 1024.0);
+}
+
+void *platform_aligned_alloc(size_t align, size_t size) { return _aligned_malloc(size, align); }
+
+void platform_aligned_free(void *p) { _aligned_free(p); }
+
+int platform_has_threads(void) { return 1; }
+
+#else
+typedef int platform_win32_unused; /* ISO C wants at least one declaration */
+#endif

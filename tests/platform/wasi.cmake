@@ -1,0 +1,25 @@
+# The WASI build's tests (cmake/toolchain-wasm32-wasi.cmake), run by wasmtime (ctest's
+# emulator, tests/platform/wasmtime_run.py): ctest -L platform. The suites that need no
+# process (WASI has none: the harness's run_command fails there) on the one-thread build
+# (src/util/wasi/pthread.h), and the tool call through the CLI module.
+list(JOIN CMAKE_CROSSCOMPILING_EMULATOR "' '" emulator)
+set(NEEDLE_TEST_CLI ${CMAKE_CURRENT_BINARY_DIR}/needle-wasmtime)
+file(GENERATE OUTPUT ${NEEDLE_TEST_CLI}
+  CONTENT "#!/bin/sh\nexec '${emulator}' '$<TARGET_FILE:needle_cli>' \"$@\"\n"
+  FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
+                   WORLD_READ WORLD_EXECUTE)
+set(NEEDLE_WASI_TESTS test_format3 test_tokenizer test_kernels test_parity)
+foreach(name ${NEEDLE_WASI_TESTS})
+  add_executable(${name} ${name}.c harness.c)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+  target_compile_options(${name} PRIVATE ${NEEDLE_WARNINGS})
+  target_compile_definitions(${name} PRIVATE _POSIX_C_SOURCE=200809L
+                             NEEDLE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_link_libraries(${name} PRIVATE needle_static PkgConfig::CJSON)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS platform TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "NEEDLE_FIXTURES=${CMAKE_CURRENT_SOURCE_DIR}/fixtures;NEEDLE_PARITY_SKIP=full_")
+endforeach()
+add_test(NAME platform_tool_call COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/tool_call.sh)
+set_tests_properties(platform_tool_call PROPERTIES LABELS platform TIMEOUT 600
+  ENVIRONMENT "NEEDLE_CLI=${NEEDLE_TEST_CLI}")

@@ -1,0 +1,49 @@
+# The Windows build's tests (cmake/toolchain-x86_64-w64-mingw32.cmake), run under wine by
+# ctest -L platform: what the C suite cannot show there (it needs POSIX the Windows runtime
+# lacks: fork/wait, glob, setenv):
+#   dll_exports         libneedle.dll exports exactly the NEEDLE_API functions of needle.h
+#                       (__declspec(dllexport)), nothing of cJSON or the internals
+#   platform_tool_call  needle.exe runs "Set a timer for 25 minutes" on the demo model and
+#                       gives set_timer 25, the call of the native build (the model file is
+#                       opened through CreateFileMapping, the work runs on winpthreads)
+#   win_utf8_open       a program linked to libneedle.dll through its import library
+#                       opens the demo model by a non-ASCII UTF-8 path (platform_win32.c
+#                       converts UTF-8 paths to UTF-16); bad paths give clear errors
+# wine keeps its prefix in the build folder, never in ~/.wine.
+list(JOIN CMAKE_CROSSCOMPILING_EMULATOR "' '" emulator)
+set(NEEDLE_WINEPREFIX ${CMAKE_BINARY_DIR}/wineprefix)
+set(NEEDLE_TEST_CLI ${CMAKE_CURRENT_BINARY_DIR}/needle-wine)
+file(GENERATE OUTPUT ${NEEDLE_TEST_CLI}
+  CONTENT "#!/bin/sh\nWINEPREFIX='${NEEDLE_WINEPREFIX}' WINEDEBUG=-all exec '${emulator}' '$<TARGET_FILE:needle_cli>' \"$@\"\n"
+  FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
+                   WORLD_READ WORLD_EXECUTE)
+
+find_program(NEEDLE_MINGW_OBJDUMP NAMES ${NEEDLE_CROSS_TRIPLE}-objdump objdump)
+add_test(NAME dll_exports COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/check_dll_exports.sh
+         ${NEEDLE_MINGW_OBJDUMP} $<TARGET_FILE:needle_shared> ${PROJECT_SOURCE_DIR}/include/needle.h)
+add_test(NAME platform_tool_call COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/tool_call.sh)
+add_executable(win_utf8_open platform/win_utf8_open.c)
+target_compile_options(win_utf8_open PRIVATE ${NEEDLE_WARNINGS})
+target_link_libraries(win_utf8_open PRIVATE needle_shared)
+# the DLL beside the exe, where Windows looks for it first
+add_custom_command(TARGET win_utf8_open POST_BUILD COMMAND ${CMAKE_COMMAND} -E copy_if_different
+                   $<TARGET_FILE:needle_shared> $<TARGET_FILE_DIR:win_utf8_open>)
+add_test(NAME win_utf8_open COMMAND win_utf8_open)
+# one wine prefix: the tests run one after the other (the first creates it, ~10 s)
+set_tests_properties(dll_exports platform_tool_call win_utf8_open PROPERTIES
+  LABELS platform TIMEOUT 600 RUN_SERIAL TRUE
+  ENVIRONMENT "NEEDLE_CLI=${NEEDLE_TEST_CLI};WINEPREFIX=${NEEDLE_WINEPREFIX};WINEDEBUG=-all")
+
+# The suites that build with the Windows runtime (no glob, setenv, aligned_alloc, fork).
+set(NEEDLE_WINDOWS_TESTS test_tokenizer test_kernels test_parity)
+foreach(name ${NEEDLE_WINDOWS_TESTS})
+  add_executable(${name} ${name}.c harness.c)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+  target_compile_options(${name} PRIVATE ${NEEDLE_WARNINGS})
+  target_compile_definitions(${name} PRIVATE _POSIX_C_SOURCE=200809L
+                             NEEDLE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_link_libraries(${name} PRIVATE needle_static PkgConfig::CJSON)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS platform TIMEOUT 600 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+    ENVIRONMENT "NEEDLE_FIXTURES=${CMAKE_CURRENT_SOURCE_DIR}/fixtures;NEEDLE_PARITY_SKIP=full_;WINEPREFIX=${NEEDLE_WINEPREFIX};WINEDEBUG=-all")
+endforeach()
