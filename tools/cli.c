@@ -215,6 +215,7 @@ unsigned long long cli_sampling_seed(unsigned long long seed, int seed_given,
     return seed;
 }
 
+#if defined(NEEDLE_DOWNLOAD_EXEC) || defined(NEEDLE_SERVE_EXEC) /* POSIX exec; not on Windows */
 int cli_exec_helper(const char *helper, const char *command, char **argv) {
     char self[4096], path[8192];
     const char *dir_of = NULL;
@@ -240,3 +241,4 @@ int cli_exec_helper(const char *helper, const char *command, char **argv) {
             "installed beside needle)\n", command, argv[0], strerror(errno), helper);
     return 1;
 }
+#endif

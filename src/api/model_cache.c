@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#include "util/platform.h"
 
 static int fits(int written, size_t n) { return written >= 0 && (size_t)written < n; }
 
@@ -78,7 +78,7 @@ int model_cache_hub_file(const char *hub_dir, const char *repo, const char *revi
         return -1;
     if (!fits(snprintf(out, n, "%s/%s/snapshots/%s/%s", hub_dir, folder, commit, file), n))
         return -1;
-    return access(out, R_OK) == 0 ? 0 : -1;
+    return platform_readable(out) ? 0 : -1;
 }
 
 /* "3.10.2" > "3.9.0": numeric fields compared in turn; 1 if a is newer than b */
@@ -108,7 +108,7 @@ int model_cache_official_file(const char *folder, const char *file, char *out, s
         if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof best) continue;
         char path[4096];
         if (!fits(snprintf(path, sizeof path, "%s/%s/%s", dir, e->d_name, file), sizeof path) ||
-            access(path, R_OK) != 0)
+            !platform_readable(path))
             continue;
         if (!best[0] || version_newer(e->d_name, best)) snprintf(best, sizeof best, "%s", e->d_name);
     }
@@ -132,12 +132,12 @@ static int newest_snapshot_file(const char *hub_dir, const char *repo, const cha
     int found = -1;
     while ((e = readdir(d)) != NULL) {
         char path[4096];
-        struct stat st;
         if (!model_cache_is_commit(e->d_name) ||
             !fits(snprintf(path, sizeof path, "%s/%s/%s", snaps, e->d_name, file), sizeof path) ||
-            access(path, R_OK) != 0 || lstat(path, &st) != 0)
+            !platform_readable(path))
             continue;
-        const double t = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
+        const double t = platform_link_mtime(path);
+        if (t < 0) continue;
         if (t > best_time && fits(snprintf(out, n, "%s", path), n)) {
             best_time = t;
             found = 0;

@@ -23,6 +23,7 @@
 #include "hub.h"
 #include "hub_sha256.h"
 #include "needle.h"
+#include "util/platform.h"
 
 #define PATH_CAP 4096
 
@@ -101,10 +102,10 @@ static int mkdirs(const char *path) {
     for (char *p = tmp + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
+        if (platform_mkdir(tmp) != 0 && errno != EEXIST) return -1;
         *p = '/';
     }
-    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
+    if (platform_mkdir(tmp) != 0 && errno != EEXIST) return -1;
     struct stat st;
     if (stat(tmp, &st) != 0) return -1;
     if (!S_ISDIR(st.st_mode)) {
@@ -115,7 +116,11 @@ static int mkdirs(const char *path) {
 }
 
 static hub_status disk_error(char *err, size_t errn, const char *what, const char *path, int e) {
-    if (e == ENOSPC || e == EFBIG || e == EDQUOT)
+    int full = e == ENOSPC || e == EFBIG;
+#ifdef EDQUOT /* not on Windows */
+    full = full || e == EDQUOT;
+#endif
+    if (full)
         return fail(HUB_ERR_DISK, err, errn, "disk full writing %s: %s", path, strerror(e));
     return fail(HUB_ERR_DISK, err, errn,
                 "cannot %s %s: %s (the cache must be writable: set HF_HUB_CACHE or HF_HOME to "
@@ -1025,7 +1030,7 @@ static int scan_cact(cached_list *l, const char *dir, const char *rel, int depth
             !fits(snprintf(name, sizeof name, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name),
                   sizeof name))
             continue;
-        struct stat st, lst;
+        struct stat st;
         if (stat(path, &st) != 0) continue;
         if (S_ISDIR(st.st_mode)) {
             if (depth > 0) rc = scan_cact(l, path, name, depth - 1, proto);
@@ -1044,8 +1049,7 @@ static int scan_cact(cached_list *l, const char *dir, const char *rel, int depth
             continue;
         }
         c->size = (uint64_t)st.st_size;
-        if (lstat(path, &lst) != 0) lst = st;
-        c->mtime = (double)lst.st_mtim.tv_sec + (double)lst.st_mtim.tv_nsec * 1e-9;
+        c->mtime = platform_link_mtime(path);
     }
     closedir(d);
     return rc;

@@ -19,6 +19,14 @@ void platform_unmap_file(const void *data, size_t size);
 /* 1 if `path` (UTF-8) names a file this process can read. */
 int platform_readable(const char *path);
 
+/* When `path` itself (not what a symbolic link there points to) was last modified, in
+ * seconds since the epoch; -1 if it cannot be read. The hub cache's snapshots are links. */
+double platform_link_mtime(const char *path);
+
+/* Creates the folder `path` (UTF-8; its parent must exist): 0, or -1 with errno set
+ * (EEXIST when something is there already). */
+int platform_mkdir(const char *path);
+
 /* Processors online (at least 1), physical memory in bytes (0 if unknown), and the
  * machine's architecture name for when no CPU model name is known ("x86_64", ...). */
 int platform_cpu_count(void);

@@ -57,6 +57,14 @@ void platform_unmap_file(const void *data, size_t size) {
 
 int platform_readable(const char *path) { return path[0] && access(path, R_OK) == 0; }
 
+double platform_link_mtime(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return -1;
+    return (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
+}
+
+int platform_mkdir(const char *path) { return mkdir(path, 0777); }
+
 int platform_cpu_count(void) { return 1; }
 
 uint64_t platform_memory_bytes(void) { return 0; }

@@ -8,7 +8,9 @@
 /* after windows.h; PSAPI_VERSION 2: GetProcessMemoryInfo is in kernel32 (K32...) */
 #include <psapi.h>
 
+#include <errno.h>
 #include <malloc.h>
+#include <wchar.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -94,6 +96,31 @@ int platform_readable(const char *path) {
     if (f == INVALID_HANDLE_VALUE) return 0;
     CloseHandle(f);
     return 1;
+}
+
+double platform_link_mtime(const char *path) {
+    /* the attributes of the entry itself: a reparse point (link) is not followed */
+    wchar_t *w = wide_path(path);
+    if (!w) return -1;
+    WIN32_FILE_ATTRIBUTE_DATA a;
+    const BOOL ok = GetFileAttributesExW(w, GetFileExInfoStandard, &a);
+    free(w);
+    if (!ok) return -1;
+    /* FILETIME: 100 ns ticks since 1601-01-01 */
+    const ULONGLONG ticks = ((ULONGLONG)a.ftLastWriteTime.dwHighDateTime << 32) |
+                            a.ftLastWriteTime.dwLowDateTime;
+    return (double)ticks * 1e-7 - 11644473600.0;
+}
+
+int platform_mkdir(const char *path) {
+    wchar_t *w = wide_path(path);
+    if (!w) {
+        errno = ENOMEM;
+        return -1;
+    }
+    const int rc = _wmkdir(w);
+    free(w);
+    return rc;
 }
 
 int platform_cpu_count(void) {

@@ -34,36 +34,9 @@ static char *read_small_file(const char *path) {
 #endif /* NEEDLE_HAVE_HTTP && !NEEDLE_SERVE_EXEC */
 
 #ifdef NEEDLE_SERVE_EXEC
-/* Runs needle-serve in place of this process with the same arguments: the one beside this
- * executable (/proc/self/exe, else argv[0] when it is a path), else the one on PATH.
- * Returns only on failure. */
-static int exec_server(char **argv) {
-    static const char helper[] = "needle-serve";
-    char self[4096], path[4096 + sizeof helper];
-    const char *dir_of = NULL;
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        dir_of = self;
-    } else if (strchr(argv[0], '/') && strlen(argv[0]) < sizeof self) {
-        dir_of = strcpy(self, argv[0]);
-    }
-    const char *slash = dir_of ? strrchr(dir_of, '/') : NULL;
-    fflush(NULL);
-    /* never a needle-serve of another build from PATH when this one's folder is known */
-    if (slash) {
-        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - dir_of), dir_of, helper);
-        argv[0] = path;
-        execv(path, argv);
-    } else {
-        argv[0] = (char *)helper;
-        execvp(helper, argv);
-    }
-    const char *tried = argv[0];
-    fprintf(stderr, "needle serve: cannot run %s: %s (the server is the needle-serve "
-            "executable, built and installed beside needle)\n", tried, strerror(errno));
-    return 1;
-}
+/* Runs needle-serve in place of this process with the same arguments (cli_exec_helper:
+ * the one beside this executable, else the one on PATH). Returns only on failure. */
+static int exec_server(char **argv) { return cli_exec_helper("needle-serve", "serve", argv); }
 #endif
 
 static int run_serve(const cli_command *self, int argc, char **argv) {
