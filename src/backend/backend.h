@@ -79,7 +79,6 @@ typedef struct backend_ctx {
                            * position (lives after the engram ring in the session's
                            * ev_hist, so checkpoints carry it) */
     uint32_t qkv_ring;    /* conv_taps (>= 1) */
-    float *scratch3;      /* [scratch3_floats(m)] for the Needle 3 ops */
     /* Where each layer's rows are: layer l's positions t live in cache rows
      * kv_layers[l].row0 + nm_kv_slot(t, kv_layers[l].n_sinks, kv_layers[l].window), and
      * kv_rows is the sum of the layers' slots (int8 scales: [2][kv_rows][groups]). The
@@ -96,11 +95,6 @@ typedef struct kv_layer_layout {
     uint32_t n_sinks; /* its pinned positions, then a ring of `window` (0: no ring) */
     uint32_t window;
 } kv_layer_layout;
-
-/* Floats of backend_ctx.scratch3 a Needle 3 session needs. */
-static inline size_t backend_scratch3_floats(const model_weights *m) {
-    return 3 * (size_t)m->hada_n + 16 + 2 * (size_t)m->attn_dim;
-}
 
 typedef struct needle_backend_ops {
     /* ---- weights, once per model (optional: NULL when the ops read host weights) ---- */

@@ -150,9 +150,12 @@ static int cpu_session_init(backend_ctx *s) {
     size_t tmp = m->group;
     if (tmp < 2 * d) tmp = 2 * d;
     if (tmp < 2 * kvd) tmp = 2 * kvd;
-    if (m->generation == 3 && tmp < cpu_ops3_scratch_floats(m)) tmp = cpu_ops3_scratch_floats(m);
+    /* the Monarch MLP and the spanned attention keep their vectors in this scratch */
+    if ((m->traits.mlp == MODEL_MLP_MONARCH || m->traits.attention == MODEL_ATTN_SPANNED) &&
+        tmp < cpu_ops3_scratch_floats(m))
+        tmp = cpu_ops3_scratch_floats(m);
     /* prefill attention blocks (attend_kv_heads) keep their scores in this scratch */
-    if (m->generation != 3 && kern->attend_block &&
+    if (m->traits.attention == MODEL_ATTN_ROPE && kern->attend_block &&
         tmp < attn_block_scratch_floats(m->head_dim, m->head_dim))
         tmp = attn_block_scratch_floats(m->head_dim, m->head_dim);
     /* engram header fields are only validated (and meaningful) when there are sites */
@@ -180,7 +183,7 @@ static int cpu_session_init(backend_ctx *s) {
     if (s->a8) {
         const cq_matrix *act[] = {&m->layers[0].q_proj, &m->layers[0].out_proj, &m->embedding,
                                   m->n_sites ? &m->sites[0].key_proj : &m->embedding,
-                                  m->generation == 3 ? &m->phi_pre : &m->embedding};
+                                  m->traits.phi_a8 ? &m->phi_pre : &m->embedding};
         for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
             if (!a8_supported(act[i])) {
                 cpu_session_free(s);
@@ -188,7 +191,7 @@ static int cpu_session_init(backend_ctx *s) {
                                    "groups of 8..%u and inputs of at most %u columns",
                                    A8_MAX_GROUP, A8_MAX_COLS);
             }
-        if (m->generation == 3 && (m->qk_dim > A8_MAX_COLS || m->v_dim > A8_MAX_COLS)) {
+        if (m->traits.heads_a8 && (m->qk_dim > A8_MAX_COLS || m->v_dim > A8_MAX_COLS)) {
             cpu_session_free(s);
             return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session: W·A8 needs head dims "
                                "of at most %u", A8_MAX_COLS);
@@ -346,9 +349,9 @@ static void lane_norm_tokens(backend_ctx *s, const void *ctx, uint32_t g, int th
     for (uint32_t i = t0; i < t0 + count; i++) {
         float *out = a->nx + (size_t)i * ld;
         if (!wide) nm_rms_unit(a->lanes + (size_t)i * nd, nd, out);
-        /* Needle 3 quantizes the normed lanes for the phi products (a QAT point); Needle 2
-         * does not */
-        if (m->generation == 3) cpu_act_rotate(s, &m->phi_pre, out, out);
+        /* where the model quantizes the phi products' input (a QAT point of Needle 3, not
+         * of Needle 2) */
+        if (m->traits.phi_a8) cpu_act_rotate(s, &m->phi_pre, out, out);
         else cs_of(s)->kern->rotate(&m->phi_pre, out, out);
     }
 }

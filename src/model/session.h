@@ -122,10 +122,25 @@ struct needle_session {
 void forward_act_matmul(struct needle_session *s, const float *xr, size_t ld_x, uint32_t n,
                         const cq_job *jobs, uint32_t njobs);
 
-/* Needle 3 (forward3.c): one layer over the chunk at p0, and the logits of ids past
- * out_vocab (input-only rows) set to -inf in `count` rows of `vocab` (no-op for Needle 2). */
-void forward3_layer_chunk(struct needle_session *s, uint32_t layer, uint32_t p0, uint32_t n);
-void forward3_mask_input_only(const struct needle_model *m, float *logits, uint32_t count);
+/* The steps of one layer over the n tokens of the chunk (forward.c), in the order an
+ * architecture's layer function (arch.h) calls them, with its attention and MLP ops:
+ *   mix_lanes: lane_norm and the phi products of file layer `phi_layer` into s->mix
+ *     (a ladder rung runs a subset of the file's layers);
+ *   read_lanes: the lane read (with the layer's engram site) into s->u, s->bx, s->hr;
+ *   project_qkvg: q, k, v, gate from s->hr (widths from qk_dim and v_dim);
+ *   project_out: out_proj of the attention output s->o into s->attn;
+ *   attention_residual: x2 = bx + gated ZC(attn), h = ZC(x2) for the MLP;
+ *   write_lanes: the MLP output in s->attn back into the lanes. */
+void forward_mix_lanes(struct needle_session *s, uint32_t phi_layer, uint32_t n);
+void forward_read_lanes(struct needle_session *s, uint32_t li, uint32_t n);
+void forward_project_qkvg(struct needle_session *s, uint32_t li, uint32_t n);
+void forward_project_out(struct needle_session *s, uint32_t li, uint32_t n);
+void forward_attention_residual(struct needle_session *s, uint32_t li, uint32_t n);
+void forward_write_lanes(struct needle_session *s, uint32_t li, uint32_t n);
+
+/* Sets the logits of ids past out_vocab (input-only rows) to -inf in `count` rows of
+ * `vocab` (a no-op where out_vocab = vocab). */
+void forward_mask_input_only(const struct needle_model *m, float *logits, uint32_t count);
 
 /* Runs tokens[0:n] at positions pos..pos+n-1; writes [n][vocab] logits to `all_logits` if
  * non-NULL, and always leaves the last position's logits in s->logits. */

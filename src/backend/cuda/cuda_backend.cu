@@ -167,7 +167,8 @@ static int cu_session_init(backend_ctx *s) {
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: the model's weights are not on the device");
     if (m->n_lanes > MAX_LANES)
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: %u lanes exceed %u", m->n_lanes, MAX_LANES);
-    if (m->generation == 3 && s->kv_type != NEEDLE_KV_F32) /* k_attend3 reads f32 rows */
+    /* k_attend3 reads f32 rows */
+    if (m->traits.attention == MODEL_ATTN_SPANNED && s->kv_type != NEEDLE_KV_F32)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "cuda: Needle 3 sessions keep an f32 KV "
                            "cache (kv_type %d is not supported on CUDA)", s->kv_type);
     cuda_session *c = new (std::nothrow) cuda_session();
@@ -188,7 +189,7 @@ static int cu_session_init(backend_ctx *s) {
     c->logits = (float *)cu_alloc(s, C * m->vocab * sizeof(float));
     c->argmax = (int32_t *)cu_alloc(s, C * sizeof(int32_t));
     int tapped_failed = 0;
-    if (m->generation == 3 && m->conv_taps) {
+    if (m->conv_taps) {
         const size_t row = (size_t)m->n_heads * m->qk_dim +
                            (size_t)m->n_kv_heads * (m->qk_dim + m->v_dim);
         c->tapped = (float *)cu_alloc(s, C * row * sizeof(float));
@@ -517,7 +518,7 @@ static int cu_model_load(const model_weights *m, void **device_weights) {
     const size_t big = smem(m->phi_pre.cols_pad);
     if (e == cudaSuccess && big > 48 * 1024)
         e = cudaFuncSetAttribute(k_lane_norm, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)big);
-    if (e == cudaSuccess && m->generation == 3) {
+    if (e == cudaSuccess && m->traits.mlp == MODEL_MLP_MONARCH) {
         /* the Monarch permutations: the model's copy is host memory */
         const size_t pbytes = 2 * (size_t)m->hada_n * sizeof(uint32_t);
         e = cudaMalloc((void **)&w->perms, pbytes);
