@@ -565,16 +565,36 @@ static int cu_device_info(int index, needle_device_info *out) {
     return NEEDLE_OK;
 }
 
-/* C++17 has no designated initializers: the order is that of needle_backend_ops. */
+/* Designated initializers, in the order of needle_backend_ops as C++20 requires (nvcc's
+ * C++17 front end and the host compiler accept them as an extension): a field added to
+ * the struct is NULL here until CUDA implements it, wherever it is added. */
 static const needle_backend_ops cuda_ops = {
-    cu_model_load,    cu_model_unload,  cu_session_init, cu_session_free, cu_alloc,
-    cu_release,       cu_upload,        cu_download,     cu_embed,        cu_matmul,
-    cu_engram_gather, cu_engram_conv,   cu_lane_norm,    cu_lane_read,    cu_attention,
-    cu_attn_residual, cu_hadamard_mlp,  cu_lane_write,   cu_logits,       cu_finish,
-    nullptr, /* matmul_a8: no W·A8 mode on CUDA */
-    cu_attention3,    cu_monarch_mlp,
-    NULL /* logits_rows: the caller masks the full logits */, NULL /* thread_stats */,
-    0 /* kv_per_layer: cu_attention3 addresses the uniform layout (layer * kv_slots) */,
+    .model_load = cu_model_load,
+    .model_unload = cu_model_unload,
+    .session_init = cu_session_init,
+    .session_free = cu_session_free,
+    .alloc = cu_alloc,
+    .release = cu_release,
+    .upload = cu_upload,
+    .download = cu_download,
+    .embed = cu_embed,
+    .matmul = cu_matmul,
+    .engram_gather = cu_engram_gather,
+    .engram_conv = cu_engram_conv,
+    .lane_norm = cu_lane_norm,
+    .lane_read = cu_lane_read,
+    .attention = cu_attention,
+    .attn_residual = cu_attn_residual,
+    .hadamard_mlp = cu_hadamard_mlp,
+    .lane_write = cu_lane_write,
+    .logits = cu_logits,
+    .finish = cu_finish,
+    .matmul_a8 = nullptr, /* no W·A8 mode on CUDA */
+    .attention3 = cu_attention3,
+    .monarch_mlp = cu_monarch_mlp,
+    .logits_rows = nullptr, /* the caller masks the full logits */
+    .thread_stats = nullptr,
+    .kv_per_layer = 0, /* cu_attention3 addresses the uniform layout (layer * kv_slots) */
 };
 
 extern "C" const needle_backend_impl cuda_backend = {
