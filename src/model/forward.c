@@ -173,7 +173,9 @@ static void emit_cells(struct needle_session *s, const int32_t *tokens, uint32_t
 /* ---- the chunk loop -------------------------------------------------------------------- */
 
 int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
-                    float *all_logits) {
+                    float *all_logits, const logits_request *want) {
+    static const logits_request every_id = {0, NULL, 0};
+    if (!want) want = &every_id;
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
     const uint32_t d = m->w.d, nl = m->w.n_lanes, hd = m->w.head_dim;
@@ -209,20 +211,20 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
         if (done + cn == n) {
             if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * m->w.vocab,
                                    m->w.vocab * sizeof(float));
-            else if (!s->skip_logits && s->logit_rows && ops->logits_rows) {
+            else if (!want->skip && want->rows && ops->logits_rows) {
                 TIMED(logits_ms, ops->logits_rows(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d,
-                                                  s->logit_rows, s->n_logit_rows, s->logits));
-                s->stats.logit_rows += s->n_logit_rows;
+                                                  want->rows, want->n_rows, s->logits));
+                s->stats.logit_rows += want->n_rows;
                 forward_mask_input_only(m, s->logits, 1);
-            } else if (!s->skip_logits) {
+            } else if (!want->skip) {
                 s->stats.logit_rows += m->w.vocab;
                 TIMED(logits_ms,
                       ops->logits(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits,
                                   NULL));
                 forward_mask_input_only(m, s->logits, 1);
-                if (s->logit_rows) /* the subset the caller asked for, from the full product */
+                if (want->rows) /* the subset the caller asked for, from the full product */
                     for (uint32_t v = 0, r = 0; v < m->w.vocab; v++) {
-                        if (r < s->n_logit_rows && s->logit_rows[r] == (int32_t)v) r++;
+                        if (r < want->n_rows && want->rows[r] == (int32_t)v) r++;
                         else s->logits[v] = -INFINITY;
                     }
             }
@@ -237,6 +239,6 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
             return rc;
         }
     }
-    s->has_logits = all_logits || !s->skip_logits;
+    s->has_logits = all_logits || !want->skip;
     return NEEDLE_OK;
 }

@@ -456,18 +456,23 @@ void needle_session_reset(needle_session *s) {
     if (s->ext_on_reset) s->ext_on_reset(s->ext);
 }
 
-int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
-                int want_logits) {
+/* session_forward with its bookkeeping (stats, timing, the tests' logits hook). */
+static int run_forward(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
+                       const logits_request *want) {
     double t0 = util_clock_ms();
-    s->skip_logits = !want_logits && !all_logits;
-    int rc = session_forward(s, tokens, n, all_logits);
-    s->skip_logits = 0;
+    int rc = session_forward(s, tokens, n, all_logits, want);
     s->stats.forward_ms += util_clock_ms() - t0;
-    if (rc == NEEDLE_OK && s->logits_hook && (want_logits || all_logits))
+    if (rc == NEEDLE_OK && s->logits_hook && (!want->skip || all_logits))
         s->logits_hook(s->logits_hook_user, tokens, n, s->logits, s->m->w.vocab);
     if (rc == NEEDLE_OK) s->stats.tokens_evaluated += n;
     s->stats.forward_calls++;
     return rc;
+}
+
+int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
+                int want_logits) {
+    const logits_request want = {!want_logits && !all_logits, NULL, 0};
+    return run_forward(s, tokens, n, all_logits, &want);
 }
 
 void session_set_logits_hook(needle_session *s, session_logits_fn fn, void *user) {
@@ -477,12 +482,8 @@ void session_set_logits_hook(needle_session *s, session_logits_fn fn, void *user
 
 int session_run_rows(needle_session *s, const int32_t *tokens, uint32_t n, const int32_t *rows,
                      uint32_t n_rows) {
-    s->logit_rows = rows;
-    s->n_logit_rows = n_rows;
-    const int rc = session_run(s, tokens, n, NULL, 1);
-    s->logit_rows = NULL;
-    s->n_logit_rows = 0;
-    return rc;
+    const logits_request want = {0, rows, n_rows};
+    return run_forward(s, tokens, n, NULL, &want);
 }
 
 int session_prefill(needle_session *s, const int32_t *tokens, uint32_t n, int want_logits) {

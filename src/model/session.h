@@ -80,9 +80,6 @@ struct needle_session {
 
     /* host memory */
     float *logits;      /* [vocab] of the last position */
-    int skip_logits;    /* set by session_run when the caller needs no logits */
-    const int32_t *logit_rows; /* set by session_run_rows: only these ids' logits */
-    uint32_t n_logit_rows;
     float *rope_cs;     /* [chunk][head_dim]: cos | sin per position */
     uint32_t *eng_slots; /* [chunk][n_tables] engram table slots */
 
@@ -142,10 +139,19 @@ void forward_write_lanes(struct needle_session *s, uint32_t li, uint32_t n);
  * `vocab` (a no-op where out_vocab = vocab). */
 void forward_mask_input_only(const struct needle_model *m, float *logits, uint32_t count);
 
+/* The logits a forward pass leaves in s->logits for its last position. */
+typedef struct logits_request {
+    int skip;            /* 1: none (the next token is forced); all_logits overrides it */
+    const int32_t *rows; /* NULL: every id; else only these (ascending, distinct), the
+                          * others -INFINITY (session_run_rows) */
+    uint32_t n_rows;
+} logits_request;
+
 /* Runs tokens[0:n] at positions pos..pos+n-1; writes [n][vocab] logits to `all_logits` if
- * non-NULL, and always leaves the last position's logits in s->logits. */
+ * non-NULL, and leaves the last position's logits in s->logits as `want` asks (NULL: all
+ * ids). */
 int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
-                    float *all_logits);
+                    float *all_logits, const logits_request *want);
 
 /* session_forward plus bookkeeping (stats, timing); want_logits = 0 skips the output
  * projection for the last token, for tokens whose successor is forced anyway. */

@@ -123,8 +123,8 @@ int cpu_session_init(backend_ctx *s) {
     if (tmp < 2 * kvd) tmp = 2 * kvd;
     /* the Monarch MLP and the spanned attention keep their vectors in this scratch */
     if ((m->traits.mlp == MODEL_MLP_MONARCH || m->traits.attention == MODEL_ATTN_SPANNED) &&
-        tmp < cpu_ops3_scratch_floats(m))
-        tmp = cpu_ops3_scratch_floats(m);
+        tmp < cpu_layer3_scratch_floats(m))
+        tmp = cpu_layer3_scratch_floats(m);
     /* prefill attention blocks (attend_kv_heads) keep their scores in this scratch */
     if (m->traits.attention == MODEL_ATTN_ROPE && kern->attend_block &&
         tmp < attn_block_scratch_floats(m->head_dim, m->head_dim))

@@ -19,7 +19,7 @@
 typedef struct cpu_scratch {
     float *hada;     /* [hada_n] */
     float *lane_old; /* [n_lanes * d] (lane write: a block of columns before it) */
-    float *tmp;      /* [max(group, 2*d, 2*kv_dim, cpu_ops3_scratch_floats)] */
+    float *tmp;      /* [max(group, 2*d, 2*kv_dim, cpu_layer3_scratch_floats)] */
 } cpu_scratch;
 
 /* The kernel tables of one instruction-set level (kernels/cpu: plain, AVX2, AVX-512,
@@ -48,14 +48,14 @@ typedef struct cpu_session {
 
 static inline cpu_session *cs_of(const backend_ctx *s) { return (cpu_session *)s->dev; }
 
-/* Pool thread `thread`'s scratch: at least cpu_ops3_scratch_floats(m) and 2 * kv_dim
+/* Pool thread `thread`'s scratch: at least cpu_layer3_scratch_floats(m) and 2 * kv_dim
  * floats. */
 static inline float *cpu_thread_tmp(const backend_ctx *s, int thread) {
     return cs_of(s)->th[thread].tmp;
 }
 
 /* Floats of per-thread scratch (cpu_thread_tmp) the Needle 3 ops need. */
-static inline size_t cpu_ops3_scratch_floats(const model_weights *m) {
+static inline size_t cpu_layer3_scratch_floats(const model_weights *m) {
     return 3 * (size_t)m->hada_n + 16;
 }
 
