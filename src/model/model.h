@@ -87,6 +87,17 @@ void model3_unbind_heads(struct needle_model *m);
  * 0, L-1, then the midpoint of the widest gap, leftmost first), sorted; n <= L <= 64. */
 void model3_ladder_layers(uint32_t L, uint32_t n, uint32_t *out);
 
+/* What the layers above (agent/, api/) read of a model, instead of its fields: the
+ * tokenizer (NULL if the file has none), the vocabulary (logit rows), the model width. */
+static inline const tokenizer *model_tokenizer(const struct needle_model *m) { return m->tok; }
+static inline uint32_t model_vocab(const struct needle_model *m) { return m->w.vocab; }
+static inline uint32_t model_width(const struct needle_model *m) { return m->w.d; }
+/* The validated .cact bytes, *size of them. */
+static inline const uint8_t *model_image(const struct needle_model *m, size_t *size) {
+    *size = m->image_size;
+    return m->image;
+}
+
 /* Engram site index of `layer`, or -1. */
 int model_site_of(const struct needle_model *m, uint32_t layer);
 
