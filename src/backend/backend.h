@@ -73,7 +73,7 @@ typedef struct backend_ctx {
      * attention's o, engram_gather's er, the logits' final hidden) write quantized rows
      * for matmul_a8 instead of rotated floats. Set before session_init. */
     int a8;
-    /* Needle 3 (generation 3 sessions; NULL / 0 otherwise) */
+    /* the attention's conv taps (model conv_taps > 0; NULL / 0 otherwise) */
     float *qkv_hist;      /* conv taps: raw q|k|v projections of the last `qkv_ring`
                            * positions, [layer][qkv_ring][H*qk + KV*qk + KV*v], ring by
                            * position (lives after the engram ring in the session's
