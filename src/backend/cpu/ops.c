@@ -5,9 +5,10 @@
  *
  * Threads. Besides the CQ products, the per-token ops of a prefill chunk (lane norm, read
  * and write, attention residual, Hadamard MLP, the logits rotation) and the K/V heads of
- * a chunk's attention are shared among the pool's threads by par_for. Every item is
- * computed by one thread with the same arithmetic whichever thread it is, using that
- * thread's own scratch (cpu_scratch), so results do not depend on the thread count.
+ * a chunk's attention are shared among the pool's threads by cpu_par_for (runtime.c).
+ * Every item is computed by one thread with the same arithmetic whichever thread it is,
+ * using that thread's own scratch (cpu_scratch), so results do not depend on the thread
+ * count.
  * Attention goes token by token within a K/V head (token i's K/V is stored before token
  * i attends, and a later token's store may overwrite a ring slot an earlier token still
  * reads), the heads side by side: one dispatch per layer and chunk, not per token. */
