@@ -1,5 +1,5 @@
 /* The Needle 3 backend operations (backend.h: attention3, monarch_mlp) of every other
- * implementation against the CPU's (backend/cpu_ops3.c), on the v3 fixtures' weights.
+ * implementation against the CPU's (backend/cpu/spanned_attention.c, monarch_mlp.c), on the v3 fixtures' weights.
  *
  * Implementations under test: the Metal kernels compiled as C ("metal-c", metal_ops.c over
  * metal_emu.c; always, except in a real Metal build) and every compiled-in GPU backend

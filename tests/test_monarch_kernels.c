@@ -26,18 +26,18 @@ static float rnd_float(void) {
     return (float)((int)((rng_state >> 16) % 20001) - 10000) / 10000.0f;
 }
 
-static const v3_kernels *levels[3];
+static const monarch_kernels *levels[3];
 static int n_levels;
 
 static void find_levels(void) {
     const char *names[] = {"scalar", "avx2", "neon"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const v3_kernels *k = v3_kernels_named(names[i]);
+        const monarch_kernels *k = monarch_kernels_named(names[i]);
         if (k) levels[n_levels++] = k;
         printf("  level %s: %s\n", names[i], k ? "tested" : "not supported here");
     }
-    CHECK(v3_kernels_named("scalar") == &v3_kernels_scalar);
-    CHECK(v3_kernels_named("sse9") == NULL && v3_kernels_named(NULL) == NULL);
+    CHECK(monarch_kernels_named("scalar") == &monarch_kernels_scalar);
+    CHECK(monarch_kernels_named("sse9") == NULL && monarch_kernels_named(NULL) == NULL);
 }
 
 static float *randoms(size_t n) {

@@ -18,8 +18,9 @@ int confidence_attach(confidence_state *cs, needle_session *s) {
     const probe_head *h = model_probe_head(m, HEAD_CODE_CONFIDENCE);
     if (!h) return session_set_cell_observer(s, NULL, NULL);
     int rc;
-    if ((rc = head_pool_init(&cs->pool, h, m->w.d)) || (rc = head_pool_init(&cs->base, h, m->w.d)) ||
-        (rc = head_pool_init(&cs->turn_start, h, m->w.d))) {
+    const uint32_t d = model_width(m);
+    if ((rc = head_pool_init(&cs->pool, h, d)) || (rc = head_pool_init(&cs->base, h, d)) ||
+        (rc = head_pool_init(&cs->turn_start, h, d))) {
         confidence_free(cs);
         return rc;
     }

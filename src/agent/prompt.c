@@ -85,7 +85,7 @@ int prompt_prefix_ids(const struct needle_model *m, const char *system, const ch
     }
     int32_t *body;
     size_t n_body;
-    int rc = prompt_encode_alloc(m->tok, prompt.data, prompt.len, 1, &body, &n_body);
+    int rc = prompt_encode_alloc(model_tokenizer(m), prompt.data, prompt.len, 1, &body, &n_body);
     free(prompt.data);
     if (rc) return rc;
     *ids = malloc((n_body + 1) * sizeof **ids);

@@ -30,14 +30,15 @@ static uint64_t fnv1a(const void *data, size_t n, uint64_t h) {
  * every weight. */
 static uint64_t model_fingerprint(const struct needle_model *m) {
     uint64_t h = 0xcbf29ce484222325ull ^ EMBED_RECIPE;
-    size_t i = 0;
-    for (; i + 8 <= m->image_size; i += 8) {
+    size_t size, i = 0;
+    const uint8_t *image = model_image(m, &size);
+    for (; i + 8 <= size; i += 8) {
         uint64_t w;
-        memcpy(&w, m->image + i, 8);
+        memcpy(&w, image + i, 8);
         h = (h ^ w) * 0x100000001b3ull;
         h ^= h >> 29;
     }
-    return fnv1a(m->image + i, m->image_size - i, h ^ m->image_size);
+    return fnv1a(image + i, size - i, h ^ size);
 }
 
 static void put_u32(uint8_t *p, uint32_t v) {

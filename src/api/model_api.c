@@ -19,11 +19,12 @@ needle_model_params needle_model_default_params(void) {
     return p;
 }
 
-/* The Needle 3 forward runs where the backend has its ops (attention3, monarch_mlp: the
- * CPU, CUDA and Metal all do; backend.h keeps them optional). A backend without them,
+/* A model runs where the backend has the ops its traits call for (model_backend_runs:
+ * attention3, monarch_mlp for Needle 3; the CPU, CUDA and Metal all have them, backend.h
+ * keeps them optional). A backend without them,
  * chosen automatically, gives way to the CPU; one the caller forced (parameter or
  * environment) is an error, never a silent switch. */
-static int backend_for_needle3(needle_model *m, const char *asked) {
+static int backend_that_runs(needle_model *m, const char *asked) {
     const char *env[] = {"NEEDLE_BACKEND", "JAX_PLATFORMS", "JAX_PLATFORM_NAME"};
     int forced = asked && *asked;
     for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
@@ -32,8 +33,8 @@ static int backend_for_needle3(needle_model *m, const char *asked) {
     }
     const needle_backend_impl *cpu = backend_find("cpu");
     if (forced || !cpu)
-        return needle_fail(NEEDLE_ERR_BACKEND, "the %s backend cannot run Needle 3 models yet "
-                           "(the CPU backend can)", m->backend->name);
+        return needle_fail(NEEDLE_ERR_BACKEND, "the %s backend cannot run %s models yet "
+                           "(the CPU backend can)", m->backend->name, m->arch->name);
     m->backend = cpu;
     return NEEDLE_OK;
 }
@@ -53,8 +54,7 @@ static int finish_open(needle_model *m, const needle_model_params *params, needl
         return rc;
     }
     rc = model_bind(m, m->image, m->image_size);
-    if (!rc && m->w.generation == 3 && !m->backend->ops->attention3)
-        rc = backend_for_needle3(m, p.backend);
+    if (!rc && !model_backend_runs(m, m->backend->ops)) rc = backend_that_runs(m, p.backend);
     if (!rc && m->backend->ops->model_load)
         rc = m->backend->ops->model_load(&m->w, &m->device_weights);
     if (rc) {

@@ -147,11 +147,21 @@ static int newest_snapshot_file(const char *hub_dir, const char *repo, const cha
     return found;
 }
 
+/* Where each generation's official model is published and cached. */
+static const struct official_model {
+    int generation;
+    const char *repo, *file, *folder;
+} official_models[] = {
+    {2, "Cactus-Compute/needle2", "needle2.cact", "v2"},
+    {3, "Cactus-Compute/needle3", "needle3.cact", "v3"},
+};
+
 int model_cache_official_model(int generation, char *out, size_t n) {
-    if (generation != 2 && generation != 3) return -1;
-    const char *repo = generation == 3 ? "Cactus-Compute/needle3" : "Cactus-Compute/needle2";
-    const char *file = generation == 3 ? "needle3.cact" : "needle2.cact";
-    const char *folder = generation == 3 ? "v3" : "v2";
+    const struct official_model *o = NULL;
+    for (size_t i = 0; i < sizeof official_models / sizeof official_models[0]; i++)
+        if (official_models[i].generation == generation) o = &official_models[i];
+    if (!o) return -1;
+    const char *repo = o->repo, *file = o->file, *folder = o->folder;
     char hub[4096];
     if (model_cache_hub_dir(hub, sizeof hub) == 0 &&
         (model_cache_hub_file(hub, repo, "main", file, out, n) == 0 ||

@@ -27,7 +27,9 @@
  * op reads or writes is either in that context or one of its arguments.
  * Row strides ("ld") are in floats. Every op works on `n` tokens of the current chunk in
  * order; per-token results must not depend on the chunk split except through rounding.
- * Version of this interface: NEEDLE_BACKEND_ABI. */
+ * Every backend is compiled into the library with this header, so there is no version
+ * to check: the tables name their fields (designated initializers) and a field a
+ * backend does not set is NULL. */
 #ifndef NEEDLE_BACKEND_BACKEND_H
 #define NEEDLE_BACKEND_BACKEND_H
 
@@ -35,8 +37,6 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/nmath.h"
 #include "needle.h"
-
-#define NEEDLE_BACKEND_ABI 2
 
 /* Engram slot value meaning "this n-gram does not exist yet": the table row is zeros. */
 #define ENGRAM_MASKED 0xFFFFFFFFu
@@ -73,13 +73,12 @@ typedef struct backend_ctx {
      * attention's o, engram_gather's er, the logits' final hidden) write quantized rows
      * for matmul_a8 instead of rotated floats. Set before session_init. */
     int a8;
-    /* Needle 3 (generation 3 sessions; NULL / 0 otherwise) */
+    /* the attention's conv taps (model conv_taps > 0; NULL / 0 otherwise) */
     float *qkv_hist;      /* conv taps: raw q|k|v projections of the last `qkv_ring`
                            * positions, [layer][qkv_ring][H*qk + KV*qk + KV*v], ring by
                            * position (lives after the engram ring in the session's
                            * ev_hist, so checkpoints carry it) */
     uint32_t qkv_ring;    /* conv_taps (>= 1) */
-    float *scratch3;      /* [scratch3_floats(m)] for the Needle 3 ops */
     /* Where each layer's rows are: layer l's positions t live in cache rows
      * kv_layers[l].row0 + nm_kv_slot(t, kv_layers[l].n_sinks, kv_layers[l].window), and
      * kv_rows is the sum of the layers' slots (int8 scales: [2][kv_rows][groups]). The
@@ -96,11 +95,6 @@ typedef struct kv_layer_layout {
     uint32_t n_sinks; /* its pinned positions, then a ring of `window` (0: no ring) */
     uint32_t window;
 } kv_layer_layout;
-
-/* Floats of backend_ctx.scratch3 a Needle 3 session needs. */
-static inline size_t backend_scratch3_floats(const model_weights *m) {
-    return 3 * (size_t)m->hada_n + 16 + 2 * (size_t)m->attn_dim;
-}
 
 typedef struct needle_backend_ops {
     /* ---- weights, once per model (optional: NULL when the ops read host weights) ---- */
@@ -184,8 +178,7 @@ typedef struct needle_backend_ops {
     int (*finish)(backend_ctx *s);
 
     /* Optional (NULL: no W·A8 mode): like matmul, over the quantized rows the ops write
-     * when s->a8 is set (xr [ntok][ld_x], the backend's own row format). Last, so the
-     * positional initializer of the CUDA table (C++17) need not name it. */
+     * when s->a8 is set (xr [ntok][ld_x], the backend's own row format). */
     void (*matmul_a8)(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
                       const cq_job *jobs, uint32_t njobs);
     /* ---- Needle 3 (optional: NULL where this backend cannot run a Needle 3 model) ---- */
@@ -206,8 +199,6 @@ typedef struct needle_backend_ops {
      * b2))[p2]))[:d] with cond = 1 + softmax(h cond_v) cond_u. h, out: [n][d]. */
     void (*monarch_mlp)(backend_ctx *s, uint32_t layer, uint32_t n, const float *h,
                         float *out);
-    /* Entries below were added after the first backends; they stay last so that an
-     * initializer in field order (C++17, cuda_backend.cu) leaves them NULL. */
     /* Optional: the logits of the one token lanes[0] for the ids rows[0..n_rows) only
      * (ascending, distinct): out (host [vocab]) gets exactly the values `logits` computes
      * for those ids and -INFINITY for every other id. NULL: the caller uses `logits`. */
@@ -232,7 +223,7 @@ typedef struct needle_backend_impl {
     const needle_backend_ops *ops;   /* what sessions of a model on this backend call */
 } needle_backend_impl;
 
-/* The CPU operations (backend/cpu_ops.c): the reference every other backend is tested
+/* The CPU operations (backend/cpu/ops.c): the reference every other backend is tested
  * against. */
 extern const needle_backend_ops cpu_backend_ops;
 

@@ -50,7 +50,29 @@ typedef struct engram_site {
     const float *taps;              /* [taps][d] */
 } engram_site;
 
+/* What the layers of a model compute, recorded at bind time (model/bind2.c, bind3.c):
+ * ops, sessions and backends test these, never which generation a file is, so a new
+ * architecture states what it shares with the old ones instead of adding branches. */
+typedef enum model_mlp_kind {
+    MODEL_MLP_HADAMARD, /* ops->hadamard_mlp (spec §3.7) */
+    MODEL_MLP_MONARCH,  /* ops->monarch_mlp: Kronecker factors, perm1/perm2, conditioning */
+} model_mlp_kind;
+
+typedef enum model_attention_kind {
+    MODEL_ATTN_ROPE,    /* ops->attention: one head width, the session's window (spec §3.6) */
+    MODEL_ATTN_SPANNED, /* ops->attention3: conv taps, q/k and v widths, each layer its own
+                         * span (layers3[l].window) */
+} model_attention_kind;
+
+typedef struct model_traits {
+    model_mlp_kind mlp;
+    model_attention_kind attention;
+    int phi_a8;   /* under W·A8 the mHC phi products read quantized rows (a QAT point) */
+    int heads_a8; /* under W·A8 the attention quantizes its q/k/v heads (kv_bits 8) */
+} model_traits;
+
 typedef struct model_weights {
+    model_traits traits;
     /* geometry */
     uint32_t d, n_lanes, n_layers, n_heads, n_kv_heads, head_dim, attn_dim, kv_dim, vocab;
     uint32_t hada_n, n_sites, n_tables, slots, sub_dim, taps, dilation, n_orders;
@@ -68,11 +90,10 @@ typedef struct model_weights {
     engram_site sites[MODEL_MAX_SITES];
     const float *final_norm;             /* [d] */
 
-    /* Needle 3 (generation 3). Needle 2 sets generation 2, qk_dim = v_dim = head_dim,
-     * out_vocab = vocab and leaves the rest zero. For Needle 3 head_dim = qk_dim, and
-     * attn_dim / kv_dim are the widest of the q|gate and k|v rows (buffer and cache row
-     * sizes). `layers` and `sites` are those of the rung being run (model depth). */
-    uint32_t generation;
+    /* Needle 3. Needle 2 sets qk_dim = v_dim = head_dim, out_vocab = vocab and leaves
+     * the rest zero. For Needle 3 head_dim = qk_dim, and attn_dim / kv_dim are the widest
+     * of the q|gate and k|v rows (buffer and cache row sizes). `layers` and `sites` are
+     * those of the rung being run (model depth). */
     uint32_t qk_dim, v_dim;              /* per-head widths of q/k and of v/gate/o */
     uint32_t out_vocab;                  /* logits rows; later embedding rows are input-only */
     uint32_t conv_taps;                  /* q/k/v causal conv taps (0 = none) */

@@ -1,8 +1,10 @@
-/* The Needle 2 forward pass (spec §3) over a chunk of tokens, shared by every backend.
+/* The forward pass (spec §3) over a chunk of tokens, shared by every backend and every
+ * architecture.
  *
  * Read top to bottom it follows the spec: embedding (§3.2), engram memory from token ids
- * (§3.3), then per layer the multi-lane hyper-connection around the block (§3.4), the
- * block with attention and the Hadamard MLP (§3.5-3.7), and the tied logits (§3.8).
+ * (§3.3), then per layer the architecture's layer function (m->arch->layer: layer2.c,
+ * layer3.c) over the steps below, the multi-lane hyper-connection around the block
+ * (§3.4), the attention products and residual (§3.5-3.6), and the tied logits (§3.8).
  * Every step is an operation of the session's backend (backend/backend.h, `s->ops`);
  * this file only decides the order, the buffers and the host-side integer work (engram
  * hashes, RoPE angles). It never dereferences activation memory, which may be on a
@@ -83,42 +85,62 @@ static void engram_chunk(struct needle_session *s, const int32_t *tokens, uint32
     }
 }
 
-/* ---- one layer over the chunk (§3.4-3.7) ------------------------------------------- */
+/* ---- the steps of a layer (§3.4-3.7), shared by every architecture's layer ---------- */
 
-static void layer_chunk(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n) {
+void forward_mix_lanes(struct needle_session *s, uint32_t phi_layer, uint32_t n) {
     const struct needle_model *m = s->m;
-    const needle_backend_ops *ops = s->ops;
-    const layer_weights *l = &m->w.layers[li];
-    const uint32_t d = m->w.d, nl = m->w.n_lanes, mix_ld = 2 * nl + nl * nl;
-    const uint32_t A = m->w.attn_dim, kvd = m->w.kv_dim;
+    const uint32_t nl = m->w.n_lanes, mix_ld = 2 * nl + nl * nl;
+    TIMED(mhc_ms, s->ops->lane_norm(&s->bk, s->lanes, n, s->nx));
+    const cq_job phi[] = {{&m->w.phi_pre, phi_layer * nl, nl, s->mix, mix_ld},
+                          {&m->w.phi_post, phi_layer * nl, nl, s->mix + nl, mix_ld},
+                          {&m->w.phi_res, phi_layer * nl * nl, nl * nl, s->mix + 2 * nl, mix_ld}};
+    /* lane_norm wrote A8 rows under W·A8 only where the model quantizes this product */
+    if (m->w.traits.phi_a8)
+        TIMED(matmul_ms, forward_act_matmul(s, s->nx, m->w.phi_pre.cols_pad, n, phi, 3));
+    else
+        TIMED(matmul_ms, s->ops->matmul(&s->bk, s->nx, m->w.phi_pre.cols_pad, n, phi, 3));
+}
+
+void forward_read_lanes(struct needle_session *s, uint32_t li, uint32_t n) {
+    const struct needle_model *m = s->m;
+    const uint32_t d = m->w.d;
     const int site = model_site_of(m, li);
-
-    /* lane mixing weights from the normalised lanes */
-    TIMED(mhc_ms, ops->lane_norm(&s->bk, s->lanes, n, s->nx));
-    const cq_job phi[] = {{&m->w.phi_pre, li * nl, nl, s->mix, mix_ld},
-                          {&m->w.phi_post, li * nl, nl, s->mix + nl, mix_ld},
-                          {&m->w.phi_res, li * nl * nl, nl * nl, s->mix + 2 * nl, mix_ld}};
-    TIMED(matmul_ms, ops->matmul(&s->bk, s->nx, m->w.phi_pre.cols_pad, n, phi, 3));
-
-    /* u = lane read, bx = u (+ engram), hr = rotated ZC(bx; norm_in) */
     const float *ek = site >= 0 ? s->eng_k + (size_t)site * s->bk.chunk * d : NULL;
     const float *ev = site >= 0 ? s->eng_v + (size_t)site * s->bk.chunk * d : NULL;
     TIMED(mhc_ms,
-          ops->lane_read(&s->bk, li, n, s->lanes, s->mix, ek, ev, s->u, s->bx, s->h, s->hr));
+          s->ops->lane_read(&s->bk, li, n, s->lanes, s->mix, ek, ev, s->u, s->bx, s->h, s->hr));
+}
 
-    /* attention */
-    const cq_job qkvg[] = {{&l->q_proj, 0, A, s->q, A}, {&l->k_proj, 0, kvd, s->k, kvd},
-                           {&l->v_proj, 0, kvd, s->v, kvd}, {&l->gate_proj, 0, A, s->gate, A}};
+void forward_project_qkvg(struct needle_session *s, uint32_t li, uint32_t n) {
+    const model_weights *w = &s->m->w;
+    const layer_weights *l = &w->layers[li];
+    const uint32_t H = w->n_heads, KV = w->n_kv_heads, qk = w->qk_dim, vd = w->v_dim;
+    const cq_job qkvg[] = {{&l->q_proj, 0, H * qk, s->q, H * qk},
+                           {&l->k_proj, 0, KV * qk, s->k, KV * qk},
+                           {&l->v_proj, 0, KV * vd, s->v, KV * vd},
+                           {&l->gate_proj, 0, H * vd, s->gate, H * vd}};
     TIMED(matmul_ms, forward_act_matmul(s, s->hr, l->q_proj.cols_pad, n, qkvg, 4));
-    TIMED(attention_ms,
-          ops->attention(&s->bk, li, p0, n, s->rope_cs, s->q, s->k, s->v, s->gate, s->o));
-    const cq_job out[] = {{&l->out_proj, 0, d, s->attn, d}};
-    TIMED(matmul_ms, forward_act_matmul(s, s->o, l->out_proj.cols_pad, n, out, 1));
+}
 
-    /* x2 = bx + gate * ZC(attn), h = ZC(x2), attn := MLP(h), then the lane write */
-    TIMED(attention_ms, ops->attn_residual(&s->bk, li, n, s->attn, s->bx, s->x2, s->h));
-    TIMED(hadamard_ms, ops->hadamard_mlp(&s->bk, li, n, s->h, s->attn));
-    TIMED(mhc_ms, ops->lane_write(&s->bk, li, n, s->mix, s->x2, s->attn, s->u, s->lanes));
+void forward_project_out(struct needle_session *s, uint32_t li, uint32_t n) {
+    const layer_weights *l = &s->m->w.layers[li];
+    const cq_job out[] = {{&l->out_proj, 0, s->m->w.d, s->attn, s->m->w.d}};
+    TIMED(matmul_ms, forward_act_matmul(s, s->o, l->out_proj.cols_pad, n, out, 1));
+}
+
+void forward_attention_residual(struct needle_session *s, uint32_t li, uint32_t n) {
+    TIMED(attention_ms, s->ops->attn_residual(&s->bk, li, n, s->attn, s->bx, s->x2, s->h));
+}
+
+void forward_write_lanes(struct needle_session *s, uint32_t li, uint32_t n) {
+    TIMED(mhc_ms, s->ops->lane_write(&s->bk, li, n, s->mix, s->x2, s->attn, s->u, s->lanes));
+}
+
+void forward_mask_input_only(const struct needle_model *m, float *logits, uint32_t count) {
+    const uint32_t V = m->w.vocab, out = m->w.out_vocab;
+    if (out >= V) return;
+    for (uint32_t i = 0; i < count; i++)
+        for (uint32_t v = out; v < V; v++) logits[(size_t)i * V + v] = -INFINITY;
 }
 
 /* ---- cells for the probe heads (§4.1) ----------------------------------------------- */
@@ -151,7 +173,9 @@ static void emit_cells(struct needle_session *s, const int32_t *tokens, uint32_t
 /* ---- the chunk loop -------------------------------------------------------------------- */
 
 int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
-                    float *all_logits) {
+                    float *all_logits, const logits_request *want) {
+    static const logits_request every_id = {0, NULL, 0};
+    if (!want) want = &every_id;
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
     const uint32_t d = m->w.d, nl = m->w.n_lanes, hd = m->w.head_dim;
@@ -172,8 +196,7 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
         if (s->cell_fn) emit_cells(s, tok, cn, 0);
         if (m->w.n_sites) engram_chunk(s, tok, p0, cn);
         for (uint32_t li = 0; li < m->w.n_layers; li++) {
-            if (m->w.generation == 3) forward3_layer_chunk(s, li, p0, cn);
-            else layer_chunk(s, li, p0, cn);
+            m->arch->layer(s, li, p0, cn);
             if (s->cell_fn) emit_cells(s, tok, cn, li + 1);
         }
 
@@ -182,26 +205,26 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
         if (all_logits) {
             TIMED(logits_ms,
                   ops->logits(&s->bk, s->lanes, cn, all_logits + (size_t)done * m->w.vocab, NULL));
-            forward3_mask_input_only(m, all_logits + (size_t)done * m->w.vocab, cn);
+            forward_mask_input_only(m, all_logits + (size_t)done * m->w.vocab, cn);
             s->stats.logit_rows += (uint64_t)cn * m->w.vocab;
         }
         if (done + cn == n) {
             if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * m->w.vocab,
                                    m->w.vocab * sizeof(float));
-            else if (!s->skip_logits && s->logit_rows && ops->logits_rows) {
+            else if (!want->skip && want->rows && ops->logits_rows) {
                 TIMED(logits_ms, ops->logits_rows(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d,
-                                                  s->logit_rows, s->n_logit_rows, s->logits));
-                s->stats.logit_rows += s->n_logit_rows;
-                forward3_mask_input_only(m, s->logits, 1);
-            } else if (!s->skip_logits) {
+                                                  want->rows, want->n_rows, s->logits));
+                s->stats.logit_rows += want->n_rows;
+                forward_mask_input_only(m, s->logits, 1);
+            } else if (!want->skip) {
                 s->stats.logit_rows += m->w.vocab;
                 TIMED(logits_ms,
                       ops->logits(&s->bk, s->lanes + (size_t)(cn - 1) * nl * d, 1, s->logits,
                                   NULL));
-                forward3_mask_input_only(m, s->logits, 1);
-                if (s->logit_rows) /* the subset the caller asked for, from the full product */
+                forward_mask_input_only(m, s->logits, 1);
+                if (want->rows) /* the subset the caller asked for, from the full product */
                     for (uint32_t v = 0, r = 0; v < m->w.vocab; v++) {
-                        if (r < s->n_logit_rows && s->logit_rows[r] == (int32_t)v) r++;
+                        if (r < want->n_rows && want->rows[r] == (int32_t)v) r++;
                         else s->logits[v] = -INFINITY;
                     }
             }
@@ -216,6 +239,6 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
             return rc;
         }
     }
-    s->has_logits = all_logits || !s->skip_logits;
+    s->has_logits = all_logits || !want->skip;
     return NEEDLE_OK;
 }

@@ -8,6 +8,7 @@
 #define NEEDLE_MODEL_MODEL_H
 
 #include "format/cact.h"
+#include "model/arch.h"
 #include "backend/weights.h"
 #include "kernels/cq.h"
 #include "needle.h"
@@ -39,6 +40,7 @@ struct needle_model {
     tokenizer *tok;         /* NULL if the file has no tokenizer */
     needle_model_info info;
     int32_t n_threads;
+    const model_arch *arch; /* the file's architecture (arch.h), chosen once by model_bind */
     const struct needle_backend_impl *backend; /* chosen at open (backend/backend.h) */
     void *device_weights;   /* the backend's copy of the weights (ops->model_load), or NULL */
 
@@ -48,16 +50,28 @@ struct needle_model {
     probe_head probe_heads[CACT_MAX_PROBE_HEADS];
     float *rope_freq;                    /* [head_dim / 2] */
     int32_t depth;                       /* Needle 3 ladder rung asked for (0 = all) */
-    void *v3;                            /* Needle 3 binding state (model3.c), or NULL */
+    void *v3;                            /* Needle 3 binding state (bind3.c), or NULL */
     void *heads3;                        /* Needle 3 head floats (heads3.c), or NULL */
 };
 
-/* Validates and binds an image that stays valid for the model's life. */
+/* Validates and binds an image that stays valid for the model's life: parses it, picks
+ * m->arch from its generation tag, and runs that architecture's bind. */
 int model_bind(struct needle_model *m, const uint8_t *image, size_t size);
 void model_unbind(struct needle_model *m);
 
-/* Needle 3 (model3.c): binds a validated generation-3 file (widened floats in m->fp) into
- * m->w for the rung m->depth, and fills m->info. model3_unbind frees what it allocated. */
+struct needle_backend_ops;
+/* 1 if `ops` has the operations the model's traits call for (attention3, monarch_mlp). */
+int model_backend_runs(const struct needle_model *m, const struct needle_backend_ops *ops);
+
+/* Widens the file's FP16/FP32 tensors into m->w.arena / m->fp, `extra` zeroed floats after
+ * them; v2_heads leaves Needle 2 head projections in the file (model.c). */
+int model_widen_float_tensors(struct needle_model *m, size_t extra, int v2_heads);
+
+/* Needle 2 (bind2.c): binds a parsed file into m->w (spec §1.9) and fills m->info. */
+int model2_bind(struct needle_model *m);
+
+/* Needle 3 (bind3.c): binds a parsed file into m->w for the rung m->depth, and fills
+ * m->info. model3_unbind frees what it allocated. */
 int model3_bind(struct needle_model *m);
 /* Floats model3_bind keeps at the end of the model's arena (the mHC scalars in rung
  * order), reserved by the arena's allocation before it runs. */
@@ -72,6 +86,17 @@ void model3_unbind_heads(struct needle_model *m);
 /* The first `n` layers of the official ladder order of an `L`-layer model (bisection:
  * 0, L-1, then the midpoint of the widest gap, leftmost first), sorted; n <= L <= 64. */
 void model3_ladder_layers(uint32_t L, uint32_t n, uint32_t *out);
+
+/* What the layers above (agent/, api/) read of a model, instead of its fields: the
+ * tokenizer (NULL if the file has none), the vocabulary (logit rows), the model width. */
+static inline const tokenizer *model_tokenizer(const struct needle_model *m) { return m->tok; }
+static inline uint32_t model_vocab(const struct needle_model *m) { return m->w.vocab; }
+static inline uint32_t model_width(const struct needle_model *m) { return m->w.d; }
+/* The validated .cact bytes, *size of them. */
+static inline const uint8_t *model_image(const struct needle_model *m, size_t *size) {
+    *size = m->image_size;
+    return m->image;
+}
 
 /* Engram site index of `layer`, or -1. */
 int model_site_of(const struct needle_model *m, uint32_t layer);

@@ -43,7 +43,7 @@ static float *alloc_floats(needle_session *s, size_t n, int *failed) {
 void needle_session_free(needle_session *s) {
     if (!s) return;
     if (s->ops) {
-        float **bufs[] = {&s->bk.kv_scales, &s->bk.scores, &s->bk.scratch3, &s->ev_hist, &s->lanes, &s->nx, &s->mix,
+        float **bufs[] = {&s->bk.kv_scales, &s->bk.scores, &s->ev_hist, &s->lanes, &s->nx, &s->mix,
                           &s->u, &s->bx, &s->h, &s->hr, &s->x2, &s->q, &s->k, &s->v,
                           &s->gate, &s->o, &s->attn, &s->eng_er, &s->eng_k, &s->eng_v,
                           &s->eng_vhat};
@@ -64,24 +64,9 @@ void needle_session_free(needle_session *s) {
     free(s);
 }
 
-/* What a Needle 3 session needs beyond a Needle 2 one: the backend's Needle 3 ops and a
- * KV window that holds every local window. */
-static int session3_check(const needle_model *m, const needle_backend_ops *ops,
-                          uint32_t window) {
-    if (!ops->attention3 || !ops->monarch_mlp)
-        return needle_fail(NEEDLE_ERR_BACKEND, "session_create: this backend cannot run Needle 3 "
-                           "models");
-    for (uint32_t i = 0; i < m->w.n_layers; i++)
-        if (window && m->w.layers3[i].window > window)
-            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: kv_window %u is "
-                               "shorter than the model's local window %u", window,
-                               m->w.layers3[i].window);
-    return NEEDLE_OK;
-}
-
-/* Floats of the Needle 3 conv-tap history: per layer conv_taps rows of q|k|v. */
+/* Floats of the attention's conv-tap history: per layer conv_taps rows of q|k|v. */
 static size_t qkv_hist_floats(const needle_model *m) {
-    if (m->w.generation != 3 || !m->w.conv_taps) return 0;
+    if (!m->w.conv_taps) return 0;
     const size_t row = (size_t)m->w.n_heads * m->w.qk_dim +
                        (size_t)m->w.n_kv_heads * (m->w.qk_dim + m->w.v_dim);
     return (size_t)m->w.n_layers * m->w.conv_taps * row;
@@ -111,8 +96,10 @@ static size_t kv_layout(const needle_session *s, uint32_t slots, uint32_t n_sink
     const model_weights *w = &s->m->w;
     size_t rows = 0;
     for (uint32_t l = 0; l < w->n_layers; l++) {
-        const uint32_t local = s->ops->kv_per_layer && w->generation == 3 ? w->layers3[l].window
-                                                                            : 0;
+        const uint32_t local =
+            s->ops->kv_per_layer && w->traits.attention == MODEL_ATTN_SPANNED
+                ? w->layers3[l].window
+                : 0;
         out[l].row0 = rows;
         if (local) {
             out[l].slots = local < s->n_ctx ? local : s->n_ctx;
@@ -217,24 +204,12 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     if (n_ctx > (1u << 24))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: n_ctx %u too large",
                            n_ctx);
-    /* Needle 3: by default the whole context (the reference forward has no KV window;
-     * local layers keep their own sliding window inside the cache) */
-    const int gen3 = m->w.generation == 3;
-    uint32_t window = p.kv_window < 0 ? (gen3 ? 0 : m->info.kv_window) : (uint32_t)p.kv_window;
-    /* Needle 3 W·A8 also quantizes the query, key and value heads inside the CPU's
-     * attention3, at the file's kv_bits; only 8 (per-head int8, what the exporter writes)
-     * is implemented, not the CQ-quantized KV of kv_bits 2-4 */
-    if (gen3 && a8 && ops != &cpu_backend_ops)
-        return needle_fail(NEEDLE_ERR_BACKEND, "session_create: the W·A8 mode (activations "
-                           "= A8 or NEEDLE_A8=1) runs Needle 3 models on the CPU backend only");
-    if (gen3 && a8 && m->info.kv_bits != 8)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: the W·A8 mode "
-                           "(activations = A8 or NEEDLE_A8=1) supports Needle 3 files made for "
-                           "an 8-bit KV cache; this one has kv_bits %u", m->info.kv_bits);
-    if (gen3) {
-        int rc3 = session3_check(m, ops, window);
-        if (rc3) return rc3;
-    }
+    uint32_t window = 0;
+    int arch_rc = m->arch->session_check(m, p.kv_window, a8, &window);
+    if (arch_rc) return arch_rc;
+    if (!model_backend_runs(m, ops))
+        return needle_fail(NEEDLE_ERR_BACKEND, "session_create: this backend cannot run %s "
+                           "models", m->arch->name);
     if (p.n_sinks > n_ctx)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: n_sinks %u exceeds "
                            "n_ctx %u", p.n_sinks, n_ctx);
@@ -272,7 +247,6 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
         s->bk.qkv_hist = s->ev_hist + eng_floats;
         s->bk.qkv_ring = m->w.conv_taps;
     }
-    if (gen3) s->bk.scratch3 = alloc_floats(s, backend_scratch3_floats(&m->w), &failed);
     s->lanes = alloc_floats(s, C * nl * d, &failed);
     s->nx = alloc_floats(s, C * m->w.phi_pre.cols_pad, &failed);
     s->mix = alloc_floats(s, C * (2 * nl + nl * nl), &failed);
@@ -482,18 +456,23 @@ void needle_session_reset(needle_session *s) {
     if (s->ext_on_reset) s->ext_on_reset(s->ext);
 }
 
-int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
-                int want_logits) {
+/* session_forward with its bookkeeping (stats, timing, the tests' logits hook). */
+static int run_forward(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
+                       const logits_request *want) {
     double t0 = util_clock_ms();
-    s->skip_logits = !want_logits && !all_logits;
-    int rc = session_forward(s, tokens, n, all_logits);
-    s->skip_logits = 0;
+    int rc = session_forward(s, tokens, n, all_logits, want);
     s->stats.forward_ms += util_clock_ms() - t0;
-    if (rc == NEEDLE_OK && s->logits_hook && (want_logits || all_logits))
+    if (rc == NEEDLE_OK && s->logits_hook && (!want->skip || all_logits))
         s->logits_hook(s->logits_hook_user, tokens, n, s->logits, s->m->w.vocab);
     if (rc == NEEDLE_OK) s->stats.tokens_evaluated += n;
     s->stats.forward_calls++;
     return rc;
+}
+
+int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
+                int want_logits) {
+    const logits_request want = {!want_logits && !all_logits, NULL, 0};
+    return run_forward(s, tokens, n, all_logits, &want);
 }
 
 void session_set_logits_hook(needle_session *s, session_logits_fn fn, void *user) {
@@ -503,12 +482,8 @@ void session_set_logits_hook(needle_session *s, session_logits_fn fn, void *user
 
 int session_run_rows(needle_session *s, const int32_t *tokens, uint32_t n, const int32_t *rows,
                      uint32_t n_rows) {
-    s->logit_rows = rows;
-    s->n_logit_rows = n_rows;
-    const int rc = session_run(s, tokens, n, NULL, 1);
-    s->logit_rows = NULL;
-    s->n_logit_rows = 0;
-    return rc;
+    const logits_request want = {0, rows, n_rows};
+    return run_forward(s, tokens, n, NULL, &want);
 }
 
 int session_prefill(needle_session *s, const int32_t *tokens, uint32_t n, int want_logits) {

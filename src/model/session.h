@@ -80,9 +80,6 @@ struct needle_session {
 
     /* host memory */
     float *logits;      /* [vocab] of the last position */
-    int skip_logits;    /* set by session_run when the caller needs no logits */
-    const int32_t *logit_rows; /* set by session_run_rows: only these ids' logits */
-    uint32_t n_logit_rows;
     float *rope_cs;     /* [chunk][head_dim]: cos | sin per position */
     uint32_t *eng_slots; /* [chunk][n_tables] engram table slots */
 
@@ -122,15 +119,39 @@ struct needle_session {
 void forward_act_matmul(struct needle_session *s, const float *xr, size_t ld_x, uint32_t n,
                         const cq_job *jobs, uint32_t njobs);
 
-/* Needle 3 (forward3.c): one layer over the chunk at p0, and the logits of ids past
- * out_vocab (input-only rows) set to -inf in `count` rows of `vocab` (no-op for Needle 2). */
-void forward3_layer_chunk(struct needle_session *s, uint32_t layer, uint32_t p0, uint32_t n);
-void forward3_mask_input_only(const struct needle_model *m, float *logits, uint32_t count);
+/* The steps of one layer over the n tokens of the chunk (forward.c), in the order an
+ * architecture's layer function (arch.h) calls them, with its attention and MLP ops:
+ *   mix_lanes: lane_norm and the phi products of file layer `phi_layer` into s->mix
+ *     (a ladder rung runs a subset of the file's layers);
+ *   read_lanes: the lane read (with the layer's engram site) into s->u, s->bx, s->hr;
+ *   project_qkvg: q, k, v, gate from s->hr (widths from qk_dim and v_dim);
+ *   project_out: out_proj of the attention output s->o into s->attn;
+ *   attention_residual: x2 = bx + gated ZC(attn), h = ZC(x2) for the MLP;
+ *   write_lanes: the MLP output in s->attn back into the lanes. */
+void forward_mix_lanes(struct needle_session *s, uint32_t phi_layer, uint32_t n);
+void forward_read_lanes(struct needle_session *s, uint32_t li, uint32_t n);
+void forward_project_qkvg(struct needle_session *s, uint32_t li, uint32_t n);
+void forward_project_out(struct needle_session *s, uint32_t li, uint32_t n);
+void forward_attention_residual(struct needle_session *s, uint32_t li, uint32_t n);
+void forward_write_lanes(struct needle_session *s, uint32_t li, uint32_t n);
+
+/* Sets the logits of ids past out_vocab (input-only rows) to -inf in `count` rows of
+ * `vocab` (a no-op where out_vocab = vocab). */
+void forward_mask_input_only(const struct needle_model *m, float *logits, uint32_t count);
+
+/* The logits a forward pass leaves in s->logits for its last position. */
+typedef struct logits_request {
+    int skip;            /* 1: none (the next token is forced); all_logits overrides it */
+    const int32_t *rows; /* NULL: every id; else only these (ascending, distinct), the
+                          * others -INFINITY (session_run_rows) */
+    uint32_t n_rows;
+} logits_request;
 
 /* Runs tokens[0:n] at positions pos..pos+n-1; writes [n][vocab] logits to `all_logits` if
- * non-NULL, and always leaves the last position's logits in s->logits. */
+ * non-NULL, and leaves the last position's logits in s->logits as `want` asks (NULL: all
+ * ids). */
 int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
-                    float *all_logits);
+                    float *all_logits, const logits_request *want);
 
 /* session_forward plus bookkeeping (stats, timing); want_logits = 0 skips the output
  * projection for the last token, for tokens whose successor is forced anyway. */

@@ -167,7 +167,8 @@ static int cu_session_init(backend_ctx *s) {
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: the model's weights are not on the device");
     if (m->n_lanes > MAX_LANES)
         return needle_fail(NEEDLE_ERR_BACKEND, "cuda: %u lanes exceed %u", m->n_lanes, MAX_LANES);
-    if (m->generation == 3 && s->kv_type != NEEDLE_KV_F32) /* k_attend3 reads f32 rows */
+    /* k_attend3 reads f32 rows */
+    if (m->traits.attention == MODEL_ATTN_SPANNED && s->kv_type != NEEDLE_KV_F32)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "cuda: Needle 3 sessions keep an f32 KV "
                            "cache (kv_type %d is not supported on CUDA)", s->kv_type);
     cuda_session *c = new (std::nothrow) cuda_session();
@@ -188,7 +189,7 @@ static int cu_session_init(backend_ctx *s) {
     c->logits = (float *)cu_alloc(s, C * m->vocab * sizeof(float));
     c->argmax = (int32_t *)cu_alloc(s, C * sizeof(int32_t));
     int tapped_failed = 0;
-    if (m->generation == 3 && m->conv_taps) {
+    if (m->conv_taps) {
         const size_t row = (size_t)m->n_heads * m->qk_dim +
                            (size_t)m->n_kv_heads * (m->qk_dim + m->v_dim);
         c->tapped = (float *)cu_alloc(s, C * row * sizeof(float));
@@ -517,7 +518,7 @@ static int cu_model_load(const model_weights *m, void **device_weights) {
     const size_t big = smem(m->phi_pre.cols_pad);
     if (e == cudaSuccess && big > 48 * 1024)
         e = cudaFuncSetAttribute(k_lane_norm, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)big);
-    if (e == cudaSuccess && m->generation == 3) {
+    if (e == cudaSuccess && m->traits.mlp == MODEL_MLP_MONARCH) {
         /* the Monarch permutations: the model's copy is host memory */
         const size_t pbytes = 2 * (size_t)m->hada_n * sizeof(uint32_t);
         e = cudaMalloc((void **)&w->perms, pbytes);
@@ -564,16 +565,36 @@ static int cu_device_info(int index, needle_device_info *out) {
     return NEEDLE_OK;
 }
 
-/* C++17 has no designated initializers: the order is that of needle_backend_ops. */
+/* Designated initializers, in the order of needle_backend_ops as C++20 requires (nvcc's
+ * C++17 front end and the host compiler accept them as an extension): a field added to
+ * the struct is NULL here until CUDA implements it, wherever it is added. */
 static const needle_backend_ops cuda_ops = {
-    cu_model_load,    cu_model_unload,  cu_session_init, cu_session_free, cu_alloc,
-    cu_release,       cu_upload,        cu_download,     cu_embed,        cu_matmul,
-    cu_engram_gather, cu_engram_conv,   cu_lane_norm,    cu_lane_read,    cu_attention,
-    cu_attn_residual, cu_hadamard_mlp,  cu_lane_write,   cu_logits,       cu_finish,
-    nullptr, /* matmul_a8: no W·A8 mode on CUDA */
-    cu_attention3,    cu_monarch_mlp,
-    NULL /* logits_rows: the caller masks the full logits */, NULL /* thread_stats */,
-    0 /* kv_per_layer: cu_attention3 addresses the uniform layout (layer * kv_slots) */,
+    .model_load = cu_model_load,
+    .model_unload = cu_model_unload,
+    .session_init = cu_session_init,
+    .session_free = cu_session_free,
+    .alloc = cu_alloc,
+    .release = cu_release,
+    .upload = cu_upload,
+    .download = cu_download,
+    .embed = cu_embed,
+    .matmul = cu_matmul,
+    .engram_gather = cu_engram_gather,
+    .engram_conv = cu_engram_conv,
+    .lane_norm = cu_lane_norm,
+    .lane_read = cu_lane_read,
+    .attention = cu_attention,
+    .attn_residual = cu_attn_residual,
+    .hadamard_mlp = cu_hadamard_mlp,
+    .lane_write = cu_lane_write,
+    .logits = cu_logits,
+    .finish = cu_finish,
+    .matmul_a8 = nullptr, /* no W·A8 mode on CUDA */
+    .attention3 = cu_attention3,
+    .monarch_mlp = cu_monarch_mlp,
+    .logits_rows = nullptr, /* the caller masks the full logits */
+    .thread_stats = nullptr,
+    .kv_per_layer = 0, /* cu_attention3 addresses the uniform layout (layer * kv_slots) */
 };
 
 extern "C" const needle_backend_impl cuda_backend = {

@@ -1,5 +1,5 @@
 /* The CUDA backend's Needle 3 kernels (backend.h: attention3, monarch_mlp), following the
- * CPU reference backend/cpu_ops3.c step by step. Included once, by cuda_backend.cu, after
+ * CPU reference (backend/cpu/spanned_attention.c, monarch_mlp.c) step by step. Included once, by cuda_backend.cu, after
  * cuda_kernels.cuh (its helpers, NT, block_sum); not a general header. Norms and RoPE of
  * q and k, and the gate with the rotation for out_proj, are Needle 2's kernels with the
  * Needle 3 row widths (cuda_backend.cu). The KV cache of a Needle 3 session is f32. */
@@ -142,7 +142,7 @@ struct monarch_args {
 };
 
 /* z := vec(A^T reshape(z, ba, bb) B) in shared memory; tmp [ba*bb] shared. Each output
- * sums its terms in the order of cpu_ops3.c's kron_apply. z must be complete (a barrier
+ * sums its terms in the order of cpu/monarch_mlp.c's kron_apply. z must be complete (a barrier
  * since it was written); ends with a barrier. */
 __device__ void kron_shared(float *z, const float *A, uint32_t ba, const float *B, uint32_t bb,
                             float *tmp) {

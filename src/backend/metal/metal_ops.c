@@ -113,7 +113,8 @@ static uint32_t max_u32(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
 static int mt_session_init(backend_ctx *s) {
     const model_weights *m = s->m;
-    if (m->generation == 3 && s->kv_type != NEEDLE_KV_F32) /* nk_attend3 reads f32 rows */
+    /* nk_attend3 reads f32 rows */
+    if (m->traits.attention == MODEL_ATTN_SPANNED && s->kv_type != NEEDLE_KV_F32)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "metal: Needle 3 sessions keep an f32 "
                            "KV cache (kv_type %d is not supported on Metal)", s->kv_type);
     nk_session *ns = calloc(1, sizeof *ns);
@@ -131,11 +132,10 @@ static int mt_session_init(backend_ctx *s) {
     uint32_t scr = max_u32(m->embedding.cols_pad, m->hada_n);
     scr = max_u32(scr, nl * nl + nl + nd);
     if (m->n_sites) scr = max_u32(scr, m->n_tables * m->sites[0].tables.cols_pad);
-    if (m->generation == 3) {
-        /* the tapped q|k|v row; the Monarch MLP's z, y, tmp and conditioning weights */
+    /* the tapped q|k|v row; the Monarch MLP's z, y, tmp and conditioning weights */
+    if (m->traits.attention == MODEL_ATTN_SPANNED)
         scr = max_u32(scr, m->n_heads * m->qk_dim + m->n_kv_heads * (m->qk_dim + m->v_dim));
-        scr = max_u32(scr, 3 * m->hada_n + MODEL3_COND_RANK);
-    }
+    if (m->traits.mlp == MODEL_MLP_MONARCH) scr = max_u32(scr, 3 * m->hada_n + MODEL3_COND_RANK);
     ns->scr_ld = scr;
     const size_t C = s->chunk;
     const size_t e_ld = m->n_sites ? m->sites[0].key_proj.cols_pad : 1;
@@ -149,7 +149,7 @@ static int mt_session_init(backend_ctx *s) {
     ns->argmax = nk_dev_alloc(ns->dev, C * sizeof(int32_t));
     /* the kernels read the permutations from a buffer (the model's copy is host memory) */
     int perms_failed = 0;
-    if (m->generation == 3) {
+    if (m->traits.mlp == MODEL_MLP_MONARCH) {
         ns->perms = nk_dev_alloc(ns->dev, 2 * (size_t)m->hada_n * sizeof(uint32_t));
         if (ns->perms) {
             memcpy(ns->perms, m->perm1, m->hada_n * sizeof(uint32_t));

@@ -5,7 +5,7 @@
  * functions in a C loop on Linux). Items are independent within a dispatch; order between
  * dispatches is the host's (metal_ops.c). Buffers are b0..b8 (their meaning is listed per
  * kernel) plus `wf`, the model's widened float tensors, indexed by the offsets o_a..o_d.
- * The arithmetic follows the CPU reference (backend/cpu_ops.c, kernels/cpu/cq_plain.c)
+ * The arithmetic follows the CPU reference (backend/cpu/ops.c, kernels/cpu/cq_plain.c)
  * operation by operation; only the CPU's SIMD dot products sum in another order. */
 #ifndef NEEDLE_METAL_NK_KERNELS_H
 #define NEEDLE_METAL_NK_KERNELS_H
@@ -394,7 +394,7 @@ NK_FN void nk_argmax(NK_PARAMS) {
     ((NK_DEVICE int *)b1)[gid] = (int)best;
 }
 
-/* ---- Needle 3 (NEEDLE3.md §2; the CPU reference is backend/cpu_ops3.c) ---------------- */
+/* ---- Needle 3 (NEEDLE3.md §2; the CPU reference is backend/cpu/spanned_attention.c, monarch_mlp.c) ---------------- */
 
 /* Raw projection value c of the q|k|v row of position p: this chunk's rows (b0 q [n][wq],
  * b1 k [n][wk], b2 v [n][wv]) for p >= p0, else the layer's history ring b3
@@ -511,7 +511,7 @@ NK_FN void nk_attend3(NK_PARAMS) {
 #define NK_COND_RANK 8u /* MODEL3_COND_RANK */
 
 /* z := vec(A^T reshape(z, ba, bb) B), A [ba][ba], B [bb][bb]; tmp [ba*bb]. The sums run
- * in the order of cpu_ops3.c's kron_apply. */
+ * in the order of cpu/monarch_mlp.c's kron_apply. */
 NK_FN void nk_kron(NK_DEVICE float *z, NK_DEVICE const float *A, uint ba,
                    NK_DEVICE const float *B, uint bb, NK_DEVICE float *tmp) {
     for (uint i = 0; i < ba; i++) {

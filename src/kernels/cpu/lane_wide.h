@@ -4,7 +4,7 @@
  * Also the lane read's weighted sum, the lane norm of several tokens at once and the
  * Hadamard MLP's gate (the same exp, over wider vectors). All give
  * exactly the bits of the portable code (nm_sinkhorn, nm_rms_unit, and the loops of
- * backend/cpu_ops.c): the same multiplies and adds in the same order, no fma, so a token's
+ * backend/cpu/ops.c): the same multiplies and adds in the same order, no fma, so a token's
  * lanes do not depend on the kernel level's batch, the chunking or the thread count
  * (tests/test_lanes.c compares them bit for bit). */
 #ifndef NEEDLE_KERNELS_CPU_LANE_WIDE_H

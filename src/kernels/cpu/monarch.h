@@ -1,7 +1,7 @@
-/* Kernels of the Needle 3 CPU ops (backend/cpu_ops3.c): the row combinations that make up
- * the Monarch (Kronecker) MLP's products and its rank-8 condition, and the multiply-add
- * of the causal conv taps. One table per instruction-set level, named as the levels of
- * cpu.h (v3_kernels_named(cpu_kernels->name) gives the session's level).
+/* Kernels of the Needle 3 CPU ops (backend/cpu/spanned_attention.c, monarch_mlp.c): the
+ * row combinations that make up the Monarch (Kronecker) MLP's products and its rank-8
+ * condition, and the multiply-add of the causal conv taps. One table per instruction-set level, named as the levels of
+ * cpu.h (backend/cpu/runtime.c picks the session's level once).
  *
  * Arithmetic: the plain kernels sum each output's terms in index order with a separate
  * multiply and add (what the original loops computed); the SIMD ones use fused
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct v3_kernels {
+typedef struct monarch_kernels {
     const char *name; /* "scalar", "avx2", "neon" */
     /* out[l] = sum_{r < n} c[r * c_ld] * x[r * w + l] for l < w (out overwritten, and
      * neither c nor x may overlap it) */
@@ -21,18 +21,18 @@ typedef struct v3_kernels {
                     uint32_t w);
     /* out[i] += a[i] * b[i] for i < n */
     void (*mul_add)(float *out, const float *a, const float *b, uint32_t n);
-} v3_kernels;
+} monarch_kernels;
 
-extern const v3_kernels v3_kernels_scalar;
+extern const monarch_kernels monarch_kernels_scalar;
 
 /* The AVX2+FMA table (monarch_avx2.c), or NULL where cpu_kernels_avx2() is NULL. */
-const v3_kernels *v3_kernels_avx2(void);
+const monarch_kernels *monarch_kernels_avx2(void);
 
 /* The NEON table (monarch_neon.c) on little-endian aarch64, else NULL. */
-const v3_kernels *v3_kernels_neon(void);
+const monarch_kernels *monarch_kernels_neon(void);
 
 /* The table of the level called `name` ("scalar", "avx2", "neon"), or NULL if unknown or
  * unsupported here. */
-const v3_kernels *v3_kernels_named(const char *name);
+const monarch_kernels *monarch_kernels_named(const char *name);
 
 #endif

@@ -2,7 +2,7 @@
  * up to 64 columns (8 vectors) at a time, over all the rows it combines, so each output
  * is written once and each input row read once per column block. Columns past the last
  * whole 8 are summed in scalar, in the same order. On other architectures this file
- * provides only v3_kernels_avx2() returning NULL. */
+ * provides only monarch_kernels_avx2() returning NULL. */
 #include <math.h>
 #include <string.h>
 
@@ -55,12 +55,12 @@ static AVX2_FN void mul_add_avx2(float *out, const float *a, const float *b, uin
     for (; i < n; i++) out[i] = fmaf(a[i], b[i], out[i]);
 }
 
-static const v3_kernels table = {"avx2", combine_avx2, mul_add_avx2};
+static const monarch_kernels table = {"avx2", combine_avx2, mul_add_avx2};
 
-const v3_kernels *v3_kernels_avx2(void) { return cpu_kernels_avx2() ? &table : NULL; }
+const monarch_kernels *monarch_kernels_avx2(void) { return cpu_kernels_avx2() ? &table : NULL; }
 
 #else
 
-const v3_kernels *v3_kernels_avx2(void) { return NULL; }
+const monarch_kernels *monarch_kernels_avx2(void) { return NULL; }
 
 #endif

@@ -49,12 +49,12 @@ static void mul_add_neon(float *out, const float *a, const float *b, uint32_t n)
     for (; i < n; i++) out[i] = fmaf(a[i], b[i], out[i]);
 }
 
-static const v3_kernels table = {"neon", combine_neon, mul_add_neon};
+static const monarch_kernels table = {"neon", combine_neon, mul_add_neon};
 
-const v3_kernels *v3_kernels_neon(void) { return cpu_kernels_neon() ? &table : NULL; }
+const monarch_kernels *monarch_kernels_neon(void) { return cpu_kernels_neon() ? &table : NULL; }
 
 #else
 
-const v3_kernels *v3_kernels_neon(void) { return NULL; }
+const monarch_kernels *monarch_kernels_neon(void) { return NULL; }
 
 #endif

@@ -16,12 +16,12 @@ static void mul_add_plain(float *out, const float *a, const float *b, uint32_t n
     for (uint32_t i = 0; i < n; i++) out[i] += a[i] * b[i];
 }
 
-const v3_kernels v3_kernels_scalar = {"scalar", combine_plain, mul_add_plain};
+const monarch_kernels monarch_kernels_scalar = {"scalar", combine_plain, mul_add_plain};
 
-const v3_kernels *v3_kernels_named(const char *name) {
+const monarch_kernels *monarch_kernels_named(const char *name) {
     if (!name) return NULL;
-    if (!strcmp(name, "scalar")) return &v3_kernels_scalar;
-    if (!strcmp(name, "avx2") || !strcmp(name, "avx512")) return v3_kernels_avx2();
-    if (!strcmp(name, "neon")) return v3_kernels_neon();
+    if (!strcmp(name, "scalar")) return &monarch_kernels_scalar;
+    if (!strcmp(name, "avx2") || !strcmp(name, "avx512")) return monarch_kernels_avx2();
+    if (!strcmp(name, "neon")) return monarch_kernels_neon();
     return NULL;
 }

@@ -5,261 +5,20 @@
  *
  * Threads. Besides the CQ products, the per-token ops of a prefill chunk (lane norm, read
  * and write, attention residual, Hadamard MLP, the logits rotation) and the K/V heads of
- * a chunk's attention are shared among the pool's threads by par_for. Every item is
- * computed by one thread with the same arithmetic whichever thread it is, using that
- * thread's own scratch (cpu_scratch), so results do not depend on the thread count.
+ * a chunk's attention are shared among the pool's threads by cpu_par_for (runtime.c).
+ * Every item is computed by one thread with the same arithmetic whichever thread it is,
+ * using that thread's own scratch (cpu_scratch), so results do not depend on the thread
+ * count.
  * Attention goes token by token within a K/V head (token i's K/V is stored before token
  * i attends, and a later token's store may overwrite a ring slot an earlier token still
  * reads), the heads side by side: one dispatch per layer and chunk, not per token. */
 #include <math.h>
-#include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "kernels/cpu/a8.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/runtime.h"
 #include "kernels/cpu/lane_math.h"
-#include "kernels/cpu/lane_wide.h"
-#include "backend/cpu_ops3.h"
-#include "util/error.h"
-#include "util/platform.h"
 #include "util/fp16.h"
-
-/* Scratch of one pool thread (index 0: the caller). */
-typedef struct cpu_scratch {
-    float *hada;     /* [hada_n] */
-    float *lane_old; /* [n_lanes * d] (lane write: a block of columns before it) */
-    float *tmp;      /* [max(group, 2*d, 2*kv_dim)] */
-} cpu_scratch;
-
-/* Per-session CPU state: the pool, its kernels and host scratch. */
-typedef struct cpu_session {
-    cpu_pool *pool;
-    const cpu_kernels *kern;
-    const a8_kernels *a8; /* W·A8 kernels of the same level (used when s->a8) */
-    const lane_wide_kernels *lane_wide; /* 4-lane write in AVX2/AVX-512, or NULL */
-    int n_threads;     /* the pool's, the caller included */
-    cpu_scratch *th;   /* [n_threads] */
-    float *th_mem;     /* backs every th[i] */
-    float *eng_e;      /* [T * sub] one token's gathered engram rows */
-    float *out_rot;    /* [chunk][d padded] rotated final hidden */
-} cpu_session;
-
-static cpu_session *cs_of(const backend_ctx *s) { return (cpu_session *)s->dev; }
-
-/* Rotates x for products with w, or under W·A8 (a QAT point) writes its quantized row
- * (declared in cpu_ops3.h for the Needle 3 attention output). */
-void cpu_act_rotate(const backend_ctx *s, const cq_matrix *w, const float *x, float *out) {
-    const cpu_session *c = cs_of(s);
-    if (s->a8) c->a8->rotate(w, x, out);
-    else c->kern->rotate(w, x, out);
-}
-
-/* ---- work sharing over the pool ---------------------------------------------------- */
-
-/* One item of a parallel loop; `thread` (0 = the caller) selects the scratch c->th[]. */
-typedef void (*item_fn)(backend_ctx *s, const void *ctx, uint32_t item, int thread);
-
-typedef struct par_loop {
-    backend_ctx *s;
-    const void *ctx;
-    item_fn body;
-    uint32_t n;
-    atomic_uint next; /* the next item not yet taken */
-} par_loop;
-
-static void par_worker(void *arg, int thread, int n_threads) {
-    (void)n_threads;
-    par_loop *L = arg;
-    for (;;) {
-        const uint32_t i = atomic_fetch_add_explicit(&L->next, 1, memory_order_relaxed);
-        if (i >= L->n) break;
-        L->body(L->s, L->ctx, i, thread);
-    }
-}
-
-/* Runs body(s, ctx, i, thread) once for every i in [0, n), items taken from a shared
- * counter by the pool's threads; a single item runs on the caller (a dispatch costs more
- * than one token's vector work). Returns when all items are done. */
-static void par_for(backend_ctx *s, uint32_t n, item_fn body, const void *ctx) {
-    cpu_session *c = cs_of(s);
-    if (n < 2 || c->n_threads < 2) {
-        for (uint32_t i = 0; i < n; i++) body(s, ctx, i, 0);
-        return;
-    }
-    par_loop L = {.s = s, .ctx = ctx, .body = body, .n = n};
-    atomic_init(&L.next, 0);
-    cpu_pool_run_shared(c->pool, par_worker, &L);
-}
-
-/* ---- session state -------------------------------------------------------------------- */
-
-static void *cpu_alloc(backend_ctx *s, size_t bytes) {
-    (void)s;
-    return calloc(bytes ? bytes : 1, 1);
-}
-
-static void cpu_release(backend_ctx *s, void *p) {
-    (void)s;
-    free(p);
-}
-
-static void cpu_copy(backend_ctx *s, void *dst, const void *src, size_t bytes) {
-    (void)s;
-    if (bytes) memcpy(dst, src, bytes);
-}
-
-static void cpu_session_free(backend_ctx *s) {
-    cpu_session *c = cs_of(s);
-    if (!c) return;
-    free(c->eng_e);
-    free(c->th);
-    platform_aligned_free(c->th_mem);
-    free(c->out_rot);
-    cpu_pool_free(c->pool);
-    free(c);
-    s->dev = NULL;
-}
-
-/* One cpu_scratch per pool thread, each starting on its own 64-byte line; `tmp` floats of
- * c->th[i].tmp. Returns 0, or -1 when out of memory. */
-static int thread_scratch_alloc(cpu_session *c, const model_weights *m, size_t tmp) {
-    c->n_threads = cpu_pool_threads(c->pool);
-    const size_t lane = (size_t)m->n_lanes * m->d;
-    const size_t per = (m->hada_n + lane + tmp + 15) / 16 * 16;
-    const size_t bytes = (size_t)c->n_threads * per * sizeof(float);
-    c->th = calloc((size_t)c->n_threads, sizeof *c->th);
-    c->th_mem = platform_aligned_alloc(64, bytes);
-    if (!c->th || !c->th_mem) return -1;
-    memset(c->th_mem, 0, bytes);
-    for (int i = 0; i < c->n_threads; i++) {
-        float *base = c->th_mem + (size_t)i * per;
-        c->th[i].hada = base;
-        c->th[i].lane_old = base + m->hada_n;
-        c->th[i].tmp = base + m->hada_n + lane;
-    }
-    return 0;
-}
-
-static int cpu_session_init(backend_ctx *s) {
-    const cpu_kernels *kern = cpu_kernels_best();
-    const model_weights *m = s->m;
-    cpu_session *c = calloc(1, sizeof *c);
-    if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory");
-    s->dev = c;
-    const size_t d = m->d, kvd = m->kv_dim;
-    size_t tmp = m->group;
-    if (tmp < 2 * d) tmp = 2 * d;
-    if (tmp < 2 * kvd) tmp = 2 * kvd;
-    if (m->generation == 3 && tmp < cpu_ops3_scratch_floats(m)) tmp = cpu_ops3_scratch_floats(m);
-    /* prefill attention blocks (attend_kv_heads) keep their scores in this scratch */
-    if (m->generation != 3 && kern->attend_block &&
-        tmp < attn_block_scratch_floats(m->head_dim, m->head_dim))
-        tmp = attn_block_scratch_floats(m->head_dim, m->head_dim);
-    /* engram header fields are only validated (and meaningful) when there are sites */
-    c->eng_e = calloc(m->n_sites ? (size_t)m->n_tables * m->sub_dim : 1, sizeof(float));
-    c->out_rot = calloc((size_t)s->chunk * m->embedding.cols_pad, sizeof(float));
-    /* kernel scratch: activations of a whole chunk for the widest matrix input */
-    uint32_t widest = m->embedding.cols_pad;
-    const uint32_t ins[] = {m->phi_pre.cols_pad, m->layers[0].q_proj.cols_pad,
-                            m->layers[0].out_proj.cols_pad,
-                            m->n_sites ? m->sites[0].key_proj.cols_pad : 0};
-    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
-        if (ins[i] > widest) widest = ins[i];
-    if (!c->eng_e || !c->out_rot ||
-        cpu_pool_create(s->n_threads, kern, cq_scratch_floats(widest, s->chunk), &c->pool) !=
-            NEEDLE_OK ||
-        thread_scratch_alloc(c, m, tmp) != 0) {
-        cpu_session_free(s);
-        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory for CPU scratch");
-    }
-    c->kern = cpu_pool_kernels(c->pool);
-    c->a8 = a8_kernels_named(c->kern->name);
-    if (!c->a8) c->a8 = &a8_kernels_scalar;
-    /* the AVX2/AVX-512 lane ops (their 4-lane write and read need n_lanes 4) */
-    c->lane_wide = m->n_lanes == 4 ? lane_wide_kernels_named(c->kern->name) : NULL;
-    if (s->a8) {
-        const cq_matrix *act[] = {&m->layers[0].q_proj, &m->layers[0].out_proj, &m->embedding,
-                                  m->n_sites ? &m->sites[0].key_proj : &m->embedding,
-                                  m->generation == 3 ? &m->phi_pre : &m->embedding};
-        for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
-            if (!a8_supported(act[i])) {
-                cpu_session_free(s);
-                return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session: W·A8 needs CQ "
-                                   "groups of 8..%u and inputs of at most %u columns",
-                                   A8_MAX_GROUP, A8_MAX_COLS);
-            }
-        if (m->generation == 3 && (m->qk_dim > A8_MAX_COLS || m->v_dim > A8_MAX_COLS)) {
-            cpu_session_free(s);
-            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session: W·A8 needs head dims "
-                               "of at most %u", A8_MAX_COLS);
-        }
-    }
-    return NEEDLE_OK;
-}
-
-/* ---- KV cache access in the session's precision ---------------------------------- */
-
-static size_t kv_index(const backend_ctx *s, uint32_t layer, uint32_t slot) {
-    return ((size_t)layer * s->kv_slots + slot) * s->m->kv_dim;
-}
-
-static uint32_t kv_slot(const backend_ctx *s, uint32_t p) {
-    return nm_kv_slot(p, s->n_sinks, s->window);
-}
-
-/* Scales of int8 cache row (layer, slot): KV_SCALE_GROUPS(kv_dim) floats. */
-static float *kv_row_scales(const backend_ctx *s, int which, uint32_t layer,
-                            uint32_t slot) {
-    const size_t rows = (size_t)s->m->n_layers * s->kv_slots;
-    return s->kv_scales + ((size_t)which * rows + (size_t)layer * s->kv_slots + slot) *
-                              KV_SCALE_GROUPS(s->m->kv_dim);
-}
-
-/* Stores values [off, off + n) of one token's K (which = 0) or V (1) row, x[0..n), into
- * cache row `row` (backend.h kv_layers); `width` is the row's used width. int8: `off`
- * starts a scale group and the slice ends on a group boundary or at `width`, so the
- * groups it writes are its own (the row's last group may be shorter). */
-void cpu_kv_store(backend_ctx *s, int which, size_t row, uint32_t off, uint32_t n,
-                  uint32_t width, const float *x) {
-    const uint32_t kvd = s->m->kv_dim;
-    const size_t at = row * kvd + off;
-    void *base = which ? s->v_cache : s->k_cache;
-    if (s->kv_type == NEEDLE_KV_F32) {
-        memcpy((float *)base + at, x, n * sizeof(float));
-    } else if (s->kv_type == NEEDLE_KV_F16) {
-        uint16_t *dst = (uint16_t *)base + at;
-        for (uint32_t i = 0; i < n; i++) dst[i] = f32_to_fp16(x[i]);
-    } else {
-        int8_t *dst = (int8_t *)base + at;
-        float *scales = s->kv_scales + ((size_t)which * s->kv_rows + row) * KV_SCALE_GROUPS(kvd);
-        for (uint32_t c0 = off; c0 < off + n; c0 += KV_SCALE_GROUP) {
-            const uint32_t c1 = width - c0 < KV_SCALE_GROUP ? width : c0 + KV_SCALE_GROUP;
-            float amax = 0.0f;
-            for (uint32_t i = c0; i < c1; i++) amax = fmaxf(amax, fabsf(x[i - off]));
-            const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
-            scales[c0 / KV_SCALE_GROUP] = scale;
-            for (uint32_t i = c0; i < c1; i++) dst[i - off] = (int8_t)lrintf(x[i - off] / scale);
-        }
-    }
-}
-
-/* The slots of layer L of positions [0, n_sink) and [tail0, t] in position order, as
- * runs of consecutive slots: the sinks, then the tail (which wraps around the layer's
- * ring at most once). Returns the number of runs (at most 3). */
-uint32_t cpu_kv_runs(const kv_layer_layout *L, uint32_t n_sink, uint32_t tail0, uint32_t t,
-                     attn_run *runs) {
-    uint32_t nr = 0;
-    if (n_sink) runs[nr++] = (attn_run){0, n_sink};
-    for (uint32_t p = tail0; p <= t;) {
-        const uint32_t slot = nm_kv_slot(p, L->n_sinks, L->window);
-        uint32_t run = t + 1 - p;
-        if (L->window && slot + run > L->n_sinks + L->window) run = L->n_sinks + L->window - slot;
-        runs[nr++] = (attn_run){slot, run};
-        p += run;
-    }
-    return nr;
-}
 
 /* ---- operations ------------------------------------------------------------------------ */
 
@@ -271,7 +30,7 @@ static void cpu_embed(backend_ctx *s, const int32_t *tokens, uint32_t n,
     const float emb_scale = (float)sqrt((double)d);
     for (uint32_t i = 0; i < n; i++) {
         float *X = lanes + (size_t)i * nl * d;
-        c->kern->dequant_row(&m->embedding, (uint32_t)tokens[i], X, c->th[0].tmp);
+        c->level.cq->dequant_row(&m->embedding, (uint32_t)tokens[i], X, c->th[0].tmp);
         for (uint32_t k = 0; k < d; k++) X[k] *= emb_scale;
         for (uint32_t r = 1; r < nl; r++) memcpy(X + (size_t)r * d, X, d * sizeof *X);
     }
@@ -284,7 +43,7 @@ static void cpu_matmul_op(backend_ctx *s, const float *xr, size_t ld_x,
 
 static void cpu_matmul_a8_op(backend_ctx *s, const float *xr, size_t ld_x, uint32_t ntok,
                              const cq_job *jobs, uint32_t njobs) {
-    a8_matmul_pool(cs_of(s)->pool, cs_of(s)->a8, xr, ld_x, ntok, jobs, njobs);
+    a8_matmul_pool(cs_of(s)->pool, cs_of(s)->level.a8, xr, ld_x, ntok, jobs, njobs);
 }
 
 static void cpu_engram_gather(backend_ctx *s, const engram_site *es,
@@ -298,7 +57,7 @@ static void cpu_engram_gather(backend_ctx *s, const engram_site *es,
             float *dst = e + (size_t)j * m->sub_dim;
             const uint32_t slot = slots[(size_t)i * m->n_tables + j];
             if (slot == ENGRAM_MASKED) memset(dst, 0, m->sub_dim * sizeof *dst);
-            else c->kern->dequant_row(&es->tables, j * m->slots + slot, dst, c->th[0].tmp);
+            else c->level.cq->dequant_row(&es->tables, j * m->slots + slot, dst, c->th[0].tmp);
         }
         cpu_act_rotate(s, &es->key_proj, e, er + (size_t)i * ecols);
     }
@@ -332,14 +91,14 @@ typedef struct lane_norm_args {
 /* Tokens per lane-norm item: the wide kernels norm several at once (their sums of squares
  * are latency-bound chains that interleave). */
 static uint32_t lane_norm_group(const backend_ctx *s) {
-    return cs_of(s)->lane_wide ? LANE_NORM_BATCH : 1;
+    return cs_of(s)->level.lane_wide ? LANE_NORM_BATCH : 1;
 }
 
 static void lane_norm_tokens(backend_ctx *s, const void *ctx, uint32_t g, int thread) {
     (void)thread;
     const lane_norm_args *a = ctx;
     const model_weights *m = s->m;
-    const lane_wide_kernels *wide = cs_of(s)->lane_wide;
+    const lane_wide_kernels *wide = cs_of(s)->level.lane_wide;
     const uint32_t nd = m->n_lanes * m->d, ld = m->phi_pre.cols_pad, group = lane_norm_group(s);
     const uint32_t t0 = g * group, count = a->n - t0 < group ? a->n - t0 : group;
     if (wide) wide->rms_unit_rows(a->lanes + (size_t)t0 * nd, nd, nd, count,
@@ -347,17 +106,17 @@ static void lane_norm_tokens(backend_ctx *s, const void *ctx, uint32_t g, int th
     for (uint32_t i = t0; i < t0 + count; i++) {
         float *out = a->nx + (size_t)i * ld;
         if (!wide) nm_rms_unit(a->lanes + (size_t)i * nd, nd, out);
-        /* Needle 3 quantizes the normed lanes for the phi products (a QAT point); Needle 2
-         * does not */
-        if (m->generation == 3) cpu_act_rotate(s, &m->phi_pre, out, out);
-        else cs_of(s)->kern->rotate(&m->phi_pre, out, out);
+        /* where the model quantizes the phi products' input (a QAT point of Needle 3, not
+         * of Needle 2) */
+        if (m->traits.phi_a8) cpu_act_rotate(s, &m->phi_pre, out, out);
+        else cs_of(s)->level.cq->rotate(&m->phi_pre, out, out);
     }
 }
 
 static void cpu_lane_norm(backend_ctx *s, const float *lanes, uint32_t n, float *nx) {
     const lane_norm_args a = {lanes, nx, n};
     const uint32_t group = lane_norm_group(s);
-    par_for(s, (n + group - 1) / group, lane_norm_tokens, &a);
+    cpu_par_for(s, (n + group - 1) / group, lane_norm_tokens, &a);
 }
 
 typedef struct lane_read_args {
@@ -381,8 +140,8 @@ static void lane_read_token(backend_ctx *s, const void *ctx, uint32_t i, int thr
     for (uint32_t r = 0; r < nl; r++)
         w[r] = nm_sigmoid(m->a_pre[li] * mix[r] + m->b_pre[li * nl + r] +
                           nm_lane_pre_offset(r, my_lane));
-    if (c->lane_wide) {
-        c->lane_wide->read4(X, w, d, u, bx);
+    if (c->level.lane_wide) {
+        c->level.lane_wide->read4(X, w, d, u, bx);
     } else {
         memset(u, 0, d * sizeof *u);
         for (uint32_t r = 0; r < nl; r++)
@@ -408,7 +167,7 @@ static void cpu_lane_read(backend_ctx *s, uint32_t li, uint32_t n, const float *
                           const float *mix_all, const float *ek_all, const float *ev_all,
                           float *u_all, float *bx_all, float *h_all, float *hr) {
     const lane_read_args a = {li, lanes, mix_all, ek_all, ev_all, u_all, bx_all, h_all, hr};
-    par_for(s, n, lane_read_token, &a);
+    cpu_par_for(s, n, lane_read_token, &a);
 }
 
 /* The attention of a chunk of tokens, one item per range of K/V heads. */
@@ -429,7 +188,7 @@ static void store_kv_rows(backend_ctx *s, const attend_args *x, uint32_t i, uint
     const model_weights *m = s->m;
     const layer_weights *l = &m->layers[x->layer];
     const uint32_t hd = m->head_dim, reps = m->n_heads / m->n_kv_heads, kvd = m->kv_dim;
-    const uint32_t t = x->p0 + i, slot = kv_slot(s, t);
+    const uint32_t t = x->p0 + i, slot = cpu_kv_slot(s, t);
     const float *cs = x->rope_cs + (size_t)i * hd;
     float *k = x->k + (size_t)i * kvd;
     for (uint32_t b = b0; b < b1; b++) {
@@ -463,11 +222,11 @@ static void attend_token(backend_ctx *s, const attend_args *x, attn_kv *kv, uint
         const float *qb = x->q + (size_t)i * A + (size_t)b * reps * hd;
         float *ob = x->o + (size_t)i * x->o_ld + (size_t)b * reps * hd;
         const float *gb = x->gate + (size_t)i * A + (size_t)b * reps * hd;
-        const size_t head0 = kv_index(s, x->layer, 0) + (size_t)b * hd;
+        const size_t head0 = cpu_kv_index(s, x->layer, 0) + (size_t)b * hd;
         kv->k = (const char *)s->k_cache + head0 * elem;
         kv->v = (const char *)s->v_cache + head0 * elem;
         kv->col0 = b * hd;
-        c->kern->attend(kv, runs, n_runs, qb, reps, hd, 1.0f / sqrtf((float)hd), gb,
+        c->level.cq->attend(kv, runs, n_runs, qb, reps, hd, 1.0f / sqrtf((float)hd), gb,
                         s->scores + (size_t)b * reps * s->kv_slots, s->kv_slots, ob,
                         c->th[thread].tmp);
     }
@@ -479,8 +238,8 @@ static void attend_token(backend_ctx *s, const attend_args *x, attn_kv *kv, uint
  * the positions, never on the thread. */
 static int block_fits(const backend_ctx *s, uint32_t layer, uint32_t t0, uint32_t nt) {
     const uint32_t last = t0 + nt - 1;
-    if (nt < 2 || !cs_of(s)->kern->attend_block || last >= ATTN_BLOCK_MAX_KEYS ||
-        kv_slot(s, last) != last)
+    if (nt < 2 || !cs_of(s)->level.cq->attend_block || last >= ATTN_BLOCK_MAX_KEYS ||
+        cpu_kv_slot(s, last) != last)
         return 0;
     attn_run runs[3];
     const nm_span span = nm_attention_span(last, s->n_sinks, s->window);
@@ -513,8 +272,8 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
     const int int8 = s->kv_type == NEEDLE_KV_INT8;
     attn_kv kv = {.type = s->kv_type,
                   .ld = kvd,
-                  .k_scales = int8 ? kv_row_scales(s, 0, x->layer, 0) : NULL,
-                  .v_scales = int8 ? kv_row_scales(s, 1, x->layer, 0) : NULL,
+                  .k_scales = int8 ? cpu_kv_row_scales(s, 0, x->layer, 0) : NULL,
+                  .v_scales = int8 ? cpu_kv_row_scales(s, 1, x->layer, 0) : NULL,
                   .scales_ld = KV_SCALE_GROUPS(kvd),
                   .group = KV_SCALE_GROUP,
                   .cold = x->n == 1};
@@ -532,35 +291,17 @@ static void attend_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int 
         for (uint32_t i = i0; i < i0 + nt; i++) store_kv_rows(s, x, i, b0, b1);
         for (uint32_t b = b0; b < b1; b++) {
             const size_t off = (size_t)i0 * A + (size_t)b * reps * hd;
-            const size_t head0 = kv_index(s, x->layer, 0) + (size_t)b * hd;
+            const size_t head0 = cpu_kv_index(s, x->layer, 0) + (size_t)b * hd;
             kv.k = (const char *)s->k_cache + head0 * elem;
             kv.v = (const char *)s->v_cache + head0 * elem;
             kv.col0 = b * hd;
-            if (!c->kern->attend_block(&kv, x->p0 + i0, nt, x->q + off, A, reps, hd, inv_scale,
+            if (!c->level.cq->attend_block(&kv, x->p0 + i0, nt, x->q + off, A, reps, hd, inv_scale,
                                        x->gate + off, A,
                                        x->o + (size_t)i0 * x->o_ld + (size_t)b * reps * hd,
                                        x->o_ld, c->th[thread].tmp))
                 for (uint32_t i = i0; i < i0 + nt; i++) attend_token(s, x, &kv, i, b, b + 1, thread);
         }
     }
-}
-
-typedef struct out_rotate_args {
-    const cq_matrix *w;
-    float *o;
-    size_t o_ld;
-} out_rotate_args;
-
-static void out_rotate_token(backend_ctx *s, const void *ctx, uint32_t i, int thread) {
-    (void)thread;
-    const out_rotate_args *r = ctx;
-    float *o = r->o + (size_t)i * r->o_ld;
-    cpu_act_rotate(s, r->w, o, o); /* W·A8: the QAT point of the gated attention output */
-}
-
-void cpu_out_rotate(backend_ctx *s, const cq_matrix *w, float *o, uint32_t n) {
-    const out_rotate_args r = {w, o, w->cols_pad};
-    par_for(s, n, out_rotate_token, &r);
 }
 
 static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
@@ -574,7 +315,7 @@ static void cpu_attention(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
     const uint32_t per = split ? 1 : m->n_kv_heads;
     const attend_args a = {li, p0, n, per, rope_cs, q_all, k_all, v_all, gate_all, o_all,
                            l->out_proj.cols_pad};
-    par_for(s, m->n_kv_heads / per, attend_kv_heads, &a);
+    cpu_par_for(s, m->n_kv_heads / per, attend_kv_heads, &a);
     cpu_out_rotate(s, &l->out_proj, o_all, n);
 }
 
@@ -602,7 +343,7 @@ static void attn_residual_token(backend_ctx *s, const void *ctx, uint32_t i,
 static void cpu_attn_residual(backend_ctx *s, uint32_t li, uint32_t n, float *attn,
                               const float *bx_all, float *x_all, float *h_all) {
     const attn_residual_args r = {li, attn, bx_all, x_all, h_all};
-    par_for(s, n, attn_residual_token, &r);
+    cpu_par_for(s, n, attn_residual_token, &r);
 }
 
 typedef struct hadamard_args {
@@ -622,18 +363,18 @@ static void hadamard_token(backend_ctx *s, const void *ctx, uint32_t t, int thre
     const float *h = a->h_all + (size_t)t * d;
     float *out = a->out_all + (size_t)t * d;
     for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
-    c->kern->fwht(z, N);
+    c->level.cq->fwht(z, N);
     /* v = d2 * z * scale, z = v * sigmoid(v) */
-    if (c->lane_wide) c->lane_wide->hada_gate(z, l->d2, scale, N);
+    if (c->level.lane_wide) c->level.lane_wide->hada_gate(z, l->d2, scale, N);
     else lane_hada_gate(z, l->d2, scale, N);
-    c->kern->fwht(z, N);
+    c->level.cq->fwht(z, N);
     for (uint32_t i = 0; i < d; i++) out[i] = l->d3[i] * (z[i] * scale);
 }
 
 static void cpu_hadamard_mlp(backend_ctx *s, uint32_t li, uint32_t n,
                              const float *h_all, float *out_all) {
     const hadamard_args a = {li, h_all, out_all};
-    par_for(s, n, hadamard_token, &a);
+    cpu_par_for(s, n, hadamard_token, &a);
 }
 
 typedef struct lane_write_args {
@@ -647,7 +388,7 @@ typedef struct lane_write_args {
 /* Tokens per lane-write item: with 4 lanes, a group's Sinkhorns run interleaved (as many
  * as fill the wide kernels' vectors). */
 static uint32_t lane_write_group(const backend_ctx *s) {
-    const lane_wide_kernels *w = cs_of(s)->lane_wide;
+    const lane_wide_kernels *w = cs_of(s)->level.lane_wide;
     if (w) return w->sinkhorn_batch;
     return s->m->n_lanes == 4 ? LANE_SINKHORN_BATCH : 1;
 }
@@ -660,7 +401,7 @@ static void lane_write_tokens(backend_ctx *s, const void *ctx, uint32_t g, int t
     const uint32_t li = a->li;
     const uint32_t d = m->d, nl = m->n_lanes, nd = nl * d, mix_ld = 2 * nl + nl * nl;
     const uint32_t my_lane = li % nl, group = lane_write_group(s);
-    const lane_wide_kernels *wide = cs_of(s)->lane_wide;
+    const lane_wide_kernels *wide = cs_of(s)->level.lane_wide;
     const uint32_t t0 = g * group, count = a->n - t0 < group ? a->n - t0 : group;
     float hpost[LANE_WIDE_MAX_BATCH][64], P[64 * 64]; /* group > 1 only for 4 lanes */
     for (uint32_t j = 0; j < count; j++) {
@@ -722,7 +463,7 @@ static void cpu_lane_write(backend_ctx *s, uint32_t li, uint32_t n,
                            const float *u_all, float *lanes) {
     const lane_write_args a = {li, n, mix_all, x_all, mlp, u_all, lanes};
     const uint32_t group = lane_write_group(s);
-    par_for(s, (n + group - 1) / group, lane_write_tokens, &a);
+    cpu_par_for(s, (n + group - 1) / group, lane_write_tokens, &a);
 }
 
 /* out_rot[i] = rotate_{embedding}(ZC(mean of the lanes of token i; final_norm)) */
@@ -747,10 +488,10 @@ static void cpu_logits(backend_ctx *s, const float *lanes, uint32_t count, float
                        int32_t *argmax) {
     const model_weights *m = s->m;
     const cpu_session *c = cs_of(s);
-    par_for(s, count, final_hidden_token, lanes);
+    cpu_par_for(s, count, final_hidden_token, lanes);
     /* rows [0, out_vocab) of the embedding are the output head (all of it for Needle 2) */
     const cq_job tied[] = {{&m->embedding, 0, m->out_vocab, out, m->vocab}};
-    if (s->a8) a8_matmul_pool(c->pool, c->a8, c->out_rot, m->embedding.cols_pad, count, tied, 1);
+    if (s->a8) a8_matmul_pool(c->pool, c->level.a8, c->out_rot, m->embedding.cols_pad, count, tied, 1);
     else cpu_matmul(c->pool, c->out_rot, m->embedding.cols_pad, count, tied, 1);
     if (argmax)
         for (uint32_t i = 0; i < count; i++) {
@@ -781,26 +522,10 @@ static void cpu_logits_rows(backend_ctx *s, const float *lanes, const int32_t *r
             jobs[nj++] = (cq_job){&m->embedding, (uint32_t)rows[i], j - i, out + rows[i], m->vocab};
             i = j;
         }
-        if (s->a8) a8_matmul_pool(c->pool, c->a8, c->out_rot, m->embedding.cols_pad, 1, jobs, nj);
+        if (s->a8) a8_matmul_pool(c->pool, c->level.a8, c->out_rot, m->embedding.cols_pad, 1, jobs, nj);
         else cpu_matmul(c->pool, c->out_rot, m->embedding.cols_pad, 1, jobs, nj);
     }
 }
-
-static void cpu_thread_stats(const backend_ctx *s, uint64_t *dispatches, double *sync_ms) {
-    uint64_t ns = 0;
-    cpu_pool_sync_stats(cs_of(s)->pool, dispatches, &ns);
-    *sync_ms = (double)ns / 1e6;
-}
-
-/* ---- what the Needle 3 ops (cpu_ops3.c) share of this file ------------------------ */
-
-void cpu_par_for(backend_ctx *s, uint32_t n, cpu_item_fn body, const void *ctx) {
-    par_for(s, n, body, ctx);
-}
-
-float *cpu_thread_tmp(const backend_ctx *s, int thread) { return cs_of(s)->th[thread].tmp; }
-
-const cpu_kernels *cpu_session_kernels(const backend_ctx *s) { return cs_of(s)->kern; }
 
 const needle_backend_ops cpu_backend_ops = {
     .model_load = NULL,

@@ -1,10 +1,10 @@
-/* The CPU's Needle 3 operations (backend.h: attention3, monarch_mlp), float32 over host
+/* The CPU's attention of the Needle 3 layer (backend.h: attention3), float32 over host
  * memory, following the official forward (docs/spec/NEEDLE3.md §2).
  *
  * Everything else a Needle 3 layer does (lanes, engram, the CQ products, the residual
- * norms, logits) goes through the ops Needle 2 uses. These two share their work among
- * the session's pool threads as cpu_ops.c does: attention one item per K/V head (or
- * range of them), the Monarch MLP one item per token. Each item is computed by one
+ * norms, logits) goes through the ops Needle 2 uses (ops.c), the MLP through
+ * monarch_mlp.c. The work is shared among the session's pool threads as in ops.c: one
+ * item per K/V head (or range of them). Each item is computed by one
  * thread with the same arithmetic whichever it is, so results do not depend on the
  * thread count. The vector work goes through the kernels of the session's level (the
  * attention kernel of kernels/cpu/attn.h with V heads of v_dim values; the row
@@ -19,16 +19,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "backend/cpu_ops3.h"
-#include "kernels/cpu/monarch.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/runtime.h"
 #include "util/fp16.h"
-#include "kernels/cpu/a8.h"
-
-static const v3_kernels *v3_kernels_of(const backend_ctx *s) {
-    const v3_kernels *k = v3_kernels_named(cpu_session_kernels(s)->name);
-    return k ? k : &v3_kernels_scalar;
-}
 
 /* ---- the KV cache ----------------------------------------------------------------------- */
 
@@ -49,7 +42,7 @@ static void a8_fake_quant_heads(float *x, uint32_t heads, uint32_t hd) {
 /* out[c] = sum_{j < taps, j <= t, j < local window} taps[j][c] * raw(t - j)[c], summed in
  * j order as the reference does; raw rows come from the ring `hist` (row stride `ld`),
  * tap rows are `tap_ld` apart; w columns. */
-static void conv_taps(const v3_kernels *vk, const float *taps, size_t tap_ld, uint32_t n_taps,
+static void conv_taps(const monarch_kernels *vk, const float *taps, size_t tap_ld, uint32_t n_taps,
                       uint32_t window, const float *hist, uint32_t ring, size_t ld, uint32_t t,
                       uint32_t w, float *out) {
     memset(out, 0, w * sizeof *out);
@@ -75,8 +68,8 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
     const model_weights *m = s->m;
     const layer_weights *l = &m->layers[x->layer];
     const layer3_weights *l3 = &m->layers3[x->layer];
-    const cpu_kernels *kern = cpu_session_kernels(s);
-    const v3_kernels *vk = v3_kernels_of(s);
+    const cpu_kernels *kern = cs_of(s)->level.cq;
+    const monarch_kernels *vk = cs_of(s)->level.monarch;
     const uint32_t H = m->n_heads, KV = m->n_kv_heads, qk = m->qk_dim, vd = m->v_dim;
     const uint32_t Wq = H * qk, Wk = KV * qk, Wv = KV * vd, reps = H / KV, kvd = m->kv_dim;
     const uint32_t b0 = item * x->kv_per_item;
@@ -179,61 +172,3 @@ void cpu_attention3(backend_ctx *s, uint32_t li, uint32_t p0, uint32_t n,
     cpu_out_rotate(s, &l->out_proj, o_all, n);
 }
 
-/* ---- the Monarch MLP ------------------------------------------------------------------ */
-
-/* z := vec(a^T reshape(z, ba, bb) b) (row-major), a [ba][ba], b [bb][bb]; tmp [ba*bb].
- * Whole rows are combined (contiguous vector work); each output sums its terms in index
- * order in the plain kernel. */
-static void kron_apply(const v3_kernels *vk, float *z, const float *a, uint32_t ba,
-                       const float *b, uint32_t bb, float *tmp) {
-    for (uint32_t i = 0; i < ba; i++)
-        vk->combine(tmp + (size_t)i * bb, z + (size_t)i * bb, 1, b, bb, bb);
-    for (uint32_t k = 0; k < ba; k++) vk->combine(z + (size_t)k * bb, a + k, ba, tmp, ba, bb);
-}
-
-/* dst[i] = src[perm[i]] */
-static void gather(float *dst, const float *src, const uint32_t *perm, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++) dst[i] = src[perm[i]];
-}
-
-typedef struct monarch_args {
-    uint32_t li;
-    const float *h_all;
-    float *out_all;
-} monarch_args;
-
-static void monarch_token(backend_ctx *s, const void *ctx, uint32_t t, int thread) {
-    const monarch_args *x = ctx;
-    const model_weights *m = s->m;
-    const layer_weights *l = &m->layers[x->li];
-    const layer3_weights *l3 = &m->layers3[x->li];
-    const v3_kernels *vk = v3_kernels_of(s);
-    const uint32_t N = m->hada_n, d = m->d, ba = m->hada_ba, bb = m->hada_bb;
-    float *z = cpu_thread_tmp(s, thread), *y = z + N, *tmp = y + N, *sm = tmp + N;
-    const float *h = x->h_all + (size_t)t * d;
-    float *out = x->out_all + (size_t)t * d;
-    /* cond = 1 + softmax(h cond_v) cond_u, the softmax over the rank axis */
-    vk->combine(sm, h, 1, l3->cond_v, d, MODEL3_COND_RANK);
-    const float sum = nm_softmax_exp(sm, MODEL3_COND_RANK);
-    for (uint32_t r = 0; r < MODEL3_COND_RANK; r++) sm[r] /= sum;
-
-    for (uint32_t i = 0; i < N; i++) z[i] = i < d ? l->d1[i] * h[i] : 0.0f;
-    kron_apply(vk, z, l3->w1a, ba, l3->w1b, bb, tmp);
-    gather(y, z, m->perm1, N);
-    vk->combine(tmp, sm, 1, l3->cond_u, MODEL3_COND_RANK, N);
-    for (uint32_t i = 0; i < N; i++) {
-        const float pre = l->d2[i] * (1.0f + tmp[i]) * y[i] + l3->b2[i];
-        y[i] = pre * nm_sigmoid(pre);
-    }
-    kron_apply(vk, y, l3->w2a, ba, l3->w2b, bb, tmp);
-    gather(z, y, m->perm2, N);
-    for (uint32_t i = 0; i < N; i++) z[i] *= l->d3[i];
-    kron_apply(vk, z, l3->w3a, ba, l3->w3b, bb, tmp);
-    for (uint32_t i = 0; i < d; i++) out[i] = l3->d4[i] * z[i];
-}
-
-void cpu_monarch_mlp(backend_ctx *s, uint32_t li, uint32_t n, const float *h_all,
-                     float *out_all) {
-    const monarch_args a = {li, h_all, out_all};
-    cpu_par_for(s, n, monarch_token, &a);
-}

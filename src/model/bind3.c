@@ -115,6 +115,8 @@ int model3_bind(struct needle_model *m) {
     if (m->depth && (m->depth < 2 || (uint32_t)m->depth > L))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "model: depth %d is not a rung of "
                            "this %u-layer model (2..%u, or 0 for all)", m->depth, L, L);
+    int wrc = model_widen_float_tensors(m, model3_arena_extra(f), 0);
+    if (wrc) return wrc;
     const uint32_t n = m->depth ? (uint32_t)m->depth : L;
     model3_state *st = calloc(1, sizeof *st);
     if (!st) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "model: out of memory");
@@ -132,7 +134,10 @@ int model3_bind(struct needle_model *m) {
     model3_ladder_layers(L, n, st->file_layer);
 
     model_weights *w = &m->w;
-    w->generation = 3;
+    /* the Monarch MLP; attention with conv taps, q/k and v widths and per-layer spans;
+     * under W·A8 the phi products and the attention heads are quantized (the official
+     * quant=True points) */
+    w->traits = (model_traits){MODEL_MLP_MONARCH, MODEL_ATTN_SPANNED, 1, 1};
     w->d = h->d_model;
     w->n_lanes = nl;
     w->n_layers = n;
