@@ -206,8 +206,31 @@ static void test_literals(void) {
         {"{\"enum\":[null,\"a\",1,true,{\"k\":[1,2]}]}",
          {"null", "\"a\"", "1", "true", "{\"k\":[1,2]}", "{\"k\":[1,`3]}", "{\"`j\"", "`false"}},
         {"{\"const\":\"fixed\"}", {"\"fixed\"", "\"fixed`2\"", "\"`\""}},
-        {"{\"type\":\"string\",\"enum\":[1,2]}", {"1", "2", "`\"1\""}}, /* tools.py Literal[1, 2] */
-        {"{\"enum\":[\"a\"],\"maxLength\":0}", {"\"a\""}}, /* enum wins; siblings ignored */
+        {"{\"type\":\"integer\",\"enum\":[1,2]}", {"1", "2", "`\"1\""}}, /* tools.py Literal[1, 2] */
+        /* issue 31: every keyword beside enum/const filters the values (jsonschema's verdict) */
+        {"{\"type\":\"integer\",\"enum\":[1,50],\"maximum\":10}", {"1", "`50", "1`0"}},
+        {"{\"type\":\"string\",\"enum\":[\"a\",1,\"b\"]}", {"\"a\"", "\"b\"", "`1"}}, /* Literal["a", 1] */
+        {"{\"type\":\"string\",\"enum\":[\"ab\",\"ax\",\"b\"],\"pattern\":\"a[a-c]\"}", {"\"ab\"", "\"a`x\"", "\"`b\""}},
+        {"{\"type\":\"string\",\"enum\":[\"2024-01-02\",\"soon\"],\"format\":\"date\"}", {"\"2024-01-02\"", "\"`soon\""}},
+        {"{\"enum\":[\"a\",\"bb\",\"ccc\"],\"minLength\":2,\"maxLength\":2}", {"\"bb\"", "\"`a\"", "\"`ccc\""}},
+        {"{\"type\":[\"integer\",\"null\"],\"enum\":[1,null,\"x\",2.5]}", {"1", "null", "`\"x\"", "`2.5"}},
+        {"{\"type\":\"number\",\"enum\":[3,4.5,5],\"multipleOf\":1.5}", {"4.5", "3", "`5"}},
+        {"{\"type\":\"integer\",\"enum\":[1,2,3],\"exclusiveMinimum\":1,\"exclusiveMaximum\":3}", {"2", "`1", "`3"}},
+        {"{\"type\":\"integer\",\"enum\":[1,2,3],\"minimum\":1,\"exclusiveMinimum\":true}", {"2", "3", "`1"}}, /* draft 4 */
+        {"{\"type\":\"boolean\",\"enum\":[true,1,\"false\"]}", {"true", "`1", "`f"}},
+        {"{\"enum\":[\"a\",\"b\",\"c\"],\"const\":\"b\"}", {"\"b\"", "\"`a\""}},
+        {"{\"enum\":[\"a\",\"b\",\"c\"],\"not\":{\"enum\":[\"b\"]}}", {"\"a\"", "\"c\"", "\"`b\""}},
+        {"{\"enum\":[1,2,3,4],\"allOf\":[{\"minimum\":2},{\"maximum\":3}]}", {"2", "3", "`1", "`4"}},
+        {"{\"enum\":[1,\"a\",true],\"anyOf\":[{\"type\":\"string\"},{\"type\":\"boolean\"}]}", {"\"a\"", "true", "`1"}},
+        {"{\"enum\":[5,10,15],\"oneOf\":[{\"multipleOf\":5},{\"multipleOf\":3}]}", {"5", "10", "1`5"}},
+        {"{\"enum\":[[1,1],[1,2],[1,2,3]],\"uniqueItems\":true,\"maxItems\":2,\"items\":{\"type\":\"integer\"}}",
+         {"[1,2]", "[1,`1", "[1,2`,"}},
+        {"{\"enum\":[{\"a\":1},{\"a\":1,\"b\":2},{\"b\":2},{\"a\":\"x\"}],\"type\":\"object\",\"required\":[\"a\"],"
+         "\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":false}", {"{\"a\":1}", "{\"a\":1`,", "{\"`b", "{\"a\":`\""}},
+        {"{\"enum\":[{\"a\":1},{\"a\":1,\"b\":2}],\"dependentRequired\":{\"a\":[\"b\"]},\"minProperties\":1}",
+         {"{\"a\":1,\"b\":2}", "{\"a\":1`}"}},
+        {"{\"enum\":[\"x\",\"y\"],\"$defs\":{\"X\":{\"const\":\"x\"}},\"not\":{\"$ref\":\"#/properties/v/$defs/X\"}}",
+         {"\"y\"", "\"`x\""}},
     };
     run_value_cases(cases, N(cases));
 }
@@ -575,6 +598,21 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"maxLength\":1.5}"), "maxLength"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"minItems\":2,\"maxItems\":1}"), "minItems (2) > maxItems (1)"},
         {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[]}"), "enum"},
+        /* issue 31: enum/const values that no sibling keyword leaves: refused, naming the
+         * tool, the path, the value and the keyword */
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"const\":5}"),
+         "tool \"t1\": parameters.properties.v: const 5 conflicts with the other keywords: it is not of type \"string\""},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"integer\",\"enum\":[\"x\"]}"),
+         "t1\": parameters.properties.v: no enum value satisfies the other keywords (1 dropped; \"x\": it is not of type \"integer\")"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"integer\",\"const\":5,\"minimum\":10}"), "const 5 conflicts with the other keywords: it is below minimum 10"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"enum\":[\"aa\"],\"maxLength\":1}"), "\"aa\": it is longer than maxLength 1"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"enum\":[\"abc\",\"x1\"],\"pattern\":\"^[0-9]+$\"}"), "2 dropped; \"abc\": it does not match pattern"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"boolean\",\"enum\":[1]}"), "1: it is not of type \"boolean\""},
+        {NEEDLE_ERR_SCHEMA, V1("{\"const\":\"a\",\"enum\":[\"b\"]}"), "const \"a\" conflicts with the other keywords: it is not in the enum"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[1],\"not\":{\"type\":\"integer\"}}"), "it matches the schema under not"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[1],\"if\":{}}"), "'if'"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[\"a\"],\"pattern\":\"(a\"}"), "pattern \"(a\": missing )"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[1],\"not\":{\"$ref\":\"#/nowhere\"}}"), "points at nothing"},
         {NEEDLE_ERR_SCHEMA, V1("{\"enum\":\"a\"}"), "enum"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}"), "pattern"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"a(?=b)\"}"), "lookaround"},

@@ -566,6 +566,17 @@ static const cJSON *follow_pointer(const cJSON *root, const char *ref) {
     return *p ? NULL : at;
 }
 
+const cJSON *gram_resolve_ref(gram_builder *b, const char *r) {
+    if (r[0] != '#') {
+        gram_fail(b, "$ref '%.120s' is not local: only refs into the tool's own schema (\"#/$defs/...\") "
+                     "are supported", r);
+        return NULL;
+    }
+    const cJSON *target = b->ref_root ? follow_pointer(b->ref_root, r) : NULL;
+    if (!target) gram_fail(b, "$ref '%.120s' points at nothing in the tool's parameters", r);
+    return target;
+}
+
 /* A schema with "$ref" is the schema it points at (inlined: the grammar has no rule
  * references). Only annotations may sit beside it, as pydantic writes them. A ref to a
  * schema that is being expanded (a tree type) would inline forever: it is refused. */
@@ -581,11 +592,8 @@ static int build_ref(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, i
     }
     if (!cJSON_IsString(ref)) return gram_fail(b, "$ref must be a string");
     const char *r = ref->valuestring;
-    if (r[0] != '#')
-        return gram_fail(b, "$ref '%.120s' is not local: only refs into the tool's own schema (\"#/$defs/...\") "
-                            "are supported", r);
-    const cJSON *target = follow_pointer(b->ref_root, r);
-    if (!target) return gram_fail(b, "$ref '%.120s' points at nothing in the tool's parameters", r);
+    const cJSON *target = gram_resolve_ref(b, r);
+    if (!target) return NEEDLE_ERR_SCHEMA;
     for (uint32_t i = 0; i < b->n_refs; i++)
         if (b->refs[i] == target)
             return gram_fail(b, "$ref '%.120s' is recursive (the schema contains itself), which is not supported", r);
@@ -607,9 +615,10 @@ int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, 
         return any_value(b, node);
     }
     if (!cJSON_IsObject(s)) return gram_fail(b, "a schema must be an object");
+    /* values listed: every other keyword only filters them (compiler_enum.c) */
+    if (kw(s, "enum") || kw(s, "const")) return gram_build_literal(b, s, node);
     for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof UNSUPPORTED[0]; i++)
         if (kw(s, UNSUPPORTED[i])) return gram_fail(b, "keyword '%s' is not supported", UNSUPPORTED[i]);
-    if (kw(s, "enum") || kw(s, "const")) return gram_build_literal(b, s, node);
     if (kw(s, "anyOf")) return build_anyof(b, s, kw(s, "anyOf"), "anyOf", ctx, node, depth);
     if (kw(s, "oneOf")) return build_anyof(b, s, kw(s, "oneOf"), "oneOf", ctx, node, depth);
     if ((rc = schema_types(b, s, &types))) return rc;

@@ -81,6 +81,16 @@ int gram_has_object_union(const gram_builder *b, uint32_t node);
 int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_t *origin, uint32_t n,
                             uint32_t *out);
 
+/* compiler.c: the schema a local $ref ("#/$defs/A") points at in the tool's parameters;
+ * NULL (after gram_fail) if it is not local or points at nothing. */
+const cJSON *gram_resolve_ref(gram_builder *b, const char *ref);
+
+/* compiler_enum.c: JSON Schema validation of value v against schema s, for enum/const
+ * values (skip: "enum" or "const", the keyword whose values are checked, or NULL).
+ * Returns 1 if s admits v, 0 if not (the first reason in why, "it is above maximum 10"),
+ * or a negative status if s is refused (gram_fail called). */
+int gram_value_admits(gram_builder *b, const cJSON *s, const cJSON *v, const char *skip, char *why, size_t why_len);
+
 /* compiler_scalar.c */
 int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node);
 int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uint32_t *node);

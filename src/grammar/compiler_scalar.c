@@ -98,14 +98,34 @@ int gram_build_fixed_literal(gram_builder *b, const char *const *words, uint32_t
     return finish_literal(b, first, node);
 }
 
+/* Compact spelling of v for messages, cut to fit. */
+static void brief_value(const cJSON *v, char *out, size_t cap) {
+    strbuf o = {0};
+    sb_value(&o, v);
+    snprintf(out, cap, "%.*s%s", o.len > 60 ? 60 : (int)o.len, o.data ? o.data : "", o.len > 60 ? "..." : "");
+    free(o.data);
+}
+
 int gram_build_literal(gram_builder *b, const cJSON *s, uint32_t *node) {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(s, "enum");
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(s, "const");
     if (e && !cJSON_IsArray(e)) return gram_fail(b, "enum must be an array");
     if (!c && !cJSON_GetArraySize(e)) return gram_fail(b, "enum must not be empty");
-    uint32_t first = b->g->n_lits, member = 0;
-    const cJSON *v = c ? c : e->child; /* const wins over enum */
-    for (; v; v = c ? NULL : v->next, member++) {
+    uint32_t first = b->g->n_lits, member = 0, dropped = 0;
+    char why[200] = "", first_why[200] = "", first_value[80] = "";
+    const cJSON *v = c ? c : e->child; /* a const is checked against the enum beside it */
+    for (; v; v = c ? NULL : v->next) {
+        /* every other keyword of s must hold for the value too: a value that breaks one
+         * is dropped (compiler_enum.c) */
+        int ok = gram_value_admits(b, s, v, c ? "const" : "enum", why, sizeof why);
+        if (ok < 0) return ok;
+        if (!ok) {
+            if (!dropped++) {
+                snprintf(first_why, sizeof first_why, "%s", why);
+                brief_value(v, first_value, sizeof first_value);
+            }
+            continue;
+        }
         for (int variant = 0; variant < 2; variant++) {
             strbuf o = {0};
             if (cJSON_IsString(v)) sb_json_string(&o, v->valuestring, variant);
@@ -115,6 +135,12 @@ int gram_build_literal(gram_builder *b, const cJSON *s, uint32_t *node) {
             free(o.data);
             if (rc) return gram_oom(b);
         }
+        member++;
+    }
+    if (!member) {
+        if (c) return gram_fail(b, "const %s conflicts with the other keywords: %s", first_value, first_why);
+        return gram_fail(b, "no enum value satisfies the other keywords (%u dropped; %s: %s)", dropped, first_value,
+                         first_why);
     }
     return finish_literal(b, first, node);
 }
