@@ -243,10 +243,11 @@ static int any_value(gram_builder *b, uint32_t *out) {
     if (u == GRAM_NONE) return gram_oom(b);
     b->any = u;
     if ((rc = free_string(b, &alts[0])) || (rc = gram_build_fixed_literal(b, words, 3, &alts[2]))) return rc;
-    alts[1] = gram_new_node(b, GRAM_NODE_NUMBER); /* mode GRAM_NUM_FREE */
+    alts[1] = gram_new_node(b, GRAM_NODE_NUMBER);
     alts[3] = gram_new_node(b, GRAM_NODE_OBJECT);
     alts[4] = gram_new_node(b, GRAM_NODE_ARRAY);
     if (alts[1] == GRAM_NONE || alts[3] == GRAM_NONE || alts[4] == GRAM_NONE) return gram_oom(b);
+    gram_unbounded_number(b, alts[1]);
     gram_node *o = &b->g->nodes[alts[3]];
     o->u.obj.free_value = u;
     o->u.obj.free_key = alts[0];

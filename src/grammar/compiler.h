@@ -95,6 +95,9 @@ int gram_value_admits(gram_builder *b, const cJSON *s, const cJSON *v, const cha
 int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node);
 int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uint32_t *node);
 int gram_build_literal(gram_builder *b, const cJSON *s, uint32_t *node);
+/* Makes number node id any number of the JSON-safe range, |x| <= 2^53, in at most
+ * GRAM_NUM_DIGIT_BUDGET digits: what a schema without bounds (or a free value) gets. */
+void gram_unbounded_number(gram_builder *b, uint32_t id);
 int gram_build_fixed_literal(gram_builder *b, const char *const *words, uint32_t n, uint32_t *node);
 /* Appends the JSON spelling of string s (UTF-8, validated) to the literal bytes: raw
  * non-ASCII (ascii = 0) or \uXXXX escapes (ascii = 1), as Python's json.dumps with

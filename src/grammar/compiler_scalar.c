@@ -249,6 +249,14 @@ int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node) 
 
 /* ---- numbers ----------------------------------------------------------------------------- */
 
+void gram_unbounded_number(gram_builder *b, uint32_t id) {
+    gram_node *n = &b->g->nodes[id];
+    n->u.num.mode = GRAM_NUM_EXACT;
+    n->u.num.lo = (gram_fx){-GRAM_JSON_SAFE_INT, 0};
+    n->u.num.hi = (gram_fx){GRAM_JSON_SAFE_INT, 0};
+    n->u.num.digits = GRAM_NUM_DIGIT_BUDGET;
+}
+
 static int64_t gcd64(int64_t a, int64_t b) {
     while (b) {
         int64_t t = a % b;
@@ -315,6 +323,10 @@ int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uin
             if (bd[i].lower && t > lo) lo = t;
             if (!bd[i].lower && t < hi) hi = t;
         }
+        /* the JSON-safe range: what every consumer holds exactly as a double */
+        const int64_t safe = GRAM_JSON_SAFE_INT * (int64_t)gram_dec_pow10(scale);
+        if (scale <= 2 && lo < -safe) lo = -safe;
+        if (scale <= 2 && hi > safe) hi = safe;
         n->u.num.mode = GRAM_NUM_SCALED;
         n->u.num.scale = (uint8_t)scale;
         n->u.num.digits = (uint8_t)digits;
@@ -326,8 +338,11 @@ int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uin
             return gram_fail(b, "no %s satisfies minimum/maximum/multipleOf", integer ? "integer" : "number");
         return 0;
     }
-    if (!nb) return 0; /* GRAM_NUM_FREE */
-    gram_fx lo = gram_fx_neg(gram_fx_max()), hi = gram_fx_max();
+    if (!nb) {
+        gram_unbounded_number(b, id);
+        return 0;
+    }
+    gram_fx lo = {-GRAM_JSON_SAFE_INT, 0}, hi = {GRAM_JSON_SAFE_INT, 0}; /* the JSON-safe range */
     for (int i = 0; i < nb; i++) {
         gram_fx x;
         int exact, r = gram_fx_from_double(bd[i].v, bd[i].lower, &x, &exact);
@@ -339,7 +354,8 @@ int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uin
             if (gram_fx_cmp(x, hi) < 0) hi = x;
         }
     }
-    if (gram_fx_cmp(lo, hi) > 0) return gram_fail(b, "no number satisfies minimum/maximum");
+    if (gram_fx_cmp(lo, hi) > 0)
+        return gram_fail(b, "no number satisfies minimum/maximum within the JSON-safe range |x| <= 2^53");
     n->u.num.mode = GRAM_NUM_EXACT;
     n->u.num.lo = lo;
     n->u.num.hi = hi;

@@ -36,6 +36,12 @@ static int max_int_digits(const gram_node *n) {
     return n->u.num.mode == GRAM_NUM_SCALED ? n->u.num.digits - n->u.num.scale : n->u.num.mode == GRAM_NUM_EXACT ? 18 : 255;
 }
 
+/* An EXACT node with a digit budget (unbounded numbers, whose range [-2^53, 2^53] needs
+ * at most 16 integer digits, so "." always has a digit left): no digit past it. */
+static int exact_budget_spent(const gram_node *n, const grammar_frame *t) {
+    return n->u.num.mode == GRAM_NUM_EXACT && n->u.num.digits && t->u.num.idig + t->u.num.fdig >= n->u.num.digits;
+}
+
 static int frac_allowed(const gram_node *n) {
     return n->u.num.mode != GRAM_NUM_SCALED || n->u.num.allow_frac;
 }
@@ -60,7 +66,7 @@ static int advance(const gram_node *n, grammar_frame *t, uint8_t b) {
     case N_ZERO:
     case N_INT:
         if (digit && t->phase == N_INT) {
-            if (t->u.num.idig >= max_int_digits(n)) return 0;
+            if (t->u.num.idig >= max_int_digits(n) || exact_budget_spent(n, t)) return 0;
             if (mode != GRAM_NUM_FREE) t->u.num.ip = t->u.num.ip * 10 + (uint64_t)d;
             t->u.num.idig++;
             return 1;
@@ -84,7 +90,7 @@ static int advance(const gram_node *n, grammar_frame *t, uint8_t b) {
                 return 1;
             }
             if (mode == GRAM_NUM_EXACT) {
-                if (t->u.num.fdig >= 18) return 0;
+                if (t->u.num.fdig >= 18 || exact_budget_spent(n, t)) return 0;
                 t->u.num.fp += (uint64_t)d * gram_dec_pow10(17 - t->u.num.fdig);
             } else if (mode == GRAM_NUM_SCALED) {
                 t->u.num.fp = t->u.num.fp * 10 + (uint64_t)d;
