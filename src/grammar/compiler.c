@@ -304,6 +304,64 @@ int gram_set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint32_
     return 0;
 }
 
+/* The schema a list entry stands for, through its $ref chain (NULL: unresolved). */
+static const cJSON *deref(gram_builder *b, const cJSON *s) {
+    for (int i = 0; s && cJSON_IsObject(s) && kw(s, "$ref") && i < GRAM_MAX_REF_DEPTH; i++)
+        s = cJSON_IsString(kw(s, "$ref")) ? gram_resolve_ref(b, kw(s, "$ref")->valuestring) : NULL;
+    return s;
+}
+
+/* The object nodes a value of `node` may be written as: itself, the alternatives of an
+ * object union, the object alternative of a union. Returns how many (at most cap). */
+static uint32_t object_leaves(const gram_builder *b, uint32_t node, uint32_t *out, uint32_t cap) {
+    const grammar *g = b->g;
+    const gram_node *u = &g->nodes[node];
+    if (u->kind == GRAM_NODE_UNION) {
+        uint32_t pick = g->picks[u->u.uni.pick + '{'];
+        return pick ? object_leaves(b, pick - 1, out, cap) : 0;
+    }
+    if (u->kind == GRAM_NODE_OBJECT && cap) {
+        out[0] = node;
+        return 1;
+    }
+    uint32_t n = 0;
+    if (u->kind == GRAM_NODE_OBJ_UNION)
+        for (uint32_t a = 0; a < u->u.ou.n_alts && n < cap; a++) out[n++] = g->prop_nodes[u->u.ou.table + a];
+    return n;
+}
+
+/* oneOf means exactly one: a value the grammar writes for one alternative must fail every
+ * other. Alternatives of different JSON types are exclusive (the union's pick table
+ * guarantees that); objects are, in JSON Schema, open unless additionalProperties is
+ * false, so each object a value of alternative i may be written as must be shown to fail
+ * every object of alternative j (gram_objects_exclusive; additionalProperties is read
+ * from the oneOf's own entries, a nested union's objects count as open). */
+static int check_one_of(gram_builder *b, const cJSON *list, const uint32_t *alts, uint32_t n) {
+    uint32_t li[GRAM_MAX_OBJ_ALTS], lj[GRAM_MAX_OBJ_ALTS];
+    const cJSON *x = list->child;
+    for (uint32_t i = 0; i < n; i++, x = x->next) {
+        const uint32_t ni = object_leaves(b, alts[i], li, GRAM_MAX_OBJ_ALTS);
+        const cJSON *y = list->child;
+        for (uint32_t j = 0; j < n && ni; j++, y = y->next) {
+            const uint32_t nj = j == i ? 0 : object_leaves(b, alts[j], lj, GRAM_MAX_OBJ_ALTS);
+            if (!nj) continue;
+            const cJSON *sj = deref(b, y);
+            if (!sj) return NEEDLE_ERR_SCHEMA;
+            const int closed = b->g->nodes[alts[j]].kind == GRAM_NODE_OBJECT && cJSON_IsObject(sj) &&
+                               cJSON_IsFalse(kw(sj, "additionalProperties"));
+            for (uint32_t p = 0; p < ni; p++)
+                for (uint32_t q = 0; q < nj; q++)
+                    if (!gram_objects_exclusive(b, li[p], lj[q], closed))
+                        return gram_fail(b, "oneOf[%u] and oneOf[%u]: an object written for [%u] may also be valid "
+                                            "against [%u] (JSON Schema objects accept undeclared keys unless "
+                                            "additionalProperties is false), and oneOf needs exactly one: make [%u] "
+                                            "require a key [%u] lacks, give them distinct const values of a "
+                                            "required key, or use anyOf", i, j, i, j, j, i);
+        }
+    }
+    return 0;
+}
+
 static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const char *name, int ctx,
                        uint32_t *node, int *depth) {
     /* "discriminator" (OpenAPI, pydantic) names the property the const values tell apart:
@@ -332,6 +390,7 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
         gram_path_pop(b, m2);
     }
     if (!rc) rc = gram_make_union(b, alts, (uint32_t)n, node);
+    if (!rc && !strcmp(name, "oneOf")) rc = check_one_of(b, list, alts, (uint32_t)n);
     if (!rc && (ctx & GRAM_CTX_HASHED) && gram_has_object_union(b, *node))
         rc = gram_fail(b, "a union of objects inside the items of a uniqueItems array is not supported");
     gram_path_pop(b, mark);

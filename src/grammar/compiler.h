@@ -91,6 +91,13 @@ const cJSON *gram_resolve_ref(gram_builder *b, const char *ref);
  * or a negative status if s is refused (gram_fail called). */
 int gram_value_admits(gram_builder *b, const cJSON *s, const cJSON *v, const char *skip, char *why, size_t why_len);
 
+/* compiler_union.c: 1 if no value the grammar writes for object node a is valid, as JSON
+ * Schema reads it (undeclared keys allowed unless additionalProperties is false, which
+ * closed_c says of c's schema), against object node c: c requires a key a never writes,
+ * c is closed and a always writes a key c lacks, or a always writes a key with literal
+ * values c never takes there. 0 when that cannot be shown. For oneOf. */
+int gram_objects_exclusive(const gram_builder *b, uint32_t a, uint32_t c, int closed_c);
+
 /* compiler_scalar.c */
 int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node);
 int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uint32_t *node);
