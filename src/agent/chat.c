@@ -598,7 +598,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: min_confidence must be >= 0");
     const int is_result = p.turn == NEEDLE_TURN_TOOL_RESULT ||
                           (p.turn == NEEDLE_TURN_AUTO && c->last_turn_called);
-    envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0, 0, 0, NULL, NULL};
+    envelope e = {is_result ? "respond" : "call", 0, NULL, NULL, "[]", "", 0, 0, 0, 0, 0, NULL, NULL, 0, 0};
     int suppressed = 0; /* a low-confidence answer: reported, then rolled back */
     const int last_turn_called = c->last_turn_called;
     int saved = 0; /* turn_start holds this turn's starting point */
@@ -634,6 +634,14 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         e.error = "the conversation does not fit in the context; reset the session";
         e.error_code = "context_full";
         goto write;
+    }
+    /* With a sliding window (the positions seen past the pinned prefix) the context is
+     * unbounded, but a turn longer than the window loses its own start before the answer
+     * begins: the envelope says so ("input_truncated"), never a silent success (issue 31). */
+    const uint32_t window = session_window(s);
+    if (window && n_ids + 4 > window) {
+        e.truncated_tokens = (uint32_t)n_ids;
+        e.truncated_window = window;
     }
     /* the turn evaluates its n_ids tokens and at most max_new_tokens more */
     if ((rc = session_checkpoint_save(s, &c->turn_start,

@@ -6,7 +6,9 @@
  *    "function_calls":[{"name":..,"arguments":{..}}],"reasoning":str,"confidence":num|null,
  *    "prefill_tps":num,"decode_tps":num,"peak_ram_mb":num}
  * plus, only when they apply, "suppressed_calls" (type "low_confidence": the calls not to
- * execute) and "retrieved_tools" (the names of the tools retrieval rendered this turn).
+ * execute), "retrieved_tools" (the names of the tools retrieval rendered this turn) and
+ * "input_truncated": {"tokens": N, "window": W} (the turn's N tokens are more than the
+ * sliding window's W positions: the model did not see the start of the input).
  * "confidence" is a number in [0, 1] on every successful turn, null on failures. 
  * error_code values (documented in the README), all produced by agent/chat.c:
  * "context_full", "max_tokens", "invalid_input", "internal". (A session without tools is
@@ -15,6 +17,7 @@
 #define NEEDLE_AGENT_ENVELOPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util/strbuf.h"
 
@@ -30,6 +33,9 @@ typedef struct envelope {
     double confidence;          /* [0, 1], written when has_confidence */
     const char *suppressed_calls; /* JSON array or NULL (key left out) */
     const char *retrieved_tools;  /* JSON array of names or NULL (key left out) */
+    /* a turn of truncated_tokens tokens past the sliding window of truncated_window
+     * positions: "input_truncated": {"tokens", "window"} (key left out while 0) */
+    uint32_t truncated_tokens, truncated_window;
 } envelope;
 
 /* Writes the envelope, NUL-terminated, into out. *len receives the length without the NUL.

@@ -324,9 +324,11 @@ int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uin
             if (!bd[i].lower && t < hi) hi = t;
         }
         /* the JSON-safe range: what every consumer holds exactly as a double */
-        const int64_t safe = GRAM_JSON_SAFE_INT * (int64_t)gram_dec_pow10(scale);
-        if (scale <= 2 && lo < -safe) lo = -safe;
-        if (scale <= 2 && hi > safe) hi = safe;
+        if (scale <= 2) { /* larger scales: 18 digits are below 2^53 * 10^scale already */
+            const int64_t safe = GRAM_JSON_SAFE_INT * (int64_t)gram_dec_pow10(scale);
+            if (lo < -safe) lo = -safe;
+            if (hi > safe) hi = safe;
+        }
         n->u.num.mode = GRAM_NUM_SCALED;
         n->u.num.scale = (uint8_t)scale;
         n->u.num.digits = (uint8_t)digits;
