@@ -105,7 +105,42 @@ static void add_object_keywords(diff_rng *r, cJSON *s, int depth) {
     if (chance(r, 40)) cJSON_AddFalseToObject(s, "additionalProperties");
 }
 
+/* Object items of the kind tool schemas use with uniqueItems: a string and numbers,
+ * enums or booleans ([{"name": string, "quantity": integer}]). */
+static cJSON *record_schema(diff_rng *r) {
+    cJSON *s = cJSON_CreateObject(), *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+    cJSON_AddStringToObject(s, "type", "object");
+    for (int i = 1 + (int)diff_rand(r, 3); i > 0; i--) {
+        const char *k = KEYS[diff_rand(r, N(KEYS))];
+        if (cJSON_GetObjectItemCaseSensitive(props, k)) continue;
+        cJSON *v = cJSON_CreateObject();
+        switch (diff_rand(r, 4)) {
+        case 0: cJSON_AddStringToObject(v, "type", "string"); break;
+        case 1:
+            cJSON_AddStringToObject(v, "type", chance(r, 50) ? "integer" : "number");
+            add_number_keywords(r, v);
+            break;
+        case 2: cJSON_AddStringToObject(v, "type", "boolean"); break;
+        default: {
+            cJSON *e = cJSON_AddArrayToObject(v, "enum");
+            for (int j = 1 + (int)diff_rand(r, 4); j > 0; j--) cJSON_AddItemToArray(e, random_value(r, 0));
+        }
+        }
+        cJSON_AddItemToObject(props, k, v);
+        if (chance(r, 60)) cJSON_AddItemToArray(req, cJSON_CreateString(k));
+    }
+    cJSON_AddItemToObject(s, "properties", props);
+    cJSON_AddItemToObject(s, "required", req);
+    return s;
+}
+
 static void add_array_keywords(diff_rng *r, cJSON *s, int depth) {
+    if (chance(r, 25)) {
+        cJSON_AddItemToObject(s, "items", record_schema(r));
+        cJSON_AddTrueToObject(s, "uniqueItems");
+        if (chance(r, 60)) cJSON_AddNumberToObject(s, "maxItems", 1 + diff_rand(r, 4));
+        return;
+    }
     cJSON_AddItemToObject(s, "items", random_schema(r, depth - 1));
     if (chance(r, 30)) cJSON_AddNumberToObject(s, "minItems", diff_rand(r, 3));
     if (chance(r, 30)) cJSON_AddNumberToObject(s, "maxItems", diff_rand(r, 5));

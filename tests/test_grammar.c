@@ -303,6 +303,25 @@ static void test_unique_compound(void) {
           "[{\"a\":\"x\",\"b\":\"\"},{\"b\":\"\",\"a\":\"x`\"}]"}},
         {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":" OBJ_AB "}}",
          {"[{},{\"a\":\"\"}]", "[{},{`}]", "[{\"b\":\"1\"},{\"a\":\"1\"}]"}},
+        /* issue 31: numbers and enums in object items, [{"name": string, "quantity": integer}]:
+         * written last, a number or literal avoids the values that would repeat an item */
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"object\",\"properties\":{\"name\":"
+         "{\"type\":\"string\"},\"quantity\":{\"type\":\"integer\"}},\"required\":[\"name\",\"quantity\"]}}",
+         {"[{\"name\":\"a\",\"quantity\":1},{\"name\":\"a\",\"quantity\":2}]",
+          "[{\"name\":\"a\",\"quantity\":1},{\"name\":\"a\",\"quantity\":12}]",
+          "[{\"name\":\"a\",\"quantity\":1},{\"quantity\":1,\"name\":\"b\"}]",
+          "[{\"name\":\"a\",\"quantity\":1},{\"name\":\"a\",\"quantity\":1`}",
+          "[{\"name\":\"a\",\"quantity\":1},{\"name\":\"a\",\"quantity\":1`.0",
+          "[{\"name\":\"a\",\"quantity\":1},{\"quantity\":1,\"name\":\"a`\"",
+          "[{\"name\":\"a\",\"quantity\":0},{\"name\":\"a\",\"quantity\":`0",
+          "[{\"name\":\"a\",\"quantity\":-5},{\"name\":\"a\",\"quantity\":-5`}"}},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":2,\"items\":{\"type\":\"object\",\"properties\":"
+         "{\"s\":{\"type\":\"string\"},\"b\":{\"type\":\"boolean\"},\"k\":{\"enum\":[\"x\",\"y\"]}},"
+         "\"required\":[\"s\",\"b\",\"k\"]}}",
+         {"[{\"s\":\"q\",\"b\":true,\"k\":\"x\"},{\"s\":\"q\",\"k\":\"x\",\"b\":false}]",
+          "[{\"s\":\"q\",\"b\":true,\"k\":\"x\"},{\"s\":\"q\",\"k\":\"x\",\"b\":`true",
+          "[{\"s\":\"q\",\"b\":true,\"k\":\"x\"},{\"s\":\"q\",\"b\":true,\"k\":\"`x",
+          "[{\"s\":\"q\",\"b\":true,\"k\":\"x\"},{\"s\":\"q\",\"b\":true,\"k\":\"y\"}]"}},
         {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":" NUMS "}",
          {"[[1,2],[2,1],[1],[]]", "[[1,2],[1,2`]]", "[[1],[1.0`]]", "[[],[`]]", "[[0.5],[0.50`]]",
           "[[1],[1,1]]"}},
@@ -643,7 +662,11 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\"},\"uniqueItems\":true}"),
          "declared properties"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"n\":"
-                               "{\"type\":\"integer\"}}},\"uniqueItems\":true}"), "every property"},
+                               "{\"type\":\"boolean\"}}},\"uniqueItems\":true}"),
+         "property \"n\" can be written last and then cannot always differ"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"n\":"
+                               "{\"type\":\"integer\",\"minimum\":1,\"maximum\":3}}},\"uniqueItems\":true,\"maxItems\":4}"),
+         "at least 4 values"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"null\"},"
                                "\"maxItems\":2},\"uniqueItems\":true}"), "without maxItems"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"null\"},"

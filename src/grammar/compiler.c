@@ -484,23 +484,45 @@ static int build_object(gram_builder *b, const cJSON *s, int ctx, uint32_t *node
     return 0;
 }
 
-/* Whether a repeated object or array item can always be turned into a new one at the
- * byte where the repeat is refused: "]" of an array item can give way to one more item
- * (no maxItems); an object item is complete when its last property is, and each property
- * can then go on instead (a string without maxLength, pattern or format; an array without
- * maxItems), and a "}" before that to one more property. */
-static int item_can_change(const gram_builder *b, uint32_t node) {
+/* Whether a repeated object or array item can always be turned into a new one: "]" of an
+ * array item can give way to one more item (no maxItems). An object item is complete
+ * when its last property is; a "}" before that can give way to one more property. Its
+ * last property can then always be written differently: a string without maxLength,
+ * pattern or format, or an array without maxItems, goes on where the repeat would be
+ * certain; a number or a literal (enum, const, boolean, null) avoids, while it is read,
+ * the values that would repeat an earlier item (recognizer.c, used_for), which needs
+ * more values than the array has earlier items: at least `cap`. Returns 1, or 0 with
+ * the property that fails in *bad (GRAM_NONE: the object has no properties). */
+static int item_can_change(const gram_builder *b, uint32_t node, uint32_t cap, uint32_t *bad) {
     const gram_node *n = &b->g->nodes[node];
+    *bad = GRAM_NONE;
     if (n->kind == GRAM_NODE_ARRAY) return n->u.arr.max == UINT32_MAX;
     if (n->kind != GRAM_NODE_OBJECT) return 1; /* scalars: see the scalar builders */
     if (!n->u.obj.n_props) return 0;
     for (uint32_t p = 0; p < n->u.obj.n_props; p++) {
-        const gram_node *v = &b->g->nodes[b->g->prop_nodes[n->u.obj.props + p]];
+        const uint32_t pn = b->g->prop_nodes[n->u.obj.props + p];
+        const gram_node *v = &b->g->nodes[pn];
+        const int scalar = v->kind == GRAM_NODE_NUMBER || v->kind == GRAM_NODE_LITERAL;
         if (!(v->kind == GRAM_NODE_STRING && v->u.str.dfa < 0 && v->u.str.max_len == UINT32_MAX) &&
-            !(v->kind == GRAM_NODE_ARRAY && v->u.arr.max == UINT32_MAX))
+            !(v->kind == GRAM_NODE_ARRAY && v->u.arr.max == UINT32_MAX) && !(scalar && gram_node_domain(b, pn) >= cap)) {
+            *bad = p;
             return 0;
+        }
     }
     return 1;
+}
+
+/* The name of property p of object node o (its first spelling), for messages. */
+static void prop_name(const gram_builder *b, uint32_t o, uint32_t p, char *out, size_t cap) {
+    const gram_node *n = &b->g->nodes[o];
+    snprintf(out, cap, "?");
+    for (uint32_t i = 0; i < n->u.obj.count; i++) {
+        const gram_lit *e = &b->g->lits[n->u.obj.first + i];
+        if (e->member == p) {
+            snprintf(out, cap, "%.*s", e->len > 62 ? 62 : (int)e->len, (const char *)b->g->lit_bytes + e->off);
+            return;
+        }
+    }
 }
 
 static int build_array(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth) {
@@ -520,13 +542,22 @@ static int build_array(gram_builder *b, const cJSON *s, int ctx, uint32_t *node,
     } else {
         size_t m = gram_path_push(b, "items", 0);
         rc = gram_build_schema(b, items, unique ? GRAM_CTX_UNIQUE_ITEM : part ? GRAM_CTX_HASHED : 0, &item, &d);
-        if (!rc && unique && !item_can_change(b, item))
-            rc = gram_fail(b, "uniqueItems on %s items needs %s, so that a repeated item can always be changed",
-                           b->g->nodes[item].kind == GRAM_NODE_ARRAY ? "array" : "object",
-                           b->g->nodes[item].kind == GRAM_NODE_ARRAY
-                               ? "item arrays without maxItems"
-                               : "every property to be a string without maxLength, pattern or format, or "
-                                 "an array without maxItems");
+        const uint32_t cap = max < GRAMMAR_MAX_UNIQUE ? max : GRAMMAR_MAX_UNIQUE;
+        uint32_t bad = GRAM_NONE;
+        if (!rc && unique && !item_can_change(b, item, cap, &bad)) {
+            char name[80] = "";
+            if (bad != GRAM_NONE) prop_name(b, item, bad, name, sizeof name);
+            if (b->g->nodes[item].kind == GRAM_NODE_ARRAY)
+                rc = gram_fail(b, "uniqueItems on array items needs item arrays without maxItems, so that a "
+                                  "repeated item can always be changed");
+            else if (bad == GRAM_NONE)
+                rc = gram_fail(b, "uniqueItems on object items needs declared properties");
+            else
+                rc = gram_fail(b, "uniqueItems on object items: property %s can be written last and then cannot "
+                                  "always differ from the other items (up to %u); every property must be a string "
+                                  "without maxLength, pattern or format, an array without maxItems, or a number "
+                                  "or enum with at least %u values (or lower maxItems)", name, cap, cap);
+        }
         gram_path_pop(b, m);
         if (rc) return rc;
     }
