@@ -6,14 +6,17 @@
  *                   from the keywords present (properties -> object, items -> array, ...),
  *                   and a schema with none (or `true`) admits any JSON value.
  *   enum, const     any JSON values, matched on their compact spelling (strings raw UTF-8
- *                   or \u-escaped; integral numbers as "1" or "1.0"). They take precedence
- *                   over "type", because tools.py writes Literal[1, 2] as
- *                   {"type": "string", "enum": [1, 2]}; other keywords beside them are
- *                   ignored.
+ *                   or \u-escaped; integral numbers as "1" or "1.0"). Every other keyword
+ *                   of the schema filters them (compiler_enum.c, JSON Schema validation of
+ *                   each value, allOf/not/dependentRequired/min/maxProperties included): a
+ *                   value that breaks one is dropped; a schema left with none is refused
+ *                   naming the value and the keyword it breaks.
  *   anyOf, oneOf    alternatives that start with different bytes (different JSON types,
  *                   or enums starting differently), except objects: several object
  *                   alternatives are allowed when a const property or their required keys
- *                   tell them apart (compiler_union.c); with that restriction the two agree.
+ *                   tell them apart (compiler_union.c). oneOf also needs its object
+ *                   alternatives exclusive as JSON Schema reads them (open unless
+ *                   additionalProperties is false; check_one_of).
  *                   Only annotations (and "discriminator") may sit beside them.
  *   object          properties (at most 64) in any order, each at most once; no unknown
  *                   keys; required ones before "}". additionalProperties may be false (or
@@ -24,14 +27,16 @@
  *                   (at most GRAMMAR_MAX_UNIQUE items, of one type). Scalar items: enums,
  *                   booleans, numbers, strings without maxLength/pattern/format. Object
  *                   items: declared properties, each a string without maxLength/pattern/
- *                   format or an array without maxItems; array items: without maxItems;
+ *                   format, an array without maxItems, or a number or literal with at least
+ *                   as many values as the array's items; array items: without maxItems;
  *                   their parts may be any typed values (no free-form values, no nested
  *                   uniqueItems). Equality is JSON's: 1 == 1.0, "\u0061" == "a", objects
  *                   equal with their members in any order (by a 64-bit hash of the
  *                   canonical value: code points, exact numbers, members as a sum). A
  *                   repeat is refused at the byte where it would become certain: for
  *                   scalars where no unused value can follow, for an object at the byte
- *                   that completes its last property (or at "}"), for an array at "]";
+ *                   that completes its last property (or at "}"; a number or literal last
+ *                   property avoids the repeating values as it is read), for an array at "]";
  *                   there the value can always go on differently (that is what the
  *                   restrictions on object and array items ensure), so a unique array never
  *                   traps the decoder. Numbers in unique items keep to 15 significant
@@ -41,7 +46,9 @@
  *                   time, date-time, email, uri, uuid, ipv4; others are ignored as
  *                   annotations), not pattern and format together.
  *   number/integer  minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, or
- *                   draft-4 booleans), multipleOf (k * 10^-s with s <= 9). Bounds hold both
+ *                   draft-4 booleans), multipleOf (k * 10^-s with s <= 9), always within
+ *                   |x| <= 2^53 (GRAM_JSON_SAFE_INT); without bounds at most 17 digits and
+ *                   no exponent (gram_unbounded_number). Bounds hold both
  *                   for the decimal written and for the double a tool reads from it: a
  *                   strict bound b is applied as >= nextafter(b) (inclusive bounds need no
  *                   care, rounding being monotone).
@@ -55,7 +62,8 @@
  * Annotations (title, description, default, examples, $schema, $defs, ...) and unknown
  * keywords are ignored, as JSON Schema does. Keywords that change validation in ways the
  * grammar does not implement are refused: allOf, not, if/then/else,
- * patternProperties, dependencies, propertyNames, contains, prefixItems, ... */
+ * patternProperties, dependencies, propertyNames, contains, prefixItems, ... (beside an
+ * enum or const, allOf, not, dependentRequired and min/maxProperties are checked). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
