@@ -194,7 +194,7 @@ static cJSON *random_literal(diff_rng *r, int depth) {
 
 static cJSON *random_schema(diff_rng *r, int depth) {
     cJSON *s = cJSON_CreateObject();
-    uint32_t kind = diff_rand(r, depth > 0 ? 12 : 8);
+    uint32_t kind = diff_rand(r, depth > 0 ? 14 : 8);
     switch (kind) {
     case 0:
     case 1:
@@ -230,6 +230,24 @@ static cJSON *random_schema(diff_rng *r, int depth) {
         cJSON_AddStringToObject(s, "type", "array");
         add_array_keywords(r, s, depth);
         break;
+    case 12:
+    case 13: { /* allOf: parts of one schema, or two schemas that may contradict */
+        cJSON *all = cJSON_AddArrayToObject(s, "allOf");
+        for (int i = 2; i > 0; i--) {
+            cJSON *x;
+            if (chance(r, 50)) {
+                x = random_schema(r, depth - 1);
+            } else {
+                x = cJSON_CreateObject();
+                if (chance(r, 50)) cJSON_AddStringToObject(x, "type", TYPES[diff_rand(r, N(TYPES))]);
+                if (chance(r, 40)) add_number_keywords(r, x);
+                if (chance(r, 40)) add_string_keywords(r, x);
+                if (chance(r, 30)) add_object_keywords(r, x, depth);
+            }
+            cJSON_AddItemToArray(all, x);
+        }
+        break;
+    }
     default: {
         cJSON *any = cJSON_AddArrayToObject(s, chance(r, 50) ? "anyOf" : "oneOf");
         for (int i = 2 + (int)diff_rand(r, 2); i > 0; i--) cJSON_AddItemToArray(any, random_schema(r, depth - 1));

@@ -241,6 +241,28 @@ static void test_literals(void) {
     run_value_cases(cases, N(cases));
 }
 
+/* issue 31: allOf as the intersection of its entries (compiler_allof.c) */
+static void test_all_of(void) {
+    static const vcase cases[] = {
+        {"{\"allOf\":[{}]}", {"1", "\"s\"", "null"}},
+        {"{\"allOf\":[{\"$ref\":\"#/properties/v/$defs/U\"}],\"description\":\"pydantic v1\","
+         "\"$defs\":{\"U\":{\"type\":\"string\",\"enum\":[\"a\",\"b\"]}}}", {"\"a\"", "\"b\"", "\"`c"}},
+        {"{\"allOf\":[{\"type\":\"integer\",\"minimum\":0},{\"maximum\":10}]}", {"5", "10", "1`1", "-`1", "0`.5"}},
+        {"{\"allOf\":[{\"type\":\"number\"},{\"type\":[\"integer\",\"string\"]}]}", {"3", "`\"", "3`.5"}},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]},"
+         "{\"properties\":{\"b\":{\"type\":\"integer\"}},\"required\":[\"b\"]}]}",
+         {"{\"a\":\"x\",\"b\":1}", "{\"b\":1,\"a\":\"x\"}", "{\"a\":\"x\"`}", "{\"`c"}},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0}}},"
+         "{\"properties\":{\"a\":{\"maximum\":3}}}],\"required\":[\"a\"]}", {"{\"a\":3}", "{\"a\":`4", "{\"a\":-`1"}},
+        {"{\"allOf\":[{\"enum\":[1,2,3]},{\"enum\":[2,3,4]}]}", {"2", "3", "`1", "`4"}},
+        {"{\"allOf\":[{\"type\":\"string\",\"maxLength\":3},{\"minLength\":2,\"maxLength\":5}]}",
+         {"\"ab\"", "\"abc\"", "\"a`\"", "\"abc`d"}},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"additionalProperties\":false},"
+         "{\"properties\":{\"b\":{},\"c\":{}}}]}", {"{\"a\":1,\"b\":2}", "{\"`c"}},
+    };
+    run_value_cases(cases, N(cases));
+}
+
 static void test_objects(void) {
     static const vcase cases[] = {
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},"
@@ -599,7 +621,14 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":{\"type\":\"string\"}}]", "parameters"},
         {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":{\"enum\":[1]}}]", "parameters"},
         {NEEDLE_ERR_SCHEMA, V1("{\"$ref\":\"#/$defs/x\"}"), "t1\": parameters.properties.v: $ref '#/$defs/x' points at nothing"},
-        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{}]}"), "allOf"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}"),
+         "parameters.properties.v: allOf: the entries' types have no type in common"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{\"type\":\"string\",\"pattern\":\"a\"},{\"pattern\":\"b\"}]}"),
+         "allOf: entries give 'pattern' different values"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false},"
+                               "{\"properties\":{\"b\":{}},\"required\":[\"b\"]}]}"), "'b' is required by one entry and forbidden"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{\"enum\":[1]},{\"enum\":[2]}]}"), "allOf: no value is in every enum"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[]}"), "allOf must be a non-empty array"},
         {NEEDLE_ERR_SCHEMA, V1("{\"not\":{}}"), "'not'"},
         {NEEDLE_ERR_SCHEMA, V1("{\"if\":{},\"then\":{}}"), "'if'"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"patternProperties\":{}}"), "patternProperties"},
@@ -756,6 +785,7 @@ int main(void) {
     RUN(test_numbers);
     RUN(test_number_prefixes);
     RUN(test_literals);
+    RUN(test_all_of);
     RUN(test_objects);
     RUN(test_arrays);
     RUN(test_unique_compound);

@@ -89,7 +89,7 @@ static void test_differential(void) {
            st.calls, st.bytes);
     /* the generator must reach both sides: refusals and accepted schemas with calls */
     CHECK(st.refused > st.rounds / 20);
-    CHECK(st.calls > st.rounds);
+    CHECK(st.calls > st.rounds / 2);
 }
 
 int main(void) {

@@ -169,6 +169,9 @@ static void test_errors(void) {
          "{\"const\":\"a\"},\"n\":{\"type\":\"integer\"}}},{\"type\":\"object\",\"properties\":{\"k\":"
          "{\"const\":\"c\"},\"m\":{\"type\":\"string\"}}}]}}}",
          "oneOf[0] and oneOf[1]"},
+        /* found by test_grammar_diff: {"minimum": 1} also admits true, which [1] writes */
+        {"{\"type\":\"object\",\"properties\":{\"u\":{\"oneOf\":[{\"minimum\":1},{\"type\":\"boolean\"}]}}}",
+         "oneOf[0] does not say its type"},
         {"{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":"
          "{\"type\":\"integer\"}},\"required\":[\"a\"]},{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
          "\"integer\"},\"b\":{\"type\":\"string\"}},\"required\":[\"a\"]}]}}}",

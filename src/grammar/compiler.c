@@ -181,7 +181,7 @@ void gram_sort_lits(grammar *g, uint32_t first, uint32_t n) {
 /* ---- helpers for keywords ------------------------------------------------------------- */
 
 static const char *const UNSUPPORTED[] = {
-    "$dynamicRef", "$recursiveRef", "allOf", "not", "if", "then", "else",
+    "$dynamicRef", "$recursiveRef", "not", "if", "then", "else",
     "patternProperties", "dependencies", "dependentRequired", "dependentSchemas",
     "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
     "maxContains", "prefixItems", "additionalItems", "minProperties", "maxProperties"};
@@ -344,9 +344,33 @@ static uint32_t object_leaves(const gram_builder *b, uint32_t node, uint32_t *ou
  * false, so each object a value of alternative i may be written as must be shown to fail
  * every object of alternative j (gram_objects_exclusive; additionalProperties is read
  * from the oneOf's own entries, a nested union's objects count as open). */
+/* Whether schema s admits values of its declared types only (JSON Schema's keywords of
+ * one type let every other type through): it says "type", lists its values (enum,
+ * const), or is a union or an intersection of such schemas. */
+static int typed(gram_builder *b, const cJSON *s, int depth) {
+    s = deref(b, s);
+    if (!cJSON_IsObject(s) || depth > GRAM_MAX_REF_DEPTH) return 0;
+    if (kw(s, "type") || kw(s, "enum") || kw(s, "const")) return 1;
+    const cJSON *all = kw(s, "allOf"), *any = kw(s, "anyOf") ? kw(s, "anyOf") : kw(s, "oneOf");
+    for (const cJSON *x = cJSON_IsArray(all) ? all->child : NULL; x; x = x->next)
+        if (typed(b, x, depth + 1)) return 1;
+    if (!cJSON_IsArray(any) || !any->child) return 0;
+    for (const cJSON *x = any->child; x; x = x->next)
+        if (!typed(b, x, depth + 1)) return 0;
+    return 1;
+}
+
 static int check_one_of(gram_builder *b, const cJSON *list, const uint32_t *alts, uint32_t n) {
     uint32_t li[GRAM_MAX_OBJ_ALTS], lj[GRAM_MAX_OBJ_ALTS];
     const cJSON *x = list->child;
+    /* values of different JSON types are told apart only by alternatives that say their
+     * type: {"minimum": 1} also admits every string, boolean, ... */
+    for (uint32_t i = 0; i < n && n > 1; i++, x = x->next)
+        if (!typed(b, x, 0))
+            return gram_fail(b, "oneOf[%u] does not say its type, so in JSON Schema it also admits the values "
+                                "of other types the other alternatives write, and oneOf needs exactly one: add "
+                                "\"type\" or use anyOf", i);
+    x = list->child;
     for (uint32_t i = 0; i < n; i++, x = x->next) {
         const uint32_t ni = object_leaves(b, alts[i], li, GRAM_MAX_OBJ_ALTS);
         const cJSON *y = list->child;
@@ -716,6 +740,13 @@ int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, 
     if (!cJSON_IsObject(s)) return gram_fail(b, "a schema must be an object");
     /* values listed: every other keyword only filters them (compiler_enum.c) */
     if (kw(s, "enum") || kw(s, "const")) return gram_build_literal(b, s, node);
+    if (kw(s, "allOf")) { /* one schema, the intersection (compiler_allof.c) */
+        cJSON *merged = NULL;
+        if ((rc = gram_merge_all_of(b, s, &merged))) return rc;
+        rc = gram_build_schema(b, merged, ctx, node, depth);
+        cJSON_Delete(merged);
+        return rc;
+    }
     for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof UNSUPPORTED[0]; i++)
         if (kw(s, UNSUPPORTED[i])) return gram_fail(b, "keyword '%s' is not supported", UNSUPPORTED[i]);
     if (kw(s, "anyOf")) return build_anyof(b, s, kw(s, "anyOf"), "anyOf", ctx, node, depth);

@@ -98,6 +98,12 @@ int gram_value_admits(gram_builder *b, const cJSON *s, const cJSON *v, const cha
  * values c never takes there. 0 when that cannot be shown. For oneOf. */
 int gram_objects_exclusive(const gram_builder *b, uint32_t a, uint32_t c, int closed_c);
 
+/* compiler_allof.c: the schema s with its allOf merged into one schema (*out, owned by
+ * the caller) that admits the values every entry and s's other keywords admit; refused
+ * (gram_fail) where the entries' values for a keyword differ and no intersection rule
+ * applies. */
+int gram_merge_all_of(gram_builder *b, const cJSON *s, cJSON **out);
+
 /* compiler_scalar.c */
 int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node);
 int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uint32_t *node);
