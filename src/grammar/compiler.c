@@ -17,7 +17,8 @@
  *                   tell them apart (compiler_union.c). oneOf also needs its object
  *                   alternatives exclusive as JSON Schema reads them (open unless
  *                   additionalProperties is false; check_one_of).
- *                   Only annotations (and "discriminator") may sit beside them.
+ *                   Only annotations (and "discriminator") may sit beside them. oneOf
+ *                   alternatives must say their type (check_one_of).
  *   object          properties (at most 64) in any order, each at most once; no unknown
  *                   keys; required ones before "}". additionalProperties may be false (or
  *                   true without properties). Without "properties" the object is free-form
@@ -59,11 +60,12 @@
  *               tool's parameters schema, ~0/~1 escaped), followed through chains and
  *               inlined; only annotations beside it. Recursive refs (a tree type) are
  *               refused, as are remote refs and refs that point at nothing.
+ * allOf         merged into one schema, the intersection of its entries (compiler_allof.c).
  * Annotations (title, description, default, examples, $schema, $defs, ...) and unknown
  * keywords are ignored, as JSON Schema does. Keywords that change validation in ways the
- * grammar does not implement are refused: allOf, not, if/then/else,
+ * grammar does not implement are refused: not, if/then/else, dependentRequired,
  * patternProperties, dependencies, propertyNames, contains, prefixItems, ... (beside an
- * enum or const, allOf, not, dependentRequired and min/maxProperties are checked). */
+ * enum or const, not, dependentRequired and min/maxProperties are checked). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
