@@ -251,6 +251,9 @@ static cJSON *random_schema(diff_rng *r, int depth) {
     default: {
         cJSON *any = cJSON_AddArrayToObject(s, chance(r, 50) ? "anyOf" : "oneOf");
         for (int i = 2 + (int)diff_rand(r, 2); i > 0; i--) cJSON_AddItemToArray(any, random_schema(r, depth - 1));
+        if (chance(r, 30)) add_number_keywords(r, s); /* keywords beside the list */
+        if (chance(r, 20)) add_string_keywords(r, s);
+        if (chance(r, 15)) cJSON_AddStringToObject(s, "type", TYPES[diff_rand(r, N(TYPES))]);
         break;
     }
     }

@@ -255,6 +255,12 @@ static void test_all_of(void) {
         {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0}}},"
          "{\"properties\":{\"a\":{\"maximum\":3}}}],\"required\":[\"a\"]}", {"{\"a\":3}", "{\"a\":`4", "{\"a\":-`1"}},
         {"{\"allOf\":[{\"enum\":[1,2,3]},{\"enum\":[2,3,4]}]}", {"2", "3", "`1", "`4"}},
+        /* keywords beside anyOf/oneOf hold for every alternative */
+        {"{\"minimum\":0,\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}",
+         {"5", "\"x\"", "-`1", "\"x`y"}},
+        {"{\"type\":\"object\",\"required\":[\"a\"],\"oneOf\":[{\"properties\":{\"a\":{\"const\":1}},\"required\":[\"a\"]},"
+         "{\"properties\":{\"a\":{\"const\":2},\"b\":{\"type\":\"string\"}},\"required\":[\"a\"]}]}",
+         {"{\"a\":1}", "{\"a\":2,\"b\":\"s\"}", "{\"a\":`3", "{\"a\":1`,"}},
         {"{\"allOf\":[{\"type\":\"string\",\"maxLength\":3},{\"minLength\":2,\"maxLength\":5}]}",
          {"\"ab\"", "\"abc\"", "\"a`\"", "\"abc`d"}},
         {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"additionalProperties\":false},"
@@ -687,7 +693,7 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"a\"]}]}"), "differ in JSON type"},
         {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}"), "differ"},
         {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[]}"), "anyOf"},
-        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"anyOf\":[{}]}"), "beside anyOf"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"anyOf\":[{\"type\":\"integer\"}]}"), "no type in common"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\"},\"uniqueItems\":true}"),
          "declared properties"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"n\":"

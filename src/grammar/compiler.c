@@ -17,7 +17,8 @@
  *                   tell them apart (compiler_union.c). oneOf also needs its object
  *                   alternatives exclusive as JSON Schema reads them (open unless
  *                   additionalProperties is false; check_one_of).
- *                   Only annotations (and "discriminator") may sit beside them. oneOf
+ *                   Keywords beside them hold for every alternative (each becomes an
+ *                   allOf of them and the alternative). oneOf
  *                   alternatives must say their type (check_one_of).
  *   object          properties (at most 64) in any order, each at most once; no unknown
  *                   keys; required ones before "}". additionalProperties may be false (or
@@ -403,11 +404,36 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
     static const char *const annotations[] = {"title", "description", "default", "examples",
         "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
         "discriminator"};
+    int siblings = 0;
     for (const cJSON *k = s->child; k; k = k->next) {
         int ok = !strcmp(k->string, name) || !strncmp(k->string, "x-", 2);
         for (size_t i = 0; !ok && i < sizeof annotations / sizeof annotations[0]; i++)
             ok = !strcmp(k->string, annotations[i]);
-        if (!ok) return gram_fail(b, "keyword '%s' beside %s is not supported", k->string, name);
+        siblings += !ok;
+    }
+    if (siblings && cJSON_IsArray(list)) {
+        /* keywords beside the list hold for every alternative: {"type": "string", "anyOf":
+         * [A, B]} is {"anyOf": [{"allOf": [{"type": "string"}, A]}, {"allOf": [..., B]}]}, the
+         * same values for anyOf and for oneOf (the common part cannot make two match) */
+        cJSON *rw = cJSON_CreateObject(), *common = cJSON_Duplicate(s, 1), *alts_rw = NULL;
+        if (rw && common) {
+            cJSON_DeleteItemFromObjectCaseSensitive(common, name);
+            alts_rw = cJSON_AddArrayToObject(rw, name);
+        }
+        int rc = alts_rw ? 0 : gram_oom(b);
+        for (const cJSON *x = list->child; x && !rc; x = x->next) {
+            cJSON *e = cJSON_CreateObject(), *all = e ? cJSON_AddArrayToObject(e, "allOf") : NULL;
+            if (!all) rc = gram_oom(b);
+            else {
+                cJSON_AddItemToArray(all, cJSON_Duplicate(common, 1));
+                cJSON_AddItemToArray(all, cJSON_Duplicate(x, 1));
+            }
+            if (e) cJSON_AddItemToArray(alts_rw, e);
+        }
+        if (!rc) rc = build_anyof(b, rw, alts_rw, name, ctx, node, depth);
+        cJSON_Delete(common);
+        cJSON_Delete(rw);
+        return rc;
     }
     if (ctx & GRAM_CTX_UNIQUE_ITEM) return gram_fail(b, "uniqueItems is not supported for items with %s", name);
     int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
