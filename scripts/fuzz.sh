@@ -7,7 +7,7 @@
 #                                       whichever comes first); the CI stage, ~2 minutes
 #   scripts/fuzz.sh campaign N [T...]   N executions per target (all targets, or those
 #                                       named: cact schema regex json_canon chat export
-#                                       hub validation), one
+#                                       hub validation schema_diff), one
 #                                       after the other, growing a working corpus in
 #                                       build-fuzz/corpus/<target>; prints executions,
 #                                       exec/s, coverage and the time taken per target
@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(cact schema regex json_canon chat export hub validation)
+TARGETS=(cact schema regex json_canon chat export hub validation schema_diff)
 BUILD=${FUZZ_BUILD:-build-fuzz}
 ARTIFACTS=$BUILD/artifacts
 
@@ -64,6 +64,7 @@ options() {
     regex) echo "-max_len=256" ;;
     chat) echo "-max_len=2048" ;;
     export) echo "-max_len=16384" ;;
+    schema_diff) echo "-max_len=512" ;;
     *) echo "-max_len=4096" ;;
   esac
 }

@@ -622,8 +622,36 @@ static void test_bench_reports_kv_size(void) {
     needle_model_free(m);
 }
 
+/* Issue 31: a query longer than the demo model's attention window (1024 positions; with
+ * the window the context is unbounded) is answered from its end, so the envelope flags it
+ * ("input_truncated") and the CLI says so on stderr: never a silent success. */
+static void test_overlong_query_is_flagged(void) {
+    static char out[1 << 16];
+    char path[] = "/tmp/needle_long_query_XXXXXX", cmd[2048];
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; f && i < 1500; i++) fprintf(f, "word%d ", i % 50);
+    if (f) fclose(f);
+    snprintf(cmd, sizeof cmd, "%s run --weights '%s/models/needle-demo.cact' --tools '%s/models/needle-demo.tools.json' "
+             "-n 24 \"$(cat %s)\" 2>&1", cli_path(), NEEDLE_SOURCE_DIR, NEEDLE_SOURCE_DIR, path);
+    const int status = run_command(cmd, out, sizeof out);
+    CHECK_MSG(status == 0 || status == 3, "exit %d: %.600s", status, out);
+    CHECK_MSG(strstr(out, "\"input_truncated\":{\"tokens\":") && strstr(out, "\"window\":1024}"), "%.600s", out);
+    CHECK_MSG(strstr(out, "needle: warning: the input (") && strstr(out, "attention window (1024 positions)"),
+              "%.600s", out);
+    /* a query that fits has no flag */
+    snprintf(cmd, sizeof cmd, "%s run --weights '%s/models/needle-demo.cact' --tools '%s/models/needle-demo.tools.json' "
+             "-n 24 'Set a timer for 5 minutes' 2>&1", cli_path(), NEEDLE_SOURCE_DIR, NEEDLE_SOURCE_DIR);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(!strstr(out, "input_truncated") && !strstr(out, "warning"), "%.600s", out);
+    remove(path);
+}
+
 int main(void) {
     RUN(test_help_lists_every_command);
+    RUN(test_overlong_query_is_flagged);
     RUN(test_version_build_info);
     RUN(test_serve_is_its_own_executable);
     RUN(test_download_is_its_own_executable);

@@ -110,16 +110,22 @@ static void test_strings(void) {
 
 static void test_numbers(void) {
     static const vcase cases[] = {
+        /* issue 31: no bounds = the JSON-safe range |x| <= 2^53 in at most 17 digits, no
+         * exponent (what a double reaching the tool holds; a digit loop ends) */
         {"{\"type\":\"number\"}",
-         {"1e-05", "-1.5e+16", "3.14", "0e0", "-0.0", "1`E5", "0`1", "`.5", "1.`e5", "-`}", "1e`}"}},
+         {"0.00001", "-9007199254740992", "9007199254740992.0", "3.14", "-0.0", "0.0000000000000001", "1`E5",
+          "0`1", "`.5", "1.`e5", "-`}", "1`e", "900719925474099`3", "9007199254740992.`1", "0.0000000000000000`1",
+          "12345678.123456789`1"}},
         {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}",
          {"0", "1", "0.5", "1.0", "0.999", "-0", "-0.`5", "1.`5", "`2", "1`e5", "1.0000000000000000`1"}},
         {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}",
          {"0.1", "9.99", "0.000000000000000001", "0`}", "1`0", "9.999999999999998", "9.99999999999999`9", "`-1"}},
         {"{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":-2.5}", {"-2.5", "-2.50", "-2.`4", "`2"}},
         {"{\"type\":\"number\",\"maximum\":0.1}", {"0.1", "-1`e5", "0.1`1", "0.10`1", "-99"}},
-        {"{\"type\":\"integer\"}", {"-42", "0", "123456789012345678", "1`.0", "0`1", "-`a", "1`e3",
-                                    "123456789012345678`9"}},
+        {"{\"type\":\"integer\"}", {"-42", "0", "9007199254740992", "-9007199254740992", "1`.0", "0`1", "-`a",
+                                    "1`e3", "900719925474099`3", "-900719925474099`3", "6323232323232323`2"}},
+        {"{\"type\":\"integer\",\"maximum\":1e17}", {"9007199254740992", "900719925474099`3"}},
+        {"{\"type\":\"number\",\"minimum\":0}", {"9007199254740992", "900719925474099`3", "0.5"}},
         {"{\"type\":\"integer\",\"minimum\":10,\"maximum\":20}", {"10", "20", "15", "2`1", "`9", "`3", "1`}"}},
         {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMinimum\":true}", {"6", "50", "5`}", "`-1"}},
         {"{\"type\":\"integer\",\"multipleOf\":5}", {"15", "0", "-5", "7`}", "1000000000000000"}},
@@ -206,8 +212,59 @@ static void test_literals(void) {
         {"{\"enum\":[null,\"a\",1,true,{\"k\":[1,2]}]}",
          {"null", "\"a\"", "1", "true", "{\"k\":[1,2]}", "{\"k\":[1,`3]}", "{\"`j\"", "`false"}},
         {"{\"const\":\"fixed\"}", {"\"fixed\"", "\"fixed`2\"", "\"`\""}},
-        {"{\"type\":\"string\",\"enum\":[1,2]}", {"1", "2", "`\"1\""}}, /* tools.py Literal[1, 2] */
-        {"{\"enum\":[\"a\"],\"maxLength\":0}", {"\"a\""}}, /* enum wins; siblings ignored */
+        {"{\"type\":\"integer\",\"enum\":[1,2]}", {"1", "2", "`\"1\""}}, /* tools.py Literal[1, 2] */
+        /* issue 31: every keyword beside enum/const filters the values (jsonschema's verdict) */
+        {"{\"type\":\"integer\",\"enum\":[1,50],\"maximum\":10}", {"1", "`50", "1`0"}},
+        {"{\"type\":\"string\",\"enum\":[\"a\",1,\"b\"]}", {"\"a\"", "\"b\"", "`1"}}, /* Literal["a", 1] */
+        {"{\"type\":\"string\",\"enum\":[\"ab\",\"ax\",\"b\"],\"pattern\":\"a[a-c]\"}", {"\"ab\"", "\"a`x\"", "\"`b\""}},
+        {"{\"type\":\"string\",\"enum\":[\"2024-01-02\",\"soon\"],\"format\":\"date\"}", {"\"2024-01-02\"", "\"`soon\""}},
+        {"{\"enum\":[\"a\",\"bb\",\"ccc\"],\"minLength\":2,\"maxLength\":2}", {"\"bb\"", "\"`a\"", "\"`ccc\""}},
+        {"{\"type\":[\"integer\",\"null\"],\"enum\":[1,null,\"x\",2.5]}", {"1", "null", "`\"x\"", "`2.5"}},
+        {"{\"type\":\"number\",\"enum\":[3,4.5,5],\"multipleOf\":1.5}", {"4.5", "3", "`5"}},
+        {"{\"type\":\"integer\",\"enum\":[1,2,3],\"exclusiveMinimum\":1,\"exclusiveMaximum\":3}", {"2", "`1", "`3"}},
+        {"{\"type\":\"integer\",\"enum\":[1,2,3],\"minimum\":1,\"exclusiveMinimum\":true}", {"2", "3", "`1"}}, /* draft 4 */
+        {"{\"type\":\"boolean\",\"enum\":[true,1,\"false\"]}", {"true", "`1", "`f"}},
+        {"{\"enum\":[\"a\",\"b\",\"c\"],\"const\":\"b\"}", {"\"b\"", "\"`a\""}},
+        {"{\"enum\":[\"a\",\"b\",\"c\"],\"not\":{\"enum\":[\"b\"]}}", {"\"a\"", "\"c\"", "\"`b\""}},
+        {"{\"enum\":[1,2,3,4],\"allOf\":[{\"minimum\":2},{\"maximum\":3}]}", {"2", "3", "`1", "`4"}},
+        {"{\"enum\":[1,\"a\",true],\"anyOf\":[{\"type\":\"string\"},{\"type\":\"boolean\"}]}", {"\"a\"", "true", "`1"}},
+        {"{\"enum\":[5,10,15],\"oneOf\":[{\"multipleOf\":5},{\"multipleOf\":3}]}", {"5", "10", "1`5"}},
+        {"{\"enum\":[[1,1],[1,2],[1,2,3]],\"uniqueItems\":true,\"maxItems\":2,\"items\":{\"type\":\"integer\"}}",
+         {"[1,2]", "[1,`1", "[1,2`,"}},
+        {"{\"enum\":[{\"a\":1},{\"a\":1,\"b\":2},{\"b\":2},{\"a\":\"x\"}],\"type\":\"object\",\"required\":[\"a\"],"
+         "\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":false}", {"{\"a\":1}", "{\"a\":1`,", "{\"`b", "{\"a\":`\""}},
+        {"{\"enum\":[{\"a\":1},{\"a\":1,\"b\":2}],\"dependentRequired\":{\"a\":[\"b\"]},\"minProperties\":1}",
+         {"{\"a\":1,\"b\":2}", "{\"a\":1`}"}},
+        {"{\"enum\":[\"x\",\"y\"],\"$defs\":{\"X\":{\"const\":\"x\"}},\"not\":{\"$ref\":\"#/properties/v/$defs/X\"}}",
+         {"\"y\"", "\"`x\""}},
+    };
+    run_value_cases(cases, N(cases));
+}
+
+/* issue 31: allOf as the intersection of its entries (compiler_allof.c) */
+static void test_all_of(void) {
+    static const vcase cases[] = {
+        {"{\"allOf\":[{}]}", {"1", "\"s\"", "null"}},
+        {"{\"allOf\":[{\"$ref\":\"#/properties/v/$defs/U\"}],\"description\":\"pydantic v1\","
+         "\"$defs\":{\"U\":{\"type\":\"string\",\"enum\":[\"a\",\"b\"]}}}", {"\"a\"", "\"b\"", "\"`c"}},
+        {"{\"allOf\":[{\"type\":\"integer\",\"minimum\":0},{\"maximum\":10}]}", {"5", "10", "1`1", "-`1", "0`.5"}},
+        {"{\"allOf\":[{\"type\":\"number\"},{\"type\":[\"integer\",\"string\"]}]}", {"3", "`\"", "3`.5"}},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]},"
+         "{\"properties\":{\"b\":{\"type\":\"integer\"}},\"required\":[\"b\"]}]}",
+         {"{\"a\":\"x\",\"b\":1}", "{\"b\":1,\"a\":\"x\"}", "{\"a\":\"x\"`}", "{\"`c"}},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0}}},"
+         "{\"properties\":{\"a\":{\"maximum\":3}}}],\"required\":[\"a\"]}", {"{\"a\":3}", "{\"a\":`4", "{\"a\":-`1"}},
+        {"{\"allOf\":[{\"enum\":[1,2,3]},{\"enum\":[2,3,4]}]}", {"2", "3", "`1", "`4"}},
+        /* keywords beside anyOf/oneOf hold for every alternative */
+        {"{\"minimum\":0,\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}",
+         {"5", "\"x\"", "-`1", "\"x`y"}},
+        {"{\"type\":\"object\",\"required\":[\"a\"],\"oneOf\":[{\"properties\":{\"a\":{\"const\":1}},\"required\":[\"a\"]},"
+         "{\"properties\":{\"a\":{\"const\":2},\"b\":{\"type\":\"string\"}},\"required\":[\"a\"]}]}",
+         {"{\"a\":1}", "{\"a\":2,\"b\":\"s\"}", "{\"a\":`3", "{\"a\":1`,"}},
+        {"{\"allOf\":[{\"type\":\"string\",\"maxLength\":3},{\"minLength\":2,\"maxLength\":5}]}",
+         {"\"ab\"", "\"abc\"", "\"a`\"", "\"abc`d"}},
+        {"{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"additionalProperties\":false},"
+         "{\"properties\":{\"b\":{},\"c\":{}}}]}", {"{\"a\":1,\"b\":2}", "{\"`c"}},
     };
     run_value_cases(cases, N(cases));
 }
@@ -229,7 +286,7 @@ static void test_objects(void) {
         {"{\"type\":\"object\",\"properties\":{\"o\":{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"array\","
          "\"items\":{\"type\":\"integer\"}}},\"required\":[\"p\"]}}}",
          {"{\"o\":{\"p\":[1,2]}}", "{\"o\":{\"p\":[]}}", "{\"o\":{`}}"}},
-        {"true", {"[1,{\"a\":\"b\"},null]", "-0.5e-3", "\"s\"", "` 1"}},
+        {"true", {"[1,{\"a\":\"b\"},null]", "-0.0005", "-0.5`e-3", "\"s\"", "` 1"}},
         {"{}", {"{\"k\":[true,false]}", "`x"}},
     };
     run_value_cases(cases, N(cases));
@@ -274,6 +331,25 @@ static void test_unique_compound(void) {
           "[{\"a\":\"x\",\"b\":\"\"},{\"b\":\"\",\"a\":\"x`\"}]"}},
         {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":" OBJ_AB "}}",
          {"[{},{\"a\":\"\"}]", "[{},{`}]", "[{\"b\":\"1\"},{\"a\":\"1\"}]"}},
+        /* issue 31: numbers and enums in object items, [{"name": string, "quantity": integer}]:
+         * written last, a number or literal avoids the values that would repeat an item */
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"object\",\"properties\":{\"name\":"
+         "{\"type\":\"string\"},\"quantity\":{\"type\":\"integer\"}},\"required\":[\"name\",\"quantity\"]}}",
+         {"[{\"name\":\"a\",\"quantity\":1},{\"name\":\"a\",\"quantity\":2}]",
+          "[{\"name\":\"a\",\"quantity\":1},{\"name\":\"a\",\"quantity\":12}]",
+          "[{\"name\":\"a\",\"quantity\":1},{\"quantity\":1,\"name\":\"b\"}]",
+          "[{\"name\":\"a\",\"quantity\":1},{\"name\":\"a\",\"quantity\":1`}",
+          "[{\"name\":\"a\",\"quantity\":1},{\"name\":\"a\",\"quantity\":1`.0",
+          "[{\"name\":\"a\",\"quantity\":1},{\"quantity\":1,\"name\":\"a`\"",
+          "[{\"name\":\"a\",\"quantity\":0},{\"name\":\"a\",\"quantity\":`0",
+          "[{\"name\":\"a\",\"quantity\":-5},{\"name\":\"a\",\"quantity\":-5`}"}},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":2,\"items\":{\"type\":\"object\",\"properties\":"
+         "{\"s\":{\"type\":\"string\"},\"b\":{\"type\":\"boolean\"},\"k\":{\"enum\":[\"x\",\"y\"]}},"
+         "\"required\":[\"s\",\"b\",\"k\"]}}",
+         {"[{\"s\":\"q\",\"b\":true,\"k\":\"x\"},{\"s\":\"q\",\"k\":\"x\",\"b\":false}]",
+          "[{\"s\":\"q\",\"b\":true,\"k\":\"x\"},{\"s\":\"q\",\"k\":\"x\",\"b\":`true",
+          "[{\"s\":\"q\",\"b\":true,\"k\":\"x\"},{\"s\":\"q\",\"b\":true,\"k\":\"`x",
+          "[{\"s\":\"q\",\"b\":true,\"k\":\"x\"},{\"s\":\"q\",\"b\":true,\"k\":\"y\"}]"}},
         {"{\"type\":\"array\",\"uniqueItems\":true,\"items\":" NUMS "}",
          {"[[1,2],[2,1],[1],[]]", "[[1,2],[1,2`]]", "[[1],[1.0`]]", "[[],[`]]", "[[0.5],[0.50`]]",
           "[[1],[1,1]]"}},
@@ -466,7 +542,7 @@ static void test_complete(void) {
         {"{\"type\":\"integer\",\"minimum\":10}", "", "10}}]"},
         {"{\"type\":\"integer\",\"minimum\":-20,\"maximum\":-10,\"multipleOf\":7}", "-", "14}}]"},
         {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.6}", "0.", "5}}]"},
-        {"{\"type\":\"number\"}", "1e", "0}}]"},
+        {"{\"type\":\"number\"}", "1.", "0}}]"},
         {"{\"enum\":[1,12,\"abc\"]}", "1", "}}]"},
         {"{\"enum\":[\"abc\",12]}", "\"a", "bc\"}}]"},
         {"{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"uniqueItems\":true,\"minItems\":2}", "[\"a\",", "\"b\"]}}]"},
@@ -551,7 +627,14 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":{\"type\":\"string\"}}]", "parameters"},
         {NEEDLE_ERR_SCHEMA, "[{\"name\":\"t1\",\"parameters\":{\"enum\":[1]}}]", "parameters"},
         {NEEDLE_ERR_SCHEMA, V1("{\"$ref\":\"#/$defs/x\"}"), "t1\": parameters.properties.v: $ref '#/$defs/x' points at nothing"},
-        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{}]}"), "allOf"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}"),
+         "parameters.properties.v: allOf: the entries' types have no type in common"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{\"type\":\"string\",\"pattern\":\"a\"},{\"pattern\":\"b\"}]}"),
+         "allOf: entries give 'pattern' different values"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false},"
+                               "{\"properties\":{\"b\":{}},\"required\":[\"b\"]}]}"), "'b' is required by one entry and forbidden"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{\"enum\":[1]},{\"enum\":[2]}]}"), "allOf: no value is in every enum"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[]}"), "allOf must be a non-empty array"},
         {NEEDLE_ERR_SCHEMA, V1("{\"not\":{}}"), "'not'"},
         {NEEDLE_ERR_SCHEMA, V1("{\"if\":{},\"then\":{}}"), "'if'"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"patternProperties\":{}}"), "patternProperties"},
@@ -575,6 +658,21 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"maxLength\":1.5}"), "maxLength"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"minItems\":2,\"maxItems\":1}"), "minItems (2) > maxItems (1)"},
         {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[]}"), "enum"},
+        /* issue 31: enum/const values that no sibling keyword leaves: refused, naming the
+         * tool, the path, the value and the keyword */
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"const\":5}"),
+         "tool \"t1\": parameters.properties.v: const 5 conflicts with the other keywords: it is not of type \"string\""},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"integer\",\"enum\":[\"x\"]}"),
+         "t1\": parameters.properties.v: no enum value satisfies the other keywords (1 dropped; \"x\": it is not of type \"integer\")"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"integer\",\"const\":5,\"minimum\":10}"), "const 5 conflicts with the other keywords: it is below minimum 10"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"enum\":[\"aa\"],\"maxLength\":1}"), "\"aa\": it is longer than maxLength 1"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"enum\":[\"abc\",\"x1\"],\"pattern\":\"^[0-9]+$\"}"), "2 dropped; \"abc\": it does not match pattern"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"boolean\",\"enum\":[1]}"), "1: it is not of type \"boolean\""},
+        {NEEDLE_ERR_SCHEMA, V1("{\"const\":\"a\",\"enum\":[\"b\"]}"), "const \"a\" conflicts with the other keywords: it is not in the enum"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[1],\"not\":{\"type\":\"integer\"}}"), "it matches the schema under not"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[1],\"if\":{}}"), "'if'"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[\"a\"],\"pattern\":\"(a\"}"), "pattern \"(a\": missing )"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"enum\":[1],\"not\":{\"$ref\":\"#/nowhere\"}}"), "points at nothing"},
         {NEEDLE_ERR_SCHEMA, V1("{\"enum\":\"a\"}"), "enum"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}"), "pattern"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"pattern\":\"a(?=b)\"}"), "lookaround"},
@@ -595,11 +693,15 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[{\"type\":\"string\"},{\"enum\":[\"a\"]}]}"), "differ in JSON type"},
         {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}"), "differ"},
         {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[]}"), "anyOf"},
-        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"anyOf\":[{}]}"), "beside anyOf"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"anyOf\":[{\"type\":\"integer\"}]}"), "no type in common"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\"},\"uniqueItems\":true}"),
          "declared properties"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"n\":"
-                               "{\"type\":\"integer\"}}},\"uniqueItems\":true}"), "every property"},
+                               "{\"type\":\"boolean\"}}},\"uniqueItems\":true}"),
+         "property \"n\" can be written last and then cannot always differ"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"n\":"
+                               "{\"type\":\"integer\",\"minimum\":1,\"maximum\":3}}},\"uniqueItems\":true,\"maxItems\":4}"),
+         "at least 4 values"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"null\"},"
                                "\"maxItems\":2},\"uniqueItems\":true}"), "without maxItems"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"null\"},"
@@ -689,6 +791,7 @@ int main(void) {
     RUN(test_numbers);
     RUN(test_number_prefixes);
     RUN(test_literals);
+    RUN(test_all_of);
     RUN(test_objects);
     RUN(test_arrays);
     RUN(test_unique_compound);

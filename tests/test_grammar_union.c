@@ -160,6 +160,18 @@ static void test_optional_discriminator(void) {
 
 static void test_errors(void) {
     static const struct { const char *params, *msg; } cases[] = {
+        /* issue 31 (found by test_grammar_diff): oneOf over open objects, where {"a": 1}
+         * written for [0] is also valid against [1], which does not forbid undeclared keys */
+        {"{\"type\":\"object\",\"properties\":{\"u\":{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":"
+         "{\"type\":\"integer\"}},\"required\":[\"a\"]},{\"type\":\"object\",\"properties\":{}}]}}}",
+         "parameters.properties.u.oneOf: oneOf[0] and oneOf[1]: an object written for [0] may also be valid against [1]"},
+        {"{\"type\":\"object\",\"properties\":{\"u\":{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":"
+         "{\"const\":\"a\"},\"n\":{\"type\":\"integer\"}}},{\"type\":\"object\",\"properties\":{\"k\":"
+         "{\"const\":\"c\"},\"m\":{\"type\":\"string\"}}}]}}}",
+         "oneOf[0] and oneOf[1]"},
+        /* found by test_grammar_diff: {"minimum": 1} also admits true, which [1] writes */
+        {"{\"type\":\"object\",\"properties\":{\"u\":{\"oneOf\":[{\"minimum\":1},{\"type\":\"boolean\"}]}}}",
+         "oneOf[0] does not say its type"},
         {"{\"type\":\"object\",\"properties\":{\"u\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":"
          "{\"type\":\"integer\"}},\"required\":[\"a\"]},{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
          "\"integer\"},\"b\":{\"type\":\"string\"}},\"required\":[\"a\"]}]}}}",

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "chat_input.h"
 #include "cli.h"
 
@@ -228,6 +230,21 @@ static int complete_and_print(needle_session *s, const agent_options *o, const c
     /* The envelope is ours and compact: the key appears once, unescaped, so a failed
      * turn (context_full, max_tokens, invalid_input) is told apart without parsing. */
     const int turn_failed = rc == NEEDLE_OK && strstr(out, "\"success\":false") != NULL;
+    if (turn_failed || (rc == NEEDLE_OK && strstr(out, "\"input_truncated\":"))) {
+        /* said on stderr too: the envelope alone is easy to misread */
+        cJSON *env = cJSON_Parse(out);
+        const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(env, "error_code"));
+        const char *err = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(env, "error"));
+        const cJSON *cut = cJSON_GetObjectItemCaseSensitive(env, "input_truncated");
+        if (turn_failed)
+            fprintf(stderr, "needle: the turn failed (%s): %s\n", code ? code : "?", err ? err : "no error message");
+        if (cut)
+            fprintf(stderr, "needle: warning: the input (%.0f tokens) is longer than the model's attention window "
+                    "(%.0f positions); the answer saw only its end (input_truncated)\n",
+                    cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cut, "tokens")),
+                    cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cut, "window")));
+        cJSON_Delete(env);
+    }
     /* a successful turn with calls: the engine takes the next AUTO turn as their result */
     if (called) *called = rc == NEEDLE_OK && !turn_failed && strstr(out, "\"function_calls\":[{");
     if (rc == NEEDLE_OK && o->stats) {

@@ -636,6 +636,14 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         e.error_code = "context_full";
         goto write;
     }
+    /* With a sliding window (the positions seen past the pinned prefix) the context is
+     * unbounded, but a turn longer than the window loses its own start before the answer
+     * begins: the envelope says so ("input_truncated"), never a silent success (issue 31). */
+    const uint32_t window = session_window(s);
+    if (window && n_ids + 4 > window) {
+        e.truncated_tokens = (uint32_t)n_ids;
+        e.truncated_window = window;
+    }
     /* the turn evaluates its n_ids tokens and at most max_new_tokens more */
     if ((rc = session_checkpoint_save(s, &c->turn_start,
                                       (uint32_t)n_ids + (uint32_t)p.max_new_tokens))) {

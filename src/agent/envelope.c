@@ -44,6 +44,12 @@ static void render(const envelope *e, strbuf *b) {
         strbuf_puts(b, ",\"retrieved_tools\":");
         strbuf_puts(b, e->retrieved_tools);
     }
+    if (e->truncated_window) {
+        char t[96];
+        snprintf(t, sizeof t, ",\"input_truncated\":{\"tokens\":%u,\"window\":%u}", e->truncated_tokens,
+                 e->truncated_window);
+        strbuf_puts(b, t);
+    }
     strbuf_puts(b, ",\"reasoning\":");
     const char *r = e->reasoning ? e->reasoning : "";
     util_json_put_string(b, r, strlen(r), 0);
@@ -84,7 +90,7 @@ int envelope_write(const envelope *e, char *out, size_t cap, size_t *len) {
     free(b.data);
     envelope small = {e->type, 0, "output buffer too small for the response",
                       "buffer_too_small", "[]", "", 0, 0, 0, 0, 0, NULL, NULL,
-                      NULL, NULL, e->text, e->is_query};
+                      NULL, NULL, e->text, e->is_query, 0, 0};
     strbuf s = {0};
     render(&small, &s);
     if (out && cap) out[0] = 0;

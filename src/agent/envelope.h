@@ -7,7 +7,9 @@
  *    "validation":{"ungrounded":[..],"negation":bool},
  *    "prefill_tps":num,"decode_tps":num,"peak_ram_mb":num}
  * plus, only when they apply, "suppressed_calls" (type "low_confidence": the calls not to
- * execute) and "retrieved_tools" (the names of the tools retrieval rendered this turn).
+ * execute), "retrieved_tools" (the names of the tools retrieval rendered this turn) and
+ * "input_truncated": {"tokens": N, "window": W} (the turn's N tokens are more than the
+ * sliding window's W positions: the model did not see the start of the input).
  * "confidence" is a number in [0, 1] on every successful turn, null on failures.
  * "validation" is in every envelope (agent/validation.h), on the calls shown (the
  * suppressed ones for "low_confidence"). A failed turn's "type" is always "error", whatever
@@ -19,6 +21,7 @@
 #define NEEDLE_AGENT_ENVELOPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util/strbuf.h"
 
@@ -39,6 +42,9 @@ typedef struct envelope {
      * facts, the turn's text (each may be NULL) and whether that text is a query */
     const char *tools_json, *system, *text;
     int is_query;
+    /* a turn of truncated_tokens tokens past the sliding window of truncated_window
+     * positions: "input_truncated": {"tokens", "window"} (key left out while 0) */
+    uint32_t truncated_tokens, truncated_window;
 } envelope;
 
 /* Writes the envelope, NUL-terminated, into out. *len receives the length without the NUL.

@@ -6,15 +6,20 @@
  *                   from the keywords present (properties -> object, items -> array, ...),
  *                   and a schema with none (or `true`) admits any JSON value.
  *   enum, const     any JSON values, matched on their compact spelling (strings raw UTF-8
- *                   or \u-escaped; integral numbers as "1" or "1.0"). They take precedence
- *                   over "type", because tools.py writes Literal[1, 2] as
- *                   {"type": "string", "enum": [1, 2]}; other keywords beside them are
- *                   ignored.
+ *                   or \u-escaped; integral numbers as "1" or "1.0"). Every other keyword
+ *                   of the schema filters them (compiler_enum.c, JSON Schema validation of
+ *                   each value, allOf/not/dependentRequired/min/maxProperties included): a
+ *                   value that breaks one is dropped; a schema left with none is refused
+ *                   naming the value and the keyword it breaks.
  *   anyOf, oneOf    alternatives that start with different bytes (different JSON types,
  *                   or enums starting differently), except objects: several object
  *                   alternatives are allowed when a const property or their required keys
- *                   tell them apart (compiler_union.c); with that restriction the two agree.
- *                   Only annotations (and "discriminator") may sit beside them.
+ *                   tell them apart (compiler_union.c). oneOf also needs its object
+ *                   alternatives exclusive as JSON Schema reads them (open unless
+ *                   additionalProperties is false; check_one_of).
+ *                   Keywords beside them hold for every alternative (each becomes an
+ *                   allOf of them and the alternative). oneOf
+ *                   alternatives must say their type (check_one_of).
  *   object          properties (at most 64) in any order, each at most once; no unknown
  *                   keys; required ones before "}". additionalProperties may be false (or
  *                   true without properties). Without "properties" the object is free-form
@@ -24,14 +29,16 @@
  *                   (at most GRAMMAR_MAX_UNIQUE items, of one type). Scalar items: enums,
  *                   booleans, numbers, strings without maxLength/pattern/format. Object
  *                   items: declared properties, each a string without maxLength/pattern/
- *                   format or an array without maxItems; array items: without maxItems;
+ *                   format, an array without maxItems, or a number or literal with at least
+ *                   as many values as the array's items; array items: without maxItems;
  *                   their parts may be any typed values (no free-form values, no nested
  *                   uniqueItems). Equality is JSON's: 1 == 1.0, "\u0061" == "a", objects
  *                   equal with their members in any order (by a 64-bit hash of the
  *                   canonical value: code points, exact numbers, members as a sum). A
  *                   repeat is refused at the byte where it would become certain: for
  *                   scalars where no unused value can follow, for an object at the byte
- *                   that completes its last property (or at "}"), for an array at "]";
+ *                   that completes its last property (or at "}"; a number or literal last
+ *                   property avoids the repeating values as it is read), for an array at "]";
  *                   there the value can always go on differently (that is what the
  *                   restrictions on object and array items ensure), so a unique array never
  *                   traps the decoder. Numbers in unique items keep to 15 significant
@@ -41,7 +48,9 @@
  *                   time, date-time, email, uri, uuid, ipv4; others are ignored as
  *                   annotations), not pattern and format together.
  *   number/integer  minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, or
- *                   draft-4 booleans), multipleOf (k * 10^-s with s <= 9). Bounds hold both
+ *                   draft-4 booleans), multipleOf (k * 10^-s with s <= 9), always within
+ *                   |x| <= 2^53 (GRAM_JSON_SAFE_INT); without bounds at most 17 digits and
+ *                   no exponent (gram_unbounded_number). Bounds hold both
  *                   for the decimal written and for the double a tool reads from it: a
  *                   strict bound b is applied as >= nextafter(b) (inclusive bounds need no
  *                   care, rounding being monotone).
@@ -52,10 +61,12 @@
  *               tool's parameters schema, ~0/~1 escaped), followed through chains and
  *               inlined; only annotations beside it. Recursive refs (a tree type) are
  *               refused, as are remote refs and refs that point at nothing.
+ * allOf         merged into one schema, the intersection of its entries (compiler_allof.c).
  * Annotations (title, description, default, examples, $schema, $defs, ...) and unknown
  * keywords are ignored, as JSON Schema does. Keywords that change validation in ways the
- * grammar does not implement are refused: allOf, not, if/then/else,
- * patternProperties, dependencies, propertyNames, contains, prefixItems, ... */
+ * grammar does not implement are refused: not, if/then/else, dependentRequired,
+ * patternProperties, dependencies, propertyNames, contains, prefixItems, ... (beside an
+ * enum or const, not, dependentRequired and min/maxProperties are checked). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,7 +184,7 @@ void gram_sort_lits(grammar *g, uint32_t first, uint32_t n) {
 /* ---- helpers for keywords ------------------------------------------------------------- */
 
 static const char *const UNSUPPORTED[] = {
-    "$dynamicRef", "$recursiveRef", "allOf", "not", "if", "then", "else",
+    "$dynamicRef", "$recursiveRef", "not", "if", "then", "else",
     "patternProperties", "dependencies", "dependentRequired", "dependentSchemas",
     "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
     "maxContains", "prefixItems", "additionalItems", "minProperties", "maxProperties"};
@@ -243,10 +254,11 @@ static int any_value(gram_builder *b, uint32_t *out) {
     if (u == GRAM_NONE) return gram_oom(b);
     b->any = u;
     if ((rc = free_string(b, &alts[0])) || (rc = gram_build_fixed_literal(b, words, 3, &alts[2]))) return rc;
-    alts[1] = gram_new_node(b, GRAM_NODE_NUMBER); /* mode GRAM_NUM_FREE */
+    alts[1] = gram_new_node(b, GRAM_NODE_NUMBER);
     alts[3] = gram_new_node(b, GRAM_NODE_OBJECT);
     alts[4] = gram_new_node(b, GRAM_NODE_ARRAY);
     if (alts[1] == GRAM_NONE || alts[3] == GRAM_NONE || alts[4] == GRAM_NONE) return gram_oom(b);
+    gram_unbounded_number(b, alts[1]);
     gram_node *o = &b->g->nodes[alts[3]];
     o->u.obj.free_value = u;
     o->u.obj.free_key = alts[0];
@@ -303,6 +315,88 @@ int gram_set_picks(gram_builder *b, uint32_t node, const uint32_t *alts, uint32_
     return 0;
 }
 
+/* The schema a list entry stands for, through its $ref chain (NULL: unresolved). */
+static const cJSON *deref(gram_builder *b, const cJSON *s) {
+    for (int i = 0; s && cJSON_IsObject(s) && kw(s, "$ref") && i < GRAM_MAX_REF_DEPTH; i++)
+        s = cJSON_IsString(kw(s, "$ref")) ? gram_resolve_ref(b, kw(s, "$ref")->valuestring) : NULL;
+    return s;
+}
+
+/* The object nodes a value of `node` may be written as: itself, the alternatives of an
+ * object union, the object alternative of a union. Returns how many (at most cap). */
+static uint32_t object_leaves(const gram_builder *b, uint32_t node, uint32_t *out, uint32_t cap) {
+    const grammar *g = b->g;
+    const gram_node *u = &g->nodes[node];
+    if (u->kind == GRAM_NODE_UNION) {
+        uint32_t pick = g->picks[u->u.uni.pick + '{'];
+        return pick ? object_leaves(b, pick - 1, out, cap) : 0;
+    }
+    if (u->kind == GRAM_NODE_OBJECT && cap) {
+        out[0] = node;
+        return 1;
+    }
+    uint32_t n = 0;
+    if (u->kind == GRAM_NODE_OBJ_UNION)
+        for (uint32_t a = 0; a < u->u.ou.n_alts && n < cap; a++) out[n++] = g->prop_nodes[u->u.ou.table + a];
+    return n;
+}
+
+/* oneOf means exactly one: a value the grammar writes for one alternative must fail every
+ * other. Alternatives of different JSON types are exclusive (the union's pick table
+ * guarantees that); objects are, in JSON Schema, open unless additionalProperties is
+ * false, so each object a value of alternative i may be written as must be shown to fail
+ * every object of alternative j (gram_objects_exclusive; additionalProperties is read
+ * from the oneOf's own entries, a nested union's objects count as open). */
+/* Whether schema s admits values of its declared types only (JSON Schema's keywords of
+ * one type let every other type through): it says "type", lists its values (enum,
+ * const), or is a union or an intersection of such schemas. */
+static int typed(gram_builder *b, const cJSON *s, int depth) {
+    s = deref(b, s);
+    if (!cJSON_IsObject(s) || depth > GRAM_MAX_REF_DEPTH) return 0;
+    if (kw(s, "type") || kw(s, "enum") || kw(s, "const")) return 1;
+    const cJSON *all = kw(s, "allOf"), *any = kw(s, "anyOf") ? kw(s, "anyOf") : kw(s, "oneOf");
+    for (const cJSON *x = cJSON_IsArray(all) ? all->child : NULL; x; x = x->next)
+        if (typed(b, x, depth + 1)) return 1;
+    if (!cJSON_IsArray(any) || !any->child) return 0;
+    for (const cJSON *x = any->child; x; x = x->next)
+        if (!typed(b, x, depth + 1)) return 0;
+    return 1;
+}
+
+static int check_one_of(gram_builder *b, const cJSON *list, const uint32_t *alts, uint32_t n) {
+    uint32_t li[GRAM_MAX_OBJ_ALTS], lj[GRAM_MAX_OBJ_ALTS];
+    const cJSON *x = list->child;
+    /* values of different JSON types are told apart only by alternatives that say their
+     * type: {"minimum": 1} also admits every string, boolean, ... */
+    for (uint32_t i = 0; i < n && n > 1; i++, x = x->next)
+        if (!typed(b, x, 0))
+            return gram_fail(b, "oneOf[%u] does not say its type, so in JSON Schema it also admits the values "
+                                "of other types the other alternatives write, and oneOf needs exactly one: add "
+                                "\"type\" or use anyOf", i);
+    x = list->child;
+    for (uint32_t i = 0; i < n; i++, x = x->next) {
+        const uint32_t ni = object_leaves(b, alts[i], li, GRAM_MAX_OBJ_ALTS);
+        const cJSON *y = list->child;
+        for (uint32_t j = 0; j < n && ni; j++, y = y->next) {
+            const uint32_t nj = j == i ? 0 : object_leaves(b, alts[j], lj, GRAM_MAX_OBJ_ALTS);
+            if (!nj) continue;
+            const cJSON *sj = deref(b, y);
+            if (!sj) return NEEDLE_ERR_SCHEMA;
+            const int closed = b->g->nodes[alts[j]].kind == GRAM_NODE_OBJECT && cJSON_IsObject(sj) &&
+                               cJSON_IsFalse(kw(sj, "additionalProperties"));
+            for (uint32_t p = 0; p < ni; p++)
+                for (uint32_t q = 0; q < nj; q++)
+                    if (!gram_objects_exclusive(b, li[p], lj[q], closed))
+                        return gram_fail(b, "oneOf[%u] and oneOf[%u]: an object written for [%u] may also be valid "
+                                            "against [%u] (JSON Schema objects accept undeclared keys unless "
+                                            "additionalProperties is false), and oneOf needs exactly one: make [%u] "
+                                            "require a key [%u] lacks, give them distinct const values of a "
+                                            "required key, or use anyOf", i, j, i, j, j, i);
+        }
+    }
+    return 0;
+}
+
 static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const char *name, int ctx,
                        uint32_t *node, int *depth) {
     /* "discriminator" (OpenAPI, pydantic) names the property the const values tell apart:
@@ -310,11 +404,36 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
     static const char *const annotations[] = {"title", "description", "default", "examples",
         "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
         "discriminator"};
+    int siblings = 0;
     for (const cJSON *k = s->child; k; k = k->next) {
         int ok = !strcmp(k->string, name) || !strncmp(k->string, "x-", 2);
         for (size_t i = 0; !ok && i < sizeof annotations / sizeof annotations[0]; i++)
             ok = !strcmp(k->string, annotations[i]);
-        if (!ok) return gram_fail(b, "keyword '%s' beside %s is not supported", k->string, name);
+        siblings += !ok;
+    }
+    if (siblings && cJSON_IsArray(list)) {
+        /* keywords beside the list hold for every alternative: {"type": "string", "anyOf":
+         * [A, B]} is {"anyOf": [{"allOf": [{"type": "string"}, A]}, {"allOf": [..., B]}]}, the
+         * same values for anyOf and for oneOf (the common part cannot make two match) */
+        cJSON *rw = cJSON_CreateObject(), *common = cJSON_Duplicate(s, 1), *alts_rw = NULL;
+        if (rw && common) {
+            cJSON_DeleteItemFromObjectCaseSensitive(common, name);
+            alts_rw = cJSON_AddArrayToObject(rw, name);
+        }
+        int rc = alts_rw ? 0 : gram_oom(b);
+        for (const cJSON *x = list->child; x && !rc; x = x->next) {
+            cJSON *e = cJSON_CreateObject(), *all = e ? cJSON_AddArrayToObject(e, "allOf") : NULL;
+            if (!all) rc = gram_oom(b);
+            else {
+                cJSON_AddItemToArray(all, cJSON_Duplicate(common, 1));
+                cJSON_AddItemToArray(all, cJSON_Duplicate(x, 1));
+            }
+            if (e) cJSON_AddItemToArray(alts_rw, e);
+        }
+        if (!rc) rc = build_anyof(b, rw, alts_rw, name, ctx, node, depth);
+        cJSON_Delete(common);
+        cJSON_Delete(rw);
+        return rc;
     }
     if (ctx & GRAM_CTX_UNIQUE_ITEM) return gram_fail(b, "uniqueItems is not supported for items with %s", name);
     int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
@@ -331,6 +450,7 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
         gram_path_pop(b, m2);
     }
     if (!rc) rc = gram_make_union(b, alts, (uint32_t)n, node);
+    if (!rc && !strcmp(name, "oneOf")) rc = check_one_of(b, list, alts, (uint32_t)n);
     if (!rc && (ctx & GRAM_CTX_HASHED) && gram_has_object_union(b, *node))
         rc = gram_fail(b, "a union of objects inside the items of a uniqueItems array is not supported");
     gram_path_pop(b, mark);
@@ -424,23 +544,45 @@ static int build_object(gram_builder *b, const cJSON *s, int ctx, uint32_t *node
     return 0;
 }
 
-/* Whether a repeated object or array item can always be turned into a new one at the
- * byte where the repeat is refused: "]" of an array item can give way to one more item
- * (no maxItems); an object item is complete when its last property is, and each property
- * can then go on instead (a string without maxLength, pattern or format; an array without
- * maxItems), and a "}" before that to one more property. */
-static int item_can_change(const gram_builder *b, uint32_t node) {
+/* Whether a repeated object or array item can always be turned into a new one: "]" of an
+ * array item can give way to one more item (no maxItems). An object item is complete
+ * when its last property is; a "}" before that can give way to one more property. Its
+ * last property can then always be written differently: a string without maxLength,
+ * pattern or format, or an array without maxItems, goes on where the repeat would be
+ * certain; a number or a literal (enum, const, boolean, null) avoids, while it is read,
+ * the values that would repeat an earlier item (recognizer.c, used_for), which needs
+ * more values than the array has earlier items: at least `cap`. Returns 1, or 0 with
+ * the property that fails in *bad (GRAM_NONE: the object has no properties). */
+static int item_can_change(const gram_builder *b, uint32_t node, uint32_t cap, uint32_t *bad) {
     const gram_node *n = &b->g->nodes[node];
+    *bad = GRAM_NONE;
     if (n->kind == GRAM_NODE_ARRAY) return n->u.arr.max == UINT32_MAX;
     if (n->kind != GRAM_NODE_OBJECT) return 1; /* scalars: see the scalar builders */
     if (!n->u.obj.n_props) return 0;
     for (uint32_t p = 0; p < n->u.obj.n_props; p++) {
-        const gram_node *v = &b->g->nodes[b->g->prop_nodes[n->u.obj.props + p]];
+        const uint32_t pn = b->g->prop_nodes[n->u.obj.props + p];
+        const gram_node *v = &b->g->nodes[pn];
+        const int scalar = v->kind == GRAM_NODE_NUMBER || v->kind == GRAM_NODE_LITERAL;
         if (!(v->kind == GRAM_NODE_STRING && v->u.str.dfa < 0 && v->u.str.max_len == UINT32_MAX) &&
-            !(v->kind == GRAM_NODE_ARRAY && v->u.arr.max == UINT32_MAX))
+            !(v->kind == GRAM_NODE_ARRAY && v->u.arr.max == UINT32_MAX) && !(scalar && gram_node_domain(b, pn) >= cap)) {
+            *bad = p;
             return 0;
+        }
     }
     return 1;
+}
+
+/* The name of property p of object node o (its first spelling), for messages. */
+static void prop_name(const gram_builder *b, uint32_t o, uint32_t p, char *out, size_t cap) {
+    const gram_node *n = &b->g->nodes[o];
+    snprintf(out, cap, "?");
+    for (uint32_t i = 0; i < n->u.obj.count; i++) {
+        const gram_lit *e = &b->g->lits[n->u.obj.first + i];
+        if (e->member == p) {
+            snprintf(out, cap, "%.*s", e->len > 62 ? 62 : (int)e->len, (const char *)b->g->lit_bytes + e->off);
+            return;
+        }
+    }
 }
 
 static int build_array(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth) {
@@ -460,13 +602,22 @@ static int build_array(gram_builder *b, const cJSON *s, int ctx, uint32_t *node,
     } else {
         size_t m = gram_path_push(b, "items", 0);
         rc = gram_build_schema(b, items, unique ? GRAM_CTX_UNIQUE_ITEM : part ? GRAM_CTX_HASHED : 0, &item, &d);
-        if (!rc && unique && !item_can_change(b, item))
-            rc = gram_fail(b, "uniqueItems on %s items needs %s, so that a repeated item can always be changed",
-                           b->g->nodes[item].kind == GRAM_NODE_ARRAY ? "array" : "object",
-                           b->g->nodes[item].kind == GRAM_NODE_ARRAY
-                               ? "item arrays without maxItems"
-                               : "every property to be a string without maxLength, pattern or format, or "
-                                 "an array without maxItems");
+        const uint32_t cap = max < GRAMMAR_MAX_UNIQUE ? max : GRAMMAR_MAX_UNIQUE;
+        uint32_t bad = GRAM_NONE;
+        if (!rc && unique && !item_can_change(b, item, cap, &bad)) {
+            char name[80] = "";
+            if (bad != GRAM_NONE) prop_name(b, item, bad, name, sizeof name);
+            if (b->g->nodes[item].kind == GRAM_NODE_ARRAY)
+                rc = gram_fail(b, "uniqueItems on array items needs item arrays without maxItems, so that a "
+                                  "repeated item can always be changed");
+            else if (bad == GRAM_NONE)
+                rc = gram_fail(b, "uniqueItems on object items needs declared properties");
+            else
+                rc = gram_fail(b, "uniqueItems on object items: property %s can be written last and then cannot "
+                                  "always differ from the other items (up to %u); every property must be a string "
+                                  "without maxLength, pattern or format, an array without maxItems, or a number "
+                                  "or enum with at least %u values (or lower maxItems)", name, cap, cap);
+        }
         gram_path_pop(b, m);
         if (rc) return rc;
     }
@@ -566,6 +717,17 @@ static const cJSON *follow_pointer(const cJSON *root, const char *ref) {
     return *p ? NULL : at;
 }
 
+const cJSON *gram_resolve_ref(gram_builder *b, const char *r) {
+    if (r[0] != '#') {
+        gram_fail(b, "$ref '%.120s' is not local: only refs into the tool's own schema (\"#/$defs/...\") "
+                     "are supported", r);
+        return NULL;
+    }
+    const cJSON *target = b->ref_root ? follow_pointer(b->ref_root, r) : NULL;
+    if (!target) gram_fail(b, "$ref '%.120s' points at nothing in the tool's parameters", r);
+    return target;
+}
+
 /* A schema with "$ref" is the schema it points at (inlined: the grammar has no rule
  * references). Only annotations may sit beside it, as pydantic writes them. A ref to a
  * schema that is being expanded (a tree type) would inline forever: it is refused. */
@@ -581,11 +743,8 @@ static int build_ref(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, i
     }
     if (!cJSON_IsString(ref)) return gram_fail(b, "$ref must be a string");
     const char *r = ref->valuestring;
-    if (r[0] != '#')
-        return gram_fail(b, "$ref '%.120s' is not local: only refs into the tool's own schema (\"#/$defs/...\") "
-                            "are supported", r);
-    const cJSON *target = follow_pointer(b->ref_root, r);
-    if (!target) return gram_fail(b, "$ref '%.120s' points at nothing in the tool's parameters", r);
+    const cJSON *target = gram_resolve_ref(b, r);
+    if (!target) return NEEDLE_ERR_SCHEMA;
     for (uint32_t i = 0; i < b->n_refs; i++)
         if (b->refs[i] == target)
             return gram_fail(b, "$ref '%.120s' is recursive (the schema contains itself), which is not supported", r);
@@ -607,9 +766,17 @@ int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, 
         return any_value(b, node);
     }
     if (!cJSON_IsObject(s)) return gram_fail(b, "a schema must be an object");
+    /* values listed: every other keyword only filters them (compiler_enum.c) */
+    if (kw(s, "enum") || kw(s, "const")) return gram_build_literal(b, s, node);
+    if (kw(s, "allOf")) { /* one schema, the intersection (compiler_allof.c) */
+        cJSON *merged = NULL;
+        if ((rc = gram_merge_all_of(b, s, &merged))) return rc;
+        rc = gram_build_schema(b, merged, ctx, node, depth);
+        cJSON_Delete(merged);
+        return rc;
+    }
     for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof UNSUPPORTED[0]; i++)
         if (kw(s, UNSUPPORTED[i])) return gram_fail(b, "keyword '%s' is not supported", UNSUPPORTED[i]);
-    if (kw(s, "enum") || kw(s, "const")) return gram_build_literal(b, s, node);
     if (kw(s, "anyOf")) return build_anyof(b, s, kw(s, "anyOf"), "anyOf", ctx, node, depth);
     if (kw(s, "oneOf")) return build_anyof(b, s, kw(s, "oneOf"), "oneOf", ctx, node, depth);
     if ((rc = schema_types(b, s, &types))) return rc;

@@ -81,10 +81,36 @@ int gram_has_object_union(const gram_builder *b, uint32_t node);
 int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_t *origin, uint32_t n,
                             uint32_t *out);
 
+/* compiler.c: the schema a local $ref ("#/$defs/A") points at in the tool's parameters;
+ * NULL (after gram_fail) if it is not local or points at nothing. */
+const cJSON *gram_resolve_ref(gram_builder *b, const char *ref);
+
+/* compiler_enum.c: JSON Schema validation of value v against schema s, for enum/const
+ * values (skip: "enum" or "const", the keyword whose values are checked, or NULL).
+ * Returns 1 if s admits v, 0 if not (the first reason in why, "it is above maximum 10"),
+ * or a negative status if s is refused (gram_fail called). */
+int gram_value_admits(gram_builder *b, const cJSON *s, const cJSON *v, const char *skip, char *why, size_t why_len);
+
+/* compiler_union.c: 1 if no value the grammar writes for object node a is valid, as JSON
+ * Schema reads it (undeclared keys allowed unless additionalProperties is false, which
+ * closed_c says of c's schema), against object node c: c requires a key a never writes,
+ * c is closed and a always writes a key c lacks, or a always writes a key with literal
+ * values c never takes there. 0 when that cannot be shown. For oneOf. */
+int gram_objects_exclusive(const gram_builder *b, uint32_t a, uint32_t c, int closed_c);
+
+/* compiler_allof.c: the schema s with its allOf merged into one schema (*out, owned by
+ * the caller) that admits the values every entry and s's other keywords admit; refused
+ * (gram_fail) where the entries' values for a keyword differ and no intersection rule
+ * applies. */
+int gram_merge_all_of(gram_builder *b, const cJSON *s, cJSON **out);
+
 /* compiler_scalar.c */
 int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node);
 int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uint32_t *node);
 int gram_build_literal(gram_builder *b, const cJSON *s, uint32_t *node);
+/* Makes number node id any number of the JSON-safe range, |x| <= 2^53, in at most
+ * GRAM_NUM_DIGIT_BUDGET digits: what a schema without bounds (or a free value) gets. */
+void gram_unbounded_number(gram_builder *b, uint32_t id);
 int gram_build_fixed_literal(gram_builder *b, const char *const *words, uint32_t n, uint32_t *node);
 /* Appends the JSON spelling of string s (UTF-8, validated) to the literal bytes: raw
  * non-ASCII (ascii = 0) or \uXXXX escapes (ascii = 1), as Python's json.dumps with

@@ -98,14 +98,34 @@ int gram_build_fixed_literal(gram_builder *b, const char *const *words, uint32_t
     return finish_literal(b, first, node);
 }
 
+/* Compact spelling of v for messages, cut to fit. */
+static void brief_value(const cJSON *v, char *out, size_t cap) {
+    strbuf o = {0};
+    sb_value(&o, v);
+    snprintf(out, cap, "%.*s%s", o.len > 60 ? 60 : (int)o.len, o.data ? o.data : "", o.len > 60 ? "..." : "");
+    free(o.data);
+}
+
 int gram_build_literal(gram_builder *b, const cJSON *s, uint32_t *node) {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(s, "enum");
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(s, "const");
     if (e && !cJSON_IsArray(e)) return gram_fail(b, "enum must be an array");
     if (!c && !cJSON_GetArraySize(e)) return gram_fail(b, "enum must not be empty");
-    uint32_t first = b->g->n_lits, member = 0;
-    const cJSON *v = c ? c : e->child; /* const wins over enum */
-    for (; v; v = c ? NULL : v->next, member++) {
+    uint32_t first = b->g->n_lits, member = 0, dropped = 0;
+    char why[200] = "", first_why[200] = "", first_value[80] = "";
+    const cJSON *v = c ? c : e->child; /* a const is checked against the enum beside it */
+    for (; v; v = c ? NULL : v->next) {
+        /* every other keyword of s must hold for the value too: a value that breaks one
+         * is dropped (compiler_enum.c) */
+        int ok = gram_value_admits(b, s, v, c ? "const" : "enum", why, sizeof why);
+        if (ok < 0) return ok;
+        if (!ok) {
+            if (!dropped++) {
+                snprintf(first_why, sizeof first_why, "%s", why);
+                brief_value(v, first_value, sizeof first_value);
+            }
+            continue;
+        }
         for (int variant = 0; variant < 2; variant++) {
             strbuf o = {0};
             if (cJSON_IsString(v)) sb_json_string(&o, v->valuestring, variant);
@@ -115,6 +135,12 @@ int gram_build_literal(gram_builder *b, const cJSON *s, uint32_t *node) {
             free(o.data);
             if (rc) return gram_oom(b);
         }
+        member++;
+    }
+    if (!member) {
+        if (c) return gram_fail(b, "const %s conflicts with the other keywords: %s", first_value, first_why);
+        return gram_fail(b, "no enum value satisfies the other keywords (%u dropped; %s: %s)", dropped, first_value,
+                         first_why);
     }
     return finish_literal(b, first, node);
 }
@@ -223,6 +249,14 @@ int gram_build_string(gram_builder *b, const cJSON *s, int ctx, uint32_t *node) 
 
 /* ---- numbers ----------------------------------------------------------------------------- */
 
+void gram_unbounded_number(gram_builder *b, uint32_t id) {
+    gram_node *n = &b->g->nodes[id];
+    n->u.num.mode = GRAM_NUM_EXACT;
+    n->u.num.lo = (gram_fx){-GRAM_JSON_SAFE_INT, 0};
+    n->u.num.hi = (gram_fx){GRAM_JSON_SAFE_INT, 0};
+    n->u.num.digits = GRAM_NUM_DIGIT_BUDGET;
+}
+
 static int64_t gcd64(int64_t a, int64_t b) {
     while (b) {
         int64_t t = a % b;
@@ -289,6 +323,12 @@ int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uin
             if (bd[i].lower && t > lo) lo = t;
             if (!bd[i].lower && t < hi) hi = t;
         }
+        /* the JSON-safe range: what every consumer holds exactly as a double */
+        if (scale <= 2) { /* larger scales: 18 digits are below 2^53 * 10^scale already */
+            const int64_t safe = GRAM_JSON_SAFE_INT * (int64_t)gram_dec_pow10(scale);
+            if (lo < -safe) lo = -safe;
+            if (hi > safe) hi = safe;
+        }
         n->u.num.mode = GRAM_NUM_SCALED;
         n->u.num.scale = (uint8_t)scale;
         n->u.num.digits = (uint8_t)digits;
@@ -300,8 +340,11 @@ int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uin
             return gram_fail(b, "no %s satisfies minimum/maximum/multipleOf", integer ? "integer" : "number");
         return 0;
     }
-    if (!nb) return 0; /* GRAM_NUM_FREE */
-    gram_fx lo = gram_fx_neg(gram_fx_max()), hi = gram_fx_max();
+    if (!nb) {
+        gram_unbounded_number(b, id);
+        return 0;
+    }
+    gram_fx lo = {-GRAM_JSON_SAFE_INT, 0}, hi = {GRAM_JSON_SAFE_INT, 0}; /* the JSON-safe range */
     for (int i = 0; i < nb; i++) {
         gram_fx x;
         int exact, r = gram_fx_from_double(bd[i].v, bd[i].lower, &x, &exact);
@@ -313,7 +356,8 @@ int gram_build_number(gram_builder *b, const cJSON *s, int integer, int ctx, uin
             if (gram_fx_cmp(x, hi) < 0) hi = x;
         }
     }
-    if (gram_fx_cmp(lo, hi) > 0) return gram_fail(b, "no number satisfies minimum/maximum");
+    if (gram_fx_cmp(lo, hi) > 0)
+        return gram_fail(b, "no number satisfies minimum/maximum within the JSON-safe range |x| <= 2^53");
     n->u.num.mode = GRAM_NUM_EXACT;
     n->u.num.lo = lo;
     n->u.num.hi = hi;

@@ -478,3 +478,49 @@ int gram_has_object_union(const gram_builder *b, uint32_t node) {
         n = &b->g->nodes[b->g->picks[n->u.uni.pick + '{'] - 1];
     return n->kind == GRAM_NODE_OBJ_UNION;
 }
+
+/* Property index of the key spelled by literal entry `lit` in object node o, or GRAM_NONE. */
+static uint32_t key_of(const grammar *g, const gram_node *o, uint32_t lit) {
+    for (uint32_t i = 0; i < o->u.obj.count; i++)
+        if (lit_equal(g, o->u.obj.first + i, lit)) return g->lits[o->u.obj.first + i].member;
+    return GRAM_NONE;
+}
+
+int gram_objects_exclusive(const gram_builder *b, uint32_t a, uint32_t c, int closed_c) {
+    const grammar *g = b->g;
+    const gram_node *x = &g->nodes[a], *y = &g->nodes[c];
+    if (x->kind != GRAM_NODE_OBJECT || y->kind != GRAM_NODE_OBJECT || x->u.obj.free_value != GRAM_NONE) return 0;
+    /* c requires a key a never writes (a's values have only declared keys) */
+    for (uint32_t i = 0; i < y->u.obj.count; i++) {
+        const uint32_t p = g->lits[y->u.obj.first + i].member;
+        if ((y->u.obj.required >> p & 1) && key_of(g, x, y->u.obj.first + i) == GRAM_NONE) return 1;
+    }
+    for (uint32_t i = 0; i < x->u.obj.count; i++) {
+        const uint32_t p = g->lits[x->u.obj.first + i].member;
+        if (!(x->u.obj.required >> p & 1)) continue;
+        const uint32_t q = key_of(g, y, x->u.obj.first + i);
+        /* a always writes a key that c, closed, does not declare */
+        if (q == GRAM_NONE) {
+            if (closed_c && y->u.obj.free_value == GRAM_NONE) return 1;
+            continue;
+        }
+        /* a always writes a key whose literal values c's schema for it never takes */
+        const gram_node *u = &g->nodes[g->prop_nodes[x->u.obj.props + p]];
+        const gram_node *v = &g->nodes[g->prop_nodes[y->u.obj.props + q]];
+        if (u->kind == GRAM_NODE_LITERAL && v->kind == GRAM_NODE_LITERAL && lits_disjoint(g, u, v)) return 1;
+    }
+    /* Every key of a is declared by c, and one key has disjoint literal values in both (an
+     * optional discriminator): in the object union c stays live until that key is read,
+     * since no other key of a can rule c out, and the recognizer closes the object before
+     * a commit only when exactly one live alternative is complete; so a's object either
+     * has the key, with a value c refuses, or lacks a key c requires. */
+    int disjoint_key = 0;
+    for (uint32_t i = 0; i < x->u.obj.count; i++) {
+        const uint32_t p = g->lits[x->u.obj.first + i].member, q = key_of(g, y, x->u.obj.first + i);
+        if (q == GRAM_NONE) return 0;
+        const gram_node *u = &g->nodes[g->prop_nodes[x->u.obj.props + p]];
+        const gram_node *v = &g->nodes[g->prop_nodes[y->u.obj.props + q]];
+        if (u->kind == GRAM_NODE_LITERAL && v->kind == GRAM_NODE_LITERAL && lits_disjoint(g, u, v)) disjoint_key = 1;
+    }
+    return disjoint_key;
+}

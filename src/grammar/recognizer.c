@@ -104,11 +104,35 @@ static int in_used(const grammar_state *st, uint64_t key) {
     return 0;
 }
 
-/* Some entry of [lo, hi) is a member not yet in the unique array. */
-static int lit_range_has_unused(const grammar *g, const grammar_state *st, uint32_t lo, uint32_t hi) {
-    if (hi - lo > 2 * st->n_used) return 1; /* pigeonhole: a member has at most 2 spellings */
+/* What scalar frame f (st's top frame) must avoid (recognizer.h, gram_used): the earlier
+ * items of its unique array, or, as the last property of an object item, the values that
+ * would complete a repeat of one. Else nothing. */
+static gram_used used_for(const grammar *g, const grammar_state *st, const grammar_frame *f) {
+    gram_used u = {st->used, 0, 0, 0, 0, 0};
+    if (f->flags & GRAM_FF_UNIQUE) {
+        u.n = st->n_used;
+    } else if ((f->flags & GRAM_FF_HASH) && f > st->frames) {
+        const grammar_frame *p = f - 1;
+        if (p->kind == GRAM_FR_OBJECT && (p->flags & GRAM_FF_UNIQUE) && p->phase == OBJ_VALUE) {
+            const gram_node *n = &g->nodes[p->node];
+            const uint64_t all = n->u.obj.n_props == 64 ? ~0ull : (1ull << n->u.obj.n_props) - 1;
+            if ((p->u.lit.seen & all) == all) {
+                u.n = st->n_used;
+                u.item = 1;
+                u.base = p->u.lit.hash;
+                u.prop_salt = p->u.lit.item + 1ull;
+                u.node_salt = f->node + 1ull;
+            }
+        }
+    }
+    return u;
+}
+
+/* Some entry of [lo, hi) is a member u does not rule out. */
+static int lit_range_has_unused(const grammar *g, const gram_used *u, uint32_t lo, uint32_t hi) {
+    if (hi - lo > 2 * u->n) return 1; /* pigeonhole: a member has at most 2 spellings */
     for (uint32_t i = lo; i < hi; i++)
-        if (!in_used(st, g->lits[i].member)) return 1;
+        if (!gram_used_has(u, g->lits[i].member)) return 1;
     return 0;
 }
 
@@ -297,7 +321,7 @@ static uint64_t frame_key(const grammar *g, const grammar_frame *f) {
     case GRAM_FR_STRING: return gram_mix(f->u.str.hash, f->u.str.len);
     case GRAM_FR_LITERAL: return g->lits[f->u.lit.lo].member;
     case GRAM_FR_NUMBER: return gram_num_key(&g->nodes[f->node], f);
-    case GRAM_FR_OBJECT: return gram_mix(0x6F626A6563740000ull, f->u.lit.hash);
+    case GRAM_FR_OBJECT: return gram_mix(GRAM_OBJECT_KEY_TAG, f->u.lit.hash);
     case GRAM_FR_ARRAY: return gram_mix(gram_mix(0x6172726179000000ull, f->u.arr.hash), f->u.arr.count);
     default: return 0;
     }
@@ -390,7 +414,8 @@ int gram_push_value(const grammar *g, grammar_state *st, uint32_t node, uint8_t 
 static int literal_step(const grammar *g, const grammar_state *st, grammar_frame *f, uint8_t b) {
     uint32_t lo = f->u.lit.lo, hi = f->u.lit.hi, off = f->u.lit.off;
     if (!gram_lit_narrow(g, &lo, &hi, off, b)) return ST_REJECT;
-    if ((f->flags & GRAM_FF_UNIQUE) && !lit_range_has_unused(g, st, lo, hi)) return ST_REJECT;
+    const gram_used u = used_for(g, st, f);
+    if (u.n && !lit_range_has_unused(g, &u, lo, hi)) return ST_REJECT;
     if (f->flags & GRAM_FF_DISC) {
         uint32_t i = lo;
         while (i < hi && !gram_union_disc_live(st, g->lits[i].member)) i++;
@@ -404,7 +429,8 @@ static int literal_step(const grammar *g, const grammar_state *st, grammar_frame
 
 static int literal_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f) {
     const gram_lit *e = &g->lits[f->u.lit.lo];
-    return e->len == f->u.lit.off && !((f->flags & GRAM_FF_UNIQUE) && in_used(st, e->member)) &&
+    const gram_used u = used_for(g, st, f);
+    return e->len == f->u.lit.off && !gram_used_has(&u, e->member) &&
            !((f->flags & GRAM_FF_DISC) && !gram_union_disc_live(st, e->member));
 }
 
@@ -578,8 +604,8 @@ static int frame_step(const grammar *g, grammar_state *st, grammar_frame *f, uin
     switch (f->kind) {
     case GRAM_FR_STRING: return str_step(g, st, f, b);
     case GRAM_FR_NUMBER: {
-        int unique = (f->flags & GRAM_FF_UNIQUE) != 0;
-        return gram_num_step(&g->nodes[f->node], f, b, st->used, unique ? st->n_used : 0);
+        const gram_used u = used_for(g, st, f);
+        return gram_num_step(&g->nodes[f->node], f, b, &u);
     }
     case GRAM_FR_LITERAL: return literal_step(g, st, f, b);
     case GRAM_FR_OBJECT: return object_step(g, st, f, b);
@@ -593,8 +619,8 @@ static int frame_step(const grammar *g, grammar_state *st, grammar_frame *f, uin
 
 int gram_frame_can_end(const grammar *g, const grammar_state *st, const grammar_frame *f) {
     if (f->kind == GRAM_FR_NUMBER) {
-        int unique = (f->flags & GRAM_FF_UNIQUE) != 0;
-        return gram_num_can_end(&g->nodes[f->node], f, st->used, unique ? st->n_used : 0);
+        const gram_used u = used_for(g, st, f);
+        return gram_num_can_end(&g->nodes[f->node], f, &u);
     }
     if (f->kind == GRAM_FR_LITERAL) return literal_can_end(g, st, f);
     return 0;

@@ -77,11 +77,7 @@ int gram_step(const grammar *g, grammar_state *st, uint8_t b);
 
 /* ---- number frames (recognizer_number.c) ------------------------------------------------- */
 
-/* Steps a number frame by b (1 accepted, 0 not). used/n_used: values already in the
- * enclosing unique array (n_used = 0 otherwise). */
-int gram_num_step(const gram_node *n, grammar_frame *f, uint8_t b, const uint64_t *used, uint32_t n_used);
-/* 1 if the number read so far is complete and valid (it may end here). */
-int gram_num_can_end(const gram_node *n, const grammar_frame *f, const uint64_t *used, uint32_t n_used);
+
 /* Identity of a finished number for uniqueItems (equal values give equal keys). */
 uint64_t gram_num_key(const gram_node *n, const grammar_frame *f);
 
@@ -92,5 +88,32 @@ static inline uint64_t gram_mix(uint64_t h, uint64_t v) {
     h *= 0xBF58476D1CE4E5B9ull;
     return h ^ (h >> 29);
 }
+
+/* The values a scalar frame must avoid in a unique array: keys[0, n) are the earlier
+ * items' keys. For an item itself, a value is used when its key is among them. For the
+ * last property of an object item (every other property in, their part of the item's
+ * key summed in `base`), a value is used when the item it completes, keyed as frame_key
+ * keys objects, is among them: each earlier item rules out at most one value either way,
+ * so counting candidates against n stays sound. n = 0: nothing to avoid. */
+typedef struct gram_used {
+    const uint64_t *keys;
+    uint32_t n;
+    int item;                      /* keys are object items' keys (the last-property case) */
+    uint64_t base, prop_salt, node_salt;
+} gram_used;
+
+#define GRAM_OBJECT_KEY_TAG 0x6F626A6563740000ull
+
+static inline int gram_used_has(const gram_used *u, uint64_t key) {
+    if (u->item) key = gram_mix(GRAM_OBJECT_KEY_TAG, u->base + gram_mix(u->prop_salt, gram_mix(u->node_salt, key)));
+    for (uint32_t i = 0; i < u->n; i++)
+        if (u->keys[i] == key) return 1;
+    return 0;
+}
+
+/* Steps a number frame by b (1 accepted, 0 not), avoiding the values u rules out. */
+int gram_num_step(const gram_node *n, grammar_frame *f, uint8_t b, const gram_used *u);
+/* 1 if the number read so far is complete, valid and not ruled out (it may end here). */
+int gram_num_can_end(const gram_node *n, const grammar_frame *f, const gram_used *u);
 
 #endif

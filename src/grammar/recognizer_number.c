@@ -22,11 +22,6 @@
 
 enum { N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_ZEROS, N_E, N_ESIGN, N_EXP };
 
-static int is_used(const uint64_t *used, uint32_t n_used, uint64_t key) {
-    for (uint32_t i = 0; i < n_used; i++)
-        if (used[i] == key) return 1;
-    return 0;
-}
 
 static uint64_t gram_fx_key(gram_fx v) { return gram_mix(gram_mix(0, (uint64_t)v.ip), v.fp); }
 
@@ -34,6 +29,12 @@ static uint64_t gram_fx_key(gram_fx v) { return gram_mix(gram_mix(0, (uint64_t)v
 
 static int max_int_digits(const gram_node *n) {
     return n->u.num.mode == GRAM_NUM_SCALED ? n->u.num.digits - n->u.num.scale : n->u.num.mode == GRAM_NUM_EXACT ? 18 : 255;
+}
+
+/* An EXACT node with a digit budget (unbounded numbers, whose range [-2^53, 2^53] needs
+ * at most 16 integer digits, so "." always has a digit left): no digit past it. */
+static int exact_budget_spent(const gram_node *n, const grammar_frame *t) {
+    return n->u.num.mode == GRAM_NUM_EXACT && n->u.num.digits && t->u.num.idig + t->u.num.fdig >= n->u.num.digits;
 }
 
 static int frac_allowed(const gram_node *n) {
@@ -60,7 +61,7 @@ static int advance(const gram_node *n, grammar_frame *t, uint8_t b) {
     case N_ZERO:
     case N_INT:
         if (digit && t->phase == N_INT) {
-            if (t->u.num.idig >= max_int_digits(n)) return 0;
+            if (t->u.num.idig >= max_int_digits(n) || exact_budget_spent(n, t)) return 0;
             if (mode != GRAM_NUM_FREE) t->u.num.ip = t->u.num.ip * 10 + (uint64_t)d;
             t->u.num.idig++;
             return 1;
@@ -84,7 +85,7 @@ static int advance(const gram_node *n, grammar_frame *t, uint8_t b) {
                 return 1;
             }
             if (mode == GRAM_NUM_EXACT) {
-                if (t->u.num.fdig >= 18) return 0;
+                if (t->u.num.fdig >= 18 || exact_budget_spent(n, t)) return 0;
                 t->u.num.fp += (uint64_t)d * gram_dec_pow10(17 - t->u.num.fdig);
             } else if (mode == GRAM_NUM_SCALED) {
                 t->u.num.fp = t->u.num.fp * 10 + (uint64_t)d;
@@ -129,45 +130,44 @@ static int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) &&
 static int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 
 /* Some multiple of step in [x, y] (magnitudes already signed) is in range and unused. */
-static int scaled_hit(const gram_node *n, int64_t x, int64_t y, const uint64_t *used, uint32_t n_used) {
+static int scaled_hit(const gram_node *n, int64_t x, int64_t y, const gram_used *u) {
     if (x < n->u.num.slo) x = n->u.num.slo;
     if (y > n->u.num.shi) y = n->u.num.shi;
     if (x > y) return 0;
     int64_t step = n->u.num.step, a = ceil_div(x, step), z = floor_div(y, step);
     if (a > z) return 0;
-    if ((uint64_t)(z - a) >= n_used) return 1; /* more candidates than used values */
+    if ((uint64_t)(z - a) >= u->n) return 1; /* more candidates than used values */
     for (int64_t m = a; m <= z; m++)
-        if (!is_used(used, n_used, (uint64_t)(m * step))) return 1;
+        if (!gram_used_has(u, (uint64_t)(m * step))) return 1;
     return 0;
 }
 
-static int scaled_interval(const gram_node *n, int neg, int64_t lo, int64_t hi, const uint64_t *used,
-                           uint32_t n_used) {
-    return neg ? scaled_hit(n, -hi, -lo, used, n_used) : scaled_hit(n, lo, hi, used, n_used);
+static int scaled_interval(const gram_node *n, int neg, int64_t lo, int64_t hi, const gram_used *u) {
+    return neg ? scaled_hit(n, -hi, -lo, u) : scaled_hit(n, lo, hi, u);
 }
 
-static int scaled_live(const gram_node *n, const grammar_frame *f, const uint64_t *used, uint32_t n_used) {
+static int scaled_live(const gram_node *n, const grammar_frame *f, const gram_used *u) {
     int s = n->u.num.scale, neg = f->u.num.neg;
     int64_t unit = (int64_t)gram_dec_pow10(s), top = (int64_t)gram_dec_pow10(n->u.num.digits) - 1;
     switch (f->phase) {
     case N_START: return 1; /* the node admits some value; unique arrays keep one unused */
-    case N_MINUS: return scaled_interval(n, 1, 0, top, used, n_used);
-    case N_ZERO: return scaled_interval(n, neg, 0, n->u.num.allow_frac ? unit - 1 : 0, used, n_used);
+    case N_MINUS: return scaled_interval(n, 1, 0, top, u);
+    case N_ZERO: return scaled_interval(n, neg, 0, n->u.num.allow_frac ? unit - 1 : 0, u);
     case N_INT: {
         int64_t ip = (int64_t)f->u.num.ip;
         for (int j = 0; j <= n->u.num.digits - s - f->u.num.idig; j++) {
             int64_t p = (int64_t)gram_dec_pow10(j + s);
             int64_t hi = n->u.num.allow_frac || j + s == 0 ? (ip + 1) * p - 1 : (ip + 1) * p - 1;
-            if (scaled_interval(n, neg, ip * p, hi, used, n_used)) return 1;
+            if (scaled_interval(n, neg, ip * p, hi, u)) return 1;
         }
         return 0;
     }
-    case N_DOT: return scaled_interval(n, neg, scaled_mag(n, f), scaled_mag(n, f) + unit - 1, used, n_used);
+    case N_DOT: return scaled_interval(n, neg, scaled_mag(n, f), scaled_mag(n, f) + unit - 1, u);
     case N_FRAC: {
         int64_t v = scaled_mag(n, f), w = (int64_t)gram_dec_pow10(s - f->u.num.fdig);
-        return scaled_interval(n, neg, v, v + w - 1, used, n_used);
+        return scaled_interval(n, neg, v, v + w - 1, u);
     }
-    case N_ZEROS: return scaled_interval(n, neg, scaled_mag(n, f), scaled_mag(n, f), used, n_used);
+    case N_ZEROS: return scaled_interval(n, neg, scaled_mag(n, f), scaled_mag(n, f), u);
     default: return 0;
     }
 }
@@ -175,43 +175,42 @@ static int scaled_live(const gram_node *n, const grammar_frame *f, const uint64_
 /* ---- GRAM_NUM_EXACT ------------------------------------------------------------------------------ */
 
 /* Some grid point of [x, y] is in range and unused. */
-static int exact_hit(const gram_node *n, gram_fx x, gram_fx y, const uint64_t *used, uint32_t n_used) {
+static int exact_hit(const gram_node *n, gram_fx x, gram_fx y, const gram_used *u) {
     if (gram_fx_cmp(x, n->u.num.lo) < 0) x = n->u.num.lo;
     if (gram_fx_cmp(y, n->u.num.hi) > 0) y = n->u.num.hi;
     if (gram_fx_cmp(x, y) > 0) return 0;
-    if (!n_used || y.ip - x.ip >= 2) return 1;
+    if (!u->n || y.ip - x.ip >= 2) return 1;
     uint64_t span = (uint64_t)(y.ip - x.ip) * GRAM_FX_ONE + y.fp - x.fp; /* grid steps */
-    if (span >= n_used) return 1;
+    if (span >= u->n) return 1;
     for (uint64_t i = 0; i <= span; i++, x = gram_fx_add(x, 1))
-        if (!is_used(used, n_used, gram_fx_key(x))) return 1;
+        if (!gram_used_has(u, gram_fx_key(x))) return 1;
     return 0;
 }
 
 /* Magnitude interval [lo, hi] (non-negative), negated after a minus sign. */
-static int exact_interval(const gram_node *n, int neg, gram_fx lo, gram_fx hi, const uint64_t *used,
-                          uint32_t n_used) {
-    return neg ? exact_hit(n, gram_fx_neg(hi), gram_fx_neg(lo), used, n_used) : exact_hit(n, lo, hi, used, n_used);
+static int exact_interval(const gram_node *n, int neg, gram_fx lo, gram_fx hi, const gram_used *u) {
+    return neg ? exact_hit(n, gram_fx_neg(hi), gram_fx_neg(lo), u) : exact_hit(n, lo, hi, u);
 }
 
-static int exact_live(const gram_node *n, const grammar_frame *f, const uint64_t *used, uint32_t n_used) {
+static int exact_live(const gram_node *n, const grammar_frame *f, const gram_used *u) {
     int neg = f->u.num.neg;
     gram_fx zero = {0, 0}, below_one = {0, GRAM_FX_ONE - 1};
     switch (f->phase) {
     case N_START: return 1;
-    case N_MINUS: return exact_interval(n, 1, zero, gram_fx_max(), used, n_used);
-    case N_ZERO: return exact_interval(n, neg, zero, below_one, used, n_used);
+    case N_MINUS: return exact_interval(n, 1, zero, gram_fx_max(), u);
+    case N_ZERO: return exact_interval(n, neg, zero, below_one, u);
     case N_INT:
         for (int j = 0; j <= 18 - f->u.num.idig; j++) {
             uint64_t p = gram_dec_pow10(j);
             gram_fx lo = {(int64_t)(f->u.num.ip * p), 0}, hi = {(int64_t)((f->u.num.ip + 1) * p - 1), GRAM_FX_ONE - 1};
-            if (exact_interval(n, neg, lo, hi, used, n_used)) return 1;
+            if (exact_interval(n, neg, lo, hi, u)) return 1;
         }
         return 0;
     case N_DOT:
     case N_FRAC: {
         gram_fx lo = {(int64_t)f->u.num.ip, f->u.num.fp};
         gram_fx hi = gram_fx_add(lo, gram_dec_pow10(18 - f->u.num.fdig) - 1);
-        return exact_interval(n, neg, lo, hi, used, n_used);
+        return exact_interval(n, neg, lo, hi, u);
     }
     default: return 0;
     }
@@ -223,16 +222,16 @@ static gram_fx exact_value(const grammar_frame *f) {
 
 /* ---- entry points ------------------------------------------------------------------------- */
 
-int gram_num_step(const gram_node *n, grammar_frame *f, uint8_t b, const uint64_t *used, uint32_t n_used) {
+int gram_num_step(const gram_node *n, grammar_frame *f, uint8_t b, const gram_used *u) {
     grammar_frame t = *f;
     if (!advance(n, &t, b)) return 0;
-    if (n->u.num.mode == GRAM_NUM_SCALED && !scaled_live(n, &t, used, n_used)) return 0;
-    if (n->u.num.mode == GRAM_NUM_EXACT && !exact_live(n, &t, used, n_used)) return 0;
+    if (n->u.num.mode == GRAM_NUM_SCALED && !scaled_live(n, &t, u)) return 0;
+    if (n->u.num.mode == GRAM_NUM_EXACT && !exact_live(n, &t, u)) return 0;
     *f = t;
     return 1;
 }
 
-int gram_num_can_end(const gram_node *n, const grammar_frame *f, const uint64_t *used, uint32_t n_used) {
+int gram_num_can_end(const gram_node *n, const grammar_frame *f, const gram_used *u) {
     int ph = f->phase;
     switch (n->u.num.mode) {
     case GRAM_NUM_FREE: return ph == N_ZERO || ph == N_INT || ph == N_FRAC || ph == N_EXP;
@@ -240,14 +239,14 @@ int gram_num_can_end(const gram_node *n, const grammar_frame *f, const uint64_t 
         if (ph != N_ZERO && ph != N_INT && ph != N_FRAC) return 0;
         gram_fx v = exact_value(f);
         if (gram_fx_cmp(v, n->u.num.lo) < 0 || gram_fx_cmp(v, n->u.num.hi) > 0) return 0;
-        return !is_used(used, n_used, gram_fx_key(v));
+        return !gram_used_has(u, gram_fx_key(v));
     }
     default: {
         if (ph != N_ZERO && ph != N_INT && ph != N_FRAC && ph != N_ZEROS) return 0;
         int64_t v = scaled_mag(n, f);
         if (f->u.num.neg) v = -v;
         if (v < n->u.num.slo || v > n->u.num.shi || v % n->u.num.step) return 0;
-        return !is_used(used, n_used, (uint64_t)v);
+        return !gram_used_has(u, (uint64_t)v);
     }
     }
 }

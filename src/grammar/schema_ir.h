@@ -30,10 +30,18 @@
 enum gram_node_kind { GRAM_NODE_STRING = 1, GRAM_NODE_NUMBER, GRAM_NODE_LITERAL, GRAM_NODE_OBJECT, GRAM_NODE_ARRAY, GRAM_NODE_UNION,
                      GRAM_NODE_OBJ_UNION };
 
+/* Every number node keeps to |x| <= 2^53, the integers a double holds exactly (larger
+ * ones reach a JSON consumer changed), and one without bounds to this many digits in
+ * all (integer + fraction): a model that loops on digits ends its number there. */
+#define GRAM_JSON_SAFE_INT 9007199254740992ll
+#define GRAM_NUM_DIGIT_BUDGET 17
+
 enum gram_num_mode {
-    GRAM_NUM_FREE = 0, /* any JSON number (lowercase exponent); nothing tracked */
+    GRAM_NUM_FREE = 0, /* any JSON number (lowercase exponent); nothing tracked (unused by
+                          the compiler since every number is bounded; kept for the syntax) */
     GRAM_NUM_EXACT,    /* bounded or unique: no exponent, <= 18 integer and fraction digits,
-                     value tracked exactly as a decimal with 18 fraction digits */
+                     value tracked exactly as a decimal with 18 fraction digits; digits != 0:
+                     at most that many digits in all (unbounded numbers) */
     GRAM_NUM_SCALED    /* integer, multipleOf, or a unique item: value * 10^scale tracked as an
                      int64, with at most `digits` digits in all (integer part + scale) */
 };

@@ -3,6 +3,7 @@
  * the worker has decoded more. The socket stays the connection thread's: that thread alone
  * peeks at it to notice a client that went away, and cancels the job. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ struct server {
     long in_flight;     /* requests between their first byte and their completion */
     unsigned long long counter;
     int draining;
+    unsigned port;      /* the port bound (--port 0: the one the system chose) */
 };
 
 typedef struct conn {
@@ -249,9 +251,9 @@ static enum MHD_Result post_job(conn *k) {
         buf b = {0};
         buf_put(&b, j->envelope, strlen(j->envelope) - 1);
         buf_printf(&b, ",\"server\":{\"queue_ms\":%.1f,\"run_ms\":%.1f,\"prefix_cache_hit\":%s,"
-                   "\"prompt_tokens\":%llu,\"completion_tokens\":%llu}}", j->queue_ms, j->run_ms,
-                   j->cache_hit ? "true" : "false", (unsigned long long)j->prompt_tokens,
-                   (unsigned long long)j->completion_tokens);
+                   "\"prompt_tokens\":%llu,\"cached_tokens\":%llu,\"completion_tokens\":%llu}}", j->queue_ms,
+                   j->run_ms, j->cache_hit ? "true" : "false", (unsigned long long)j->prompt_tokens,
+                   (unsigned long long)j->cached_tokens, (unsigned long long)j->completion_tokens);
         const enum MHD_Result rc = b.oom ? MHD_NO : send_json(k, 200, b.data);
         buf_free(&b);
         return rc;
@@ -360,6 +362,35 @@ static char *model_description(const serve_config *cfg, needle_model *m) {
     return text;
 }
 
+/* The listening socket is made here, not by libmicrohttpd, so that the server owns its
+ * port: SO_REUSEADDR only (a restart binds while old connections sit in TIME_WAIT; on
+ * Linux it never lets two sockets listen on one port), never SO_REUSEPORT, with which a
+ * second server would bind the same port and split the traffic with the first. A port in
+ * use is an error that says so. Returns the socket, or -1 with the message printed. */
+static int listen_on(const serve_config *cfg, const struct sockaddr_storage *addr, unsigned *port) {
+    const int family = addr->ss_family;
+    const socklen_t len = family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int on = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) ||
+        (family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on)) ||
+        bind(fd, (const struct sockaddr *)addr, len) || listen(fd, SOMAXCONN)) {
+        const int e = errno;
+        fprintf(stderr, "needle serve: cannot listen on %s:%ld: %s%s\n", cfg->host, cfg->port, strerror(e),
+                e == EADDRINUSE ? " (another process is serving on this port; stop it or pick another --port)"
+                                : e == EADDRNOTAVAIL ? " (not an address of this machine)" : "");
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    struct sockaddr_storage bound;
+    socklen_t blen = sizeof bound;
+    *port = (unsigned)cfg->port;
+    if (!getsockname(fd, (struct sockaddr *)&bound, &blen))
+        *port = ntohs(family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                         : ((struct sockaddr_in *)&bound)->sin_port);
+    return fd;
+}
+
 server *http_start(const serve_config *cfg, needle_model *m, pool *p) {
     server *sv = calloc(1, sizeof *sv);
     if (!sv) return NULL;
@@ -383,16 +414,17 @@ server *http_start(const serve_config *cfg, needle_model *m, pool *p) {
         a4->sin_port = htons((uint16_t)cfg->port);
         if (inet_pton(AF_INET, cfg->host, &a4->sin_addr) != 1) goto bad_host;
     }
-    sv->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, sv,
-                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+    const int fd = listen_on(cfg, &addr, &sv->port);
+    if (fd < 0) goto fail;
+    sv->d = MHD_start_daemon(flags, (uint16_t)sv->port, NULL, NULL, on_request, sv,
+                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->queue + cfg->parallel + 64),
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->timeout_s + 30),
-                             MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
                              MHD_OPTION_END);
     if (!sv->d) {
-        fprintf(stderr, "needle serve: cannot listen on %s:%ld (in use, or not an address of "
-                "this machine)\n", cfg->host, cfg->port);
+        close(fd);
+        fprintf(stderr, "needle serve: cannot start the HTTP server on %s:%ld\n", cfg->host, cfg->port);
         goto fail;
     }
     return sv;
@@ -405,10 +437,7 @@ fail:
     return NULL;
 }
 
-unsigned http_port(const server *sv) {
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv->d, MHD_DAEMON_INFO_BIND_PORT);
-    return di ? di->port : 0;
-}
+unsigned http_port(const server *sv) { return sv->port; }
 
 void http_drain(server *sv, double grace_s) {
     __atomic_store_n(&sv->draining, 1, __ATOMIC_RELAXED);

@@ -27,6 +27,17 @@ int openai_job_error(const job *j, char **code, char **message) {
     int status = 0;
     const char *ec = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(env, "error_code"));
     const char *err = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(env, "error"));
+    const cJSON *cut = cJSON_GetObjectItemCaseSensitive(env, "input_truncated");
+    if (cut) { /* the engine answered only the end of the input: the client's to shorten */
+        char msg[200];
+        snprintf(msg, sizeof msg, "the last message (%.0f tokens) is longer than the model's attention window "
+                 "(%.0f positions)", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cut, "tokens")),
+                 cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cut, "window")));
+        *code = strdup("context_length_exceeded");
+        *message = strdup(msg);
+        cJSON_Delete(env);
+        return 400;
+    }
     if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(env, "success")) && ec &&
         strcmp(ec, "max_tokens") != 0) {
         /* never a silent truncation: a prompt over the context is the client's to shorten */
@@ -48,6 +59,8 @@ static void add_usage(cJSON *root, const job *j) {
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)j->prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)j->completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(j->prompt_tokens + j->completion_tokens));
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens",
+                            (double)j->cached_tokens);
 }
 
 char *openai_chat_response(const job *j, const char *model, const char *id) {

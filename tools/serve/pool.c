@@ -109,9 +109,9 @@ static int on_token(void *user, int32_t kind, int32_t token, const char *text, s
 }
 
 static int on_prefill(void *user, uint32_t done, uint32_t total) {
-    (void)done;
-    (void)total;
-    return JOB_CANCELLED((job *)user);
+    job *j = user;
+    if (done == total) j->prefilled_tokens += total; /* a prefill call finished */
+    return JOB_CANCELLED(j);
 }
 
 /* What a library failure while preparing the conversation means for the client. */
@@ -149,6 +149,7 @@ static void run_job(worker *w, job *j) {
     if (holds_prefix(w, j)) {
         needle_session_reset(w->s);
         j->cache_hit = 1;
+        j->cached_tokens = needle_session_prefix_length(w->s);
     } else {
         w->has_key = 0;
         free(w->system);
@@ -178,8 +179,9 @@ static void run_job(worker *w, job *j) {
     needle_session_set_callbacks(w->s, NULL);
     needle_session_get_stats(w->s, &after);
     j->completion_tokens = after.decode_steps - before.decode_steps;
-    const uint64_t evaluated = after.tokens_evaluated - before.tokens_evaluated;
-    j->prompt_tokens = evaluated > j->completion_tokens ? evaluated - j->completion_tokens : 0;
+    /* the prompt's length, not the work done: the same request gives the same count with
+     * or without the prefix cache (OpenAI's usage; the saving is cached_tokens) */
+    j->prompt_tokens = j->prefilled_tokens + j->cached_tokens;
     j->run_ms = serve_now_ms() - t0;
 }
 

@@ -75,7 +75,10 @@ typedef struct job {
     int http_status;            /* 0 = fine, else the error status ... */
     char *error, *error_code;   /* ... and its OpenAI-style message and code */
     int cache_hit;
-    uint64_t prompt_tokens, completion_tokens;
+    /* prompt_tokens: the whole prompt (tools prefix, earlier messages, the last one),
+     * whatever the prefix cache saved; cached_tokens: those the cache saved;
+     * prefilled_tokens: those prefilled for this job (counted by the prefill callback) */
+    uint64_t prompt_tokens, completion_tokens, cached_tokens, prefilled_tokens;
     double queue_ms, run_ms;
 
     /* shared between the worker and the connection, under mu */
