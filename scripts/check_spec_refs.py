@@ -82,7 +82,9 @@ def scanned_files(root):
             if any(rel == s or rel.startswith(s + os.sep) for s in SKIPPED):
                 dirs[:] = []
                 continue
-            dirs.sort()
+            # hidden folders (the test venvs: .venv, .venv3, their site-packages cite other
+            # specs' sections) and build trees are not the project's sources
+            dirs[:] = sorted(d for d in dirs if not d.startswith(('.', 'build', '__pycache__')))
             for name in sorted(files):
                 if name.endswith(EXTENSIONS):
                     yield os.path.join(folder, name)
