@@ -123,9 +123,21 @@ if [ ${#need[@]} -gt 0 ] || [ ${#cross[@]} -gt 0 ] || [ "$need_src" = 1 ]; then
     fi
   done
   if [ "$need_src" = 1 ]; then
-    codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
-    printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s %s-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-      "$codename" "$codename" | $SUDO tee /etc/apt/sources.list.d/needle-deb-src.sources >/dev/null
+    # the deb-src twin of the machine's own Debian archive entry (same mirror, suites and
+    # key, whatever this machine is set up with): its first deb822 stanza, else its first
+    # one-line `deb` entry
+    twin=""
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+      twin=$(awk 'BEGIN { RS = "" } /(^|\n)Types:[^\n]*deb/ { print; exit }' \
+        /etc/apt/sources.list.d/debian.sources | grep -v '^#' | sed 's/^Types:.*/Types: deb-src/')
+    fi
+    if [ -n "$twin" ]; then
+      printf '%s\n' "$twin" | $SUDO tee /etc/apt/sources.list.d/needle-deb-src.sources >/dev/null
+    elif line=$(grep -m1 '^deb ' /etc/apt/sources.list 2>/dev/null); then
+      printf '%s\n' "deb-src ${line#deb }" | $SUDO tee /etc/apt/sources.list.d/needle-deb-src.list >/dev/null
+    else
+      echo "install-deps: no Debian archive entry to add a deb-src twin of" >&2
+    fi
   fi
   $SUDO apt-get update -qq
   [ ${#need[@]} -eq 0 ] || $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
