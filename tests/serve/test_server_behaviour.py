@@ -11,7 +11,9 @@ import time
 from serverproc import OPENAI_TOOLS, Server
 
 NEEDLE = os.environ["NEEDLE_CLI"]
-LONG = "Please check the weather for the trip. " * 250  # ~2,000 tokens: a slow prefill
+# ~900 tokens: a slow prefill that still fits the demo model's 1,024-position window (a
+# longer last message is a 400 context_length_exceeded since the server flags overlong input)
+LONG = "Please check the weather for the trip. " * 110
 
 
 def chat_body(text, stream=False):
