@@ -24,7 +24,7 @@ lib=$build/libneedle.dylib
   -D_DARWIN_C_SOURCE -fvisibility=hidden -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wno-unused-parameter -Werror -Iinclude -Isrc -I"$build/include" -shared -o "$lib" \
   src/util/*.c src/format/*.c src/tokenizer/*.c src/model/*.c src/kernels/cpu/*.c \
-  src/api/*.c src/grammar/*.c src/agent/*.c src/backend/*.c "$cjson/cJSON.c"
+  src/api/*.c src/grammar/*.c src/agent/*.c src/backend/*.c src/backend/cpu/*.c "$cjson/cJSON.c"
 # MH_MAGIC_64 then CPU_TYPE_ARM64, little-endian
 head=$(od -An -tx1 -N8 "$lib" | tr -d ' \n')
 [ "$head" = cffaedfe0c000001 ] || { echo "FAIL: $lib is not an arm64 Mach-O (starts $head)"; exit 1; }

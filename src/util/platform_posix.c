@@ -55,7 +55,12 @@ int platform_readable(const char *path) { return path[0] && access(path, R_OK) =
 double platform_link_mtime(const char *path) {
     struct stat st;
     if (lstat(path, &st) != 0) return -1;
-    return (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
+#ifdef __APPLE__ /* Darwin names the field st_mtimespec */
+    const struct timespec t = st.st_mtimespec;
+#else
+    const struct timespec t = st.st_mtim;
+#endif
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 int platform_mkdir(const char *path) { return mkdir(path, 0777); }
