@@ -23,3 +23,10 @@ endforeach()
 add_test(NAME platform_tool_call COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/tool_call.sh)
 set_tests_properties(platform_tool_call PROPERTIES LABELS platform TIMEOUT 600
   ENVIRONMENT "NEEDLE_CLI=${NEEDLE_TEST_CLI}")
+# The browser build's module through its exports (web/needle_web.c), with no files or
+# environment, as a tab runs it: the demo model's bytes, the demo tools, one query. ~8 s.
+list(GET CMAKE_CROSSCOMPILING_EMULATOR 0 wasmtime_python)
+add_test(NAME platform_web_module COMMAND ${wasmtime_python}
+         ${CMAKE_CURRENT_SOURCE_DIR}/platform/web_module.py $<TARGET_FILE:needle_web>
+         ${PROJECT_SOURCE_DIR}/models/needle-demo.cact ${PROJECT_SOURCE_DIR}/models/needle-demo.tools.json)
+set_tests_properties(platform_web_module PROPERTIES LABELS platform TIMEOUT 300)
