@@ -88,6 +88,7 @@ static serve_route route_of(const char *url) {
     if (!strcmp(url, "/health")) return ROUTE_HEALTH;
     if (!strcmp(url, "/metrics")) return ROUTE_METRICS;
     if (!strcmp(url, "/") || !strcmp(url, "/index.html") || !strcmp(url, "/model")) return ROUTE_PLAYGROUND;
+    if (!strcmp(url, "/try") || !strncmp(url, "/try/", 5)) return ROUTE_TRY;
     return ROUTE_OTHER;
 }
 
@@ -288,7 +289,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (k->route == ROUTE_OTHER) return send_error(k, 404, "not_found", "no such endpoint");
         if (wants_post != k->post || (!k->post && strcmp(method, "GET") && strcmp(method, "HEAD")))
             return send_error(k, 405, "method_not_allowed", wants_post ? "use POST" : "use GET");
-        if (k->route != ROUTE_HEALTH && k->route != ROUTE_PLAYGROUND && !authorized(sv, c))
+        /* the pages are open (the browser page runs nothing here: it only fetches files) */
+        if (k->route != ROUTE_HEALTH && k->route != ROUTE_PLAYGROUND && k->route != ROUTE_TRY &&
+            !authorized(sv, c))
             return send_error(k, 401, "invalid_api_key", "a valid 'Authorization: Bearer KEY' header is required");
         const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (len && strtod(len, NULL) > (double)sv->cfg.max_body)
@@ -313,6 +316,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!strcmp(url, "/model")) return send_json(k, 200, sv->model_json);
         return send_text(k, 200, "text/html; charset=utf-8", (const char *)serve_playground_html,
                          serve_playground_html_len, NULL);
+    case ROUTE_TRY: return (enum MHD_Result)serve_try(c, &sv->cfg, url, &k->status);
     default: return post_job(k);
     }
 }

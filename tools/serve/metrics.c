@@ -9,7 +9,7 @@ static const double BUCKETS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.
 
 static const char *const ROUTE_NAMES[ROUTE_COUNT] = {
     "/v1/chat/completions", "/v1/needle/complete", "/v1/models", "/health", "/metrics", "/",
-    "/reset", "other"};
+    "/reset", "/try", "other"};
 
 static struct {
     pthread_mutex_t mu;

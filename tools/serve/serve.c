@@ -58,6 +58,7 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
         {"--max-tools", NULL, CLI_LONG, &cfg.max_tools, 1, 1 << 16, NULL},
         {"--timeout", NULL, CLI_LONG, &cfg.timeout_s, 1, 86400, NULL},
         {"--model-name", NULL, CLI_TEXT, &cfg.model_name, 0, 0, NULL},
+        {"--web", NULL, CLI_TEXT, &cfg.web_dir, 0, 0, NULL},
         {0}};
     const int st = cli_parse(self, argc, argv, opts, NULL, 0);
     if (st != CLI_GO) return st;
@@ -74,6 +75,7 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
     const char *key_env = getenv("NEEDLE_API_KEY");
     if (!cfg.api_key && key_env && key_env[0]) cfg.api_key = key_env;
     if (cfg.api_key && !cfg.api_key[0]) cfg.api_key = NULL;
+    if (!cfg.web_dir) cfg.web_dir = NEEDLE_INSTALLED_WEB;
     cli_default_weights(&cfg.weights);
     if (!cfg.weights) return cli_no_weights();
     if (!cfg.parallel) {
@@ -133,6 +135,9 @@ static int run_serve(const cli_command *self, int argc, char **argv) {
             strchr(cfg.host, ':') ? "]" : "", http_port(sv), cfg.model_name, cfg.parallel,
             cfg.parallel == 1 ? "" : "s", cfg.n_ctx, cfg.queue,
             cfg.api_key ? ", API key required" : "");
+    if (serve_try_available(&cfg))
+        fprintf(stderr, "needle serve: the browser page (the engine in WebAssembly) at /try, from %s\n",
+                cfg.web_dir);
     int sig = 0;
     while (sigwait(&stop, &sig) != 0) {}
     fprintf(stderr, "needle serve: %s, draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -152,7 +157,8 @@ const cli_command cli_serve = {
     "\n"
     "Serves the model over HTTP: POST /v1/chat/completions (OpenAI's API: tools, tool_choice,\n"
     "response_format, stream), POST /v1/needle/complete (the engine's envelope), GET\n"
-    "/v1/models, /health, /metrics (Prometheus) and a playground page at /. N sessions\n"
+    "/v1/models, /health, /metrics (Prometheus) and a playground page at /; at /try a page\n"
+    "that runs the demo model in the browser itself (the WebAssembly build, --web). N sessions\n"
     "answer requests side by side; more wait in a bounded queue (full: 503 with\n"
     "Retry-After). SIGTERM or SIGINT finish the requests in flight, then exit 0.\n"
     "See docs/serve.md.\n"
@@ -174,5 +180,7 @@ const cli_command cli_serve = {
     "  --max-tools N           most tools in a request (default 128)\n"
     "  --timeout S             per request, queue included (default 120; then 504)\n"
     "  --model-name NAME       the model id in responses (default: the file name)\n"
+    "  --web DIR               the browser build served at /try (needle-web.wasm, try.html,\n"
+    "                          try.js, wasi_host.js; default: <datadir>/needle/web)\n"
     "  -h, --help              this text\n",
     run_serve};

@@ -7,6 +7,7 @@
  *   metrics.c   counters, the latency histogram, Prometheus text
  *   buf.c       a growing byte buffer (tools/ use only the public header)
  *   playground/ the page served at "/", embedded at build time (playground_assets.c)
+ *   try.c       the browser page at /try: files of the WebAssembly build (web/), read at run time
  *
  * A request becomes a job: the tools, the history to replay, the turn to answer. A worker
  * whose session already holds the job's tools prefix (same system + canonical tools hash)
@@ -46,6 +47,7 @@ typedef struct serve_config {
     long max_tokens;   /* cap on max_tokens */
     long timeout_s;    /* per request, queue wait included */
     const char *default_tools; /* JSON text of the demo tools for the playground, or NULL */
+    const char *web_dir;       /* the browser build's folder (needle-web.wasm, try.html, ...) */
 } serve_config;
 
 /* ---- jobs and the pool (pool.c) ------------------------------------------------------------ */
@@ -121,7 +123,7 @@ double serve_now_ms(void);
  * ROUTE_RESET its POST /reset (nothing to reset: requests share no state). */
 typedef enum serve_route {
     ROUTE_CHAT, ROUTE_NEEDLE_COMPLETE, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_METRICS,
-    ROUTE_PLAYGROUND, ROUTE_RESET, ROUTE_OTHER, ROUTE_COUNT
+    ROUTE_PLAYGROUND, ROUTE_RESET, ROUTE_TRY, ROUTE_OTHER, ROUTE_COUNT
 } serve_route;
 
 void metrics_request(serve_route route, int status, double seconds);
@@ -185,6 +187,16 @@ server *http_start(const serve_config *cfg, needle_model *m, pool *p);
 unsigned http_port(const server *s);
 /* Stops accepting, waits up to `grace_s` for the requests in flight, then closes. */
 void http_drain(server *s, double grace_s);
+
+/* ---- try.c ------------------------------------------------------------------------------------ */
+
+struct MHD_Connection;
+/* Whether cfg->web_dir holds the browser build (needle-web.wasm). */
+int serve_try_available(const serve_config *cfg);
+/* Answers GET `url` (/try, /try/ or a file under /try/): the file, or a 404 that says what
+ * is missing (the browser build, the demo model, or no such file). *answered = the status.
+ * Returns libmicrohttpd's MHD_YES / MHD_NO. */
+int serve_try(struct MHD_Connection *c, const serve_config *cfg, const char *url, int *answered);
 
 /* ---- playground (generated) ------------------------------------------------------------------ */
 
