@@ -104,7 +104,8 @@ cmake --build build-mingw -j "$jobs"
 # WebAssembly (wasm32-wasi, clang + wasi-libc): one thread (src/util/wasi/pthread.h), the
 # model read into memory (no mmap), cJSON from Debian's source; modules run by PyPI's
 # wasmtime (pinned, private venv). Suites that need no process (WASI has none), the tool
-# call through the CLI module. Build ~40 s, tests 86 s wall (-j2; the tool call 62 s).
+# call through the CLI module, the browser build's module through its exports (~10 s).
+# Build ~40 s, tests 86 s wall (-j2; the tool call 62 s).
 echo "== WebAssembly (wasm32-wasi) build, trimmed suite under wasmtime =="
 bash scripts/wasmtime-venv.sh build-wasi
 cmake -S . -B build-wasi -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-wasm32-wasi.cmake \
@@ -112,6 +113,12 @@ cmake -S . -B build-wasi -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-wasm32-wasi.cmak
   -DNEEDLE_CJSON_SOURCE="$(bash scripts/cjson-source.sh build-wasi)" >/dev/null
 cmake --build build-wasi -j "$jobs"
 (cd build-wasi && ctest -L platform --output-on-failure -j "$jobs")
+# The browser page /try: `needle serve` (the release build) with the module above
+# (build-wasi/web), in headless Chromium over the DevTools protocol: the typed query
+# answered in the tab with no request to the server, a screenshot in
+# build-wasi/browser-test/. ~16 s wall on 2 cores.
+echo "== the browser page /try in headless Chromium (the engine in WebAssembly) =="
+python3 tests/platform/browser.py build/needle build-wasi/web build-wasi/browser-test
 
 # macOS (aarch64): compile-and-link of libneedle.dylib with PyPI's ziglang (no Apple SDK
 # here, so nothing runs and Metal is not built); its exports = needle.h's NEEDLE_API.
