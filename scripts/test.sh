@@ -116,7 +116,7 @@ cmake --build build-wasi -j "$jobs"
 # The browser page /try: `needle serve` (the release build) with the module above
 # (build-wasi/web), in headless Chromium over the DevTools protocol: the typed query
 # answered in the tab with no request to the server, a screenshot in
-# build-wasi/browser-test/. ~16 s wall on 2 cores.
+# build-wasi/browser-test/. ~25 s wall on the shared 2-core machine.
 echo "== the browser page /try in headless Chromium (the engine in WebAssembly) =="
 python3 tests/platform/browser.py build/needle build-wasi/web build-wasi/browser-test
 

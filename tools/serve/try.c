@@ -24,6 +24,7 @@ static const try_file TRY_FILES[] = {
     {"/try", "try.html", "text/html; charset=utf-8"},
     {"/try/", "try.html", "text/html; charset=utf-8"},
     {"/try/try.js", "try.js", "text/javascript; charset=utf-8"},
+    {"/try/try_worker.js", "try_worker.js", "text/javascript; charset=utf-8"},
     {"/try/wasi_host.js", "wasi_host.js", "text/javascript; charset=utf-8"},
     {"/try/needle-web.wasm", "needle-web.wasm", "application/wasm"},
     /* name NULL: from the demo model's place, not the web folder */
