@@ -78,12 +78,12 @@ static void check_matmul(const cpu_kernels *k, uint32_t rows, uint32_t cols, uin
     free_matrix(&tm);
 }
 
-static const cpu_kernels *levels[5];
+static const cpu_kernels *levels[6];
 static int n_levels;
 
 static void find_levels(void) {
     n_levels = 0;
-    const char *names[] = {"scalar", "avx2", "avx512", "neon"};
+    const char *names[] = {"scalar", "avx2", "avx512", "neon", "simd128"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cpu_kernels *k = cpu_kernels_named(names[i]);
         if (k) levels[n_levels++] = k;

@@ -8,7 +8,7 @@ file(GENERATE OUTPUT ${NEEDLE_TEST_CLI}
   CONTENT "#!/bin/sh\nexec '${emulator}' '$<TARGET_FILE:needle_cli>' \"$@\"\n"
   FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
                    WORLD_READ WORLD_EXECUTE)
-set(NEEDLE_WASI_TESTS test_format3 test_tokenizer test_kernels test_parity)
+set(NEEDLE_WASI_TESTS test_format3 test_tokenizer test_kernels test_simd test_parity)
 foreach(name ${NEEDLE_WASI_TESTS})
   add_executable(${name} ${name}.c harness.c)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
@@ -16,10 +16,18 @@ foreach(name ${NEEDLE_WASI_TESTS})
   target_compile_definitions(${name} PRIVATE _POSIX_C_SOURCE=200809L
                              NEEDLE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   target_link_libraries(${name} PRIVATE needle_static PkgConfig::CJSON)
+  if(name STREQUAL "test_simd")
+    # the simd128 kernels (NEEDLE_WASM_SIMD) against the portable ones
+    target_sources(${name} PRIVATE cq_test_matrix.c)
+  endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS platform TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "NEEDLE_FIXTURES=${CMAKE_CURRENT_SOURCE_DIR}/fixtures;NEEDLE_PARITY_SKIP=full_")
 endforeach()
+# the kernel tests of test_simd (its pool tests need threads, which WASI lacks): every
+# level built here, the simd128 one included, against the portable kernels
+set_property(TEST test_simd APPEND PROPERTY ENVIRONMENT
+             "NEEDLE_TEST_FILTER=dispatch,matmul,transforms,dot,large")
 add_test(NAME platform_tool_call COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/tool_call.sh)
 set_tests_properties(platform_tool_call PROPERTIES LABELS platform TIMEOUT 600
   ENVIRONMENT "NEEDLE_CLI=${NEEDLE_TEST_CLI}")

@@ -46,7 +46,7 @@ typedef struct cq_scratch {
 } cq_scratch;
 
 typedef struct cpu_kernels {
-    const char *name; /* "scalar", "avx2", "avx512", "neon" */
+    const char *name; /* "scalar", "avx2", "avx512", "neon", "simd128" */
     /* In-place unnormalised Walsh-Hadamard transform, n a power of 2 (see fwht()). */
     void (*fwht)(float *x, uint32_t n);
     /* See cq_rotate(). */
@@ -78,14 +78,18 @@ const cpu_kernels *cpu_kernels_avx512(void);
 /* The NEON table on (little-endian) aarch64, else NULL. */
 const cpu_kernels *cpu_kernels_neon(void);
 
+/* The WebAssembly SIMD128 table (kernels/cpu/cq_wasm.c) in builds compiled with
+ * -msimd128, else NULL. */
+const cpu_kernels *cpu_kernels_simd128(void);
+
 /* The best level this CPU supports, lowered by NEEDLE_CPU; never NULL. Thread-safe. */
 const cpu_kernels *cpu_kernels_best(void);
 
-/* The level called `name` ("scalar", "avx2", "avx512", "neon"), or NULL if unknown or
+/* The level called `name` ("scalar", "avx2", "avx512", "neon", "simd128"), or NULL if unknown or
  * unsupported here. */
 const cpu_kernels *cpu_kernels_named(const char *name);
 
-/* Checks NEEDLE_CPU (scalar, avx2, avx512 or neon, and a level this CPU has) and
+/* Checks NEEDLE_CPU (scalar, avx2, avx512, neon or simd128, and a level this CPU has) and
  * NEEDLE_THREADS (a positive integer); unset or empty is fine. NEEDLE_OK, or a status with a message
  * (needle_last_error) naming the variable: NEEDLE_ERR_BACKEND for a kernel level,
  * NEEDLE_ERR_INVALID_ARGUMENT for a thread count. Called when a model is opened. */

@@ -49,6 +49,7 @@ const cpu_kernels *cpu_kernels_named(const char *name) {
     if (!strcmp(name, "avx2")) return cpu_kernels_avx2();
     if (!strcmp(name, "avx512")) return cpu_kernels_avx512();
     if (!strcmp(name, "neon")) return cpu_kernels_neon();
+    if (!strcmp(name, "simd128")) return cpu_kernels_simd128();
     return NULL;
 }
 
@@ -56,10 +57,11 @@ int cpu_check_env(void) {
     const char *want = getenv("NEEDLE_CPU");
     if (want && *want) {
         const int named = !strcmp(want, "scalar") || !strcmp(want, "avx2") ||
-                          !strcmp(want, "avx512") || !strcmp(want, "neon");
+                          !strcmp(want, "avx512") || !strcmp(want, "neon") ||
+                          !strcmp(want, "simd128");
         if (!named)
             return needle_fail(NEEDLE_ERR_BACKEND, "NEEDLE_CPU=%.40s is not a kernel level "
-                               "(scalar, avx2, avx512, neon)", want);
+                               "(scalar, avx2, avx512, neon, simd128)", want);
         if (!cpu_kernels_named(want))
             return needle_fail(NEEDLE_ERR_BACKEND, "NEEDLE_CPU=%s: this CPU or build has no "
                                "%s kernels (scalar always works)", want, want);
@@ -83,6 +85,7 @@ static void pick_best(void) {
     const cpu_kernels *k = cpu_kernels_avx512();
     if (!k) k = cpu_kernels_avx2();
     if (!k) k = cpu_kernels_neon();
+    if (!k) k = cpu_kernels_simd128();
     if (!k) k = &cpu_kernels_scalar;
     /* NEEDLE_CPU lowers the level; one this CPU lacks (cpu_check_env refuses it when a
      * model is opened) leaves the best */
