@@ -142,8 +142,11 @@ class DevTools:
     def wait_for(self, expression, timeout, what):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            if self.eval(expression):
-                return
+            try:
+                if self.eval(expression):
+                    return
+            except RuntimeError:
+                pass  # a page between documents (navigating) has no body yet
             time.sleep(0.2)
         raise RuntimeError(f"timed out after {timeout} s waiting for {what}; page said: " +
                            str(self.eval("document.body.innerText")) + "\nconsole: " +
