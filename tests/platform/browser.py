@@ -7,7 +7,8 @@ free port; the page loads the WebAssembly engine and the demo model; the test ty
   - the page shows the call set_timer {"minutes": 25} (calls list and envelope);
   - no request left the tab during the query (DevTools' network events) and the server
     answered none (its /metrics counters, /metrics itself aside, did not move);
-  - a screenshot (OUT/try.png); the page's `?q=` mode gives the same call;
+  - a screenshot (OUT/try.png); the page's `?q=` mode gives the same call; malformed
+    tools typed into the editor give the engine's error on the page;
   - with a folder lacking the browser build, /try is a 404 that says how to build it.
 
     browser.py NEEDLE WEB_DIR OUT_DIR     exit 0: passed, 1: failed, 77: no Chromium
@@ -242,6 +243,15 @@ def typed_query(exe, srv, out_dir, failures):
         print(f"?q= mode: {linked} in {time.time() - t2:.1f} s")
         if linked != 'set_timer {"minutes":25}':
             failures.append(f"?q= mode: the calls shown are {linked!r}")
+
+        # malformed tools typed into the editor: the engine's error on the page, no crash
+        dt.eval("document.getElementById('tools').value = '[{\"name\": '")
+        dt.eval("document.body.dataset.state = 'edited'; document.getElementById('run').click()")
+        dt.wait_for("document.body.dataset.state === 'done'", 60, "the malformed tools' answer")
+        shown = dt.eval("(document.querySelector('#calls .error') || {}).textContent || ''")
+        print("malformed tools:", shown)
+        if "cannot set the tools" not in shown:
+            failures.append(f"malformed tools: the page shows {shown!r}")
         dt.ws.close()
 
         if typed != QUERY:
