@@ -104,8 +104,10 @@ cmake --build build-mingw -j "$jobs"
 # WebAssembly (wasm32-wasi, clang + wasi-libc): one thread (src/util/wasi/pthread.h), the
 # model read into memory (no mmap), cJSON from Debian's source; modules run by PyPI's
 # wasmtime (pinned, private venv). Suites that need no process (WASI has none), the tool
-# call through the CLI module, the browser build's module through its exports (~10 s).
-# Build ~40 s, tests 86 s wall (-j2; the tool call 62 s).
+# call through the CLI module, the browser build's module through its exports, the simd128
+# kernels against the portable ones (test_simd's kernel tests). Build ~40 s, tests 86 s
+# wall (-j2; the tool call 62 s); with the two new tests, 43 s wall on a day the 2-core
+# machine ran at load 12 (test_simd 11 s, platform_web_module 25 s).
 echo "== WebAssembly (wasm32-wasi) build, trimmed suite under wasmtime =="
 bash scripts/wasmtime-venv.sh build-wasi
 cmake -S . -B build-wasi -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-wasm32-wasi.cmake \
@@ -116,7 +118,7 @@ cmake --build build-wasi -j "$jobs"
 # The browser page /try: `needle serve` (the release build) with the module above
 # (build-wasi/web), in headless Chromium over the DevTools protocol: the typed query
 # answered in the tab with no request to the server, a screenshot in
-# build-wasi/browser-test/. ~25 s wall on the shared 2-core machine.
+# build-wasi/browser-test/. ~26 s wall on the shared 2-core machine.
 echo "== the browser page /try in headless Chromium (the engine in WebAssembly) =="
 python3 tests/platform/browser.py build/needle build-wasi/web build-wasi/browser-test
 
