@@ -43,7 +43,8 @@ typedef struct train_checkpoint {
     char *config;           /* the config as JSON text (an object) */
     int64_t step;           /* -1: none */
     char *run;              /* JSON text; "{}" when the file has none */
-    train_tensor *tensors;  /* the parameters, in file order */
+    train_tensor *tensors;  /* the parameters, in file order (mtp_* heads included, which
+                             * the official loader drops: a rewrite keeps them) */
     uint32_t n;
     /* The optimizer state saved with the parameters (train/optim.h; the official
      * checkpoints have none): the tensors named under TRAIN_OPTIM_PREFIX and the
