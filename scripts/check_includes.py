@@ -27,11 +27,13 @@ LAYERS = [
     # `needle quantize` link; quant depends on util only, export on format and quant
     ("quant",),               # CQ codebooks, quantizer, bits maps
     ("export",),              # .cact writer, safetensors / SentencePiece readers
+    # not in libneedle: the training core (needle_train), above the exporter it reads with
+    ("train",),               # checkpoints, adapters, optimizer, forward and backward
     # not in libneedle: the hub client (needle_hub) of `needle download` / `needle models`
     ("hub",),                 # hub protocol, cache layout (reads api/model_cache.h)
 ]
 # tools/ may include these src/ folders besides the public header: the exporter library
-TOOL_LIBRARIES = {"export", "quant", "hub"}
+TOOL_LIBRARIES = {"export", "quant", "hub", "train"}
 RANK = {folder: rank for rank, group in enumerate(LAYERS) for folder in group}
 # headers generated at build time (not in the tree)
 GENERATED = {"metal_source.h"}
