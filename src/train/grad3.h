@@ -1,0 +1,58 @@
+/* The Needle 3 training core (issue 32): the official network of cactus-needle 3.2.8
+ * (model/architecture.py, SimpleAttentionNetwork.apply over full sequences, no padding
+ * mask, as finetune_local calls it) run forward with what the backward needs and
+ * differentiated by hand, op by op, for the masked cross-entropy of finetune._loss.
+ *
+ * Parameters are named tensors, the flax tree paths joined by '/' (the official checkpoint
+ * names); each has a gradient buffer of its shape. Memory: the forward keeps only the
+ * lane stream at each layer boundary (per sequence); the backward recomputes one layer at
+ * a time (activation checkpointing), so activations are O(L*T*n*D + one layer).
+ *
+ * Compiled for float (the library) and, by tests/test_train_ops.c, for double through the
+ * G3_REAL / G3 macros (finite differences need double). */
+#ifndef NEEDLE_TRAIN_GRAD3_H
+#define NEEDLE_TRAIN_GRAD3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "export/export_model_v3.h"
+
+#define G3_MAX_NAME 160
+
+/* The float library by default; a translation unit that defines G3_REAL (double) and
+ * G3(name) (a prefix) before including grad3.c gets its own copy at that precision. */
+#ifndef G3_REAL
+#define G3_REAL float
+#define G3(name) g3_##name
+#endif
+
+typedef struct G3(tensor) {
+    char name[G3_MAX_NAME];
+    uint32_t ndim;
+    uint64_t shape[4];
+    uint64_t numel;
+    G3_REAL *w; /* values */
+    G3_REAL *g; /* gradient, same shape */
+} G3(tensor);
+
+typedef struct G3(model) G3(model);
+
+/* A model of config `cfg` whose tensors are read from a parsed official checkpoint
+ * (every tensor the network uses must be there with its official shape; probe heads and
+ * anything else are ignored). Returns 0 or a needle error with a message. */
+int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3(model) **out);
+void G3(model_free)(G3(model) *m);
+
+/* The parameters in checkpoint order of the network (values and gradients). */
+uint32_t G3(tensor_count)(const G3(model) *m);
+G3(tensor) *G3(tensor_at)(G3(model) *m, uint32_t i);
+G3(tensor) *G3(find)(G3(model) *m, const char *name);
+
+/* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
+ * max(sum mask[:, 1:], 1); with grads != 0 every tensor's g is overwritten with dloss/dw.
+ * ids: [B][T] token ids (< out_vocab or vocab), mask: [B][T]. */
+int G3(loss)(G3(model) *m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
+            double *loss);
+
+#endif
