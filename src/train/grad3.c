@@ -69,7 +69,23 @@ struct G3(model) {
     uint32_t *perm1, *perm2;
     G3(tensor) *t;
     uint32_t nt;
+    int a8; /* quant=True: A8 activations and per-head int8 q/K/V, straight-through */
 };
+
+void G3(set_fake_quant)(G3(model) * m, int on) { m->a8 = on != 0; }
+
+/* quantize.fake_quant(x, n, 8) in place: symmetric int8 of the n values by their absmax
+ * (round half to even, as jnp.round); the backward is the identity (straight-through) */
+static void fq8(real *x, uint32_t n) {
+    real mx = 0;
+    for (uint32_t i = 0; i < n; i++) mx = fabs(x[i]) > mx ? fabs(x[i]) : mx;
+    const real sc = mx > 0 ? mx / (real)127 : (real)1;
+    for (uint32_t i = 0; i < n; i++) {
+        real q = nearbyint(x[i] / sc);
+        q = q < -128 ? -128 : q > 127 ? 127 : q;
+        x[i] = q * sc;
+    }
+}
 
 #define LW(m, id, l) ((m)->t[id].w + (size_t)(l) * ((m)->t[id].numel / (m)->L))
 #define LG(m, id, l) ((m)->t[id].g + (size_t)(l) * ((m)->t[id].numel / (m)->L))
@@ -257,8 +273,10 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
         w->alpha[t] = al;
         for (uint32_t i = 0; i < D; i++) xt[i] = ut[i] + al * ev[i];
     }
-    for (uint32_t t = 0; t < T; t++)
+    for (uint32_t t = 0; t < T; t++) {
         w->ar[t] = zc_fwd(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->a + (size_t)t * D);
+        if (m->a8) fq8(w->a + (size_t)t * D, D); /* MultiHeadAttention: x = _aq(x, quant) */
+    }
     /* MultiHeadAttention */
     mm(w->a, LW(m, P_WQ, l), w->ql, T, D, Q);
     mm(w->a, LW(m, P_WK, l), w->kl, T, D, K);
@@ -303,7 +321,10 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
                 rr[i] = nn[i] * c[i] - nn[i + half] * sn[i];
                 rr[i + half] = nn[i + half] * c[i] + nn[i] * sn[i];
             }
+            if (m->a8) fq8(rr, qk); /* maybe_quant_query / maybe_quant_kv */
         }
+        if (m->a8)
+            for (uint32_t g = 0; g < KV; g++) fq8(w->v + (size_t)t * VV + g * vd, vd);
     }
     /* softmax(q k / sqrt(qk)) v, causal, local layers within the window */
     const uint32_t win = (m->c.sliding_window && !is_global(m, l)) ? m->c.sliding_window : 0;
@@ -336,6 +357,8 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     }
     mm(w->a, LW(m, P_WG, l), w->gl, T, D, O);
     for (size_t i = 0; i < (size_t)T * O; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
+    if (m->a8)
+        for (uint32_t t = 0; t < T; t++) fq8(w->go + (size_t)t * O, O); /* out = _aq(out, quant) */
     mm(w->go, LW(m, P_WO, l), w->ao, T, O, D);
     /* post_attn_norm, gated residual, pre_hada_norm */
     const real gate = sigm(LW(m, P_GATE, l)[0]);
@@ -612,6 +635,7 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
         const real *X = Xin + (size_t)t * nD;
         real *nx = w->nx + (size_t)t * nD;
         w->nxr[t] = zc_fwd(X, NULL, nD, nx);
+        if (m->a8) fq8(nx, nD); /* nx = _aq(_rms_unit(stream), quant) */
         real *prj = w->prj + (size_t)t * (2 * n + nn);
         for (uint32_t k = 0; k < 2 * n + nn; k++) prj[k] = 0;
         for (uint32_t c = 0; c < nD; c++) {
@@ -804,6 +828,8 @@ static void engram_rows(const G3(model) * m, uint32_t s, const int32_t *ids, uin
             else
                 memcpy(dst, tab + ((size_t)j * m->c.engram_slots + (uint32_t)slot) * sub, sub * sizeof *dst);
         }
+    if (m->a8)
+        for (uint32_t t = 0; t < T; t++) fq8(e + (size_t)t * E, E); /* e = _aq(e, quant) */
 }
 
 static void engram_fwd(const G3(model) * m, const int32_t *ids, uint32_t T, real *e, real *vl, real *ek, real *ev) {
@@ -1177,6 +1203,7 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                 xf[c] = s / (real)n;
             }
             const real rr = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
+            if (m->a8) fq8(xn, D); /* logits = _aq(x, quant) @ head.T */
             real mx = -INFINITY;
             for (uint32_t v = 0; v < m->OV; v++) {
                 real s = 0;

@@ -49,6 +49,12 @@ uint32_t G3(tensor_count)(const G3(model) *m);
 G3(tensor) *G3(tensor_at)(G3(model) *m, uint32_t i);
 G3(tensor) *G3(find)(G3(model) *m, const char *name);
 
+/* on != 0: the forward of quant=True after configure_deploy(act_bits=8, kv_bits=8): A8
+ * fake quantization (per row, symmetric int8) of the engram rows, the attention input,
+ * the gated attention output, the mHC lane norm and the final hidden state, and per-head
+ * int8 of q, k (after RoPE) and v; every one straight-through in the backward. */
+void G3(set_fake_quant)(G3(model) * m, int on);
+
 /* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
  * max(sum mask[:, 1:], 1); with grads != 0 every tensor's g is overwritten with dloss/dw.
  * ids: [B][T] token ids (< out_vocab or vocab), mask: [B][T]. */
