@@ -231,6 +231,44 @@ static void test_cli(void) {
     train_tmpdir_remove(dir);
 }
 
+/* the loss and every gradient bit-identical with 1, 2 and 3 threads (g3a, A8 forward on
+ * so the rounding-sensitive path is covered too) */
+static void test_threads_bit_identical(void) {
+    g3_model *m = NULL;
+    fx_batch b;
+    CHECK(fx_model("grad_v3/g3a", &m) == 0);
+    CHECK(fx_batch_load(fixture_path("grad_v3/g3a.batch.jsonl"), &b) == 0);
+    if (!m || !b.B) {
+        g3_model_free(m);
+        return;
+    }
+    g3_set_fake_quant(m, 1);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < g3_tensor_count(m); i++) total += g3_tensor_at(m, i)->numel;
+    float *first = malloc(total * sizeof *first);
+    double loss1 = 0;
+    for (int threads = 1; threads <= 3; threads++) {
+        CHECK(g3_set_threads(m, threads) == 0);
+        double loss = 0;
+        CHECK(g3_loss(m, b.ids, b.mask, b.B, b.T, 1, &loss) == 0);
+        uint64_t off = 0, differ = 0;
+        for (uint32_t i = 0; i < g3_tensor_count(m); i++) {
+            const g3_tensor *t = g3_tensor_at(m, i);
+            if (threads == 1)
+                memcpy(first + off, t->g, t->numel * sizeof *first);
+            else
+                differ += memcmp(first + off, t->g, t->numel * sizeof *first) != 0;
+            off += t->numel;
+        }
+        if (threads == 1) loss1 = loss;
+        CHECK_MSG(loss == loss1 && differ == 0, "%d threads: loss %.9g vs %.9g, %llu tensors differ", threads, loss,
+                  loss1, (unsigned long long)differ);
+    }
+    free(first);
+    g3_model_free(m);
+    fx_batch_free(&b);
+}
+
 static void test_float_gradients(void) {
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) check_float(MODELS[i]);
 }
@@ -240,5 +278,6 @@ int main(void) {
     RUN(test_lora_cq_weights);
     RUN(test_lora_exact_finetune_loss);
     RUN(test_cli);
+    RUN(test_threads_bit_identical);
     return test_summary();
 }

@@ -82,15 +82,15 @@ static void test_dense(void) {
     for (int i = 0; i < T * I; i++) x[i] = urand();
     for (int i = 0; i < I * O; i++) w[i] = urand();
     for (int i = 0; i < T * O; i++) dy[i] = urand();
-    mm_back(x, w, dy, dx, dw, T, I, O);
+    mm_back(NULL, x, w, dy, dx, dw, T, I, O);
     for (int k = 0; k < T * I + I * O; k++) {
         double *p = k < T * I ? &x[k] : &w[k - T * I], keep = *p, hi = 0, lo = 0;
         const double h = 1e-6;
         *p = keep + h;
-        mm(x, w, y, T, I, O);
+        mm(NULL, x, w, y, T, I, O);
         for (int i = 0; i < T * O; i++) hi += y[i] * dy[i];
         *p = keep - h;
-        mm(x, w, y, T, I, O);
+        mm(NULL, x, w, y, T, I, O);
         for (int i = 0; i < T * O; i++) lo += y[i] * dy[i];
         *p = keep;
         const double fd = (hi - lo) / (2 * h), an = k < T * I ? dx[k] : dw[k - T * I];

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu.h"
 #include "kernels/nmath.h"
 #include "quant/mt19937.h"
 #include "util/error.h"
@@ -69,10 +70,17 @@ struct G3(model) {
     uint32_t *perm1, *perm2;
     G3(tensor) *t;
     uint32_t nt;
+    cpu_pool *pool; /* NULL: one thread */
     int a8; /* quant=True: A8 activations and per-head int8 q/K/V, straight-through */
 };
 
 void G3(set_fake_quant)(G3(model) * m, int on) { m->a8 = on != 0; }
+
+int G3(set_threads)(G3(model) * m, int n) {
+    cpu_pool_free(m->pool);
+    m->pool = NULL;
+    return n == 1 ? 0 : cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
+}
 
 /* quantize.fake_quant(x, n, 8) in place: symmetric int8 of the n values by their absmax
  * (round half to even, as jnp.round); the backward is the identity (straight-through) */
@@ -93,36 +101,91 @@ static void fq8(real *x, uint32_t n) {
 
 /* ---- small dense helpers ------------------------------------------------------------ */
 
-/* y[T][out] = x[T][in] @ W[in][out] */
-static void mm(const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out) {
-    for (uint32_t t = 0; t < T; t++) {
-        real *yt = y + (size_t)t * out;
-        for (uint32_t o = 0; o < out; o++) yt[o] = 0;
-        for (uint32_t i = 0; i < in; i++) {
-            const real xi = x[(size_t)t * in + i];
-            const real *wr = W + (size_t)i * out;
-            for (uint32_t o = 0; o < out; o++) yt[o] += xi * wr[o];
+/* Work sharing over the model's thread pool (cpu_pool_run): items [0, n) cut into one
+ * contiguous range per thread. Every output element is computed by one thread with the
+ * same operations in the same order as with one thread, so results are bit-identical for
+ * every thread count. */
+typedef struct mm_job {
+    const real *x, *W, *dy;
+    real *y, *dx, *dW;
+    uint32_t T, in, out;
+    int back;
+} mm_job;
+
+static void range_of(uint32_t n, int i, int nt, uint32_t *lo, uint32_t *hi) {
+    *lo = (uint32_t)((uint64_t)n * (uint32_t)i / (uint32_t)nt);
+    *hi = (uint32_t)((uint64_t)n * (uint32_t)(i + 1) / (uint32_t)nt);
+}
+
+/* y[t] = x[t] @ W for t in [t0, t1) */
+static void mm_rows(const mm_job *j, uint32_t t0, uint32_t t1) {
+    for (uint32_t t = t0; t < t1; t++) {
+        real *yt = j->y + (size_t)t * j->out;
+        for (uint32_t o = 0; o < j->out; o++) yt[o] = 0;
+        for (uint32_t i = 0; i < j->in; i++) {
+            const real xi = j->x[(size_t)t * j->in + i];
+            const real *wr = j->W + (size_t)i * j->out;
+            for (uint32_t o = 0; o < j->out; o++) yt[o] += xi * wr[o];
         }
     }
 }
 
-/* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy */
-static void mm_back(const real *x, const real *W, const real *dy, real *dx, real *dW, uint32_t T,
-                    uint32_t in, uint32_t out) {
-    for (uint32_t t = 0; t < T; t++) {
-        const real *dyt = dy + (size_t)t * out;
-        for (uint32_t i = 0; i < in; i++) {
-            const real *wr = W + (size_t)i * out;
-            real *dwr = dW + (size_t)i * out;
-            const real xi = x[(size_t)t * in + i];
+/* dx[t] += dy[t] @ W^T for t in [t0, t1) */
+static void mm_back_x(const mm_job *j, uint32_t t0, uint32_t t1) {
+    for (uint32_t t = t0; t < t1; t++) {
+        const real *dyt = j->dy + (size_t)t * j->out;
+        for (uint32_t i = 0; i < j->in; i++) {
+            const real *wr = j->W + (size_t)i * j->out;
             real acc = 0;
-            for (uint32_t o = 0; o < out; o++) {
-                acc += dyt[o] * wr[o];
-                dwr[o] += xi * dyt[o];
-            }
-            if (dx) dx[(size_t)t * in + i] += acc;
+            for (uint32_t o = 0; o < j->out; o++) acc += dyt[o] * wr[o];
+            j->dx[(size_t)t * j->in + i] += acc;
         }
     }
+}
+
+/* dW[i] += sum over t of x[t][i] dy[t] for i in [i0, i1) */
+static void mm_back_w(const mm_job *j, uint32_t i0, uint32_t i1) {
+    for (uint32_t t = 0; t < j->T; t++) {
+        const real *dyt = j->dy + (size_t)t * j->out;
+        for (uint32_t i = i0; i < i1; i++) {
+            const real xi = j->x[(size_t)t * j->in + i];
+            real *dwr = j->dW + (size_t)i * j->out;
+            for (uint32_t o = 0; o < j->out; o++) dwr[o] += xi * dyt[o];
+        }
+    }
+}
+
+static void mm_worker(void *arg, int i, int n) {
+    const mm_job *j = arg;
+    uint32_t lo, hi;
+    range_of(j->T, i, n, &lo, &hi);
+    if (!j->back) {
+        mm_rows(j, lo, hi);
+        return;
+    }
+    if (j->dx) mm_back_x(j, lo, hi);
+    range_of(j->in, i, n, &lo, &hi);
+    mm_back_w(j, lo, hi);
+}
+
+static void run_job(const G3(model) * m, mm_job *j) {
+    if (m && m->pool)
+        cpu_pool_run(m->pool, mm_worker, j);
+    else
+        mm_worker(j, 0, 1);
+}
+
+/* y[T][out] = x[T][in] @ W[in][out] */
+static void mm(const G3(model) * m, const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out) {
+    mm_job j = {x, W, NULL, y, NULL, NULL, T, in, out, 0};
+    run_job(m, &j);
+}
+
+/* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy */
+static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
+                    uint32_t T, uint32_t in, uint32_t out) {
+    mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
+    run_job(m, &j);
 }
 
 static real sigm(real z) { return (real)1 / ((real)1 + exp(-z)); }
@@ -278,9 +341,9 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
         if (m->a8) fq8(w->a + (size_t)t * D, D); /* MultiHeadAttention: x = _aq(x, quant) */
     }
     /* MultiHeadAttention */
-    mm(w->a, LW(m, P_WQ, l), w->ql, T, D, Q);
-    mm(w->a, LW(m, P_WK, l), w->kl, T, D, K);
-    mm(w->a, LW(m, P_WV, l), w->vl, T, D, VV);
+    mm(m, w->a, LW(m, P_WQ, l), w->ql, T, D, Q);
+    mm(m, w->a, LW(m, P_WK, l), w->kl, T, D, K);
+    mm(m, w->a, LW(m, P_WV, l), w->vl, T, D, VV);
     const uint32_t nt = m->taps;
     const real *qt = nt ? LW(m, P_QT, l) : NULL, *kt = nt ? LW(m, P_KT, l) : NULL,
                *vt = nt ? LW(m, P_VT, l) : NULL;
@@ -355,11 +418,11 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
                 for (uint32_t i = 0; i < vd; i++) ot[i] += P[s] * w->v[(size_t)s * VV + g * vd + i];
         }
     }
-    mm(w->a, LW(m, P_WG, l), w->gl, T, D, O);
+    mm(m, w->a, LW(m, P_WG, l), w->gl, T, D, O);
     for (size_t i = 0; i < (size_t)T * O; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
     if (m->a8)
         for (uint32_t t = 0; t < T; t++) fq8(w->go + (size_t)t * O, O); /* out = _aq(out, quant) */
-    mm(w->go, LW(m, P_WO, l), w->ao, T, O, D);
+    mm(m, w->go, LW(m, P_WO, l), w->ao, T, O, D);
     /* post_attn_norm, gated residual, pre_hada_norm */
     const real gate = sigm(LW(m, P_GATE, l)[0]);
     for (uint32_t t = 0; t < T; t++) {
@@ -372,7 +435,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     const real *cv = LW(m, P_CONDV, l), *cu = LW(m, P_CONDU, l);
     const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *b2 = LW(m, P_B2, l), *d3 = LW(m, P_D3, l),
                *d4 = LW(m, P_D4, l);
-    mm(w->m, cv, w->cs, T, D, COND_RANK);
+    mm(m, w->m, cv, w->cs, T, D, COND_RANK);
     for (uint32_t t = 0; t < T; t++) {
         real *cs = w->cs + (size_t)t * COND_RANK, *sm = w->csm + (size_t)t * COND_RANK;
         real mx = cs[0], z = 0;
@@ -475,7 +538,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
             dm[(size_t)t * D + j] += dz0[j] * d1[j];
         }
     }
-    mm_back(w->m, cv, dcs, dm, LG(m, P_CONDV, l), T, D, COND_RANK);
+    mm_back(m, w->m, cv, dcs, dm, LG(m, P_CONDV, l), T, D, COND_RANK);
     /* pre_hada_norm, gated residual, post_attn_norm */
     const real gate = sigm(LW(m, P_GATE, l)[0]);
     real *dao = w->d3, *dx0 = w->d5;
@@ -498,14 +561,14 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     memset(dgo, 0, (size_t)T * O * sizeof *dgo);
     real *da = w->d2; /* dm is consumed */
     memset(da, 0, (size_t)T * D * sizeof *da);
-    mm_back(w->go, LW(m, P_WO, l), dao, dgo, LG(m, P_WO, l), T, O, D);
+    mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LG(m, P_WO, l), T, O, D);
     real *dO = w->d3, *dgl = w->d6;
     for (size_t i = 0; i < (size_t)T * O; i++) {
         const real sg = sigm(w->gl[i]);
         dO[i] = dgo[i] * sg;
         dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
     }
-    mm_back(w->a, LW(m, P_WG, l), dgl, da, LG(m, P_WG, l), T, D, O);
+    mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LG(m, P_WG, l), T, D, O);
     /* attention */
     real *dqr = w->d1, *dkr = w->d6, *dv = w->d7;
     memset(dqr, 0, (size_t)T * Q * sizeof *dqr);
@@ -593,9 +656,9 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         memcpy(bufk, dkc, (size_t)T * K * sizeof *bufk);
         memcpy(bufv, dv, (size_t)T * VV * sizeof *bufv);
     }
-    mm_back(w->a, LW(m, P_WQ, l), bufq, da, LG(m, P_WQ, l), T, D, Q);
-    mm_back(w->a, LW(m, P_WK, l), bufk, da, LG(m, P_WK, l), T, D, K);
-    mm_back(w->a, LW(m, P_WV, l), bufv, da, LG(m, P_WV, l), T, D, VV);
+    mm_back(m, w->a, LW(m, P_WQ, l), bufq, da, LG(m, P_WQ, l), T, D, Q);
+    mm_back(m, w->a, LW(m, P_WK, l), bufk, da, LG(m, P_WK, l), T, D, K);
+    mm_back(m, w->a, LW(m, P_WV, l), bufv, da, LG(m, P_WV, l), T, D, VV);
     /* norm in */
     for (uint32_t t = 0; t < T; t++)
         zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
@@ -836,8 +899,8 @@ static void engram_fwd(const G3(model) * m, const int32_t *ids, uint32_t T, real
     const uint32_t D = m->D, E = m->tables * m->sub;
     for (uint32_t s = 0; s < m->c.num_sites; s++) {
         engram_rows(m, s, ids, T, e);
-        mm(e, ET(m, s, E_KEY)->w, ek + (size_t)s * T * D, T, E, D);
-        mm(e, ET(m, s, E_VALUE)->w, vl, T, E, D);
+        mm(m, e, ET(m, s, E_KEY)->w, ek + (size_t)s * T * D, T, E, D);
+        mm(m, e, ET(m, s, E_VALUE)->w, vl, T, E, D);
         const real *taps = ET(m, s, E_TAPS)->w;
         real *v = ev + (size_t)s * T * D;
         for (uint32_t t = 0; t < T; t++)
@@ -855,7 +918,7 @@ static void engram_back(G3(model) * m, const int32_t *ids, uint32_t T, real *e, 
     const uint32_t D = m->D, E = m->tables * m->sub, sub = m->sub;
     for (uint32_t s = 0; s < m->c.num_sites; s++) {
         engram_rows(m, s, ids, T, e);
-        mm(e, ET(m, s, E_VALUE)->w, vl, T, E, D);
+        mm(m, e, ET(m, s, E_VALUE)->w, vl, T, E, D);
         const real *taps = ET(m, s, E_TAPS)->w;
         real *gt = ET(m, s, E_TAPS)->g;
         const real *dv = dev + (size_t)s * T * D;
@@ -867,8 +930,8 @@ static void engram_back(G3(model) * m, const int32_t *ids, uint32_t T, real *e, 
                     dvl[(size_t)(t - j * m->dil) * D + c] += taps[(size_t)j * D + c] * dv[(size_t)t * D + c];
                 }
         memset(de, 0, (size_t)T * E * sizeof *de);
-        mm_back(e, ET(m, s, E_VALUE)->w, dvl, de, ET(m, s, E_VALUE)->g, T, E, D);
-        mm_back(e, ET(m, s, E_KEY)->w, dek + (size_t)s * T * D, de, ET(m, s, E_KEY)->g, T, E, D);
+        mm_back(m, e, ET(m, s, E_VALUE)->w, dvl, de, ET(m, s, E_VALUE)->g, T, E, D);
+        mm_back(m, e, ET(m, s, E_KEY)->w, dek + (size_t)s * T * D, de, ET(m, s, E_KEY)->g, T, E, D);
         real *gtab = ET(m, s, E_TABLE)->g;
         for (uint32_t t = 0; t < T; t++)
             for (uint32_t j = 0; j < m->tables; j++) {
@@ -967,6 +1030,7 @@ void G3(model_free)(G3(model) * m) {
     free(m->t);
     free(m->perm1);
     free(m->perm2);
+    cpu_pool_free(m->pool);
     free(m);
 }
 
@@ -1143,6 +1207,52 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
     return 0;
 }
 
+/* The tied output head of one position over the pool: logits[v] = <xn, E[v]> (back = 0);
+ * with back = 1 and logits holding dloss/dlogit: dE[v] += g[v] xn (each thread its rows
+ * v) and dxn[c] = sum over v of g[v] E[v][c] (each thread its columns c). */
+typedef struct head_job {
+    G3(model) * m;
+    const real *xn;
+    real *logits, *dxn;
+    int back;
+} head_job;
+
+static void head_worker(void *arg, int i, int n) {
+    const head_job *j = arg;
+    const G3(model) *m = j->m;
+    const uint32_t D = m->D;
+    const real *E = m->t[P_EMB].w;
+    uint32_t lo, hi;
+    range_of(m->OV, i, n, &lo, &hi);
+    if (!j->back) {
+        for (uint32_t v = lo; v < hi; v++) {
+            real s = 0;
+            for (uint32_t c = 0; c < D; c++) s += j->xn[c] * E[(size_t)v * D + c];
+            j->logits[v] = s;
+        }
+        return;
+    }
+    for (uint32_t v = lo; v < hi; v++) {
+        real *ge = m->t[P_EMB].g + (size_t)v * D;
+        const real g = j->logits[v];
+        for (uint32_t c = 0; c < D; c++) ge[c] += g * j->xn[c];
+    }
+    range_of(D, i, n, &lo, &hi);
+    for (uint32_t c = lo; c < hi; c++) j->dxn[c] = 0;
+    for (uint32_t v = 0; v < m->OV; v++) {
+        const real g = j->logits[v];
+        for (uint32_t c = lo; c < hi; c++) j->dxn[c] += g * E[(size_t)v * D + c];
+    }
+}
+
+static void run_head(const G3(model) * m, head_job *j, int back) {
+    j->back = back;
+    if (m->pool)
+        cpu_pool_run(m->pool, head_worker, j);
+    else
+        head_worker(j, 0, 1);
+}
+
 int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
              double *loss) {
     *loss = 0;
@@ -1192,7 +1302,6 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         const real *XL = r.Xs + (size_t)L * T * nD;
         real *dX = r.dXa;
         memset(dX, 0, (size_t)T * nD * sizeof *dX);
-        const real *E = m->t[P_EMB].w;
         for (uint32_t t = 0; t + 1 < T; t++) {
             const real wgt = (real)mk[t + 1];
             if (wgt == 0) continue;
@@ -1204,28 +1313,19 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             }
             const real rr = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
             if (m->a8) fq8(xn, D); /* logits = _aq(x, quant) @ head.T */
+            head_job hj = {m, xn, r.logits, r.dxn, 0};
+            run_head(m, &hj, 0);
             real mx = -INFINITY;
-            for (uint32_t v = 0; v < m->OV; v++) {
-                real s = 0;
-                for (uint32_t c = 0; c < D; c++) s += xn[c] * E[(size_t)v * D + c];
-                r.logits[v] = s;
-                mx = s > mx ? s : mx;
-            }
+            for (uint32_t v = 0; v < m->OV; v++) mx = r.logits[v] > mx ? r.logits[v] : mx;
             real z = 0;
             for (uint32_t v = 0; v < m->OV; v++) z += exp(r.logits[v] - mx);
             const real lse = mx + log(z);
             const uint32_t tgt = (uint32_t)tok[t + 1];
             total += (double)(wgt * (lse - r.logits[tgt]));
             if (!grads) continue;
-            memset(r.dxn, 0, D * sizeof *r.dxn);
-            for (uint32_t v = 0; v < m->OV; v++) {
-                const real g = (exp(r.logits[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
-                real *ge = m->t[P_EMB].g + (size_t)v * D;
-                for (uint32_t c = 0; c < D; c++) {
-                    ge[c] += g * xn[c];
-                    r.dxn[c] += g * E[(size_t)v * D + c];
-                }
-            }
+            for (uint32_t v = 0; v < m->OV; v++) /* dloss/dlogit */
+                r.logits[v] = (exp(r.logits[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
+            run_head(m, &hj, 1);
             memset(r.dxf, 0, D * sizeof *r.dxf);
             zc_back(xf, m->t[P_FINAL].w, D, rr, r.dxn, r.dxf, m->t[P_FINAL].g);
             for (uint32_t i = 0; i < n; i++)

@@ -55,6 +55,10 @@ G3(tensor) *G3(find)(G3(model) *m, const char *name);
  * int8 of q, k (after RoPE) and v; every one straight-through in the backward. */
 void G3(set_fake_quant)(G3(model) * m, int on);
 
+/* Threads for the dense products (n <= 0: NEEDLE_THREADS, else the online cores; 1: none).
+ * Results are bit-identical for every count. Returns 0 or a negative needle_status. */
+int G3(set_threads)(G3(model) * m, int n);
+
 /* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
  * max(sum mask[:, 1:], 1); with grads != 0 every tensor's g is overwritten with dloss/dw.
  * ids: [B][T] token ids (< out_vocab or vocab), mask: [B][T]. */
