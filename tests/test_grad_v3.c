@@ -170,7 +170,7 @@ static void test_cli(void) {
     char cmd[4096], out[4096], gpath[1024];
     snprintf(gpath, sizeof gpath, "%s/g.safetensors", dir);
     snprintf(cmd, sizeof cmd, "%s grad --checkpoint %s --batch %s --out %s --json", cli_path(),
-             fixture_path("grad_v3/g3b.params.safetensors"), fixture_path("grad_v3/g3b.batch.jsonl"), gpath);
+             fixture_path("grad_v3/g3a.params.safetensors"), fixture_path("grad_v3/g3a.batch.jsonl"), gpath);
     CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     CHECK_MSG(strstr(out, "\"loss\": ") != NULL, "--json: %s", out);
     fx_file got, ref;
@@ -179,7 +179,7 @@ static void test_cli(void) {
     size_t size = 0;
     got.img = read_file(gname, &size);
     CHECK(got.img && st_parse(got.img, size, &got.st) == 0);
-    CHECK(fx_open("grad_v3/g3b.grad_float.safetensors", &ref) == 0);
+    CHECK(fx_open("grad_v3/g3a.grad_float.safetensors", &ref) == 0);
     if (got.img && ref.img) {
         CHECK(fabs(atof(st_meta_get(&got.st, "loss")) - atof(st_meta_get(&ref.st, "loss"))) < 1e-4);
         for (uint32_t i = 0; i < ref.st.n; i++) {
@@ -195,12 +195,12 @@ static void test_cli(void) {
     fx_close(&got);
     fx_close(&ref);
     snprintf(cmd, sizeof cmd, "%s grad --checkpoint %s --lora %s --quant-weights --batch %s --out %s", cli_path(),
-             fixture_path("grad_v3/g3b.params.safetensors"), fixture_path("grad_v3/g3b.lora.safetensors"),
-             fixture_path("grad_v3/g3b.batch.jsonl"), gpath);
+             fixture_path("grad_v3/g3a.params.safetensors"), fixture_path("grad_v3/g3a.lora.safetensors"),
+             fixture_path("grad_v3/g3a.batch.jsonl"), gpath);
     CHECK_EQ_INT(run_command(cmd, NULL, 0), 0);
     got.img = read_file(gname, &size);
     CHECK(got.img && st_parse(got.img, size, &got.st) == 0);
-    CHECK(fx_open("grad_v3/g3b.grad_cqw.safetensors", &ref) == 0);
+    CHECK(fx_open("grad_v3/g3a.grad_cqw.safetensors", &ref) == 0);
     if (got.img && ref.img) {
         CHECK_EQ_INT(got.st.n, ref.st.n);
         CHECK(fabs(atof(st_meta_get(&got.st, "loss")) - atof(st_meta_get(&ref.st, "loss"))) < 1e-4);
@@ -219,14 +219,14 @@ static void test_cli(void) {
         fputs(cases[c], f);
         fclose(f);
         snprintf(cmd, sizeof cmd, "%s grad --checkpoint %s --batch %s --out %s 2>/dev/null", cli_path(),
-                 fixture_path("grad_v3/g3b.params.safetensors"), bad, gpath);
+                 fixture_path("grad_v3/g3a.params.safetensors"), bad, gpath);
         CHECK_MSG(run_command(cmd, NULL, 0) == want_rc[c], "bad batch %d", c);
     }
     snprintf(cmd, sizeof cmd, "%s grad --checkpoint %s/none.safetensors --batch %s --out %s 2>/dev/null",
-             cli_path(), dir, fixture_path("grad_v3/g3b.batch.jsonl"), gpath);
+             cli_path(), dir, fixture_path("grad_v3/g3a.batch.jsonl"), gpath);
     CHECK_EQ_INT(run_command(cmd, NULL, 0), 1);
     snprintf(cmd, sizeof cmd, "%s grad --checkpoint %s --batch %s --out %s 2>/dev/null", cli_path(),
-             fixture_path("grad_v3/g3b.lora.safetensors"), fixture_path("grad_v3/g3b.batch.jsonl"), gpath);
+             fixture_path("grad_v3/g3a.lora.safetensors"), fixture_path("grad_v3/g3a.batch.jsonl"), gpath);
     CHECK_EQ_INT(run_command(cmd, NULL, 0), 1); /* an adapter is not a checkpoint */
     train_tmpdir_remove(dir);
 }

@@ -1130,9 +1130,9 @@ int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3
     for (uint32_t i = 0; i < m->nt; i++) {
         G3(tensor) *ti = &t[i];
         if (!ti->numel) continue; /* no conv taps */
-        const st_tensor *src = st_find(ckpt, ti->name);
-        int ok = src && src->ndim == ti->ndim && src->numel == ti->numel;
-        for (uint32_t k = 0; ok && k < ti->ndim; k++) ok = src->shape[k] == ti->shape[k];
+        const st_tensor *src = ckpt ? st_find(ckpt, ti->name) : NULL;
+        int ok = !ckpt || (src && src->ndim == ti->ndim && src->numel == ti->numel);
+        for (uint32_t k = 0; ok && src && k < ti->ndim; k++) ok = src->shape[k] == ti->shape[k];
         if (!ok) {
             const int st = needle_fail(NEEDLE_ERR_FORMAT, src ? "checkpoint tensor %s has the wrong shape "
                                                              "for its config" : "checkpoint has no tensor %s",
@@ -1140,13 +1140,13 @@ int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3
             G3(model_free)(m);
             return st;
         }
-        ti->w = malloc(ti->numel * sizeof *ti->w);
+        ti->w = calloc(ti->numel, sizeof *ti->w);
         ti->g = calloc(ti->numel, sizeof *ti->g);
         if (!ti->w || !ti->g) {
             G3(model_free)(m);
             return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
         }
-        for (uint64_t k = 0; k < ti->numel; k++) ti->w[k] = (real)st_get(src, k);
+        for (uint64_t k = 0; src && k < ti->numel; k++) ti->w[k] = (real)st_get(src, k);
     }
     *out = m;
     return 0;

@@ -40,7 +40,8 @@ typedef struct G3(model) G3(model);
 
 /* A model of config `cfg` whose tensors are read from a parsed official checkpoint
  * (every tensor the network uses must be there with its official shape; probe heads and
- * anything else are ignored). Returns 0 or a needle error with a message. */
+ * anything else are ignored), or all zero when ckpt is NULL (for the caller to fill).
+ * Returns 0 or a needle error with a message. */
 int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3(model) **out);
 void G3(model_free)(G3(model) *m);
 
