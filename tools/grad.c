@@ -92,6 +92,11 @@ static int read_batch(const cli_command *cmd, const char *path, batch *b) {
     }
     free(text);
     if (!rc && !b->B) rc = cli_usage_error(cmd, "%s has no examples", path);
+    if (rc) {
+        free(b->ids);
+        free(b->mask);
+        memset(b, 0, sizeof *b);
+    }
     return rc;
 }
 
