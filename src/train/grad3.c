@@ -98,6 +98,9 @@ static void fq8(real *x, uint32_t n) {
 #define LW(m, id, l) ((m)->t[id].w + (size_t)(l) * ((m)->t[id].numel / (m)->L))
 #define LG(m, id, l) ((m)->t[id].g + (size_t)(l) * ((m)->t[id].numel / (m)->L))
 #define ET(m, s, k) (&(m)->t[P_FIXED + (s) * E_COUNT + (k)])
+/* the gradient a dense product accumulates into, NULL for a frozen weight */
+#define DW(t) ((t)->frozen ? NULL : (t)->g)
+#define LGD(m, id, l) ((m)->t[id].frozen ? NULL : LG(m, id, l))
 
 /* ---- small dense helpers ------------------------------------------------------------ */
 
@@ -165,7 +168,7 @@ static void mm_worker(void *arg, int i, int n) {
     }
     if (j->dx) mm_back_x(j, lo, hi);
     range_of(j->in, i, n, &lo, &hi);
-    mm_back_w(j, lo, hi);
+    if (j->dW) mm_back_w(j, lo, hi);
 }
 
 static void run_job(const G3(model) * m, mm_job *j) {
@@ -181,7 +184,7 @@ static void mm(const G3(model) * m, const real *x, const real *W, real *y, uint3
     run_job(m, &j);
 }
 
-/* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy */
+/* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight) */
 static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
                     uint32_t T, uint32_t in, uint32_t out) {
     mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
@@ -561,14 +564,14 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     memset(dgo, 0, (size_t)T * O * sizeof *dgo);
     real *da = w->d2; /* dm is consumed */
     memset(da, 0, (size_t)T * D * sizeof *da);
-    mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LG(m, P_WO, l), T, O, D);
+    mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LGD(m, P_WO, l), T, O, D);
     real *dO = w->d3, *dgl = w->d6;
     for (size_t i = 0; i < (size_t)T * O; i++) {
         const real sg = sigm(w->gl[i]);
         dO[i] = dgo[i] * sg;
         dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
     }
-    mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LG(m, P_WG, l), T, D, O);
+    mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, O);
     /* attention */
     real *dqr = w->d1, *dkr = w->d6, *dv = w->d7;
     memset(dqr, 0, (size_t)T * Q * sizeof *dqr);
@@ -656,9 +659,9 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         memcpy(bufk, dkc, (size_t)T * K * sizeof *bufk);
         memcpy(bufv, dv, (size_t)T * VV * sizeof *bufv);
     }
-    mm_back(m, w->a, LW(m, P_WQ, l), bufq, da, LG(m, P_WQ, l), T, D, Q);
-    mm_back(m, w->a, LW(m, P_WK, l), bufk, da, LG(m, P_WK, l), T, D, K);
-    mm_back(m, w->a, LW(m, P_WV, l), bufv, da, LG(m, P_WV, l), T, D, VV);
+    mm_back(m, w->a, LW(m, P_WQ, l), bufq, da, LGD(m, P_WQ, l), T, D, Q);
+    mm_back(m, w->a, LW(m, P_WK, l), bufk, da, LGD(m, P_WK, l), T, D, K);
+    mm_back(m, w->a, LW(m, P_WV, l), bufv, da, LGD(m, P_WV, l), T, D, VV);
     /* norm in */
     for (uint32_t t = 0; t < T; t++)
         zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
@@ -930,9 +933,10 @@ static void engram_back(G3(model) * m, const int32_t *ids, uint32_t T, real *e, 
                     dvl[(size_t)(t - j * m->dil) * D + c] += taps[(size_t)j * D + c] * dv[(size_t)t * D + c];
                 }
         memset(de, 0, (size_t)T * E * sizeof *de);
-        mm_back(m, e, ET(m, s, E_VALUE)->w, dvl, de, ET(m, s, E_VALUE)->g, T, E, D);
-        mm_back(m, e, ET(m, s, E_KEY)->w, dek + (size_t)s * T * D, de, ET(m, s, E_KEY)->g, T, E, D);
+        mm_back(m, e, ET(m, s, E_VALUE)->w, dvl, de, DW(ET(m, s, E_VALUE)), T, E, D);
+        mm_back(m, e, ET(m, s, E_KEY)->w, dek + (size_t)s * T * D, de, DW(ET(m, s, E_KEY)), T, E, D);
         real *gtab = ET(m, s, E_TABLE)->g;
+        if (ET(m, s, E_TABLE)->frozen) continue;
         for (uint32_t t = 0; t < T; t++)
             for (uint32_t j = 0; j < m->tables; j++) {
                 const int32_t slot = engram_slot(m, ids, t, j);
@@ -1232,7 +1236,7 @@ static void head_worker(void *arg, int i, int n) {
         }
         return;
     }
-    for (uint32_t v = lo; v < hi; v++) {
+    for (uint32_t v = m->t[P_EMB].frozen ? hi : lo; v < hi; v++) {
         real *ge = m->t[P_EMB].g + (size_t)v * D;
         const real g = j->logits[v];
         for (uint32_t c = 0; c < D; c++) ge[c] += g * j->xn[c];
@@ -1341,7 +1345,7 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             lane_back(m, l, &sq, &r.w, Xin, dX, dXi);
             dX = dXi;
         }
-        for (uint32_t t = 0; t < T; t++) {
+        for (uint32_t t = 0; t < T && !m->t[P_EMB].frozen; t++) {
             real *ge = m->t[P_EMB].g + (size_t)tok[t] * D;
             for (uint32_t c = 0; c < D; c++) {
                 real s = 0;

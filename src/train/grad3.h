@@ -34,6 +34,9 @@ typedef struct G3(tensor) {
     uint64_t numel;
     G3_REAL *w; /* values */
     G3_REAL *g; /* gradient, same shape */
+    int frozen; /* set by the caller: the loss need not compute g of the big tensors (the
+                 * dense kernels, the embedding, the engram tables); g is then
+                 * unspecified. Small tensors get their gradient anyway. */
 } G3(tensor);
 
 typedef struct G3(model) G3(model);

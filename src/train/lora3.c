@@ -101,7 +101,21 @@ int g3_lora_loss(g3_model *m, const train_adapter *ad, const cq_codebooks *cb, c
         }
     }
     if (!st && cb) st = g3_cq_weights(m, cb);
+    /* only the adapted kernels' gradients are needed: the others are frozen for the call */
+    int *was = calloc(nt, sizeof *was);
+    if (!was && !st) st = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (uint32_t i = 0; i < nt && was; i++) {
+        g3_tensor *t = g3_tensor_at(m, i);
+        was[i] = t->frozen;
+        t->frozen = 1;
+    }
+    for (uint32_t k = 0; k < ad->n && was; k++) {
+        g3_tensor *t = g3_find(m, ad->lora[k].path);
+        if (t) t->frozen = 0;
+    }
     if (!st) st = g3_loss(m, ids, mask, B, T, 1, loss);
+    for (uint32_t i = 0; i < nt && was; i++) g3_tensor_at(m, i)->frozen = was[i];
+    free(was);
     for (uint32_t k = 0; k < ad->n && !st; k++) {
         const train_lora *lo = &ad->lora[k];
         const g3_tensor *t = g3_find(m, lo->path);
