@@ -98,6 +98,9 @@ static void check_lora(const char *stem, int a8) {
     snprintf(path, sizeof path, "grad_v3/%.100s.grad_%s.safetensors", stem, a8 ? "quant" : "cqw");
     CHECK(fx_open(path, &ref) == 0);
     if (m) g3_set_fake_quant(m, a8);
+    /* the exact loss on 2 threads (the CQ of the merged weights and the products shared
+     * among them), the CQ-only one on 1 */
+    if (m) CHECK(g3_set_threads(m, a8 ? 2 : 1) == 0);
     if (!m || !b.B || !ref.img) {
         g3_model_free(m);
         fx_batch_free(&b);

@@ -76,6 +76,13 @@ struct G3(model) {
 
 void G3(set_fake_quant)(G3(model) * m, int on) { m->a8 = on != 0; }
 
+void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg) {
+    if (m->pool)
+        cpu_pool_run(m->pool, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
 int G3(set_threads)(G3(model) * m, int n) {
     cpu_pool_free(m->pool);
     m->pool = NULL;

@@ -7,29 +7,61 @@
 #include "quant/cq_quantize.h"
 #include "util/error.h"
 
-/* quantize.cq_quantize of rows x cols (groups along cols) in place */
-static int cq_rows(const cq_codebooks *cb, float *w, uint32_t rows, uint32_t cols) {
-    const uint64_t bytes = cq_blob_bytes(rows, cols, G3_CQ_WEIGHT_BITS, G3_CQ_GROUP);
-    uint8_t *blob = bytes ? malloc(bytes) : NULL;
-    if (!blob) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
-    int st = cq_quantize_matrix(cb, w, rows, cols, G3_CQ_WEIGHT_BITS, blob, NULL, NULL);
-    if (!st) st = cq_dequantize_matrix(cb, blob, rows, cols, G3_CQ_WEIGHT_BITS, w);
-    free(blob);
-    return st;
+/* quantize.cq_quantize of rows x cols (groups along cols) in place, the rows shared among
+ * the model's threads (each row is quantized on its own, so the split does not change it) */
+typedef struct cq_job {
+    const cq_codebooks *cb;
+    float *w;
+    uint32_t rows, cols;
+    int st[64];
+} cq_job;
+
+static void cq_worker(void *arg, int i, int n) {
+    cq_job *j = arg;
+    const uint32_t r0 = (uint32_t)((uint64_t)j->rows * (uint32_t)i / (uint32_t)n);
+    const uint32_t r1 = (uint32_t)((uint64_t)j->rows * (uint32_t)(i + 1) / (uint32_t)n);
+    int st = 0;
+    if (r1 > r0) {
+        float *w = j->w + (size_t)r0 * j->cols;
+        const uint64_t bytes = cq_blob_bytes(r1 - r0, j->cols, G3_CQ_WEIGHT_BITS, G3_CQ_GROUP);
+        uint8_t *blob = bytes ? malloc(bytes) : NULL;
+        st = blob ? cq_quantize_matrix(j->cb, w, r1 - r0, j->cols, G3_CQ_WEIGHT_BITS, blob, NULL, NULL)
+                  : NEEDLE_ERR_OUT_OF_MEMORY;
+        if (!st) st = cq_dequantize_matrix(j->cb, blob, r1 - r0, j->cols, G3_CQ_WEIGHT_BITS, w);
+        free(blob);
+    }
+    if (i < 64) j->st[i] = st;
+}
+
+static int cq_rows(const g3_model *m, const cq_codebooks *cb, float *w, uint32_t rows, uint32_t cols) {
+    cq_job j;
+    memset(&j, 0, sizeof j);
+    j.cb = cb, j.w = w, j.rows = rows, j.cols = cols;
+    g3_run_parallel(m, cq_worker, &j);
+    /* a worker's message stays on its thread: say it again here */
+    for (int i = 0; i < 64; i++)
+        if (j.st[i])
+            return i == 0 ? j.st[i]
+                   : j.st[i] == NEEDLE_ERR_OUT_OF_MEMORY
+                       ? needle_fail(j.st[i], "out of memory")
+                       : needle_fail(j.st[i], "CQ quantization of the merged weights failed (a weight that is not "
+                                              "finite, or a group norm beyond float16)");
+    return 0;
 }
 
 /* [lead][in][out] grouped along `in` (a kernel or mHC phi: _reduces_second_last) */
-static int cq_second_last(const cq_codebooks *cb, float *w, uint64_t lead, uint32_t in, uint32_t out) {
+static int cq_second_last(const g3_model *m, const cq_codebooks *cb, float *w, uint64_t lead, uint32_t in,
+                          uint32_t out) {
     float *tr = malloc((size_t)in * out * sizeof *tr);
     if (!tr) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     int st = 0;
     for (uint64_t l = 0; l < lead && !st; l++) {
-        float *m = w + l * in * out;
+        float *mat = w + l * in * out;
         for (uint32_t i = 0; i < in; i++)
-            for (uint32_t o = 0; o < out; o++) tr[(size_t)o * in + i] = m[(size_t)i * out + o];
-        st = cq_rows(cb, tr, out, in);
+            for (uint32_t o = 0; o < out; o++) tr[(size_t)o * in + i] = mat[(size_t)i * out + o];
+        st = cq_rows(m, cb, tr, out, in);
         for (uint32_t i = 0; i < in && !st; i++)
-            for (uint32_t o = 0; o < out; o++) m[(size_t)i * out + o] = tr[(size_t)o * in + i];
+            for (uint32_t o = 0; o < out; o++) mat[(size_t)i * out + o] = tr[(size_t)o * in + i];
     }
     free(tr);
     return st;
@@ -49,9 +81,9 @@ int g3_cq_weights(g3_model *m, const cq_codebooks *cb) {
         const uint32_t in = (uint32_t)t->shape[t->ndim - 2], out = (uint32_t)t->shape[t->ndim - 1];
         int st = 0;
         if (!strcmp(last, "kernel") || !strncmp(last, "mhc_phi", 7))
-            st = cq_second_last(cb, t->w, t->numel / ((uint64_t)in * out), in, out);
+            st = cq_second_last(m, cb, t->w, t->numel / ((uint64_t)in * out), in, out);
         else if (ends_with(t->name, "embedding"))
-            st = cq_rows(cb, t->w, (uint32_t)(t->numel / out), out);
+            st = cq_rows(m, cb, t->w, (uint32_t)(t->numel / out), out);
         if (st) return st;
     }
     return 0;
