@@ -33,6 +33,8 @@ extern const cli_command cli_inspect, cli_tokenize, cli_generate, cli_logits, cl
 extern const cli_command cli_export, cli_quantize;
 /* `needle download` / `needle models` (tools/download.c; the hub client library, src/hub) */
 extern const cli_command cli_download, cli_models;
+/* `needle grad` (tools/grad.c; the training core library, src/train) */
+extern const cli_command cli_grad;
 
 /* ---- options --------------------------------------------------------------------------- */
 

@@ -1,0 +1,75 @@
+/* The Needle 3 training core (issue 32): the official network of cactus-needle 3.2.8
+ * (model/architecture.py, SimpleAttentionNetwork.apply over full sequences, no padding
+ * mask, as finetune_local calls it) run forward with what the backward needs and
+ * differentiated by hand, op by op, for the masked cross-entropy of finetune._loss.
+ *
+ * Parameters are named tensors, the flax tree paths joined by '/' (the official checkpoint
+ * names); each has a gradient buffer of its shape. Memory: the forward keeps only the
+ * lane stream at each layer boundary (per sequence); the backward recomputes one layer at
+ * a time (activation checkpointing), so activations are O(L*T*n*D + one layer).
+ *
+ * Compiled for float (the library) and, by tests/test_train_ops.c, for double through the
+ * G3_REAL / G3 macros (finite differences need double). */
+#ifndef NEEDLE_TRAIN_GRAD3_H
+#define NEEDLE_TRAIN_GRAD3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "export/export_model_v3.h"
+
+#define G3_MAX_NAME 160
+
+/* The float library by default; a translation unit that defines G3_REAL (double) and
+ * G3(name) (a prefix) before including grad3.c gets its own copy at that precision. */
+#ifndef G3_REAL
+#define G3_REAL float
+#define G3(name) g3_##name
+#endif
+
+typedef struct G3(tensor) {
+    char name[G3_MAX_NAME];
+    uint32_t ndim;
+    uint64_t shape[4];
+    uint64_t numel;
+    G3_REAL *w; /* values */
+    G3_REAL *g; /* gradient, same shape */
+    int frozen; /* set by the caller: the loss need not compute g of the big tensors (the
+                 * dense kernels, the embedding, the engram tables); g is then
+                 * unspecified. Small tensors get their gradient anyway. */
+} G3(tensor);
+
+typedef struct G3(model) G3(model);
+
+/* A model of config `cfg` whose tensors are read from a parsed official checkpoint
+ * (every tensor the network uses must be there with its official shape; probe heads and
+ * anything else are ignored), or all zero when ckpt is NULL (for the caller to fill).
+ * Returns 0 or a needle error with a message. */
+int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3(model) **out);
+void G3(model_free)(G3(model) *m);
+
+/* The parameters in checkpoint order of the network (values and gradients). */
+uint32_t G3(tensor_count)(const G3(model) *m);
+G3(tensor) *G3(tensor_at)(G3(model) *m, uint32_t i);
+G3(tensor) *G3(find)(G3(model) *m, const char *name);
+
+/* on != 0: the forward of quant=True after configure_deploy(act_bits=8, kv_bits=8): A8
+ * fake quantization (per row, symmetric int8) of the engram rows, the attention input,
+ * the gated attention output, the mHC lane norm and the final hidden state, and per-head
+ * int8 of q, k (after RoPE) and v; every one straight-through in the backward. */
+void G3(set_fake_quant)(G3(model) * m, int on);
+
+/* Threads for the dense products (n <= 0: NEEDLE_THREADS, else the online cores; 1: none).
+ * Results are bit-identical for every count. Returns 0 or a negative needle_status. */
+int G3(set_threads)(G3(model) * m, int n);
+
+/* fn(arg, i, n) for i in [0, n) on the model's n threads (n = 1 without a pool) */
+void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg);
+
+/* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
+ * max(sum mask[:, 1:], 1); with grads != 0 every tensor's g is overwritten with dloss/dw.
+ * ids: [B][T] token ids (< out_vocab or vocab), mask: [B][T]. */
+int G3(loss)(G3(model) *m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
+            double *loss);
+
+#endif

@@ -1,0 +1,287 @@
+/* `needle grad`: the training core's parity probe (issue 32). The loss of a batch over a
+ * Needle 3 checkpoint (or a LoRA adapter on it) and its gradient, written as safetensors
+ * under the checkpoint's (or adapter's) tensor names with the loss in the metadata. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "export/export_model_v3.h"
+#include "export/safetensors.h"
+#include "needle.h"
+#include "train/checkpoint.h"
+#include "train/grad3.h"
+#include "train/lora3.h"
+
+typedef struct batch {
+    int32_t *ids;
+    float *mask;
+    uint32_t B, T;
+} batch;
+
+static char *slurp(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            cap = (n + 65536 + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) break;
+            buf = nb;
+        }
+        const size_t r = fread(buf + n, 1, 65536, f);
+        n += r;
+        if (r < 65536) break;
+    }
+    const int bad = ferror(f) || !buf;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *size = n;
+    return buf;
+}
+
+/* --batch: one {"ids": [...], "mask": [...]} per line, every line of one length */
+static int read_batch(const cli_command *cmd, const char *path, batch *b) {
+    memset(b, 0, sizeof *b);
+    size_t size = 0;
+    char *text = slurp(path, &size);
+    if (!text) return cli_usage_error(cmd, "cannot read the batch %s", path);
+    int rc = 0, line_no = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line && !rc; line = strtok_r(NULL, "\n", &save)) {
+        line_no++;
+        if (strspn(line, " \t\r") == strlen(line)) continue;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "ids");
+        const cJSON *mask = cJSON_GetObjectItemCaseSensitive(j, "mask");
+        const int n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : -1;
+        if (!j || n < 2 || !cJSON_IsArray(mask) || cJSON_GetArraySize(mask) != n) {
+            rc = cli_usage_error(cmd, "%s line %d: want {\"ids\": [...], \"mask\": [...]} of one length >= 2",
+                                 path, line_no);
+        } else if (b->B && (uint32_t)n != b->T) {
+            rc = cli_usage_error(cmd, "%s line %d: %d tokens, the lines before have %u (pad to one length)",
+                                 path, line_no, n, b->T);
+        } else {
+            int32_t *ni = realloc(b->ids, (size_t)(b->B + 1) * n * sizeof *ni);
+            if (ni) b->ids = ni;
+            float *nm = realloc(b->mask, (size_t)(b->B + 1) * n * sizeof *nm);
+            if (nm) b->mask = nm;
+            if (!ni || !nm) rc = cli_lib_error("batch", NEEDLE_ERR_OUT_OF_MEMORY);
+            for (int i = 0; i < n && !rc; i++) {
+                const cJSON *id = cJSON_GetArrayItem(ids, i), *mk = cJSON_GetArrayItem(mask, i);
+                if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 2147483647.0 ||
+                    id->valuedouble != (double)(int32_t)id->valuedouble || !cJSON_IsNumber(mk))
+                    rc = cli_usage_error(cmd, "%s line %d: entry %d is not a token id / mask number", path,
+                                         line_no, i);
+                else {
+                    b->ids[(size_t)b->B * n + i] = (int32_t)id->valuedouble;
+                    b->mask[(size_t)b->B * n + i] = (float)mk->valuedouble;
+                }
+            }
+            b->T = (uint32_t)n;
+            b->B++;
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    if (!rc && !b->B) rc = cli_usage_error(cmd, "%s has no examples", path);
+    if (rc) {
+        free(b->ids);
+        free(b->mask);
+        memset(b, 0, sizeof *b);
+    }
+    return rc;
+}
+
+static int run_grad(const cli_command *cmd, int argc, char **argv) {
+    const char *ckpt_path = NULL, *lora_path = NULL, *batch_path = NULL, *out_path = NULL;
+    int quant_weights = 0, quant = 0, json = 0;
+    const cli_option opts[] = {
+        {"--checkpoint", "-c", CLI_TEXT, &ckpt_path, 0, 0, NULL},
+        {"--lora", NULL, CLI_TEXT, &lora_path, 0, 0, NULL},
+        {"--quant-weights", NULL, CLI_FLAG, &quant_weights, 0, 0, NULL},
+        {"--quant", NULL, CLI_FLAG, &quant, 0, 0, NULL},
+        {"--batch", NULL, CLI_TEXT, &batch_path, 0, 0, NULL},
+        {"--out", "-o", CLI_TEXT, &out_path, 0, 0, NULL},
+        {"--json", NULL, CLI_FLAG, &json, 0, 0, NULL},
+        {NULL, NULL, CLI_FLAG, NULL, 0, 0, NULL},
+    };
+    int rc = cli_parse(cmd, argc, argv, opts, NULL, 0);
+    if (rc != CLI_GO) return rc;
+    if (!ckpt_path) return cli_usage_error(cmd, "--checkpoint is required");
+    if (!batch_path) return cli_usage_error(cmd, "--batch is required");
+    if (!out_path) return cli_usage_error(cmd, "--out is required");
+    if (quant_weights && quant) return cli_usage_error(cmd, "give --quant or --quant-weights, not both");
+    quant_weights |= quant; /* --quant is CQ straight-through and A8 / int8 K/V */
+
+    batch b;
+    if ((rc = read_batch(cmd, batch_path, &b))) return rc;
+    size_t size = 0;
+    uint8_t *img = (uint8_t *)slurp(ckpt_path, &size);
+    st_file st;
+    memset(&st, 0, sizeof st);
+    g3_model *m = NULL;
+    train_adapter ad;
+    memset(&ad, 0, sizeof ad);
+    int have_ad = 0, s = 0;
+    float **dA = NULL, **dB = NULL;
+    double loss = 0;
+    rc = 1;
+    if (!img) {
+        fprintf(stderr, "needle grad: cannot read %s\n", ckpt_path);
+        goto done;
+    }
+    if ((s = st_parse(img, size, &st))) {
+        cli_lib_error(ckpt_path, s);
+        free(img);
+        img = NULL;
+        goto done;
+    }
+    const char *cj = st_meta_get(&st, "config");
+    export3_config cfg;
+    if (!cj) {
+        fprintf(stderr, "needle grad: %s has no `config` metadata (an official 3.x checkpoint has)\n", ckpt_path);
+        goto done;
+    }
+    if ((s = export3_config_parse(cj, strlen(cj), &cfg)) || (s = g3_model_from_checkpoint(&cfg, &st, &m))) {
+        cli_lib_error(ckpt_path, s);
+        goto done;
+    }
+    g3_set_fake_quant(m, quant);
+    cq_codebooks cb;
+    if (quant_weights && (s = cq_codebooks_init(&cb, G3_CQ_GROUP))) {
+        cli_lib_error("codebooks", s);
+        goto done;
+    }
+    if (lora_path) {
+        if ((s = train_adapter_read(lora_path, &ad))) {
+            cli_lib_error(lora_path, s);
+            goto done;
+        }
+        have_ad = 1;
+        dA = calloc(ad.n ? ad.n : 1, sizeof *dA);
+        dB = calloc(ad.n ? ad.n : 1, sizeof *dB);
+        for (uint32_t i = 0; dA && dB && i < ad.n; i++) {
+            dA[i] = calloc(ad.lora[i].a.numel, sizeof **dA);
+            dB[i] = calloc(ad.lora[i].b.numel, sizeof **dB);
+            if (!dA[i] || !dB[i]) break;
+        }
+        if ((s = g3_lora_loss(m, &ad, quant_weights ? &cb : NULL, b.ids, b.mask, b.B, b.T, &loss, dA, dB))) {
+            cli_lib_error("grad", s);
+            goto done;
+        }
+    } else if ((quant_weights && (s = g3_cq_weights(m, &cb))) || (s = g3_loss(m, b.ids, b.mask, b.B, b.T, 1, &loss))) {
+        /* without an adapter the quantized weights replace the base: their gradient is the
+         * straight-through gradient of the base */
+        cli_lib_error("grad", s);
+        goto done;
+    }
+    /* the output: gradients under the input's names, loss in the metadata */
+    char loss_text[64];
+    snprintf(loss_text, sizeof loss_text, "%.9g", (double)(float)loss);
+    const char *meta[] = {"loss", loss_text, NULL};
+    uint32_t n_out = have_ad ? 2 * ad.n : st.n;
+    train_tensor *out = calloc(n_out ? n_out : 1, sizeof *out);
+    char **names = calloc(n_out ? n_out : 1, sizeof *names);
+    float *zeros = NULL;
+    if (!out || !names) {
+        free(out);
+        free(names);
+        cli_lib_error("grad", NEEDLE_ERR_OUT_OF_MEMORY);
+        goto done;
+    }
+    if (have_ad) {
+        for (uint32_t i = 0; i < ad.n; i++)
+            for (int k = 0; k < 2; k++) {
+                const train_tensor *src = k ? &ad.lora[i].b : &ad.lora[i].a;
+                train_tensor *t = &out[2 * i + k];
+                *t = *src;
+                t->name = src->name;
+                t->data = k ? dB[i] : dA[i];
+            }
+    } else {
+        uint64_t biggest = 0;
+        for (uint32_t i = 0; i < st.n; i++) biggest = st.tensors[i].numel > biggest ? st.tensors[i].numel : biggest;
+        zeros = calloc(biggest ? biggest : 1, sizeof *zeros);
+        for (uint32_t i = 0; i < st.n; i++) {
+            const st_tensor *src = &st.tensors[i];
+            const g3_tensor *g = g3_find(m, src->name);
+            train_tensor *t = &out[i];
+            t->name = src->name;
+            t->ndim = src->ndim;
+            memcpy(t->shape, src->shape, sizeof t->shape);
+            t->numel = src->numel;
+            /* a tensor the LM loss does not reach (the probe heads) has gradient 0 */
+            t->data = g && g->numel == src->numel ? g->g : zeros;
+        }
+    }
+    if (!zeros && !have_ad) {
+        s = NEEDLE_ERR_OUT_OF_MEMORY;
+    } else {
+        s = train_write_tensors(out_path, out, n_out, meta);
+    }
+    free(out);
+    free(names);
+    free(zeros);
+    if (s) {
+        cli_lib_error(out_path, s);
+        goto done;
+    }
+    if (json)
+        printf("{\"loss\": %.9g, \"tensors\": %u, \"batch\": %u, \"tokens\": %u}\n", (double)(float)loss, n_out,
+               b.B, b.T);
+    rc = 0;
+done:
+    if (dA && dB)
+        for (uint32_t i = 0; i < ad.n; i++) {
+            free(dA[i]);
+            free(dB[i]);
+        }
+    free(dA);
+    free(dB);
+    if (have_ad) train_adapter_release(&ad);
+    g3_model_free(m);
+    if (img) st_release(&st);
+    free(img);
+    free(b.ids);
+    free(b.mask);
+    return rc;
+}
+
+const cli_command cli_grad = {
+    "grad", "the loss of a batch and its gradient (the training core's parity probe)",
+    "usage: needle grad --checkpoint C.safetensors [--lora A.safetensors] [--quant | --quant-weights]\n"
+    "                   --batch B.jsonl --out G.safetensors [--json]\n"
+    "\n"
+    "The official fine-tuning loss of cactus-needle 3.2.8 (masked mean cross-entropy of\n"
+    "logits[:, :-1] against ids[:, 1:] with mask[:, 1:], divided by max(mask sum, 1)) over a\n"
+    "batch, and its gradient, from the training core (src/train). Needle 3 only.\n"
+    "\n"
+    "  -c, --checkpoint FILE   an official 3.x checkpoint (safetensors, `config` metadata)\n"
+    "  --lora FILE             an adapter (write_adapter layout: lora/<path>/A|B, `scale`):\n"
+    "                          the loss over W + scale * A @ B, the gradient of every A, B\n"
+    "                          (written as lora/<path>/A|B); without it, the base loss and\n"
+    "                          the gradient of every checkpoint tensor, under its name\n"
+    "                          (0 for tensors the loss does not reach: the probe heads)\n"
+    "  --quant                 the exact fine-tuning loss: CQ W4 straight-through on the\n"
+    "                          (merged) weights and the forward of quant=True after\n"
+    "                          configure_deploy(8, 8): A8 activations, per-head int8 q/K/V,\n"
+    "                          all straight-through\n"
+    "  --quant-weights         the CQ W4 straight-through alone (as cq_ste_params), float\n"
+    "                          activations\n"
+    "  --batch FILE            JSONL, one {\"ids\": [...], \"mask\": [...]} per line, already\n"
+    "                          encoded and padded to one length\n"
+    "  -o, --out FILE          the gradients (safetensors, F32, metadata `loss`)\n"
+    "  --json                  {\"loss\": ...} on stdout\n"
+    "\n"
+    "A8 rounding makes the --quant loss chaotic at the float32 level (the official code in\n"
+    "float32 and float64 differs by ~1e-3 in its gradients); see tests/fixtures/grad_v3.\n"
+    "Not yet: --weights M.cact (a dequantized .cact as the base).\n",
+    run_grad};
