@@ -27,11 +27,12 @@ LAYERS = [
     # `needle quantize` link; quant depends on util only, export on format and quant
     ("quant",),               # CQ codebooks, quantizer, bits maps
     ("export",),              # .cact writer, safetensors / SentencePiece readers
+    ("train",),               # fine-tuning: LoRA merge (needle build), training-data encoder
     # not in libneedle: the hub client (needle_hub) of `needle download` / `needle models`
     ("hub",),                 # hub protocol, cache layout (reads api/model_cache.h)
 ]
 # tools/ may include these src/ folders besides the public header: the exporter library
-TOOL_LIBRARIES = {"export", "quant", "hub"}
+TOOL_LIBRARIES = {"export", "quant", "hub", "train"}
 RANK = {folder: rank for rank, group in enumerate(LAYERS) for folder in group}
 # headers generated at build time (not in the tree)
 GENERATED = {"metal_source.h"}

@@ -16,6 +16,10 @@ The build fetches "the published base archive" for the tokenizer (and copies it 
 there is nothing to merge or cut); here fetch.fetch_weights is pointed at the committed
 tests/fixtures/v3/v3c.cact, the base the test passes to our build as --weights.
 
+The safetensors writer orders the header's metadata differently from run to run, so a
+rerun rewrites ckpt.safetensors and lora.safetensors with the same tensors and values
+but other bytes; the digests of the builds do not change.
+
 Usage: make_build_fixtures.sh   (in the pinned venv tests/reference/.venv3)
 """
 import argparse
@@ -53,6 +57,36 @@ GEOM = dict(vocab_size=512, out_vocab=500, d_model=96, num_heads=4, num_kv_heads
             sliding_window=16, qkv_conv_taps=3, embedding_dim=32, ladder_widths=(2,),
             engram_seed_heads=3)
 RANK, ALPHA = 4, 8.0
+
+# jnp.matmul's float32 bits for A @ B on these (lead, in, rank, out): the fixture's LoRA
+# shapes, the released geometry's (d 768; q 576, k 96, v 128, gate / out 768) at the
+# default rank 16 and others, and widths of each summation class. A and B come from a
+# formula the C test computes too (formula_matrix), so only digests are committed.
+MATMUL_SHAPES = [
+    (4, 96, 4, 64), (4, 96, 4, 32), (4, 96, 4, 48), (4, 96, 4, 96),
+    (20, 768, 16, 576), (20, 768, 16, 96), (20, 768, 16, 128), (20, 768, 16, 768),
+    (20, 768, 8, 96), (20, 768, 32, 576), (2, 96, 16, 48), (2, 96, 16, 80), (2, 96, 5, 96),
+    (2, 96, 7, 64), (1, 64, 16, 24),
+]
+
+
+def formula_matrix(n, mult):
+    """n float32 values in [-0.5, 0.5): exact 24-bit fractions of a multiplicative hash"""
+    i = np.arange(n, dtype=np.uint64)
+    h = (i * np.uint64(mult) + np.uint64(12345)) % np.uint64(1 << 32)
+    return ((h >> np.uint64(8)).astype(np.float64) / float(1 << 24) - 0.5).astype(np.float32)
+
+
+def matmul_digests():
+    import jax.numpy as jnp
+    out = []
+    for lead, din, rank, dout in MATMUL_SHAPES:
+        a = formula_matrix(lead * din * rank, 2654435761).reshape(lead, din, rank)
+        b = formula_matrix(lead * rank * dout, 2246822519).reshape(lead, rank, dout)
+        prod = np.asarray(jnp.matmul(jnp.asarray(a), jnp.asarray(b)), np.float32)
+        out.append({"lead": lead, "in": din, "rank": rank, "out": dout,
+                    "sha256": hashlib.sha256(prod.astype("<f4").tobytes()).hexdigest()})
+    return out
 
 CASES = {
     "lora": dict(lora=True, layers=None),
@@ -94,9 +128,16 @@ def main():
     C.write_adapter(adapter, {"lora": lora, "scale": ALPHA / RANK, "base": "ckpt.safetensors",
                               "rank": RANK, "seed": 0})
 
+    # the merged kernels as the official build holds them before export (stored dtype)
+    merged = F.merge_lora(params, {tuple(k.split("/")): v for k, v in lora.items()}, ALPHA / RANK)
+    mflat = C.flatten(merged)
+    merged_digests = {k: hashlib.sha256(np.asarray(mflat[k]).astype("<f2").tobytes()).hexdigest()
+                      for k in sorted(lora)}
+
     fetch.fetch_weights = lambda generation=2, dest_dir=None, force=False: BASE
     manifest = {"package": "cactus-needle==3.2.8", "base": "v3/v3c.cact", "checkpoint": "ckpt.safetensors",
-                "adapter": "lora.safetensors", "lora_targets": len(paths), "cases": {}}
+                "adapter": "lora.safetensors", "lora_targets": len(paths), "cases": {},
+                "merged": merged_digests, "matmul": matmul_digests()}
     for name, case in CASES.items():
         out = os.path.join(WORK, name + ".cact")
         args = argparse.Namespace(checkpoint=ckpt, lora=adapter if case["lora"] else None, out=out,
