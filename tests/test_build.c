@@ -66,11 +66,7 @@ static void test_matmul_orders(void) {
         float a[IN * R], *b = malloc(R * out * sizeof *b), *got = malloc(IN * out * sizeof *got);
         for (int i = 0; i < IN * R; i++) a[i] = (float)((i * 37 % 19) - 9) / 7.0f;
         for (uint64_t i = 0; i < R * out; i++) b[i] = (float)((int)(i * 53 % 23) - 11) / 13.0f;
-        const st_tensor ta = {.name = "A", .dtype = ST_F32, .ndim = 2, .shape = {IN, R}, .numel = IN * R,
-                              .data = (const uint8_t *)a};
-        const st_tensor tb = {.name = "B", .dtype = ST_F32, .ndim = 2, .shape = {R, out}, .numel = R * out,
-                              .data = (const uint8_t *)b};
-        lora_matmul(&ta, &tb, 1, IN, R, out, got);
+        lora_matmul(a, b, 1, IN, R, out, got);
         for (int i = 0; i < IN; i++)
             for (uint64_t j = 0; j < out; j++) {
                 double ref = 0;
@@ -134,11 +130,7 @@ static void test_matmul_official(void) {
                        out = (uint64_t)cJSON_GetObjectItemCaseSensitive(c, "out")->valuedouble;
         float *a = formula_matrix(lead * in * rank, 2654435761u), *b = formula_matrix(lead * rank * out, 2246822519u);
         float *prod = malloc(lead * in * out * sizeof *prod);
-        const st_tensor ta = {.name = "A", .dtype = ST_F32, .ndim = 3, .shape = {lead, in, rank},
-                              .numel = lead * in * rank, .data = (const uint8_t *)a};
-        const st_tensor tb = {.name = "B", .dtype = ST_F32, .ndim = 3, .shape = {lead, rank, out},
-                              .numel = lead * rank * out, .data = (const uint8_t *)b};
-        lora_matmul(&ta, &tb, lead, in, rank, out, prod);
+        lora_matmul(a, b, lead, in, rank, out, prod);
         char hex[65];
         sha256_hex((const uint8_t *)prod, lead * in * out * sizeof *prod, hex);
         const int known = rank % 4 == 0 || out % 64 == 0 || out % 32 == 0;
@@ -159,16 +151,15 @@ static void test_matmul_official(void) {
 /* the merged kernels, in the checkpoint's dtype, equal the official merge_lora's */
 static void test_merged_weights(void) {
     cJSON *m = manifest();
-    size_t nc, na;
-    uint8_t *ck_image = read_file(fixture_path("build/ckpt.safetensors"), &nc),
-            *ad_image = read_file(fixture_path("build/lora.safetensors"), &na);
+    size_t nc;
+    uint8_t *ck_image = read_file(fixture_path("build/ckpt.safetensors"), &nc);
     st_file ck;
-    lora_adapter ad;
+    train_adapter ad;
     lora_view view;
     int dropped = 0;
-    CHECK(ck_image && ad_image && st_parse(ck_image, nc, &ck) == 0);
-    CHECK(lora_adapter_parse(ad_image, na, &ad) == 0);
-    CHECK(ad.n == 5 && ad.scale == 2.0 && ad.base && !strcmp(ad.base, "ckpt.safetensors") && !ad.whistle);
+    CHECK(ck_image && st_parse(ck_image, nc, &ck) == 0);
+    CHECK(train_adapter_read(fixture_path("build/lora.safetensors"), &ad) == 0);
+    CHECK(ad.n == 5 && ad.scale == 2.0 && ad.base && !strcmp(ad.base, "ckpt.safetensors") && !ad.languages);
     CHECK(lora_view_build(&ck, &ad, &view, &dropped) == 0 && dropped);
     const cJSON *c;
     int count = 0;
@@ -184,10 +175,9 @@ static void test_merged_weights(void) {
     CHECK(count == 5);
     CHECK(st_find(&view.st, "confidence_head/query") == NULL && st_find(&view.st, "embedding_head/query") != NULL);
     lora_view_release(&view);
-    lora_adapter_release(&ad);
+    train_adapter_release(&ad);
     st_release(&ck);
     free(ck_image);
-    free(ad_image);
     cJSON_Delete(m);
 }
 
@@ -202,7 +192,7 @@ static void expect_refusal(const char *args, const char *message) {
 
 static void test_refusals(void) {
     expect_refusal("v3/v3c.cact --lora build/lora.safetensors", "is a .cact file");
-    expect_refusal("build/ckpt.safetensors --lora build/ckpt.safetensors", "no numeric scale");
+    expect_refusal("build/ckpt.safetensors --lora build/ckpt.safetensors", "scale is not a finite number");
     expect_refusal("build/lora.safetensors --lora build/lora.safetensors", "format-v2 checkpoint");
     expect_refusal("build/ckpt.safetensors --lora build/missing.safetensors", "cannot open");
     expect_refusal("build/ckpt.safetensors --layers 9", "--layers must be in [2, 4]");

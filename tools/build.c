@@ -77,9 +77,15 @@ static uint32_t rung_kv_window(export3_config cfg, const cact_writer *w) {
     return export3_effective_kv_window(&cfg);
 }
 
+/* A failure reading a safetensors input (cli_lib_error would call it a .cact problem). */
+static int input_error(const char *path) {
+    fprintf(stderr, "needle: %s: %s\n", path, needle_last_error());
+    return 1;
+}
+
 typedef struct build_job {
     const char *ckpt_path, *out_path;
-    const lora_adapter *adapter;
+    const train_adapter *adapter;
     long layers;
     const bits_map *bits;
     const uint8_t *tokenizer;
@@ -101,11 +107,11 @@ static int build_image(const build_job *job, uint8_t **image, size_t *size) {
     export3_config cfg;
     cq_codebooks cb;
     int dropped = 0, rc = 1, st;
-    if ((st = lora_checkpoint_config(ck_image, ck_size, job->ckpt_path, &config_json)) ||
+    if ((st = st_parse(ck_image, ck_size, &ck)) ||
+        (st = lora_checkpoint_config(&ck, job->ckpt_path, &config_json)) ||
         (st = export3_config_parse(config_json, strlen(config_json), &cfg)) ||
-        (st = st_parse(ck_image, ck_size, &ck)) ||
         (st = lora_view_build(&ck, job->adapter, &view, &dropped))) {
-        rc = cli_lib_error(job->ckpt_path, st);
+        rc = input_error(job->ckpt_path);
         goto done;
     }
     if (job->adapter && !job->quiet) {
@@ -213,8 +219,9 @@ static int run_build(const cli_command *self, int argc, char **argv) {
         return cli_lib_error(weights, st);
     }
     int rc = 1;
-    lora_adapter adapter = {0};
-    uint8_t *ad_image = NULL, *image = NULL;
+    train_adapter adapter;
+    memset(&adapter, 0, sizeof adapter);
+    uint8_t *image = NULL;
     size_t image_size = 0;
     if (bf.generation != 3) {
         fprintf(stderr, "needle: %s is not a Needle 3 .cact (needle build makes Needle 3 files; pass the "
@@ -237,17 +244,15 @@ static int run_build(const cli_command *self, int argc, char **argv) {
         goto done;
     }
     if (lora_path) {
-        size_t ad_size;
         if (!ends_with(lora_path, ".safetensors")) {
             rc = cli_usage_error(self, "adapter must be a .safetensors file (got %s)", lora_path);
             goto done;
         }
-        if (!(ad_image = read_whole(lora_path, &ad_size))) goto done;
-        if ((st = lora_adapter_parse(ad_image, ad_size, &adapter))) {
-            rc = cli_lib_error(lora_path, st);
+        if ((st = train_adapter_read(lora_path, &adapter))) {
+            rc = input_error(lora_path);
             goto done;
         }
-        if (adapter.whistle) {
+        if (adapter.languages) {
             fprintf(stderr, "needle: %s is a Whistle (speech) adapter, which needle build does not make\n", lora_path);
             goto done;
         }
@@ -280,8 +285,7 @@ static int run_build(const cli_command *self, int argc, char **argv) {
         printf("  %-9s %s  %.2f MB  W%sA8\n", "wrote", out_path, (double)image_size / 1e6, bits);
 done:
     free(image);
-    lora_adapter_release(&adapter);
-    free(ad_image);
+    train_adapter_release(&adapter);
     cact_release(&bf);
     free(base);
     return rc;
