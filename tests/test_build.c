@@ -12,7 +12,9 @@
 
 #include "harness.h"
 #include "sha256.h"
+#include "train/checkpoint.h"
 #include "train/lora_merge.h"
+#include "train_check.h"
 
 static char tmpdir[64];
 
@@ -181,6 +183,55 @@ static void test_merged_weights(void) {
     cJSON_Delete(m);
 }
 
+static int file_sha(const char *path, char hex[65]) {
+    size_t n;
+    uint8_t *data = read_file(path, &n);
+    if (!data) return 0;
+    sha256_hex(data, n, hex);
+    free(data);
+    return 1;
+}
+
+/* An adapter written here (train_adapter_write: the fixture's, rescaled and with other
+ * values) built by the official code and by ours: the same bytes. Needs the reference
+ * venv (tests/reference/.venv3 or PYTHON_V3); skipped without it. */
+static void test_official_builds_our_adapter(void) {
+    const char *py = train_official_python();
+    if (!py) {
+        harness_skip("no reference venv (tests/reference/make_build_fixtures.sh makes it)");
+        return;
+    }
+    train_adapter ad;
+    CHECK(train_adapter_read(fixture_path("build/lora.safetensors"), &ad) == 0);
+    ad.scale = 3.5;
+    for (uint32_t i = 0; i < ad.n; i++)
+        for (uint64_t k = 0; k < ad.lora[i].b.numel; k++) ad.lora[i].b.data[k] *= (k % 3 == 0) ? -1.5f : 0.75f;
+    char adapter[256], ours[256], official[256], cmd[8192], out[8192], h1[65] = "", h2[65] = "";
+    snprintf(adapter, sizeof adapter, "%s/ours.safetensors", tmpdir);
+    CHECK(train_adapter_write(adapter, &ad) == 0);
+    train_adapter_release(&ad);
+    const int layers[] = {0, 2};
+    for (int c = 0; c < 2; c++) {
+        char extra[32] = "", depth[16] = "";
+        if (layers[c]) {
+            snprintf(extra, sizeof extra, " --layers %d", layers[c]);
+            snprintf(depth, sizeof depth, "%d", layers[c]);
+        }
+        snprintf(ours, sizeof ours, "%s/ours%d.cact", tmpdir, c);
+        snprintf(official, sizeof official, "%s/official%d.cact", tmpdir, c);
+        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' build build/ckpt.safetensors --lora '%s'%s -w v3/v3c.cact -o '%s' -q 2>&1",
+                 fixture_dir(), cli_path(), adapter, extra, ours);
+        CHECK_MSG(run_command(cmd, out, sizeof out) == 0, "ours: %s", out);
+        snprintf(cmd, sizeof cmd,
+                 "cd '%s' && JAX_PLATFORMS=cpu '%s' ../reference/official_build.py build/ckpt.safetensors '%s' "
+                 "v3/v3c.cact '%s' %s 2>&1",
+                 fixture_dir(), py, adapter, official, depth);
+        CHECK_MSG(run_command(cmd, out, sizeof out) == 0, "official: %s", out);
+        CHECK(file_sha(ours, h1) && file_sha(official, h2));
+        CHECK_MSG(!strcmp(h1, h2), "layers %d: ours %s, the official build of our adapter %s", layers[c], h1, h2);
+    }
+}
+
 static void expect_refusal(const char *args, const char *message) {
     char out[4096], path[256];
     const int rc = run_build(args, "refused.cact", out, sizeof out);
@@ -211,6 +262,7 @@ int main(void) {
     RUN(test_matmul_orders);
     RUN(test_matmul_official);
     RUN(test_merged_weights);
+    RUN(test_official_builds_our_adapter);
     RUN(test_refusals);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
