@@ -145,7 +145,7 @@ static int build_image(const build_job *job, uint8_t **image, size_t *size) {
                                 .tokenizer_size = job->tokenizer_size,
                                 .tokenizer_pieces = pieces};
     if ((st = export3_build(&view.st, &cfg, &cb, &opt, &w)) || (st = cw_serialize(&w, image, size))) {
-        rc = cli_lib_error(job->ckpt_path, st);
+        rc = input_error(job->ckpt_path);
         goto done;
     }
     if (cut) {
@@ -259,9 +259,11 @@ static int run_build(const cli_command *self, int argc, char **argv) {
         /* as the official build: without a checkpoint, the one the adapter was trained on */
         if (!ckpt_path && adapter.base && access(adapter.base, R_OK) == 0) ckpt_path = adapter.base;
     }
+    /* the official default, finetune.DEFAULT_BASE (which it downloads when absent) */
+    if (!ckpt_path && access("checkpoints/needle3.safetensors", R_OK) == 0) ckpt_path = "checkpoints/needle3.safetensors";
     if (!ckpt_path) {
         rc = cli_usage_error(self, "which checkpoint? (the official Needle 3 .safetensors checkpoint: "
-                             "`needle download needle3.safetensors`)");
+                             "`needle download checkpoints/needle3.safetensors` fetches it and prints its path)");
         goto done;
     }
     char default_out[4096];
@@ -309,8 +311,8 @@ const cli_command cli_build = {
     "into CQ weights would quantize twice); `needle quantize FILE --depth N` cuts a rung\n"
     "of a .cact.\n"
     "\n"
-    "  CHECKPOINT              the float checkpoint (default: the adapter's base, when\n"
-    "                          that file exists)\n"
+    "  CHECKPOINT              the float checkpoint (default: the adapter's base when\n"
+    "                          that file exists, else checkpoints/needle3.safetensors)\n"
     "  --lora FILE             an adapter in the official format (needle finetune's)\n"
     "  --layers N              the depth-N rung of the ladder (2 .. the checkpoint's depth)\n"
     "  -w, --weights FILE      the base .cact whose tokenizer the output carries (the\n"
