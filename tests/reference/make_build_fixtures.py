@@ -49,10 +49,11 @@ OUT = os.path.join(FIX, "build")
 BASE = os.path.join(FIX, "v3", "v3c.cact")
 WORK = os.path.join(HERE, "work", "build-official")
 
-# v3_a's geometry of the export fixtures without its kv_window cap and with a longer
-# max_seq_len, so the KV-budget window differs between the full depth and a rung
+# v3_a's geometry of the export fixtures without its kv_window cap and with a long
+# max_seq_len, so the KV budget binds and its window differs between the full depth and
+# a rung (the build recomputes it for the rung's layers)
 GEOM = dict(vocab_size=512, out_vocab=500, d_model=96, num_heads=4, num_kv_heads=2, num_layers=4,
-            qk_head_dim=16, v_head_dim=24, max_seq_len=4096, rope_theta=10000.0, mhc_lanes=2,
+            qk_head_dim=16, v_head_dim=24, max_seq_len=131072, rope_theta=10000.0, mhc_lanes=2,
             engram_orders=(2, 3), engram_slots=64, engram_layers=(1, 3), global_layers=(1, 3),
             sliding_window=16, qkv_conv_taps=3, embedding_dim=32, ladder_widths=(2,),
             engram_seed_heads=3)
