@@ -1,7 +1,8 @@
 /* `needle build` against the official cactus-needle 3.2.8 build: tests/fixtures/build/
  * (tests/reference/make_build_fixtures.py) holds a random checkpoint and adapter in the
- * official formats and the SHA-256 of what the official build wrote for each case (the
- * adapter merged, a ladder rung, both, and the two cases that copy the base archive);
+ * official formats, an adapter the official `needle finetune` trained, and the SHA-256 of
+ * what the official build wrote for each case (an adapter merged, a ladder rung, both,
+ * and the two cases that copy the base archive);
  * our build of the same inputs must be the same bytes. Then the refusals: each a clear
  * message and a non-zero status, nothing written. */
 #include <cjson/cJSON.h>
@@ -31,13 +32,17 @@ static void test_official_cases(void) {
     cJSON *m = text ? cJSON_Parse(text) : NULL;
     free(text);
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(m, "cases");
-    CHECK(cJSON_GetArraySize(cases) == 5);
+    CHECK(cJSON_GetArraySize(cases) == 6);
     const cJSON *c;
     cJSON_ArrayForEach(c, cases) {
         const cJSON *layers = cJSON_GetObjectItemCaseSensitive(c, "layers");
         char args[512], out[4096], path[256], hex[65];
-        snprintf(args, sizeof args, "build/ckpt.safetensors%s", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "lora"))
-                                                                ? " --lora build/lora.safetensors" : "");
+        /* "lora": true for the random adapter, or the file of another (finetuned.safetensors:
+         * trained by the official `needle finetune`) */
+        const cJSON *lora = cJSON_GetObjectItemCaseSensitive(c, "lora");
+        const char *adapter = cJSON_IsString(lora) ? lora->valuestring : cJSON_IsTrue(lora) ? "lora.safetensors" : NULL;
+        snprintf(args, sizeof args, "build/ckpt.safetensors");
+        if (adapter) snprintf(args + strlen(args), sizeof args - strlen(args), " --lora build/%s", adapter);
         if (cJSON_IsNumber(layers))
             snprintf(args + strlen(args), sizeof args - strlen(args), " --layers %d", layers->valueint);
         snprintf(path, sizeof path, "%s.cact", c->string);
@@ -52,7 +57,7 @@ static void test_official_cases(void) {
         const char *want = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "sha256"));
         CHECK_MSG(want && !strcmp(hex, want), "%s: %zu bytes, sha256 %s, the official build's %s", c->string, n, hex,
                   want ? want : "?");
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "lora")))
+        if (adapter)
             CHECK_MSG(strstr(out, "dropped") != NULL, "%s: the confidence head drop is not reported: %s", c->string, out);
     }
     cJSON_Delete(m);

@@ -10,6 +10,10 @@ and B (the fine-tuner starts B at zero, which would merge nothing), and the offi
 `needle build` (model.build.build_main, the CLI's code) run on them:
 
   build/ckpt.safetensors, build/lora.safetensors   the inputs (committed)
+  build/finetuned.safetensors   an adapter the official `needle finetune` trained on the
+      checkpoint (finetune.finetune_local: one epoch over tests/fixtures/finetune/data.jsonl,
+      rank 4, --max-len 128, no held-out split; the tiny test tokenizer in place of the
+      downloaded one), built as the case "finetuned"
   build/manifest.json   per case: the build's arguments and the output's size and SHA-256
 
 The build fetches "the published base archive" for the tokenizer (and copies it when
@@ -96,6 +100,7 @@ CASES = {
     # the base archive has 3 layers: asking for its depth without an adapter copies it
     "layers3": dict(lora=False, layers=3),
     "copy": dict(lora=False, layers=None),
+    "finetuned": dict(lora="finetuned.safetensors", layers=None),
 }
 
 
@@ -135,13 +140,24 @@ def main():
     merged_digests = {k: hashlib.sha256(np.asarray(mflat[k]).astype("<f2").tobytes()).hexdigest()
                       for k in sorted(lora)}
 
+    finetuned = os.path.join(OUT, "finetuned.safetensors")
+    if not os.path.exists(finetuned):
+        from needle.model import tokenizer as T
+        tok = T.SANTokenizer(os.path.join(FIX, "v3", "tiny_v3_bpe384.model"))
+        F.get_tokenizer = lambda vocab_size=None: tok
+        F.finetune_local(argparse.Namespace(
+            jsonl_path=os.path.join(FIX, "finetune", "data.jsonl"), checkpoint=ckpt, epochs=1, batch_size=16,
+            lr=1e-3, lora_rank=4, lora_alpha=8.0, max_len=128, val_split=0.0, seed=0, generate=0, score=False,
+            checkpoint_dir=WORK, out=finetuned))
+
     fetch.fetch_weights = lambda generation=2, dest_dir=None, force=False: BASE
     manifest = {"package": "cactus-needle==3.2.8", "base": "v3/v3c.cact", "checkpoint": "ckpt.safetensors",
                 "adapter": "lora.safetensors", "lora_targets": len(paths), "cases": {},
                 "merged": merged_digests, "matmul": matmul_digests()}
     for name, case in CASES.items():
         out = os.path.join(WORK, name + ".cact")
-        args = argparse.Namespace(checkpoint=ckpt, lora=adapter if case["lora"] else None, out=out,
+        lora_path = os.path.join(OUT, case["lora"]) if isinstance(case["lora"], str) else adapter
+        args = argparse.Namespace(checkpoint=ckpt, lora=lora_path if case["lora"] else None, out=out,
                                   upload=False, layers=case["layers"], platform=None)
         B.build_main(args)
         size, digest = sha(out)
