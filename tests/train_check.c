@@ -14,12 +14,15 @@ const char *train_official_python(void) {
     return access(path, X_OK) == 0 ? path : NULL;
 }
 
-cJSON *train_official_read(const char *mode, const char *path) {
+cJSON *train_official_read(const char *mode, const char *path) { return train_official_read_arg(mode, path, ""); }
+
+cJSON *train_official_read_arg(const char *mode, const char *path, const char *arg) {
     const char *py = train_official_python();
     if (!py) return NULL;
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "JAX_PLATFORMS=cpu NEEDLE_TELEMETRY=0 DO_NOT_TRACK=1 '%s' '%s/tests/reference/check_train_files.py' %s '%s'",
-             py, NEEDLE_SOURCE_DIR, mode, path);
+    snprintf(cmd, sizeof cmd,
+             "JAX_PLATFORMS=cpu NEEDLE_TELEMETRY=0 DO_NOT_TRACK=1 '%s' '%s/tests/reference/check_train_files.py' %s '%s' %s",
+             py, NEEDLE_SOURCE_DIR, mode, path, arg);
     FILE *p = popen(cmd, "r");
     if (!p) return NULL;
     size_t n = 0, cap = 1 << 16;

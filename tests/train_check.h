@@ -12,6 +12,8 @@ const char *train_official_python(void);
 /* check_train_files.py MODE PATH as parsed JSON (cJSON_Delete it), or NULL when it failed
  * (its stderr is the test's). */
 cJSON *train_official_read(const char *mode, const char *path);
+/* The same with a third argument (e.g. "apply"). */
+cJSON *train_official_read_arg(const char *mode, const char *path, const char *arg);
 
 /* A fresh empty directory under $TMPDIR (static buffer), removed by train_tmpdir_remove. */
 const char *train_tmpdir(void);

@@ -334,6 +334,13 @@ static char *header_json(const st_writer *w, const st_wtensor *const *order, siz
 
 /* One tensor's bytes, little-endian, through a bounded buffer. */
 static int write_tensor(FILE *f, const st_wtensor *t) {
+    static const union {
+        uint32_t u;
+        uint8_t b[4];
+    } probe = {1};
+    if (!t->numel) return 0; /* an empty tensor may have no data pointer */
+    if (t->dtype == ST_F32 && probe.b[0]) /* the host's floats are the file's bytes */
+        return fwrite(t->data, sizeof(float), (size_t)t->numel, f) == (size_t)t->numel ? 0 : -1;
     uint8_t buf[4096];
     const uint64_t esize = dtype_size(t->dtype), per = sizeof buf / esize;
     for (uint64_t i = 0; i < t->numel; i += per) {

@@ -92,6 +92,9 @@ void train_checkpoint_release(train_checkpoint *ck) {
     if (!ck) return;
     for (uint32_t i = 0; i < ck->n; i++) train_tensor_release(&ck->tensors[i]);
     free(ck->tensors);
+    for (uint32_t i = 0; i < ck->n_optim; i++) train_tensor_release(&ck->optim_tensors[i]);
+    free(ck->optim_tensors);
+    free(ck->optim);
     free(ck->config);
     free(ck->run);
     memset(ck, 0, sizeof *ck);
@@ -175,14 +178,22 @@ int train_checkpoint_read(const char *path, const char *config_path, int generat
         st = oom();
         goto done;
     }
+    const char *optim = st_meta_get(&f, "optim");
+    if (optim && *optim && !(out->optim = strdup(optim))) {
+        st = oom();
+        goto done;
+    }
     out->tensors = calloc(f.n ? f.n : 1, sizeof *out->tensors);
-    if (!out->tensors) {
+    out->optim_tensors = calloc(f.n ? f.n : 1, sizeof *out->optim_tensors);
+    if (!out->tensors || !out->optim_tensors) {
         st = oom();
         goto done;
     }
     for (uint32_t i = 0; i < f.n; i++) {
-        if ((st = train_tensor_from_st(&f.tensors[i], &out->tensors[i]))) goto done;
-        out->n++;
+        const int is_optim = !strncmp(f.tensors[i].name, TRAIN_OPTIM_PREFIX, strlen(TRAIN_OPTIM_PREFIX));
+        train_tensor *t = is_optim ? &out->optim_tensors[out->n_optim] : &out->tensors[out->n];
+        if ((st = train_tensor_from_st(&f.tensors[i], t))) goto done;
+        *(is_optim ? &out->n_optim : &out->n) += 1;
     }
 done:
     st_release(&f);
@@ -226,12 +237,27 @@ int train_checkpoint_stage(st_writer *w, const train_checkpoint *ck) {
     const int run_ok = r != NULL;
     cJSON_Delete(r);
     if (!run_ok) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "checkpoint: run is not JSON");
-    char **names = malloc((ck->n ? ck->n : 1) * sizeof *names);
+    const uint32_t total = ck->n + ck->n_optim;
+    char **names = malloc((total ? total : 1) * sizeof *names);
     if (!names) return oom();
     for (uint32_t i = 0; i < ck->n; i++) names[i] = ck->tensors[i].name;
-    int st = check_tree(names, ck->n);
+    for (uint32_t i = 0; i < ck->n_optim; i++) names[ck->n + i] = ck->optim_tensors[i].name;
+    int st = check_tree(names, total);
     free(names);
-    for (uint32_t i = 0; !st && i < ck->n; i++) st = stage_tensor(w, ck->tensors[i].name, &ck->tensors[i]);
+    for (uint32_t i = 0; !st && i < ck->n; i++) {
+        if (!strncmp(ck->tensors[i].name, TRAIN_OPTIM_PREFIX, strlen(TRAIN_OPTIM_PREFIX)))
+            st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "parameter '%.120s' is named like optimizer state (%s)",
+                             ck->tensors[i].name, TRAIN_OPTIM_PREFIX);
+        else
+            st = stage_tensor(w, ck->tensors[i].name, &ck->tensors[i]);
+    }
+    for (uint32_t i = 0; !st && i < ck->n_optim; i++) {
+        if (strncmp(ck->optim_tensors[i].name, TRAIN_OPTIM_PREFIX, strlen(TRAIN_OPTIM_PREFIX)))
+            st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "optimizer tensor '%.120s' is not under %s",
+                             ck->optim_tensors[i].name, TRAIN_OPTIM_PREFIX);
+        else
+            st = stage_tensor(w, ck->optim_tensors[i].name, &ck->optim_tensors[i]);
+    }
     char fv[24] = "", step[24] = "";
     if (ck->format_version >= 0) snprintf(fv, sizeof fv, "%" PRId64, ck->format_version);
     if (ck->step >= 0) snprintf(step, sizeof step, "%" PRId64, ck->step);
@@ -240,6 +266,7 @@ int train_checkpoint_stage(st_writer *w, const train_checkpoint *ck) {
     if (!st) st = st_writer_meta(w, "config", ck->config);
     if (!st) st = st_writer_meta(w, "step", step);
     if (!st) st = st_writer_meta(w, "run", run);
+    if (!st && ck->optim) st = st_writer_meta(w, "optim", ck->optim);
     return st;
 }
 

@@ -43,10 +43,21 @@ typedef struct train_checkpoint {
     char *config;           /* the config as JSON text (an object) */
     int64_t step;           /* -1: none */
     char *run;              /* JSON text; "{}" when the file has none */
-    train_tensor *tensors;  /* every tensor of the file, in file order: parameters, and the
-                             * optimizer state (train/optim.h) when saved with it */
+    train_tensor *tensors;  /* the parameters, in file order (mtp_* heads included, which
+                             * the official loader drops: a rewrite keeps them) */
     uint32_t n;
+    /* The optimizer state saved with the parameters (train/optim.h; the official
+     * checkpoints have none): the tensors named under TRAIN_OPTIM_PREFIX and the
+     * `optim` metadata (JSON). NULL / 0 when the file has none. */
+    char *optim;
+    train_tensor *optim_tensors;
+    uint32_t n_optim;
 } train_checkpoint;
+
+/* Where a checkpoint keeps optimizer tensors: names starting with this are not parameters.
+ * The official loader keeps them as an extra "optim" subtree, which its forward pass and
+ * exporter never look up. */
+#define TRAIN_OPTIM_PREFIX "optim/"
 
 /* Reads the checkpoint at `path`. `config_path` NULL: the config is the file's `config`
  * metadata, and the file must be format_version 2, as the official loader requires. Else
@@ -60,8 +71,8 @@ int train_checkpoint_read(const char *path, const char *config_path, int generat
 /* The tensor called `name`, or NULL. */
 const train_tensor *train_checkpoint_find(const train_checkpoint *ck, const char *name);
 
-/* Adds the checkpoint's tensors (F32) and metadata to `w` (the caller may add more, e.g.
- * the optimizer state, before st_writer_write). The names must form a tree the official
+/* Adds the checkpoint's tensors (F32), its optimizer state if any, and its metadata to
+ * `w` (the caller may add more before st_writer_write). The names must form a tree the official
  * reader can rebuild: no empty path component, no name that is a prefix directory of
  * another ("a" and "a/b"), else NEEDLE_ERR_INVALID_ARGUMENT. config must be a JSON object
  * and run JSON (NULL: "{}"). The tensors' data must stay valid until the write. */

@@ -4,8 +4,11 @@ it saw as JSON, for tests/test_train_*.c to compare with what they wrote.
 
     check_train_files.py st FILE          safetensors' own reader (numpy): every tensor
                                           (dtype, shape, values) and the metadata
-    check_train_files.py checkpoint FILE  cactus-needle's read_checkpoint and
-                                          run.load_checkpoint (config, step, run, params)
+    check_train_files.py checkpoint FILE [apply]
+                                          cactus-needle's read_checkpoint and
+                                          run.load_checkpoint (config, step, run, params);
+                                          with "apply", the logits' shape of the official
+                                          forward pass over the loaded parameters
     check_train_files.py adapter FILE     cactus-needle's read_adapter
 
 Runs under the pinned venv of make_v3_fixtures.sh (cactus-needle 3.2.8, safetensors).
@@ -43,6 +46,13 @@ def main():
                "run": ck["run"], "config_vocab_size": config.vocab_size,
                "loaded": sorted(flatten(params)),
                "tensors": {k: tensor_json(v) for k, v in flatten(ck["params"]).items()}}
+        if sys.argv[3:] == ["apply"]:
+            import jax.numpy as jnp
+            from needle.model.architecture import SimpleAttentionNetwork
+            config.dtype = "float32"
+            logits = SimpleAttentionNetwork(config).apply({"params": params}, jnp.ones((1, 5), jnp.int32))
+            out["apply_shape"] = list(logits.shape)
+            out["apply_finite"] = bool(np.isfinite(np.asarray(logits)).all())
     elif mode == "adapter":
         from needle.model.checkpoints import read_adapter
         ad = read_adapter(path)

@@ -18,7 +18,11 @@ files.
                             (gradients scaled so clipping acts on some steps only): the
                             lr, the global norm, params, mu and nu after every step
 
-Usage: make_train_fixtures.py [OUT_DIR] [--only st,ckpt,adapter,optim]
+  released (only on request, into a work folder; ~484 MB, not committed): a checkpoint
+                            of the released Needle 3 geometry with random values, for
+                            bench/train/train_io.c
+
+Usage: make_train_fixtures.py [OUT_DIR] [--only st,ckpt,adapter,optim,released]
 """
 import argparse
 import json
@@ -54,11 +58,19 @@ def make_st(out):
     save_file(tensors, os.path.join(out, "st_official.safetensors"), metadata=meta)
 
 
-def tiny_tree():
+# the released needle3 geometry (docs/spec/NEEDLE3.md §0)
+RELEASED = dict(vocab_size=8192, out_vocab=8192, d_model=768, num_heads=12, num_kv_heads=2,
+                num_layers=20, qk_head_dim=48, v_head_dim=64, max_seq_len=8192,
+                rope_theta=100000.0, sliding_window=1024, global_layers=(4, 9, 14, 19),
+                qkv_conv_taps=3, mhc_lanes=4, engram_orders=(2, 3), engram_slots=18432,
+                engram_layers=(3, 7, 11, 15, 19))
+
+
+def tiny_tree(geom=GEOM):
     import jax
     import jax.numpy as jnp
     from needle.model import architecture as A
-    cfg = A.TransformerConfig(dtype="float32", remat=False, **GEOM)
+    cfg = A.TransformerConfig(dtype="float32", remat=False, **geom)
     model = A.SimpleAttentionNetwork(cfg)
     shapes = jax.eval_shape(lambda k: model.init(k, jnp.ones((1, 8), jnp.int32)),
                             jax.random.PRNGKey(0))["params"]
@@ -135,13 +147,22 @@ def make_optim(out):
         f.write("\n")
 
 
-PARTS = {"st": make_st, "ckpt": make_ckpt, "adapter": make_adapter, "optim": make_optim}
+def make_released(out):
+    from needle.model.checkpoints import write_checkpoint
+    params, config = tiny_tree(RELEASED)
+    write_checkpoint(os.path.join(out, "needle3_released_random.safetensors"), {
+        "format_version": 2, "params": params, "config": config, "step": 0, "run": {}})
+
+
+PARTS = {"st": make_st, "ckpt": make_ckpt, "adapter": make_adapter, "optim": make_optim,
+         "released": make_released}
+DEFAULT = ("st", "ckpt", "adapter", "optim")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default=OUT)
-    ap.add_argument("--only", default=",".join(PARTS))
+    ap.add_argument("--only", default=",".join(DEFAULT))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for part in a.only.split(","):
