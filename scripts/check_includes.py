@@ -28,7 +28,7 @@ LAYERS = [
     ("quant",),               # CQ codebooks, quantizer, bits maps
     ("export",),              # .cact writer, safetensors / SentencePiece readers
     # not in libneedle: the training core (needle_train), above the exporter it reads with
-    ("train",),               # checkpoints, adapters, optimizer, forward and backward
+    ("train",),               # checkpoints, adapters, optimizer, forward and backward, LoRA merge, data encoder
     # not in libneedle: the hub client (needle_hub) of `needle download` / `needle models`
     ("hub",),                 # hub protocol, cache layout (reads api/model_cache.h)
 ]

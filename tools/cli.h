@@ -30,7 +30,7 @@ extern const cli_command cli_inspect, cli_tokenize, cli_generate, cli_logits, cl
     cli_chat, cli_eval, cli_bench, cli_devices, cli_embed, cli_serve;
 /* `needle export` / `needle quantize` (tools/export.c; they link the internal export
  * library, see the file's header) */
-extern const cli_command cli_export, cli_quantize;
+extern const cli_command cli_export, cli_quantize, cli_build, cli_encode_data;
 /* `needle download` / `needle models` (tools/download.c; the hub client library, src/hub) */
 extern const cli_command cli_download, cli_models;
 /* `needle grad` (tools/grad.c; the training core library, src/train) */

@@ -1,0 +1,325 @@
+/* build.c: `needle build`, the official `needle build` of cactus-needle 3.2.8
+ * (model/build.py) in C: an official Needle 3 checkpoint, optionally with a LoRA adapter
+ * merged into it and cut to an N-layer ladder rung, exported as CQ4 with the base
+ * archive's tokenizer and the KV-budget window; byte-identical to the official build of
+ * the same inputs (tests/test_build.c, fixtures from tests/reference/make_build_fixtures).
+ *
+ * Where the official build downloads "the published base archive" (for its tokenizer,
+ * and as the output when there is nothing to merge or cut), this one takes it from
+ * --weights, by default the cached needle3 (`needle download needle3`). */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "export/cact_write.h"
+#include "export/export_model_v3.h"
+#include "export/requantize.h"
+#include "export/rung.h"
+#include "quant/bits_map.h"
+#include "train/lora_merge.h"
+
+static uint8_t *read_whole(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "needle: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    uint8_t *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
+        buf = malloc((size_t)n + 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "needle: cannot read %s%s\n", path, buf || n < 0 ? "" : " (out of memory)");
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    *size = (size_t)n;
+    return buf;
+}
+
+static int write_file(const char *path, const uint8_t *data, size_t size) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        fprintf(stderr, "needle: output path too long\n");
+        return 1;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        fprintf(stderr, "needle: cannot create %s: %s\n", tmp, strerror(errno));
+        return 1;
+    }
+    const int ok = fwrite(data, 1, size, f) == size;
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "needle: cannot write %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    const size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* the rung's config (finetune.rung -> architecture.ladder_config) as far as the KV window
+ * reads it: depth, kept global layers and engram sites, taken from the sliced header */
+static uint32_t rung_kv_window(export3_config cfg, const cact_writer *w) {
+    const uint64_t mask = (uint64_t)w->v3_header[18] << 32 | w->v3_header[17];
+    cfg.num_layers = w->v3_header[10];
+    cfg.num_global = (uint32_t)__builtin_popcountll(mask);
+    cfg.num_sites = w->v3_header[31];
+    return export3_effective_kv_window(&cfg);
+}
+
+/* A failure reading a safetensors input (cli_lib_error would call it a .cact problem). */
+static int input_error(const char *path) {
+    fprintf(stderr, "needle: %s: %s\n", path, needle_last_error());
+    return 1;
+}
+
+typedef struct build_job {
+    const char *ckpt_path, *out_path;
+    const train_adapter *adapter;
+    long layers;
+    const bits_map *bits;
+    const uint8_t *tokenizer;
+    size_t tokenizer_size;
+    int quiet;
+} build_job;
+
+/* checkpoint (+ adapter) -> merged view -> export (-> rung) -> checked image */
+static int build_image(const build_job *job, uint8_t **image, size_t *size) {
+    size_t ck_size;
+    uint8_t *ck_image = read_whole(job->ckpt_path, &ck_size);
+    if (!ck_image) return 1;
+    char *config_json = NULL;
+    st_file ck = {0};
+    lora_view view = {0};
+    cact_writer w, rung;
+    cw_init(&w);
+    cw_init(&rung);
+    export3_config cfg;
+    cq_codebooks cb;
+    int dropped = 0, rc = 1, st;
+    if ((st = st_parse(ck_image, ck_size, &ck)) ||
+        (st = lora_checkpoint_config(&ck, job->ckpt_path, &config_json)) ||
+        (st = export3_config_parse(config_json, strlen(config_json), &cfg)) ||
+        (st = lora_view_build(&ck, job->adapter, &view, &dropped))) {
+        rc = input_error(job->ckpt_path);
+        goto done;
+    }
+    if (job->adapter && !job->quiet) {
+        printf("  %-9s %u weight groups  scale %g\n", "merged", job->adapter->n, job->adapter->scale);
+        if (dropped)
+            printf("  %-9s the confidence head; it is not trained locally, so confidence reports None\n", "dropped");
+    }
+    /* finetune.rung: the built file is no ladder (its Hadamard permutations unsplit) */
+    cfg.ladder_split = 0;
+    const int cut = job->layers && job->layers != (long)cfg.num_layers;
+    if (cut && !(job->layers >= 2 && job->layers < (long)cfg.num_layers)) {
+        fprintf(stderr, "needle: --layers must be in [2, %u], got %ld\n", cfg.num_layers, job->layers);
+        goto done;
+    }
+    if (cut && strstr(config_json, "\"ladder_order\":[]") == NULL) {
+        fprintf(stderr, "needle: %s is itself a ladder rung (its config has a ladder_order); cutting it "
+                "again is not supported (build from the full checkpoint)\n", job->ckpt_path);
+        goto done;
+    }
+    if ((st = cq_codebooks_init(&cb, 128))) {
+        rc = cli_lib_error("codebooks", st);
+        goto done;
+    }
+    const uint32_t pieces = job->tokenizer_size >= 4 ? (uint32_t)job->tokenizer[0] | (uint32_t)job->tokenizer[1] << 8 |
+                                                           (uint32_t)job->tokenizer[2] << 16 |
+                                                           (uint32_t)job->tokenizer[3] << 24
+                                                     : 0;
+    const export_options opt = {.bits = job->bits,
+                                .kv_window = export3_effective_kv_window(&cfg),
+                                .tokenizer = job->tokenizer,
+                                .tokenizer_size = job->tokenizer_size,
+                                .tokenizer_pieces = pieces};
+    if ((st = export3_build(&view.st, &cfg, &cb, &opt, &w)) || (st = cw_serialize(&w, image, size))) {
+        rc = input_error(job->ckpt_path);
+        goto done;
+    }
+    if (cut) {
+        cact_file full;
+        if (!(st = cact_parse(*image, *size, &full))) {
+            st = cact3_rung(&full, (uint32_t)job->layers, &rung);
+            cact_release(&full);
+        }
+        free(*image);
+        *image = NULL;
+        if (!st) {
+            rung.v3_header[3] = rung_kv_window(cfg, &rung);
+            st = cw_serialize(&rung, image, size);
+        }
+        if (st) {
+            rc = cli_lib_error("the ladder rung", st);
+            goto done;
+        }
+    }
+    if (!job->quiet) printf("  %-9s %ld layers\n", "depth", cut ? job->layers : (long)cfg.num_layers);
+    if ((st = cact_check_image(*image, *size))) {
+        free(*image);
+        *image = NULL;
+        rc = cli_lib_error("the file to write does not load (nothing written)", st);
+        goto done;
+    }
+    rc = 0;
+done:
+    cw_release(&w);
+    cw_release(&rung);
+    lora_view_release(&view);
+    st_release(&ck);
+    free(config_json);
+    free(ck_image);
+    return rc;
+}
+
+static int run_build(const cli_command *self, int argc, char **argv) {
+    const char *ckpt_path = NULL, *lora_path = NULL, *weights = NULL, *out_path = NULL, *bits = "4";
+    long layers = 0;
+    int quiet = 0;
+    const cli_option opts[] = {{"--lora", NULL, CLI_TEXT, &lora_path, 0, 0, NULL},
+                               {"--layers", NULL, CLI_LONG, &layers, 2, CACT3_MAX_LAYERS, NULL},
+                               {"--bits", "-b", CLI_TEXT, &bits, 0, 0, NULL},
+                               {"--weights", "-w", CLI_TEXT, &weights, 0, 0, NULL},
+                               {"--out", "-o", CLI_TEXT, &out_path, 0, 0, NULL},
+                               {"--quiet", "-q", CLI_FLAG, &quiet, 0, 0, NULL},
+                               {0}};
+    int st = cli_parse(self, argc, argv, opts, &ckpt_path, 1);
+    if (st != CLI_GO) return st;
+    bits_map map;
+    if (bits_map_parse(bits, &map)) return cli_usage_error(self, "--bits: %s", needle_last_error());
+    if (ckpt_path && ends_with(ckpt_path, ".cact"))
+        return cli_usage_error(self,
+                               "%s is a .cact file; the build merges into and cuts the float checkpoint "
+                               "(.safetensors), as the official build does: a .cact holds quantized weights, "
+                               "and merging there would quantize twice. For a rung of a .cact use `needle "
+                               "quantize FILE --depth N`",
+                               ckpt_path);
+    if (ckpt_path && !ends_with(ckpt_path, ".safetensors"))
+        return cli_usage_error(self, "checkpoint must be a .safetensors file (got %s)", ckpt_path);
+    if (!weights && !cli_default_weights(&weights) && !weights) return cli_no_weights();
+
+    /* the base archive: its tokenizer, its depth, and the output when nothing changes */
+    size_t base_size;
+    uint8_t *base = read_whole(weights, &base_size);
+    if (!base) return 1;
+    cact_file bf;
+    if ((st = cact_parse(base, base_size, &bf))) {
+        free(base);
+        return cli_lib_error(weights, st);
+    }
+    int rc = 1;
+    train_adapter adapter;
+    memset(&adapter, 0, sizeof adapter);
+    uint8_t *image = NULL;
+    size_t image_size = 0;
+    if (bf.generation != 3) {
+        fprintf(stderr, "needle: %s is not a Needle 3 .cact (needle build makes Needle 3 files; pass the "
+                "needle3 base with --weights)\n", weights);
+        goto done;
+    }
+    if (!quiet) printf("  %-9s %s  %.2f MB\n", "base", weights, (double)base_size / 1e6);
+    if (!lora_path && (!layers || layers == (long)bf.h3.num_layers)) {
+        /* as the official build: nothing to merge or cut, the output is the base archive */
+        if (!out_path) {
+            rc = cli_usage_error(self, "pass --out OUT.cact");
+            goto done;
+        }
+        if (!(rc = write_file(out_path, base, base_size)) && !quiet)
+            printf("  %-9s %s  %.2f MB  the base archive\n", "wrote", out_path, (double)base_size / 1e6);
+        goto done;
+    }
+    if (bf.tokenizer_index < 0) {
+        fprintf(stderr, "needle: %s carries no tokenizer\n", weights);
+        goto done;
+    }
+    if (lora_path) {
+        if (!ends_with(lora_path, ".safetensors")) {
+            rc = cli_usage_error(self, "adapter must be a .safetensors file (got %s)", lora_path);
+            goto done;
+        }
+        if ((st = train_adapter_read(lora_path, &adapter))) {
+            rc = input_error(lora_path);
+            goto done;
+        }
+        if (adapter.languages) {
+            fprintf(stderr, "needle: %s is a Whistle (speech) adapter, which needle build does not make\n", lora_path);
+            goto done;
+        }
+        /* as the official build: without a checkpoint, the one the adapter was trained on */
+        if (!ckpt_path && adapter.base && access(adapter.base, R_OK) == 0) ckpt_path = adapter.base;
+    }
+    /* the official default, finetune.DEFAULT_BASE (which it downloads when absent) */
+    if (!ckpt_path && access("checkpoints/needle3.safetensors", R_OK) == 0) ckpt_path = "checkpoints/needle3.safetensors";
+    if (!ckpt_path) {
+        rc = cli_usage_error(self, "which checkpoint? (the official Needle 3 .safetensors checkpoint: "
+                             "`needle download checkpoints/needle3.safetensors` fetches it and prints its path)");
+        goto done;
+    }
+    char default_out[4096];
+    if (!out_path) {
+        const char *slash = strrchr(ckpt_path, '/'), *name = slash ? slash + 1 : ckpt_path;
+        const int n = (int)(strlen(name) - strlen(".safetensors"));
+        snprintf(default_out, sizeof default_out, "%.*s.cact", n, name);
+        out_path = default_out;
+    }
+    const cact_tensor *tok = &bf.tensors[bf.tokenizer_index];
+    const build_job job = {.ckpt_path = ckpt_path,
+                           .out_path = out_path,
+                           .adapter = lora_path ? &adapter : NULL,
+                           .layers = layers,
+                           .bits = &map,
+                           .tokenizer = tok->data,
+                           .tokenizer_size = (size_t)tok->nbytes,
+                           .quiet = quiet};
+    if (build_image(&job, &image, &image_size)) goto done;
+    if (!(rc = write_file(out_path, image, image_size)) && !quiet)
+        printf("  %-9s %s  %.2f MB  W%sA8\n", "wrote", out_path, (double)image_size / 1e6, bits);
+done:
+    free(image);
+    train_adapter_release(&adapter);
+    cact_release(&bf);
+    free(base);
+    return rc;
+}
+
+const cli_command cli_build = {
+    "build", "merge a LoRA adapter into a Needle 3 checkpoint and write the .cact (official build)",
+    "usage: needle build [CHECKPOINT.safetensors] [--lora ADAPTER.safetensors] [--layers N]\n"
+    "                    [--weights BASE.cact] [--bits 4] --out OUT.cact\n"
+    "\n"
+    "What the official `needle build` (cactus-needle 3.2.8) writes, byte for byte: the\n"
+    "checkpoint (the official format: config and format_version in the safetensors\n"
+    "metadata) with the adapter merged (W += scale * A @ B, in float32 as jax does it),\n"
+    "cut to the N-layer ladder rung, quantized to CQ4, with the base archive's tokenizer\n"
+    "and the KV-budget window. A merged adapter drops the confidence head (it is not\n"
+    "trained by fine-tuning; confidence then reports None). With neither --lora nor\n"
+    "--layers (or --layers equal to the base's depth) the output is a copy of the base\n"
+    "archive, as the official build does.\n"
+    "\n"
+    "A .cact is not accepted as CHECKPOINT: the merge needs the float weights (merging\n"
+    "into CQ weights would quantize twice); `needle quantize FILE --depth N` cuts a rung\n"
+    "of a .cact.\n"
+    "\n"
+    "  CHECKPOINT              the float checkpoint (default: the adapter's base when\n"
+    "                          that file exists, else checkpoints/needle3.safetensors)\n"
+    "  --lora FILE             an adapter in the official format (needle finetune's)\n"
+    "  --layers N              the depth-N rung of the ladder (2 .. the checkpoint's depth)\n"
+    "  -w, --weights FILE      the base .cact whose tokenizer the output carries (the\n"
+    "                          official build downloads the published needle3; default:\n"
+    "                          $NEEDLE_MODEL, else the newest cached needle3)\n"
+    "  -b, --bits MAP          weight widths (default 4, the official; 2, or a bits map as\n"
+    "                          in `needle export`, have no official reference)\n"
+    "  -o, --out FILE          the .cact to write (default: CHECKPOINT's name with .cact)\n"
+    "  -q, --quiet             print nothing on success\n",
+    run_build};
