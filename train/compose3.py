@@ -89,9 +89,13 @@ DOMAINS = {
     "sport": ["gym_class", "tennis_court", "bike", "swim_lane", "match", "training_plan"],
 }
 
-DESCRIPTIONS = ["{V} a {o}.", "{V} the user's {o}.", "{V} a {o} for the user.",
-                "Use this to {v} a {o}.", "{V} {o}s.", "{V} one {o} by name or id.",
-                "Lets the assistant {v} a {o}.", "{V} a {o} ({d})."]
+DESCRIPTIONS = ["{V} {a} {o}.", "{V} the user's {o}.", "{V} {a} {o} for the user.",
+                "Use this to {v} {a} {o}.", "{V} {o}s.", "{V} one {o} by name or id.",
+                "Lets the assistant {v} {a} {o}.", "{V} {a} {o} ({d})."]
+
+
+def article(word):
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _value_person(p):
@@ -230,7 +234,7 @@ class SyntheticTool:
             args[n] = value
             parts.append(phrase)
         obj = _label(self.obj)
-        head = p.r.choice([f"{VERBS[self.verb]} the {obj}", f"{VERBS[self.verb]} a {obj}",
+        head = p.r.choice([f"{VERBS[self.verb]} the {obj}", f"{VERBS[self.verb]} {article(obj)} {obj}",
                            f"{VERBS[self.verb]} my {obj}", f"{VERBS[self.verb]} {obj}"])
         q = head
         for part in parts:
@@ -314,7 +318,7 @@ def synthetic_tool(p, verb=None, obj=None):
     if name in RESERVED or obj in UNSEEN_OBJECTS or any(u in name for u in UNSEEN_OBJECTS):
         return None
     desc = r.choice(DESCRIPTIONS).format(V=VERBS[verb].capitalize(), v=VERBS[verb],
-                                         o=_label(obj), d=domain)
+                                         o=_label(obj), a=article(obj), d=domain)
     makers = ([(_string_param, k) for k in PARAM_KINDS] * 2 + [(_int_param, k) for k in INT_KINDS]
               + [(_num_param, k) for k in NUM_KINDS] + [(_enum_param, k) for k in ENUM_KINDS]
               + [(_bool_param, k) for k in BOOL_KINDS])
