@@ -3,6 +3,7 @@
 * Always: the committed cases (tests/data/render3_cases.jsonl: examples with the prompt
   and target texts the official cactus-needle 3.2.8 `finetune.render_example` gave for
   them) render to the same bytes.
+* encode3.batch_lines pads and cuts as `needle grad --batch` wants.
 * With the reference venv (tests/reference/.venv3, made by tests/reference/*_v3*.sh):
   50 third-generation composed examples plus the template's optional parts (system text,
   reasoning, tools and answers given as JSON text, `function_calls`) render exactly as
@@ -18,6 +19,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "train"))
 import compose3 as C3  # noqa: E402
+import encode3 as E  # noqa: E402
 import render3 as R  # noqa: E402
 
 FIXTURE = os.path.join(ROOT, "tests", "data", "render3_cases.jsonl")
@@ -72,6 +74,18 @@ def main():
             R.BOS_ID, R.EOS_ID, p + t + 2, t + 1, 0, 1):
         failures += 1
         print("FAIL: encode's ids or loss mask")
+    # encode3's batches (the `needle grad --batch` format): padded to the longest, cut at
+    # max_len, pads outside the loss
+    fake = lambda s: [ord(c) % 4000 + 20 for c in s]  # noqa: E731
+    exs = [c["example"] for c in fixed[:3]]
+    lines = [json.loads(x) for x in E.batch_lines(exs, fake, 10_000)]
+    lens = [len(R.encode(fake, ex)[0]) for ex in exs]
+    if not (all(len(x["ids"]) == len(x["mask"]) == max(lens) for x in lines)
+            and all(x["ids"][n:] == [R.PAD_ID] * (max(lens) - n) and not any(x["mask"][n:])
+                    for x, n in zip(lines, lens))
+            and all(len(json.loads(x)["ids"]) == 50 for x in E.batch_lines(exs, fake, 50))):
+        failures += 1
+        print("FAIL: encode3 batch padding")
     checked = len(fixed)
     if os.path.exists(VENV_PY):
         rows = cases()
