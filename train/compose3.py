@@ -441,6 +441,17 @@ def _demo_fragment(p, names, verb_first=False):
     raise C.HeldoutExhausted()
 
 
+def _dress_negated(p, q, calls):
+    """p.dress for a request that starts with a negation: a politeness phrase in front of
+    it ("can you don't ...") is not English, so such a dressing is drawn again."""
+    head = " ".join(q.lower().split(" ")[:2])
+    for _ in range(8):
+        d = p.dress(q, calls)
+        if not any(f"{x.lower()} {head}" in d.lower() for x in C.POLITE_BEFORE):
+            return d
+    return q
+
+
 def _declare(p, called, pool, lo, hi):
     extra = [t for t in pool if t not in called]
     k = max(0, p.tool_count(max(1, min(lo, 5)), 5) - len(called))
@@ -501,14 +512,14 @@ def example3(p, names):
         n, frag, _ = _demo_fragment(p, names, verb_first=True)
         q = p.pick(NEGATED).format(q=frag)
         declared = [G.TOOLS[x] for x in _declare(p, [n], names, 1, 4)]
-        return p.dress(q, []), declared, []
+        return _dress_negated(p, q, []), declared, []
     if r < 0.86:                                   # "don't A, B instead": B only
         a, fa, _ = _demo_fragment(p, names, verb_first=True)
         b, fb, args = _demo_fragment(p, [x for x in names if x != a])
         q = p.pick(INSTEAD).format(a=fa, b=fb)
         calls = [{"name": b, "arguments": args}]
         declared = [G.TOOLS[x] for x in _declare(p, [a, b], names, 2, 5)]
-        return p.dress(q, calls), declared, calls
+        return _dress_negated(p, q, calls), declared, calls
     if r < 0.89:                                   # nothing asked at all
         declared = [G.TOOLS[x] for x in p.r.sample(names, p.tool_count(1, 5))]
         return p.dress(p.pick(EMPTY), []), declared, []

@@ -9,10 +9,11 @@ and `needle finetune --full` starts from. Needs the 3.2.8 venv
 
     python train/init3.py --out train/work3/init [--seed 35]    # init.safetensors + config.json
     python train/init3.py --count                                # parameters by group
+    python train/init3.py --count --set num_layers=8 --set d_model=256 --set num_heads=4
 
 Why this geometry (GEOMETRY below; the released needle3 is 20 layers x 768):
 * vocab 4,096 = out_vocab: train_tokenizer3.py's measurements, 4k/6k/8k pieces give
-  222.8 / 219.8 / 219.0 pieces per training example and the same whole-piece coverage of
+  222.1 / 219.0 / 218.1 pieces per training example and the same whole-piece coverage of
   the held-out non-ASCII values: the bigger vocabularies buy ~1% shorter inputs for
   0.8-1.6 M more embedding parameters, which this budget spends on depth instead.
 * d_model 384, 10 layers, 6 query / 2 KV heads, qk head dim 48 and v head dim 64 (the
@@ -46,10 +47,25 @@ GEOMETRY = dict(
     embedding_dim=128, kv_window=0, kv_bits=8, act_bits=8, dtype="bfloat16")
 
 
-def config():
+def geometry(overrides=()):
+    """GEOMETRY with KEY=VALUE overrides (values as JSON: 8, 256, [3, 7], "float32")."""
+    g = dict(GEOMETRY)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or key not in GEOMETRY:
+            raise SystemExit(f"init3.py: --set {item!r}: KEY=VALUE with KEY one of "
+                             f"{', '.join(sorted(GEOMETRY))}")
+        try:
+            g[key] = json.loads(value)
+        except ValueError:
+            g[key] = value
+    return g
+
+
+def config(g):
     from needle.model import architecture as A
     return A.TransformerConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                  for k, v in GEOMETRY.items()})
+                                  for k, v in g.items()})
 
 
 HEAD_METHODS = {"confidence": "forward_confidence", "embedding": "forward_embedding",
@@ -97,12 +113,15 @@ def main():
     ap.add_argument("--out", help="directory for init.safetensors and config.json")
     ap.add_argument("--seed", type=int, default=35)
     ap.add_argument("--count", action="store_true", help="print the parameter counts")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a GEOMETRY field (repeatable), e.g. --set num_layers=8")
     ap.add_argument("--heads", default="confidence",
                     help="probe heads to create, comma-separated: confidence, embedding, router")
     a = ap.parse_args()
     if not a.out and not a.count:
         ap.error("give --out DIR or --count")
-    cfg = config()
+    g = geometry(a.set)
+    cfg = config(g)
     heads = [h for h in a.heads.split(",") if h]
     bad = [h for h in heads if h not in HEAD_METHODS]
     if bad:
@@ -117,11 +136,11 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "init.safetensors")
     K.write_checkpoint(path, {"format_version": RUN.CHECKPOINT_FORMAT_VERSION,
-                              "params": params, "config": dict(GEOMETRY), "step": 0,
+                              "params": params, "config": g, "step": 0,
                               "run": {"init": "official flax init", "seed": a.seed, "heads": heads,
                                       "recipe": "train/init3.py"}})
     with open(os.path.join(a.out, "config.json"), "w") as f:
-        json.dump(GEOMETRY, f, indent=1)
+        json.dump(g, f, indent=1)
     # the official loader accepts it as a base checkpoint
     back, back_cfg = RUN.load_checkpoint(path)
     assert K.flatten(back).keys() == K.flatten(params).keys()
