@@ -190,6 +190,8 @@ def check_third_generation(test2, unseen):
     official = [t for t in declared if t["name"] in C3.OFFICIAL_ENV_TOOLS]
     check(all(t == G.TOOLS.get(t["name"]) for t in official),
           "an official environment's tool name on a synthetic schema")
+    check(all(len({t["name"] for t in ex["tools"]}) == len(ex["tools"]) for ex in train),
+          "an example of train3 declares two tools of one name")
     synthetic = {t["name"] for t in declared if t["name"] not in G.TOOLS}
     check(len(synthetic) > 1000, f"only {len(synthetic)} synthetic tools")
     called = [c["name"] for ex in train for c in ex["answers"]]
