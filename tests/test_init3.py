@@ -6,7 +6,7 @@ tokenizer (geometry and size as train/README.md states them), and `needle run` a
 a request with it (answers meaningless: the weights are random).
 
 Needs the 3.2.8 reference venv (tests/reference/.venv3): exits 77 (skipped) without it.
-About 1.5 minutes on 2 cores (two inits, mostly XLA compiles).
+About 2 minutes on 2 shared cores (two inits, mostly XLA compiles).
 
     python3 tests/test_init3.py [BUILD_DIR]
 """
