@@ -11,6 +11,9 @@
 * The second generation (train/compose.py): the held-out sets test2 and unseen share no
   query, phrasing part, value-pool entry or tool combination with the training split, and
   no training example declares an unseen tool; spoken forms map to canonical values.
+* The third generation (train/compose3.py): the same disjointness from test2/unseen, no
+  synthetic tool named like an unseen or official-environment tool, every new kind of
+  example present (synthetic tools, near misses, negations), determinism by seed.
 
     python3 tests/test_gen_data.py
 """
@@ -24,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "train"))
 import gen_data as G  # noqa: E402
 import compose as C  # noqa: E402
+import compose3 as C3  # noqa: E402
 
 failures = 0
 
@@ -152,6 +156,80 @@ def check_second_generation(train, test2, unseen):
     check(timers and all(isinstance(m, int) for m in timers), "timer minutes are integers")
 
 
+def check_third_generation(test2, unseen):
+    train = C3.make_split3(6000, 7)
+    check(C3.make_split3(300, 11) == C3.make_split3(300, 11), "compose3: same seed, same data")
+    check(C3.make_split3(300, 11) != C3.make_split3(300, 12), "compose3: the seed matters")
+    for i, ex in enumerate(train):
+        why = consistent(ex)
+        check(why is None, f"train3 line {i + 1}: {why}")
+    queries = {ex["query"] for ex in train}
+    same = [ex["query"] for ex in test2 + unseen if ex["query"] in queries]
+    check(not same, f"held-out queries also in train3: {same[:3]}")
+    shared = set(G.ROOM_TYPES + G.RIDE_TYPES + G.LANGUAGES + G.WEEKDAYS + G.CURRENCIES
+                 + [u for pair in G.UNITS for u in pair]
+                 + ["on", "off", "celsius", "fahrenheit", "driving", "walking", "transit",
+                    "cycling", "running", "swimming", "yoga", "today", "tomorrow", "tonight",
+                    "this weekend"])
+    train_values = string_values(train)
+    leaked = sorted(v for v in string_values(test2) - shared
+                    if v in train_values and not v.startswith("next "))
+    check(not leaked, f"test2 values also in train3 answers: {leaked[:5]}")
+    combos = lambda rows: {"+".join(sorted(c["name"] for c in ex["answers"]))
+                           for ex in rows if len(ex["answers"]) > 1}
+    check(not combos(test2) & combos(train),
+          f"train3 shares tool combinations with test2: {sorted(combos(test2) & combos(train))[:3]}")
+
+    # tools: the unseen ones never declared; official-environment names only as the
+    # demo's own tools with the demo's schema
+    declared = [t for ex in train for t in ex["tools"]]
+    check(not {t["name"] for t in declared} & set(C.UNSEEN_TOOLS),
+          "train3 declares an unseen tool")
+    check(not any(any(u in t["name"] for u in C3.UNSEEN_OBJECTS) for t in declared
+                  if t["name"] not in G.TOOLS), "a synthetic tool acts on an unseen tool's object")
+    official = [t for t in declared if t["name"] in C3.OFFICIAL_ENV_TOOLS]
+    check(all(t == G.TOOLS.get(t["name"]) for t in official),
+          "an official environment's tool name on a synthetic schema")
+    check(all(len({t["name"] for t in ex["tools"]}) == len(ex["tools"]) for ex in train),
+          "an example of train3 declares two tools of one name")
+    synthetic = {t["name"] for t in declared if t["name"] not in G.TOOLS}
+    check(len(synthetic) > 1000, f"only {len(synthetic)} synthetic tools")
+    called = [c["name"] for ex in train for c in ex["answers"]]
+    share = sum(n in synthetic for n in called) / len(called)
+    check(0.2 < share < 0.6, f"share of calls to synthetic tools {share:.2f}")
+
+    # the new kinds of examples: a negated request with its tool declared and nothing
+    # called; "don't A, B instead" calling B only; near misses both ways; empty requests
+    neg = [ex for ex in train if not ex["answers"] and "don't " in ex["query"].lower()]
+    check(len(neg) > 100, f"negated refusals: {len(neg)}")
+    instead = [ex for ex in train if len(ex["answers"]) == 1 and "don't " in ex["query"].lower()]
+    check(len(instead) > 100, f"'don't A, B' requests: {len(instead)}")
+    held = [e for e in C3.EMPTY if G.is_heldout(e)]
+    said = {ex["query"].lower().strip(" .!?:)") for ex in train}
+    check(held and not [e for e in held if e in said], "held-out empty requests in train3")
+    held = [w.split("{")[0] for w in C3.NEGATED + C3.WRAPPERS if G.is_heldout(w)]
+    bare = [ex["query"].lower() for ex in train if not any(
+        x.lower() in C.protected(ex["answers"]) for x in C.OPENERS + C.POLITE_BEFORE)]
+    check(not [q for q in bare if any(h and q.startswith(h.lower()) for h in held)
+               and not any(q.startswith(w.split("{")[0].lower())
+                           for w in C3.NEGATED + C3.WRAPPERS if not G.is_heldout(w)
+                           and w.split("{")[0])],
+          "held-out wrappers or negations open train3 queries")
+    check(any("cancel nothing" in ex["query"].lower() and not ex["answers"] for ex in train),
+          "'cancel nothing' is a refusal")
+    near = [ex for ex in train if len(ex["tools"]) > 1 and ex["answers"]
+            and len({t["name"].split("_", 1)[-1] for t in ex["tools"]}) == 1
+            and ex["tools"][0]["name"] not in G.TOOLS]
+    check(len(near) > 50, f"near misses with the right tool declared: {len(near)}")
+    check(sum(not ex["answers"] and all(t["name"] in synthetic for t in ex["tools"])
+              for ex in train) > 100, "near misses with the right tool absent")
+    # value forms: a date said as an ordinal, its canonical form in the answer
+    check("the 5th of March" in C3.date_forms("March 5"), "date forms")
+    nonascii = sum(any(ord(ch) > 127 for ch in json.dumps(ex["answers"], ensure_ascii=False))
+                   for ex in train) / len(train)
+    check(nonascii > 0.12, f"share of answers with non-ASCII values {nonascii:.2f}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, os.path.join(ROOT, "train", "gen_data.py"),
@@ -198,6 +276,7 @@ def main():
     check(0.12 < share < 0.24, f"test refusal share {share:.3f}")
 
     check_second_generation(train, test2, unseen)
+    check_third_generation(test2, unseen)
 
     print("test_gen_data:", "ok" if failures == 0 else f"{failures} failure(s)")
     return 1 if failures else 0

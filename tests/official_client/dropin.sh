@@ -29,7 +29,8 @@ if [ ! -x "$ours/bin/python" ]; then
 fi
 "$ours/bin/python" -c "import jsonschema" 2>/dev/null || "$ours/bin/pip" install -q jsonschema
 export NEEDLE_TELEMETRY=0 DO_NOT_TRACK=1 PYTHONDONTWRITEBYTECODE=1
-unset NEEDLE_MODEL
+# NEEDLE_DROPIN_MODEL: run the environments on that model instead (train/run3.sh's eval)
+if [ -n "${NEEDLE_DROPIN_MODEL:-}" ]; then export NEEDLE_MODEL="$NEEDLE_DROPIN_MODEL"; else unset NEEDLE_MODEL; fi
 site="$("$official/bin/python" -c 'import os, needle; print(os.path.dirname(needle.__file__))')"
 export NEEDLE_ENVIRONMENTS="$site/environments"
 run_ours() { NEEDLE_LIB_PATH="$build/libneedle.so" "$ours/bin/python" -c \
