@@ -657,6 +657,13 @@ uint32_t grammar_string_depth(const grammar *g, const grammar_state *st) {
     return f->kind == GRAM_FR_STRING && f->phase != STR_OPEN ? st->depth : 0;
 }
 
+uint32_t grammar_number_depth(const grammar *g, const grammar_state *st) {
+    (void)g;
+    if (!st->depth || st->complete) return 0;
+    const grammar_frame *f = &st->frames[st->depth - 1];
+    return f->kind == GRAM_FR_NUMBER && gram_num_started(f) ? st->depth : 0;
+}
+
 int grammar_string_between_chars(const grammar *g, const grammar_state *st) {
     return grammar_string_depth(g, st) && st->frames[st->depth - 1].phase == STR_BODY;
 }

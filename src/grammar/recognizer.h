@@ -115,5 +115,7 @@ static inline int gram_used_has(const gram_used *u, uint64_t key) {
 int gram_num_step(const gram_node *n, grammar_frame *f, uint8_t b, const gram_used *u);
 /* 1 if the number read so far is complete, valid and not ruled out (it may end here). */
 int gram_num_can_end(const gram_node *n, const grammar_frame *f, const gram_used *u);
+/* 1 once the number frame f has read its first byte. */
+int gram_num_started(const grammar_frame *f);
 
 #endif
