@@ -494,7 +494,9 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
             f->phase = OBJ_NEXT;
             return ST_OK;
         }
-        if (b == '}') return (n->u.obj.required & ~f->u.lit.seen) || repeats_used(g, st, f) ? ST_REJECT : ST_DONE;
+        if (b == '}')
+            return (gram_obj_needed(g, n, f->u.lit.seen) & ~f->u.lit.seen) || repeats_used(g, st, f) ? ST_REJECT
+                                                                                                  : ST_DONE;
         return ST_REJECT;
     default: return ST_REJECT;
     }
