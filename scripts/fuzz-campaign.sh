@@ -5,7 +5,8 @@
 #
 # TARGET: cact_v2 cact_v3 (fuzz_cact seeded with the Needle 2 or the Needle 3 fixtures),
 # schema schema_diff regex json_canon export (the safetensors / tokenizer / config readers)
-# hub validation chat. EXECS: executions for this run (libFuzzer -runs).
+# hub validation chat openai (the server's request bodies). EXECS: executions for this run
+# (libFuzzer -runs).
 #
 # The working corpus lives outside the tree, in $FUZZ_CORPUS_ROOT/TARGET (default
 # ~/.cache/needle-fuzz), so a campaign resumes where the last one stopped and a rebuild or a
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 . scripts/fuzz-common.sh
 
 usage() {
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -34,7 +35,7 @@ usage() {
 name=$1 execs=$2
 case $name in
   cact_v2 | cact_v3) target=cact ;;
-  schema | schema_diff | regex | json_canon | export | hub | validation | chat) target=$name ;;
+  schema | schema_diff | regex | json_canon | export | hub | validation | chat | openai) target=$name ;;
   *) echo "fuzz-campaign.sh: unknown target '$name'" >&2; usage ;;
 esac
 

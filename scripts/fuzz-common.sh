@@ -2,7 +2,7 @@
 # Shared by scripts/fuzz.sh and scripts/fuzz-campaign.sh (sourced, run from the repository
 # root): the build of the libFuzzer targets, their seed directories and their options.
 
-FUZZ_TARGETS=(cact schema regex json_canon chat export hub validation schema_diff)
+FUZZ_TARGETS=(cact schema regex json_canon chat export hub validation schema_diff openai)
 FUZZ_BUILD_DIR=${FUZZ_BUILD:-build-fuzz}
 
 # fuzz_build [TARGET...]: clang, ASan + UBSan, the library instrumented for coverage.

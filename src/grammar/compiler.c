@@ -21,7 +21,9 @@
  *                   allOf of them and the alternative). oneOf
  *                   alternatives must say their type (check_one_of).
  *   object          properties (at most 64) in any order, each at most once; no unknown
- *                   keys; required ones before "}". additionalProperties may be false (or
+ *                   keys; required ones before "}", and those dependentRequired names for
+ *                   the properties written (not in unions of objects or uniqueItems
+ *                   items). additionalProperties may be false (or
  *                   true without properties). Without "properties" the object is free-form
  *                   (what tools.py writes for dict): any keys, any values; repeated keys are
  *                   not detected there.
@@ -62,9 +64,11 @@
  *               inlined; only annotations beside it. Recursive refs (a tree type) are
  *               refused, as are remote refs and refs that point at nothing.
  * allOf         merged into one schema, the intersection of its entries (compiler_allof.c).
+ * not           {"type": T} only: the schema's types less T (apply_not); beside an enum or
+ *               const any schema (checked value by value).
  * Annotations (title, description, default, examples, $schema, $defs, ...) and unknown
  * keywords are ignored, as JSON Schema does. Keywords that change validation in ways the
- * grammar does not implement are refused: not, if/then/else, dependentRequired,
+ * grammar does not implement are refused: other forms of not, if/then/else,
  * patternProperties, dependencies, propertyNames, contains, prefixItems, ... (beside an
  * enum or const, not, dependentRequired and min/maxProperties are checked). */
 #include <stdarg.h>
