@@ -7,10 +7,11 @@
 #                                       whichever comes first); the CI stage, ~2 minutes
 #   scripts/fuzz.sh campaign N [T...]   N executions per target (all targets, or those
 #                                       named: cact schema regex json_canon chat export
-#                                       hub validation schema_diff), one
+#                                       hub validation schema_diff openai), one
 #                                       after the other, growing a working corpus in
 #                                       build-fuzz/corpus/<target>; prints executions,
 #                                       exec/s, coverage and the time taken per target
+#   (a resumable campaign of one target, corpus kept outside the tree: fuzz-campaign.sh)
 #
 # Crash reproducers are written to build-fuzz/artifacts/. The committed corpora are never
 # written to: new inputs go to a scratch or working directory. Exit 0 only if no target
@@ -24,49 +25,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(cact schema regex json_canon chat export hub validation schema_diff)
-BUILD=${FUZZ_BUILD:-build-fuzz}
+# shellcheck source=scripts/fuzz-common.sh
+. scripts/fuzz-common.sh
+TARGETS=("${FUZZ_TARGETS[@]}")
+BUILD=$FUZZ_BUILD_DIR
 ARTIFACTS=$BUILD/artifacts
 
 usage() {
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
 build() {
-  command -v clang >/dev/null || { echo "fuzz.sh: clang is needed (libFuzzer)" >&2; exit 1; }
-  cmake -S . -B "$BUILD" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DNEEDLE_SANITIZE=ON -DNEEDLE_FUZZ=ON -DNEEDLE_WERROR=ON -DNEEDLE_CUDA=OFF \
-    -DNEEDLE_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$BUILD" -j "${FUZZ_JOBS:-2}" --target "${TARGETS[@]/#/fuzz_}" >/dev/null
+  fuzz_build
   mkdir -p "$ARTIFACTS"
-}
-
-# The seed directory of a target. The loader's seeds are the small fixture models.
-seeds() {
-  local t=$1
-  if [ "$t" = cact ]; then
-    local d=$BUILD/seeds-cact
-    mkdir -p "$d"
-    cp -f tests/fixtures/tiny_cq2.cact tests/fixtures/tiny_ternary.cact tests/fixtures/tinyb_cq2.cact "$d"/
-    # Needle 3 (format/cact3.c): the smallest v3 fixture
-    cp -f tests/fixtures/v3/v3c.cact "$d"/v3c.cact
-    echo "$d"
-  else
-    echo "tests/fuzz/corpus/$t"
-  fi
-}
-
-# Per-target options: input size caps that keep each execution short.
-options() {
-  case $1 in
-    cact) echo "-max_len=400000 -rss_limit_mb=4096" ;;
-    regex) echo "-max_len=256" ;;
-    chat) echo "-max_len=2048" ;;
-    export) echo "-max_len=16384" ;;
-    schema_diff) echo "-max_len=512" ;;
-    *) echo "-max_len=4096" ;;
-  esac
 }
 
 # run TARGET WORKDIR ARGS...: runs one target, prints its figures, returns its status.
@@ -77,7 +49,7 @@ run() {
   start=$(date +%s)
   # shellcheck disable=SC2046
   "$BUILD/fuzz_$t" -artifact_prefix="$ARTIFACTS/$t-" -timeout="${FUZZ_TIMEOUT:-30}" -print_final_stats=1 \
-    $(options "$t") "$@" "$work" "$(seeds "$t")" >"$log" 2>&1 || rc=$?
+    $(fuzz_options "$t") "$@" "$work" "$(fuzz_seeds "$t")" >"$log" 2>&1 || rc=$?
   end=$(date +%s)
   local execs speed cov
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

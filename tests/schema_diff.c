@@ -103,6 +103,41 @@ static void add_object_keywords(diff_rng *r, cJSON *s, int depth) {
     }
     cJSON_AddItemToObject(s, "required", req);
     if (chance(r, 40)) cJSON_AddFalseToObject(s, "additionalProperties");
+    if (chance(r, 30)) { /* names that need others, declared or not (then refused) */
+        cJSON *dep = cJSON_AddObjectToObject(s, "dependentRequired");
+        for (int i = 1 + (int)diff_rand(r, 2); i > 0; i--) {
+            const char *k = KEYS[diff_rand(r, N(KEYS))];
+            if (cJSON_GetObjectItemCaseSensitive(dep, k)) continue;
+            cJSON *l = cJSON_AddArrayToObject(dep, k);
+            for (int j = (int)diff_rand(r, 3); j > 0; j--) {
+                const char *d = KEYS[diff_rand(r, N(KEYS))];
+                if (chance(r, 80) && props->child) { /* mostly a declared one */
+                    const cJSON *p = props->child;
+                    for (uint32_t m = diff_rand(r, 4); m > 0 && p->next; m--) p = p->next;
+                    d = p->string;
+                }
+                cJSON_AddItemToArray(l, cJSON_CreateString(d));
+            }
+        }
+    }
+}
+
+/* "not" beside a schema: a type or two (their complement is computed), rarely something
+ * the compiler refuses under not */
+static void add_not(diff_rng *r, cJSON *s) {
+    cJSON *n = cJSON_CreateObject();
+    if (chance(r, 10)) {
+        cJSON_AddNumberToObject(n, "minimum", 1);
+    } else if (chance(r, 30)) {
+        cJSON *t = cJSON_AddArrayToObject(n, "type");
+        const uint32_t a = diff_rand(r, N(TYPES)), b = diff_rand(r, N(TYPES));
+        cJSON_AddItemToArray(t, cJSON_CreateString(TYPES[a]));
+        if (b != a) cJSON_AddItemToArray(t, cJSON_CreateString(TYPES[b]));
+    } else if (!chance(r, 5)) {
+        cJSON_AddStringToObject(n, "type", TYPES[diff_rand(r, N(TYPES))]);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(s, "not");
+    cJSON_AddItemToObject(s, "not", n);
 }
 
 /* Object items of the kind tool schemas use with uniqueItems: a string and numbers,
@@ -257,6 +292,7 @@ static cJSON *random_schema(diff_rng *r, int depth) {
         break;
     }
     }
+    if (chance(r, 8)) add_not(r, s);
     return s;
 }
 
@@ -404,6 +440,8 @@ int diff_round(diff_rng *r, int walks, diff_stats *st, char *msg, size_t cap) {
         return rc;
     }
     rc = 0;
+    st->accepted_not += strstr(tools_text, "\"not\"") != NULL;
+    st->accepted_dependent += strstr(tools_text, "\"dependentRequired\"") != NULL;
     char *text = malloc(MAX_TEXT + 1024);
     for (int w = 0; w < walks && !rc && text; w++) {
         grammar_state s;

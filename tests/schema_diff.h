@@ -30,6 +30,8 @@ uint32_t diff_rand(diff_rng *r, uint32_t n); /* uniform in [0, n), n >= 1 */
 
 typedef struct diff_stats {
     unsigned long rounds, refused, walks, calls, bytes;
+    /* accepted tools whose text holds "not" / "dependentRequired" (beside enum/const or not) */
+    unsigned long accepted_not, accepted_dependent;
 } diff_stats;
 
 /* One round (see above) with `walks` walks. Returns 0, or -1 with the finding, the tools

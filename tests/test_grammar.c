@@ -612,6 +612,89 @@ typedef struct ecase { int status; const char *tools; const char *needle; } ecas
 #define P1(props) "[{\"name\":\"t1\",\"parameters\":{\"type\":\"object\",\"properties\":" props "}}]"
 #define V1(schema) P1("{\"v\":" schema "}")
 
+static void run_error_cases(const ecase *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        grammar *g = NULL;
+        needle_clear_error();
+        int rc = grammar_compile(cases[i].tools, strlen(cases[i].tools), NULL, &g);
+        CHECK_MSG(rc == cases[i].status, "case %zu: got %d, want %d (%s)\n  tools: %s", i, rc, cases[i].status,
+                  needle_last_error(), cases[i].tools);
+        CHECK_MSG(strstr(needle_last_error(), cases[i].needle) != NULL, "case %zu: message \"%s\" lacks \"%s\"", i,
+                  needle_last_error(), cases[i].needle);
+        CHECK(g == NULL);
+        if (rc == NEEDLE_OK) grammar_free(g);
+    }
+}
+
+/* issue 31: "not" and "dependentRequired" away from enum/const. {"not": {"type": T}} is the
+ * schema's types less T; dependentRequired makes a written property require others
+ * before "}" (and grammar_complete writes them). */
+static void test_not_and_dependent_required(void) {
+    static const vcase values[] = {
+        {"{\"type\":[\"string\",\"integer\"],\"not\":{\"type\":\"integer\"}}", {"\"a\"", "`1", "`n"}},
+        {"{\"not\":{\"type\":\"null\"}}", {"1", "\"s\"", "true", "[]", "{}", "`null"}},
+        {"{\"not\":{\"type\":[\"null\",\"string\",\"object\"]}}", {"1.5", "false", "`\"", "`{"}},
+        {"{\"type\":\"integer\",\"minimum\":3,\"not\":{\"type\":\"string\"}}", {"3", "`-1", "`\""}},
+        {"{\"type\":[\"integer\",\"boolean\"],\"not\":{\"type\":\"number\"}}", {"true", "`1"}},
+        {"{\"minLength\":2,\"not\":{\"type\":\"string\"}}", {"1", "null", "`\""}},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+         "\"dependentRequired\":{\"a\":[\"b\"]}}",
+         {"{\"a\":1,\"b\":2}", "{\"b\":2,\"a\":1}", "{\"b\":2}", "{}", "{\"a\":1`}"}},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"required\":[\"a\"],"
+         "\"dependentRequired\":{\"a\":[\"b\"],\"b\":[\"c\"],\"z\":[\"a\"]}}",
+         {"{\"a\":1,\"b\":2,\"c\":3}", "{\"c\":3,\"b\":2,\"a\":1}", "{`}", "{\"a\":1`}", "{\"a\":1,\"b\":2`}",
+          "{\"c\":3`}"}},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"dependentRequired\":{\"a\":[]}}",
+         {"{\"a\":1}", "{}"}},
+    };
+    run_value_cases(values, N(values));
+    /* the completion writes what a dependency needs */
+    static const char *tools =
+        "[{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+        "\"b\":{\"type\":\"boolean\"}},\"dependentRequired\":{\"a\":[\"b\"]}}}]";
+    grammar *g = compile(tools, NULL);
+    if (g) {
+        grammar_state st;
+        grammar_state_init(g, &st);
+        const char *prefix = "[{\"name\":\"f\",\"arguments\":{\"a\":7";
+        CHECK(grammar_accept_bytes(g, &st, prefix, strlen(prefix)));
+        char out[256];
+        size_t n = 0;
+        CHECK_EQ_INT(grammar_complete(g, &st, out, sizeof out, &n), NEEDLE_OK);
+        out[n < sizeof out ? n : sizeof out - 1] = 0;
+        CHECK_MSG(strstr(out, "\"b\":") != NULL, "completion of %s: %s", prefix, out);
+        CHECK(grammar_accept_bytes(g, &st, out, n) && grammar_is_complete(g, &st));
+        grammar_free(g);
+    }
+    static const ecase errors[] = {
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"not\":{\"type\":\"string\"}}"),
+         "parameters.properties.v.not: not excludes every type the schema allows"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"number\",\"not\":{\"type\":\"integer\"}}"),
+         "numbers that are not integers cannot be generated"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"string\",\"not\":{\"pattern\":\"a\"}}"),
+         "tool \"t1\": parameters.properties.v.not: only {\"type\": ...} is supported under not (found 'pattern')"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"not\":true}"), "not true excludes every value"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"not\":3}"), "not must be a schema"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"properties\":{\"a\":{}},\"dependentRequired\":{\"a\":[\"x\"]}}"),
+         "parameters.properties.v.dependentRequired.a: 'a' requires 'x', which is not a declared property"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"dependentRequired\":{\"a\":[\"b\"]}}"),
+         "dependentRequired needs an object with declared properties"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"properties\":{\"a\":{}},\"dependentRequired\":[]}"),
+         "dependentRequired must be an object"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"properties\":{\"a\":{}},\"dependentRequired\":{\"a\":[1]}}"),
+         "must map names to arrays of names"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"type\":\"object\",\"properties\":"
+                               "{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"dependentRequired\":{\"a\":[\"b\"]}}}"),
+         "dependentRequired inside the items of a uniqueItems array is not supported"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":1},\"a\":{}},"
+                               "\"required\":[\"k\"],\"dependentRequired\":{\"a\":[\"k\"]},\"additionalProperties\":false},"
+                               "{\"type\":\"object\",\"properties\":{\"k\":{\"const\":2}},\"required\":[\"k\"],"
+                               "\"additionalProperties\":false}]}"),
+         "has dependentRequired: not supported in a union of objects"},
+    };
+    run_error_cases(errors, N(errors));
+}
+
 static void test_errors(void) {
     static const ecase cases[] = {
         {NEEDLE_ERR_JSON, "[{\"name\":\"f\"", "malformed"},
@@ -635,7 +718,7 @@ static void test_errors(void) {
                                "{\"properties\":{\"b\":{}},\"required\":[\"b\"]}]}"), "'b' is required by one entry and forbidden"},
         {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[{\"enum\":[1]},{\"enum\":[2]}]}"), "allOf: no value is in every enum"},
         {NEEDLE_ERR_SCHEMA, V1("{\"allOf\":[]}"), "allOf must be a non-empty array"},
-        {NEEDLE_ERR_SCHEMA, V1("{\"not\":{}}"), "'not'"},
+        {NEEDLE_ERR_SCHEMA, V1("{\"not\":{}}"), "parameters.properties.v.not: not {} excludes every value"},
         {NEEDLE_ERR_SCHEMA, V1("{\"if\":{},\"then\":{}}"), "'if'"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"patternProperties\":{}}"), "patternProperties"},
         {NEEDLE_ERR_SCHEMA, V1("{\"type\":\"object\",\"dependencies\":{}}"), "dependencies"},
@@ -721,17 +804,7 @@ static void test_errors(void) {
         {NEEDLE_ERR_SCHEMA, V1("false"), "schema must be an object"},
         {NEEDLE_ERR_SCHEMA, V1("3"), "schema must be an object"},
     };
-    for (size_t i = 0; i < N(cases); i++) {
-        grammar *g = NULL;
-        needle_clear_error();
-        int rc = grammar_compile(cases[i].tools, strlen(cases[i].tools), NULL, &g);
-        CHECK_MSG(rc == cases[i].status, "case %zu: got %d, want %d (%s)\n  tools: %s", i, rc, cases[i].status,
-                  needle_last_error(), cases[i].tools);
-        CHECK_MSG(strstr(needle_last_error(), cases[i].needle) != NULL, "case %zu: message \"%s\" lacks \"%s\"", i,
-                  needle_last_error(), cases[i].needle);
-        CHECK(g == NULL);
-        if (rc == NEEDLE_OK) grammar_free(g);
-    }
+    run_error_cases(cases, N(cases));
     /* too deep: 31 nested arrays inside the arguments object */
     char deep[1024] = "[{\"name\":\"d\",\"parameters\":{\"type\":\"object\",\"properties\":{\"v\":";
     for (int i = 0; i < 31; i++) strcat(deep, "{\"type\":\"array\",\"items\":");
@@ -801,6 +874,7 @@ int main(void) {
     RUN(test_api);
     RUN(test_complete);
     RUN(test_errors);
+    RUN(test_not_and_dependent_required);
     RUN(test_depth);
     return test_summary();
 }

@@ -85,11 +85,15 @@ static void test_differential(void) {
             CHECK(1);
         }
     }
-    printf("  %lu rounds, %lu refused, %lu walks, %lu calls validated, %lu bytes\n", st.rounds, st.refused, st.walks,
-           st.calls, st.bytes);
+    printf("  %lu rounds, %lu refused, %lu walks, %lu calls validated, %lu bytes; accepted with not %lu, "
+           "with dependentRequired %lu\n",
+           st.rounds, st.refused, st.walks, st.calls, st.bytes, st.accepted_not, st.accepted_dependent);
     /* the generator must reach both sides: refusals and accepted schemas with calls */
     CHECK(st.refused > st.rounds / 20);
     CHECK(st.calls > st.rounds / 2);
+    /* and "not" / "dependentRequired" compiled, not only refused (issue 31) */
+    CHECK(st.accepted_not > st.rounds / 50);
+    CHECK(st.accepted_dependent > st.rounds / 50);
 }
 
 int main(void) {

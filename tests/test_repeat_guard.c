@@ -11,7 +11,12 @@
  *    fails at max_tokens), most of the budget; with it (the default) the
  *    value is closed after exactly the threshold's tokens, the call goes on to its other
  *    required value, and the envelope is valid. NEEDLE_REPEAT_GUARD=0 turns the default
- *    off and the parameter overrides the variable. */
+ *    off and the parameter overrides the variable.
+ * 4. Numbers (issue 31): the detector over digits fires at REPEAT_GUARD_MIN_DIGIT_TOKENS,
+ *    never on a cycle of zeros; the guard follows a number value through the grammar and,
+ *    once fired, keeps only tokens that end it; the looping model made to write "3232..."
+ *    into an unbounded integer writes the whole digit budget without the guard and
+ *    stops after the threshold with it. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -93,6 +98,36 @@ static void test_legitimate_repeats_pass(void) {
     CHECK(!rg.fired);
 }
 
+static void test_digit_cycles(void) {
+    const uint32_t T = REPEAT_GUARD_MIN_DIGIT_TOKENS;
+    for (uint32_t p = 1; p <= REPEAT_GUARD_MAX_PERIOD; p++) {
+        repeat_guard rg;
+        repeat_guard_reset(&rg);
+        uint32_t fired_at = 0;
+        for (uint32_t i = 0; i < 40 && !fired_at; i++)
+            if (repeat_guard_push_digits(&rg, 51 + (int32_t)(i % p), 0)) fired_at = i + 1;
+        CHECK_MSG(fired_at == T, "digit period %u fired after %u tokens, want %u", p, fired_at, T);
+    }
+    /* zeros: "1" then any number of "0" (round numbers), and "10" cycles of "00" pieces */
+    repeat_guard rg;
+    repeat_guard_reset(&rg);
+    CHECK(!repeat_guard_push_digits(&rg, 49, 0));
+    for (uint32_t i = 0; i < 40; i++) CHECK(!repeat_guard_push_digits(&rg, 48, 1));
+    repeat_guard_reset(&rg);
+    for (uint32_t i = 0; i < 40; i++) repeat_guard_push_digits(&rg, i % 2 ? 60 : 61, i % 2);
+    CHECK_MSG(rg.fired, "a cycle holding a non-zero piece (\"5\" \"00\") fires");
+    /* a zero cycle that turns into a non-zero one fires on its own count */
+    repeat_guard_reset(&rg);
+    for (uint32_t i = 0; i < 10; i++) repeat_guard_push_digits(&rg, 48, 1);
+    uint32_t n = 0;
+    while (!repeat_guard_push_digits(&rg, 55, 0) && n < 40) n++;
+    CHECK_EQ_INT(n + 1, T);
+    /* one short of the threshold, then a different digit: no */
+    repeat_guard_reset(&rg);
+    for (uint32_t i = 0; i + 1 < T; i++) CHECK(!repeat_guard_push_digits(&rg, 57, 0));
+    CHECK(!repeat_guard_push_digits(&rg, 56, 0));
+}
+
 static const char *NOTE_TOOLS =
     "[{\"name\":\"create_note\",\"description\":\"Save a note\",\"parameters\":{\"type\":"
     "\"object\",\"properties\":{\"title\":{\"type\":\"string\"},\"text\":{\"type\":\"string\"}},"
@@ -132,6 +167,76 @@ static void test_follows_string_values(void) {
     CHECK(rg.depth == 0 && !rg.fired && rg.count == 0 && rg.closes == 1);
     CHECK(accept(&rg, g, &st, 9, "}]") && grammar_is_complete(g, &st));
     grammar_free(g);
+}
+
+static const char *ALARM_TOOLS =
+    "[{\"name\":\"set_alarm\",\"description\":\"Set an alarm\",\"parameters\":{\"type\":"
+    "\"object\",\"properties\":{\"hour\":{\"type\":\"integer\"},\"label\":{\"type\":"
+    "\"string\"}},\"required\":[\"hour\",\"label\"]}}]";
+
+static const char *HOUR_TOOLS =
+    "[{\"name\":\"set_alarm\",\"description\":\"Set an alarm\",\"parameters\":{\"type\":"
+    "\"object\",\"properties\":{\"hour\":{\"type\":\"integer\"}},\"required\":[\"hour\"]}}]";
+
+/* A number value: its first digit opens it (not counted), the digits after it count, and
+ * once the guard fired only tokens that begin the number's ending (",": the required label
+ * follows) stay allowed on the demo vocabulary; the digits are gone. */
+static void test_follows_number_values(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/needle-demo.cact", NEEDLE_SOURCE_DIR);
+    needle_model *m = NULL;
+    grammar *g = NULL;
+    CHECK_EQ_INT(needle_model_open(path, NULL, &m), NEEDLE_OK);
+    CHECK_EQ_INT(grammar_compile(ALARM_TOOLS, strlen(ALARM_TOOLS), NULL, &g), NEEDLE_OK);
+    if (!m || !g) {
+        grammar_free(g);
+        needle_model_free(m);
+        return;
+    }
+    grammar_state st;
+    grammar_state_init(g, &st);
+    repeat_guard rg;
+    repeat_guard_reset(&rg);
+    CHECK(accept(&rg, g, &st, 1, "[{\"name\":\"set_alarm\",\"arguments\":{\"hour\":"));
+    CHECK(rg.depth == 0 && grammar_number_depth(g, &st) == 0);
+    CHECK(accept(&rg, g, &st, 2, "6"));
+    CHECK(rg.depth > 0 && rg.number && rg.count == 0 && grammar_number_depth(g, &st) == rg.depth);
+    for (uint32_t i = 0; i + 1 < REPEAT_GUARD_MIN_DIGIT_TOKENS; i++)
+        CHECK(accept(&rg, g, &st, i % 2 ? 3 : 4, i % 2 ? "2" : "3")); /* 3 "2", 4 "3" */
+    CHECK(!rg.fired);
+    const uint32_t V = tokenizer_vocab(m->tok);
+    uint8_t *allowed = malloc(V);
+    char scratch[256];
+    memset(allowed, 1, V);
+    CHECK_EQ_INT(repeat_guard_restrict(&rg, g, &st, m->tok, allowed, V, V, scratch, sizeof scratch),
+                 V);
+    CHECK(accept(&rg, g, &st, 3, "2") && rg.fired && rg.closes == 1); /* 6 3232323 2 */
+    const uint32_t kept =
+        repeat_guard_restrict(&rg, g, &st, m->tok, allowed, V, V, scratch, sizeof scratch);
+    uint32_t counted = 0, bad = 0;
+    for (uint32_t v = 0; v < V; v++) {
+        if (!allowed[v]) continue;
+        const char *b;
+        size_t n;
+        counted++;
+        bad += tokenizer_token_bytes(m->tok, (int32_t)v, &b, &n) != NEEDLE_OK || !n || b[0] != ',';
+    }
+    CHECK_MSG(kept > 0 && kept < V && kept == counted && bad == 0, "kept %u (%u counted, %u bad)",
+              kept, counted, bad);
+    /* the byte after the number ends it: the guard lets go of it, the cut is remembered */
+    CHECK(accept(&rg, g, &st, 5, ",\"label\":\"x\"}}"));
+    CHECK(rg.depth == 0 && !rg.fired && rg.closes == 1 && grammar_between_calls(g, &st));
+    /* a number that leaves in the same token as its last digit ("5}") counts nothing */
+    grammar_state st2;
+    grammar_state_init(g, &st2);
+    repeat_guard rg2;
+    repeat_guard_reset(&rg2);
+    CHECK(accept(&rg2, g, &st2, 1, "[{\"name\":\"set_alarm\",\"arguments\":{\"label\":\"a\",\"hour\":1"));
+    CHECK(accept(&rg2, g, &st2, 2, "5}"));
+    CHECK(rg2.depth == 0 && rg2.count == 0);
+    free(allowed);
+    grammar_free(g);
+    needle_model_free(m);
 }
 
 /* The restriction on the demo model's vocabulary: nothing before the guard fires or
@@ -304,6 +409,62 @@ static cJSON *looping_turn(needle_model *m, loop_hook *h, int32_t guard, int32_t
     return env;
 }
 
+/* One turn on the alarm tool (one unbounded integer); the hour written, as text. */
+static void looping_hour(needle_model *m, loop_hook *h, int32_t guard, char *hour, size_t cap) {
+    needle_session *s = NULL;
+    hour[0] = 0;
+    CHECK_EQ_INT(needle_session_create(m, NULL, &s), NEEDLE_OK);
+    if (!s) return;
+    CHECK_EQ_INT(needle_session_set_tools(s, "", HOUR_TOOLS), NEEDLE_OK);
+    session_set_logits_hook(s, favour_cycle, h);
+    needle_complete_params p = needle_complete_default_params();
+    p.turn = NEEDLE_TURN_QUERY;
+    p.max_new_tokens = 120;
+    p.repeat_guard = guard;
+    static char out[1 << 16];
+    size_t len = 0;
+    CHECK_EQ_INT(needle_session_complete(s, "Wake me up at seven", &p, out, sizeof out, &len),
+                 NEEDLE_OK);
+    needle_session_free(s);
+    cJSON *env = cJSON_Parse(out);
+    CHECK_MSG(env && cJSON_IsTrue(cJSON_GetObjectItem(env, "success")), "turn failed: %s", out);
+    if (getenv("NEEDLE_TEST_VERBOSE")) printf("    %s\n", out);
+    const cJSON *calls = cJSON_GetObjectItem(env, "function_calls");
+    const cJSON *args = cJSON_GetObjectItem(cJSON_GetArrayItem(calls, 0), "arguments");
+    const cJSON *v = cJSON_GetObjectItem(args, "hour");
+    CHECK_MSG(cJSON_IsNumber(v), "no hour: %s", out);
+    /* the digits as written: the envelope's number, printed back exactly */
+    if (cJSON_IsNumber(v)) snprintf(hour, cap, "%.0f", v->valuedouble);
+    cJSON_Delete(env);
+}
+
+/* The digit loop of issue 31: "{"hour": 632323232323232323}". */
+static void test_looping_digits(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/needle-demo.cact", NEEDLE_SOURCE_DIR);
+    needle_model *m = NULL;
+    CHECK_EQ_INT(needle_model_open(path, NULL, &m), NEEDLE_OK);
+    if (!m) return;
+    int32_t ids[8];
+    size_t n_ids = 0;
+    CHECK_EQ_INT(needle_tokenize(m, "32", 2, ids, 8, &n_ids), NEEDLE_OK);
+    CHECK(n_ids >= 2);
+    if (n_ids < 2) {
+        needle_model_free(m);
+        return;
+    }
+    /* the digit pieces, one a digit (after any space piece) */
+    loop_hook h = {.cycle = {ids[n_ids - 2], ids[n_ids - 1]}, .period = 2};
+    char off[64], on[64], want[64] = "";
+    looping_hour(m, &h, -1, off, sizeof off);
+    looping_hour(m, &h, 0, on, sizeof on);
+    /* the first digit opens the number, then the threshold's digits: "323232323" */
+    for (uint32_t i = 0; i <= REPEAT_GUARD_MIN_DIGIT_TOKENS; i++) strcat(want, i % 2 ? "2" : "3");
+    CHECK_MSG(strlen(off) >= 15 && !strncmp(off, want, 8), "guard off: hour %s", off);
+    CHECK_MSG(!strcmp(on, want), "guard on: hour %s, want %s", on, want);
+    needle_model_free(m);
+}
+
 static const char *arg(const cJSON *env, const char *key) {
     const cJSON *calls = cJSON_GetObjectItem(env, "function_calls");
     const cJSON *args = cJSON_GetObjectItem(cJSON_GetArrayItem(calls, 0), "arguments");
@@ -382,8 +543,11 @@ static void test_looping_model(void) {
 int main(void) {
     RUN(test_cycles_fire_at_threshold);
     RUN(test_legitimate_repeats_pass);
+    RUN(test_digit_cycles);
     RUN(test_follows_string_values);
+    RUN(test_follows_number_values);
     RUN(test_restrict_to_ending);
     RUN(test_looping_model);
+    RUN(test_looping_digits);
     return test_summary();
 }

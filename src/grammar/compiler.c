@@ -21,7 +21,9 @@
  *                   allOf of them and the alternative). oneOf
  *                   alternatives must say their type (check_one_of).
  *   object          properties (at most 64) in any order, each at most once; no unknown
- *                   keys; required ones before "}". additionalProperties may be false (or
+ *                   keys; required ones before "}", and those dependentRequired names for
+ *                   the properties written (not in unions of objects or uniqueItems
+ *                   items). additionalProperties may be false (or
  *                   true without properties). Without "properties" the object is free-form
  *                   (what tools.py writes for dict): any keys, any values; repeated keys are
  *                   not detected there.
@@ -62,9 +64,11 @@
  *               inlined; only annotations beside it. Recursive refs (a tree type) are
  *               refused, as are remote refs and refs that point at nothing.
  * allOf         merged into one schema, the intersection of its entries (compiler_allof.c).
+ * not           {"type": T} only: the schema's types less T (apply_not); beside an enum or
+ *               const any schema (checked value by value).
  * Annotations (title, description, default, examples, $schema, $defs, ...) and unknown
  * keywords are ignored, as JSON Schema does. Keywords that change validation in ways the
- * grammar does not implement are refused: not, if/then/else, dependentRequired,
+ * grammar does not implement are refused: other forms of not, if/then/else,
  * patternProperties, dependencies, propertyNames, contains, prefixItems, ... (beside an
  * enum or const, not, dependentRequired and min/maxProperties are checked). */
 #include <stdarg.h>
@@ -184,8 +188,8 @@ void gram_sort_lits(grammar *g, uint32_t first, uint32_t n) {
 /* ---- helpers for keywords ------------------------------------------------------------- */
 
 static const char *const UNSUPPORTED[] = {
-    "$dynamicRef", "$recursiveRef", "not", "if", "then", "else",
-    "patternProperties", "dependencies", "dependentRequired", "dependentSchemas",
+    "$dynamicRef", "$recursiveRef", "if", "then", "else",
+    "patternProperties", "dependencies", "dependentSchemas",
     "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains",
     "maxContains", "prefixItems", "additionalItems", "minProperties", "maxProperties"};
 
@@ -260,6 +264,7 @@ static int any_value(gram_builder *b, uint32_t *out) {
     if (alts[1] == GRAM_NONE || alts[3] == GRAM_NONE || alts[4] == GRAM_NONE) return gram_oom(b);
     gram_unbounded_number(b, alts[1]);
     gram_node *o = &b->g->nodes[alts[3]];
+    o->u.obj.deps = GRAM_NONE;
     o->u.obj.free_value = u;
     o->u.obj.free_key = alts[0];
     gram_node *a = &b->g->nodes[alts[4]];
@@ -459,6 +464,74 @@ static int build_anyof(gram_builder *b, const cJSON *s, const cJSON *list, const
 
 /* ---- containers ----------------------------------------------------------------------------- */
 
+/* Index of the declared property `name` in props, -1 if none. */
+static int prop_index(const cJSON *props, const char *name) {
+    int j = 0;
+    for (const cJSON *p = props ? props->child : NULL; p; p = p->next, j++)
+        if (!strcmp(p->string, name)) return j;
+    return -1;
+}
+
+/* dependentRequired of an object with declared properties: one mask per property (the
+ * properties its presence requires) in g->dep_masks, *deps its first; GRAM_NONE when
+ * nothing depends. Every property can be written once, so a dependency on a declared
+ * property never leads to a dead end; a dependency on an undeclared one (the object is
+ * closed) forbids its property: refused, like an undeclared required name, and so is a
+ * required property whose dependencies are (transitively) required too: folded into
+ * *required. A name with dependencies that is not a declared property can never appear:
+ * nothing to do. */
+static int build_dependent_required(gram_builder *b, const cJSON *s, const cJSON *props, int ctx,
+                                    uint64_t *required, uint32_t *deps) {
+    const cJSON *dep = kw(s, "dependentRequired");
+    *deps = GRAM_NONE;
+    if (!dep) return 0;
+    size_t mark = gram_path_push(b, "dependentRequired", 0);
+    int rc = 0;
+    uint64_t masks[GRAM_MAX_PROPS] = {0}, any = 0;
+    if (!cJSON_IsObject(dep)) rc = gram_fail(b, "dependentRequired must be an object");
+    if (!rc && (ctx & (GRAM_CTX_UNIQUE_ITEM | GRAM_CTX_HASHED)))
+        rc = gram_fail(b, "dependentRequired inside the items of a uniqueItems array is not supported");
+    for (const cJSON *d = dep && !rc ? dep->child : NULL; d && !rc; d = d->next) {
+        const int from = prop_index(props, d->string);
+        if (!cJSON_IsArray(d)) {
+            rc = gram_fail(b, "dependentRequired must map names to arrays of names");
+            break;
+        }
+        for (const cJSON *r = d->child; r && !rc; r = r->next) {
+            if (!cJSON_IsString(r)) {
+                rc = gram_fail(b, "dependentRequired must map names to arrays of names");
+                break;
+            }
+            const int to = prop_index(props, r->valuestring);
+            if (from < 0) continue;
+            if (to < 0) {
+                size_t m = gram_path_push(b, d->string, 0);
+                rc = gram_fail(b, "'%s' requires '%s', which is not a declared property", d->string,
+                               r->valuestring);
+                gram_path_pop(b, m);
+                break;
+            }
+            masks[from] |= 1ull << to;
+            any = 1;
+        }
+    }
+    gram_path_pop(b, mark);
+    if (rc || !any) return rc;
+    /* a required property's dependencies are required from the start */
+    for (uint64_t before = 0; before != *required;) {
+        before = *required;
+        for (int p = 0; p < GRAM_MAX_PROPS; p++)
+            if (*required >> p & 1) *required |= masks[p];
+    }
+    const int n = cJSON_GetArraySize(props);
+    if (grow(&b->g->dep_masks, &b->cap_deps, (uint64_t)b->n_deps + (uint64_t)n, sizeof(uint64_t)))
+        return gram_oom(b);
+    *deps = b->n_deps;
+    memcpy(b->g->dep_masks + b->n_deps, masks, (size_t)n * sizeof(uint64_t));
+    b->n_deps += (uint32_t)n;
+    return 0;
+}
+
 static int build_object(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, int *depth) {
     const cJSON *props = kw(s, "properties"), *addl = kw(s, "additionalProperties");
     const cJSON *req = kw(s, "required");
@@ -473,6 +546,9 @@ static int build_object(gram_builder *b, const cJSON *s, int ctx, uint32_t *node
     const int part_ctx = ctx & (GRAM_CTX_UNIQUE_ITEM | GRAM_CTX_HASHED) ? GRAM_CTX_HASHED : 0;
     if (!props && !cJSON_IsFalse(addl)) { /* free-form object */
         if (part_ctx) return gram_fail(b, "uniqueItems needs objects with declared properties in its items");
+        const cJSON *dep = kw(s, "dependentRequired");
+        if (dep && !(cJSON_IsObject(dep) && !dep->child)) /* an object of any keys: nothing to follow */
+            return gram_fail(b, "dependentRequired needs an object with declared properties");
         if (req && req->child) {
             size_t m = gram_path_push(b, "required", 0);
             rc = gram_fail(b, "'%s' is not a declared property", req->child->valuestring);
@@ -483,6 +559,7 @@ static int build_object(gram_builder *b, const cJSON *s, int ctx, uint32_t *node
         if ((rc = any_value(b, &v)) || (rc = free_string(b, &k))) return rc;
         uint32_t o = gram_new_node(b, GRAM_NODE_OBJECT);
         if (o == GRAM_NONE) return gram_oom(b);
+        b->g->nodes[o].u.obj.deps = GRAM_NONE;
         b->g->nodes[o].u.obj.free_value = v;
         b->g->nodes[o].u.obj.free_key = k;
         *node = o;
@@ -514,6 +591,8 @@ static int build_object(gram_builder *b, const cJSON *s, int ctx, uint32_t *node
         }
         required |= 1ull << found;
     }
+    uint32_t deps = GRAM_NONE;
+    if ((rc = build_dependent_required(b, s, props, ctx, &required, &deps))) return rc;
     uint32_t first_prop, first_lit = b->g->n_lits;
     if (gram_push_props(b, (uint32_t)n, &first_prop)) return gram_oom(b);
     i = 0;
@@ -538,6 +617,7 @@ static int build_object(gram_builder *b, const cJSON *s, int ctx, uint32_t *node
     on->u.obj.props = first_prop;
     on->u.obj.n_props = (uint32_t)n;
     on->u.obj.required = required;
+    on->u.obj.deps = deps;
     on->u.obj.free_value = GRAM_NONE;
     on->u.obj.free_key = GRAM_NONE;
     *node = o;
@@ -682,6 +762,67 @@ static int schema_types(gram_builder *b, const cJSON *s, int *types) {
     return 0;
 }
 
+/* "not" beside a schema without enum/const (those check it value by value,
+ * compiler_enum.c): the complement of a type set is a type set, so {"not": {"type": T}}
+ * is computed as the schema's types less T (its types as schema_types reads them, every
+ * type when it names none or "not" takes all it implies); anything else under "not" is refused, naming it. *out: a copy
+ * of s without "not" and with the remaining types, for the caller to build and delete. */
+static int apply_not(gram_builder *b, const cJSON *s, cJSON **out) {
+    static const char *const names[] = {"string", "number", "integer", "boolean", "null", "object", "array"};
+    const cJSON *n = kw(s, "not");
+    *out = NULL;
+    size_t mark = gram_path_push(b, "not", 0);
+    int rc = 0, outer = 0, excluded = 0;
+    if (cJSON_IsFalse(n)) { /* excludes nothing */
+    } else if (cJSON_IsTrue(n) || (cJSON_IsObject(n) && !n->child)) {
+        rc = gram_fail(b, "not %s excludes every value", cJSON_IsTrue(n) ? "true" : "{}");
+    } else if (!cJSON_IsObject(n)) {
+        rc = gram_fail(b, "not must be a schema");
+    } else {
+        for (const cJSON *k = n->child; k && !rc; k = k->next)
+            if (strcmp(k->string, "type") && strcmp(k->string, "title") && strcmp(k->string, "description"))
+                rc = gram_fail(b, "only {\"type\": ...} is supported under not (found '%s'): the complement of "
+                                  "other keywords is not computed",
+                               k->string);
+        if (!rc) rc = schema_types(b, n, &excluded);
+    }
+    gram_path_pop(b, mark);
+    if (!rc) rc = schema_types(b, s, &outer);
+    if (rc) return rc;
+    const int all = T_STRING | T_NUMBER | T_BOOLEAN | T_NULL | T_OBJECT | T_ARRAY;
+    if (excluded & T_NUMBER) excluded |= T_INTEGER;
+    /* without "type" the keywords pick the types generated (a subset is sound); when "not"
+     * takes them all, the other types are what JSON Schema still admits */
+    if (!outer || (!kw(s, "type") && !(outer & ~excluded))) outer = all;
+    if ((outer & T_NUMBER) && (excluded & T_INTEGER) && !(excluded & T_NUMBER)) {
+        mark = gram_path_push(b, "not", 0);
+        rc = gram_fail(b, "not integer beside number: numbers that are not integers cannot be generated");
+        gram_path_pop(b, mark);
+        return rc;
+    }
+    const int left = outer & ~excluded;
+    if (!left) {
+        mark = gram_path_push(b, "not", 0);
+        rc = gram_fail(b, "not excludes every type the schema allows");
+        gram_path_pop(b, mark);
+        return rc;
+    }
+    cJSON *copy = cJSON_Duplicate(s, 1), *types = cJSON_CreateArray();
+    if (!copy || !types) {
+        cJSON_Delete(copy);
+        cJSON_Delete(types);
+        return gram_oom(b);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "not");
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "nullable"); /* null is in the set or out */
+    for (int i = 0; i < 7; i++)
+        if (left >> i & 1) cJSON_AddItemToArray(types, cJSON_CreateString(names[i]));
+    if (cJSON_GetObjectItemCaseSensitive(copy, "type")) cJSON_ReplaceItemInObjectCaseSensitive(copy, "type", types);
+    else cJSON_AddItemToObject(copy, "type", types);
+    *out = copy;
+    return 0;
+}
+
 /* ---- $ref --------------------------------------------------------------------------------- */
 
 /* Follows the JSON pointer of a local ref ("#", "#/$defs/A", "#/properties/x/items") from
@@ -775,6 +916,13 @@ int gram_build_schema(gram_builder *b, const cJSON *s, int ctx, uint32_t *node, 
         cJSON_Delete(merged);
         return rc;
     }
+    if (kw(s, "not")) { /* a type set (apply_not) */
+        cJSON *rest = NULL;
+        if ((rc = apply_not(b, s, &rest))) return rc;
+        rc = gram_build_schema(b, rest, ctx, node, depth);
+        cJSON_Delete(rest);
+        return rc;
+    }
     for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof UNSUPPORTED[0]; i++)
         if (kw(s, UNSUPPORTED[i])) return gram_fail(b, "keyword '%s' is not supported", UNSUPPORTED[i]);
     if (kw(s, "anyOf")) return build_anyof(b, s, kw(s, "anyOf"), "anyOf", ctx, node, depth);
@@ -818,6 +966,7 @@ void grammar_free(grammar *g) {
     free(g->lits);
     free(g->lit_bytes);
     free(g->prop_nodes);
+    free(g->dep_masks);
     free(g->picks);
     free(g->dfas);
     free(g->tables);

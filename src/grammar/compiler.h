@@ -20,8 +20,8 @@ enum { GRAM_MAX_REF_DEPTH = 32, GRAM_MAX_REF_EXPANSIONS = 4096 };
 
 typedef struct gram_builder {
     grammar *g;
-    uint32_t cap_nodes, cap_lits, cap_bytes, cap_props, cap_picks, cap_dfas, cap_tables;
-    uint32_t n_bytes, n_props, n_picks;
+    uint32_t cap_nodes, cap_lits, cap_bytes, cap_props, cap_picks, cap_dfas, cap_tables, cap_deps;
+    uint32_t n_bytes, n_props, n_picks, n_deps;
     const char *tool;   /* name of the tool being compiled, for messages */
     char path[512];     /* JSON path of the schema being compiled */
     size_t path_len;

@@ -47,6 +47,13 @@ static int dfa_equal(const gram_dfa *x, const gram_dfa *y) {
 
 /* Whether two compiled nodes admit the same values in the same way (structurally equal).
  * Conservative: 0 may be said of equivalent nodes, never 1 of different ones. */
+/* Same dependentRequired (both objects have n_props properties). */
+static int deps_equal(const grammar *g, const gram_node *a, const gram_node *c) {
+    if (a->u.obj.deps == GRAM_NONE || c->u.obj.deps == GRAM_NONE) return a->u.obj.deps == c->u.obj.deps;
+    return !memcmp(g->dep_masks + a->u.obj.deps, g->dep_masks + c->u.obj.deps,
+                   a->u.obj.n_props * sizeof(uint64_t));
+}
+
 static int nodes_equal(const grammar *g, uint32_t x, uint32_t y, int depth) {
     if (x == y) return 1;
     if (x == GRAM_NONE || y == GRAM_NONE || depth > GRAMMAR_MAX_DEPTH) return 0;
@@ -68,7 +75,7 @@ static int nodes_equal(const grammar *g, uint32_t x, uint32_t y, int depth) {
         return 1;
     case GRAM_NODE_OBJECT:
         if (a->u.obj.n_props != c->u.obj.n_props || a->u.obj.count != c->u.obj.count ||
-            a->u.obj.required != c->u.obj.required ||
+            a->u.obj.required != c->u.obj.required || !deps_equal(g, a, c) ||
             !nodes_equal(g, a->u.obj.free_value, c->u.obj.free_value, depth + 1) ||
             (a->u.obj.free_value != GRAM_NONE && !nodes_equal(g, a->u.obj.free_key, c->u.obj.free_key, depth + 1)))
             return 0;
@@ -358,7 +365,11 @@ int gram_build_object_union(gram_builder *b, const uint32_t *objs, const uint32_
     pl->disc = GRAM_NONE;
     for (uint32_t a = 0; a < n && !rc; a++) {
         pl->alts[a] = objs[a];
-        if (g->nodes[objs[a]].u.obj.free_value != GRAM_NONE)
+        /* the union's reading (which alternative may still close, compiler_union's dead-end
+         * analysis) goes by the required keys alone */
+        if (!rc && g->nodes[objs[a]].u.obj.deps != GRAM_NONE)
+            rc = gram_fail(b, "alternative [%u] has dependentRequired: not supported in a union of objects", origin[a]);
+        if (!rc && g->nodes[objs[a]].u.obj.free_value != GRAM_NONE)
             rc = gram_fail(b, "alternative [%u] is a free-form object (no properties): a union of objects needs "
                               "declared properties in each alternative to tell them apart", origin[a]);
     }

@@ -120,6 +120,11 @@ int grammar_is_complete(const grammar *g, const grammar_state *st);
  * stayed in one string (the repetition guard, agent/repeat_guard.h, follows values so). */
 uint32_t grammar_string_depth(const grammar *g, const grammar_state *st);
 
+/* The same for a number: 1-based depth of the innermost frame when it is a number that
+ * has read its first byte (a number has no closing byte: the byte after it, which the
+ * enclosing value reads, drops the depth); 0 otherwise. */
+uint32_t grammar_number_depth(const grammar *g, const grammar_state *st);
+
 /* 1 when grammar_string_depth is not 0 and st is between two characters of that string:
  * not inside an escape sequence or a multi-byte UTF-8 character. */
 int grammar_string_between_chars(const grammar *g, const grammar_state *st);

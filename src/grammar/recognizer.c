@@ -494,7 +494,9 @@ static int object_step(const grammar *g, grammar_state *st, grammar_frame *f, ui
             f->phase = OBJ_NEXT;
             return ST_OK;
         }
-        if (b == '}') return (n->u.obj.required & ~f->u.lit.seen) || repeats_used(g, st, f) ? ST_REJECT : ST_DONE;
+        if (b == '}')
+            return (gram_obj_needed(g, n, f->u.lit.seen) & ~f->u.lit.seen) || repeats_used(g, st, f) ? ST_REJECT
+                                                                                                  : ST_DONE;
         return ST_REJECT;
     default: return ST_REJECT;
     }
@@ -655,6 +657,13 @@ uint32_t grammar_string_depth(const grammar *g, const grammar_state *st) {
     if (!st->depth || st->complete) return 0;
     const grammar_frame *f = &st->frames[st->depth - 1];
     return f->kind == GRAM_FR_STRING && f->phase != STR_OPEN ? st->depth : 0;
+}
+
+uint32_t grammar_number_depth(const grammar *g, const grammar_state *st) {
+    (void)g;
+    if (!st->depth || st->complete) return 0;
+    const grammar_frame *f = &st->frames[st->depth - 1];
+    return f->kind == GRAM_FR_NUMBER && gram_num_started(f) ? st->depth : 0;
 }
 
 int grammar_string_between_chars(const grammar *g, const grammar_state *st) {

@@ -115,5 +115,17 @@ static inline int gram_used_has(const gram_used *u, uint64_t key) {
 int gram_num_step(const gram_node *n, grammar_frame *f, uint8_t b, const gram_used *u);
 /* 1 if the number read so far is complete, valid and not ruled out (it may end here). */
 int gram_num_can_end(const gram_node *n, const grammar_frame *f, const gram_used *u);
+/* The properties an object node needs before "}" once those in `seen` were written: its
+ * required ones and the dependentRequired of the seen ones. */
+static inline uint64_t gram_obj_needed(const grammar *g, const gram_node *n, uint64_t seen) {
+    uint64_t r = n->u.obj.required;
+    if (n->u.obj.deps != GRAM_NONE)
+        for (uint32_t p = 0; p < n->u.obj.n_props; p++)
+            if (seen >> p & 1) r |= g->dep_masks[n->u.obj.deps + p];
+    return r;
+}
+
+/* 1 once the number frame f has read its first byte. */
+int gram_num_started(const grammar_frame *f);
 
 #endif

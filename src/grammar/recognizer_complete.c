@@ -186,7 +186,7 @@ static int choose(const grammar *g, const grammar_state *st, dist_cache *dc, uin
         }
         break;
     case GRAM_FR_OBJECT: {
-        uint64_t missing = node->u.obj.required & ~f->u.lit.seen;
+        uint64_t missing = gram_obj_needed(g, node, f->u.lit.seen) & ~f->u.lit.seen;
         switch (f->phase) {
         case OBJ_OPEN: b = '{'; break;
         /* "}" may be refused as a repeat in a unique array: then one more property */

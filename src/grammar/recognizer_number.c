@@ -25,6 +25,8 @@ enum { N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_ZEROS, N_E, N_ESIGN, N_
 
 static uint64_t gram_fx_key(gram_fx v) { return gram_mix(gram_mix(0, (uint64_t)v.ip), v.fp); }
 
+int gram_num_started(const grammar_frame *f) { return f->phase != N_START; }
+
 /* ---- syntax ----------------------------------------------------------------------------- */
 
 static int max_int_digits(const gram_node *n) {

@@ -70,6 +70,9 @@ typedef struct gram_node {
             uint32_t props;        /* property p's value node is g->prop_nodes[props + p] */
             uint32_t n_props;
             uint64_t required;     /* bit p: property p is required */
+            uint32_t deps;         /* dependentRequired: once property p is written, the bits
+                                    * of g->dep_masks[deps + p] are required too; GRAM_NONE:
+                                    * none (set for every object node) */
             uint32_t free_value;   /* free-form object: node of every value, else GRAM_NONE */
             uint32_t free_key;     /* free-form object: string node for keys */
         } obj;
@@ -114,6 +117,7 @@ struct grammar {
     uint32_t n_lits;
     uint8_t *lit_bytes;
     uint32_t *prop_nodes;
+    uint64_t *dep_masks; /* dependentRequired of objects (gram_node.u.obj.deps) */
     uint32_t *picks; /* 256 entries per union */
     gram_dfa *dfas;
     uint32_t n_dfas;

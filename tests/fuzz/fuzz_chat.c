@@ -1,6 +1,7 @@
 /* libFuzzer target for the chat input path: needle_session_set_tools and
- * needle_session_complete on a tiny fixture model (tests/fixtures/tiny_cq4.cact, random
- * weights, its own tokenizer), through the public API only.
+ * needle_session_complete on a tiny model (random weights, its own tokenizer), through the
+ * public API only: the tiny fixture checkpoint cut to one layer and exported at build time
+ * (tests/fuzz/make_chat_model.py), so that an execution costs milliseconds.
  *
  * Input: tools JSON, a NUL byte, then the query. Without a NUL the whole input is the
  * query and the tools are a fixed two-tool declaration. Turns are kept short
@@ -28,7 +29,7 @@ static needle_session *session(void) {
     static needle_session *s;
     if (s) return s;
     const char *path = getenv("NEEDLE_FUZZ_MODEL");
-    if (!path) path = NEEDLE_SOURCE_DIR "/tests/fixtures/tiny_cq4.cact";
+    if (!path) path = NEEDLE_FUZZ_CHAT_MODEL;
     if (needle_model_open(path, NULL, &model) != NEEDLE_OK) {
         fprintf(stderr, "fuzz_chat: cannot open %s: %s\n", path, needle_last_error());
         exit(1);
