@@ -43,6 +43,7 @@ static const char *const MARKER_TEXT[] = {"<think>", "</think>", "<tool_call>", 
                                           "<|im_end|>", "<|im_start|>"};
 
 struct chat {
+    chat_env *env;      /* the session parts the conversation runs on (chat.h) */
     grammar *g;         /* any number of calls, [] allowed */
     grammar *g_extract; /* exactly one call (compiled on first use) */
     char *tools;        /* canonical tools JSON, for g_extract */
@@ -53,7 +54,7 @@ struct chat {
     size_t n_newline;
     const tokenizer *tok; /* the model's */
     uint32_t vocab;
-    uint32_t prefix_len;  /* the session's base (needle_session_reset) is the prefix end */
+    uint32_t prefix_len;  /* the session's base (session_reset) is the prefix end */
     int last_turn_called; /* the previous envelope was a "call" with calls */
     session_checkpoint turn_start; /* the conversation before the current turn */
     uint8_t *allowed;     /* [vocab] */
@@ -72,19 +73,17 @@ struct chat {
     char *rendered_names;  /* JSON array of the rendered tools' names */
 };
 
-/* The conversation attached to s by set_tools, or NULL. */
-static struct chat *chat_of(const needle_session *s) {
-    return (struct chat *)session_extension(s);
-}
-
-/* needle_session_reset started the conversation again after the prefix. */
-static void chat_on_reset(void *ext) {
-    struct chat *c = ext;
+void chat_on_reset(struct chat *c) {
+    if (!c) return;
     c->last_turn_called = 0;
     confidence_on_reset(&c->conf);
 }
 
-static void chat_free_ext(void *ext) { chat_free(ext); }
+const session_cells *chat_cells(const struct chat *c) {
+    return c ? confidence_cells(&c->conf) : NULL;
+}
+
+uint32_t chat_prefix_length(const struct chat *c) { return c ? c->prefix_len : 0; }
 
 void chat_free(struct chat *c) {
     if (!c) return;
@@ -109,6 +108,15 @@ needle_complete_params needle_complete_default_params(void) {
     p.size = sizeof p;
     p.max_new_tokens = 256;
     p.max_think_tokens = 64;
+    return p;
+}
+
+needle_tools_params needle_tools_default_params(void) {
+    needle_tools_params p;
+    memset(&p, 0, sizeof p);
+    p.size = sizeof p;
+    p.retrieval_threshold = 5;
+    p.top_k = 5;
     return p;
 }
 
@@ -138,13 +146,14 @@ static int build_trie(struct chat *c, const tokenizer *tok, uint32_t vocab) {
 /* Starts the conversation over on the prefix ids[0:n]: with a sliding window the prefix is
  * pinned as attention sinks, so the tools stay visible however long the conversation
  * grows. configure_sinks starts at position 0; the end of the prefix becomes the base
- * needle_session_reset returns to. */
-static int prefill_prefix(needle_session *s, struct chat *c, const int32_t *ids, size_t n) {
+ * session_reset returns to. */
+static int prefill_prefix(struct chat *c, const int32_t *ids, size_t n) {
+    model_session *s = c->env->core;
     const uint32_t window = session_window(s);
     int rc = session_configure_sinks(s, window ? (uint32_t)n : 0);
     if (rc) return rc;
     confidence_restart(&c->conf);
-    if ((rc = session_prefill(s, ids, (uint32_t)n, 0))) return rc;
+    if ((rc = session_prefill(s, ids, (uint32_t)n, 0, &c->env->cb, chat_cells(c)))) return rc;
     if ((rc = session_set_base(s))) return rc;
     confidence_pin_base(&c->conf);
     session_stats(s)->prefix_evaluations++;
@@ -156,7 +165,8 @@ static int prefill_prefix(needle_session *s, struct chat *c, const int32_t *ids,
 /* Retrieval: renders tools chosen[0:k] instead of the current ones (the grammar follows),
  * unless they are what is rendered already. The conversation restarts on the new prefix.
  * On failure the chat has no prefix until the next query installs one. */
-static int render_tools(needle_session *s, struct chat *c, const uint32_t *chosen, uint32_t k) {
+static int render_tools(struct chat *c, const uint32_t *chosen, uint32_t k) {
+    const model_session *s = c->env->core;
     if (c->rendered_valid && k == c->n_rendered && !memcmp(chosen, c->rendered, k * sizeof *chosen))
         return NEEDLE_OK;
     char *tools = NULL, *names = NULL;
@@ -171,7 +181,7 @@ static int render_tools(needle_session *s, struct chat *c, const uint32_t *chose
                          "%zu tokens, the context holds %u", n_ids, session_context_length(s));
     if (!rc) {
         c->rendered_valid = 0;
-        rc = prefill_prefix(s, c, ids, n_ids);
+        rc = prefill_prefix(c, ids, n_ids);
     }
     if (!rc) {
         grammar_free(c->g);
@@ -197,23 +207,10 @@ static int render_tools(needle_session *s, struct chat *c, const uint32_t *chose
     return rc;
 }
 
-needle_tools_params needle_tools_default_params(void) {
-    needle_tools_params p;
-    memset(&p, 0, sizeof p);
-    p.size = sizeof p;
-    p.retrieval_threshold = 5;
-    p.top_k = 5;
-    return p;
-}
-
-int needle_session_set_tools(needle_session *s, const char *system, const char *tools_json) {
-    return needle_session_set_tools_ex(s, system, tools_json, NULL);
-}
-
-int needle_session_set_tools_ex(needle_session *s, const char *system, const char *tools_json,
-                                const needle_tools_params *params) {
-    if (!s || !tools_json)
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_tools: NULL argument");
+int chat_create(chat_env *env, const char *system, const char *tools_json,
+                const needle_tools_params *params, struct chat **slot) {
+    if (!tools_json) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_tools: NULL argument");
+    model_session *s = env->core;
     needle_tools_params tp = needle_tools_default_params();
     int rc = struct_size_in(&tp, params, sizeof tp, "set_tools: needle_tools_params");
     if (rc) return rc;
@@ -222,27 +219,29 @@ int needle_session_set_tools_ex(needle_session *s, const char *system, const cha
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_tools: top_k %u exceeds %u",
                            tp.top_k, CHAT_MAX_RENDERED);
     const struct needle_model *m = session_model(s);
-    if (!m->tok) return needle_fail(NEEDLE_ERR_NO_TOKENIZER, "set_tools: the model has no tokenizer");
+    const tokenizer *tok = model_tokenizer(m);
+    const uint32_t vocab = model_vocab(m);
+    if (!tok) return needle_fail(NEEDLE_ERR_NO_TOKENIZER, "set_tools: the model has no tokenizer");
     if (!system) system = "";
 
     struct chat *c = calloc(1, sizeof *c);
     char *tools = NULL;
     int32_t *ids = NULL;
     size_t tools_len = 0, n_ids = 0;
-    int replaced = 0;
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
+    c->env = env;
     if ((rc = prompt_canonical_tools(tools_json, &tools, &tools_len))) goto fail;
     if ((rc = prompt_compile_tools(tools, tools_len, &c->g))) goto fail;
-    c->tok = m->tok;
-    c->vocab = m->w.vocab;
-    if ((rc = build_trie(c, m->tok, m->w.vocab))) goto fail;
+    c->tok = tok;
+    c->vocab = vocab;
+    if ((rc = build_trie(c, tok, vocab))) goto fail;
 
-    c->id_think = tokenizer_marker_id(m->tok, "<think>");
-    c->id_end_think = tokenizer_marker_id(m->tok, "</think>");
-    c->id_call = tokenizer_marker_id(m->tok, "<tool_call>");
-    c->id_end_call = tokenizer_marker_id(m->tok, "</tool_call>");
-    c->id_im_end = tokenizer_marker_id(m->tok, "<|im_end|>");
-    c->id_im_start = tokenizer_marker_id(m->tok, "<|im_start|>");
+    c->id_think = tokenizer_marker_id(tok, "<think>");
+    c->id_end_think = tokenizer_marker_id(tok, "</think>");
+    c->id_call = tokenizer_marker_id(tok, "<tool_call>");
+    c->id_end_call = tokenizer_marker_id(tok, "</tool_call>");
+    c->id_im_end = tokenizer_marker_id(tok, "<|im_end|>");
+    c->id_im_start = tokenizer_marker_id(tok, "<|im_start|>");
     const int32_t markers[] = {c->id_think, c->id_end_think, c->id_call, c->id_end_call,
                                c->id_im_end, c->id_im_start};
     for (size_t i = 0; i < sizeof markers / sizeof markers[0]; i++)
@@ -255,11 +254,11 @@ int needle_session_set_tools_ex(needle_session *s, const char *system, const cha
     int32_t sp[4];
     size_t n_sp = 0;
     c->id_space = -1;
-    if (tokenizer_encode_ex(m->tok, "<tool_call>", 11, 1, sp, 4, &n_sp) == NEEDLE_OK && n_sp == 2 &&
+    if (tokenizer_encode_ex(tok, "<tool_call>", 11, 1, sp, 4, &n_sp) == NEEDLE_OK && n_sp == 2 &&
         sp[1] == c->id_call)
         c->id_space = sp[0];
-    if ((rc = tokenizer_encode_ex(m->tok, "\n", 1, 0, c->newline, 8, &c->n_newline))) goto fail;
-    c->allowed = malloc(m->w.vocab);
+    if ((rc = tokenizer_encode_ex(tok, "\n", 1, 0, c->newline, 8, &c->n_newline))) goto fail;
+    c->allowed = malloc(vocab);
     c->system = strdup(system);
     if (!c->allowed || !c->system) {
         rc = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "set_tools: out of memory");
@@ -279,7 +278,9 @@ int needle_session_set_tools_ex(needle_session *s, const char *system, const cha
             goto fail;
         }
         memcpy(canon, tools, tools_len + 1);
-        if ((rc = tool_index_build(&c->index, s, canon, tools_len, tp.tool_index_path))) goto fail;
+        if ((rc = tool_index_build(&c->index, s, &env->embedder, canon, tools_len,
+                                   tp.tool_index_path)))
+            goto fail;
     }
     c->tools = tools;
     c->tools_len = tools_len;
@@ -287,39 +288,32 @@ int needle_session_set_tools_ex(needle_session *s, const char *system, const cha
 
     /* The previous tools' conversation ends here. (Rewinding it instead would restore
      * its prefix position, so the new prefix would be appended after the old one.) */
-    confidence_detach(s);
-    session_set_extension(s, NULL, NULL, NULL);
-    replaced = 1;
-    if ((rc = confidence_attach(&c->conf, s))) goto fail;
+    chat_free(*slot);
+    *slot = NULL;
+    if ((rc = confidence_attach(&c->conf, m))) goto fail;
     if (c->retrieval) {
         uint32_t first[CHAT_MAX_RENDERED];
         for (uint32_t i = 0; i < c->top_k; i++) first[i] = i;
-        rc = render_tools(s, c, first, c->top_k);
+        rc = render_tools(c, first, c->top_k);
     } else {
         rc = prompt_prefix_ids(m, system, c->tools, c->tools_len, &ids, &n_ids);
         if (!rc && n_ids >= session_context_length(s))
             rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "set_tools: the system and tools prefix "
                              "is %zu tokens, the context holds %u", n_ids,
                              session_context_length(s));
-        if (!rc) rc = prefill_prefix(s, c, ids, n_ids);
+        if (!rc) rc = prefill_prefix(c, ids, n_ids);
     }
     if (rc) goto fail;
-    session_set_extension(s, c, chat_on_reset, chat_free_ext);
+    *slot = c;
     free(ids);
     needle_clear_error();
     return NEEDLE_OK;
 
 fail:
-    if (replaced) confidence_detach(s);
     chat_free(c);
     free(tools);
     free(ids);
     return rc;
-}
-
-uint32_t needle_session_prefix_length(const needle_session *s) {
-    const struct chat *c = s ? chat_of(s) : NULL;
-    return c ? c->prefix_len : 0;
 }
 
 enum phase { PH_START, PH_AFTER_SPACE, PH_THINK, PH_NEWLINE, PH_CALL_OPEN, PH_JSON, PH_CLOSE,
@@ -343,8 +337,7 @@ typedef struct turn {
 
 /* Fills c->allowed for the current phase; returns the number of allowed tokens and the
  * single forced token in *forced when there is exactly one. */
-static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, int32_t *forced) {
-    struct chat *c = chat_of(s);
+static uint32_t allowed_tokens(struct chat *c, turn *t, uint32_t max_think, int32_t *forced) {
     const uint32_t V = c->vocab;
     uint8_t *a = c->allowed;
     int32_t only = -1;
@@ -388,7 +381,7 @@ static uint32_t allowed_tokens(needle_session *s, turn *t, uint32_t max_think, i
         if (t->guard && (t->rg.fired || t->rg.closes) && !t->closing)
             n = repeat_guard_restrict(&t->rg, t->g, &t->gs, c->tok, a, V, n, c->close_buf,
                                       c->close_cap);
-        session_stats(s)->grammar_ms += util_clock_ms() - t0;
+        session_stats(c->env->core)->grammar_ms += util_clock_ms() - t0;
         if (grammar_is_complete(t->g, &t->gs)) {
             a[c->id_end_call] = 1;
             n++;
@@ -420,9 +413,8 @@ static size_t closing_bytes(const grammar *g, const grammar_state *from, char *o
 
 /* Near the end of the token budget: the allowed token that covers the longest prefix of
  * the closing bytes, so that the turn always ends with a complete, valid call array. */
-static int32_t closing_token(const needle_session *s, const uint8_t *allowed, const char *close,
+static int32_t closing_token(const struct chat *c, const uint8_t *allowed, const char *close,
                              size_t n_close) {
-    const struct chat *c = chat_of(s);
     int32_t best = -1;
     size_t best_len = 0;
     for (uint32_t v = 0; v < c->vocab; v++) {
@@ -441,8 +433,7 @@ static int32_t closing_token(const needle_session *s, const uint8_t *allowed, co
 /* Whether, after `tok`, a valid ending still fits in the budget: `left` tokens remain
  * including tok, and </tool_call> and <|im_end|> must follow the array. On success the
  * ending found is in c->close_buf, *len bytes (0 when tok completes the array). */
-static int fits_budget(needle_session *s, const turn *t, int32_t tok, uint32_t left, size_t *len) {
-    struct chat *c = chat_of(s);
+static int fits_budget(struct chat *c, const turn *t, int32_t tok, uint32_t left, size_t *len) {
     *len = 0;
     if (left < 3) return 0;
     const char *b;
@@ -455,8 +446,7 @@ static int fits_budget(needle_session *s, const turn *t, int32_t tok, uint32_t l
     return *len > 0;
 }
 
-static void advance(needle_session *s, turn *t, int32_t tok) {
-    struct chat *c = chat_of(s);
+static void advance(struct chat *c, turn *t, int32_t tok) {
     switch (t->phase) {
     case PH_START:
         t->phase = tok == c->id_space ? PH_AFTER_SPACE : tok == c->id_think ? PH_THINK : PH_JSON;
@@ -485,7 +475,7 @@ static void advance(needle_session *s, turn *t, int32_t tok) {
             if (t->guard) repeat_guard_accept(&t->rg, t->g, &t->gs, tok, b, n);
             else grammar_accept_bytes(t->g, &t->gs, b, n);
             strbuf_put(&t->calls, b, n);
-            session_stats(s)->repeat_guard_closes += t->rg.closes - closes;
+            session_stats(c->env->core)->repeat_guard_closes += t->rg.closes - closes;
         }
         break;
     case PH_CLOSE: t->phase = PH_DONE; break;
@@ -495,8 +485,7 @@ static void advance(needle_session *s, turn *t, int32_t tok) {
 
 /* Reports a token chosen in `phase` to the session's token callback: reasoning text and
  * call-array bytes; the markers around them are not output. */
-static int stream_piece(needle_session *s, enum phase phase, int32_t tok) {
-    const struct chat *c = chat_of(s);
+static int stream_piece(const struct chat *c, enum phase phase, int32_t tok) {
     int32_t kind;
     if (phase == PH_THINK && tok != c->id_end_think) kind = NEEDLE_PIECE_REASONING;
     else if (phase == PH_JSON && tok != c->id_end_call) kind = NEEDLE_PIECE_CALLS;
@@ -504,13 +493,12 @@ static int stream_piece(needle_session *s, enum phase phase, int32_t tok) {
     const char *b;
     size_t n;
     if (tokenizer_token_bytes(c->tok, tok, &b, &n) != NEEDLE_OK) return NEEDLE_OK;
-    return session_emit(s, kind, tok, b, n);
+    return session_emit(&c->env->cb, kind, tok, b, n);
 }
 
 /* Renders the turn text that precedes the assistant's answer. */
-static int render_turn(needle_session *s, const char *text, int is_result, strbuf *out) {
-    struct chat *c = chat_of(s);
-    if (needle_session_position(s) == c->prefix_len && !is_result) {
+static int render_turn(const struct chat *c, const char *text, int is_result, strbuf *out) {
+    if (session_position(c->env->core) == c->prefix_len && !is_result) {
         strbuf_puts(out, "\n");
         strbuf_puts(out, text);
     } else if (is_result) {
@@ -534,15 +522,16 @@ static int render_turn(needle_session *s, const char *text, int is_result, strbu
 /* After a failed turn: the conversation as it was before it (turn_start covers every
  * position a turn can add; the prefix is only the fallback should that ever fail). A hard
  * error's message (rc) survives the fallback's. */
-static void roll_back(needle_session *s, struct chat *c, int last_turn_called, int rc) {
+static void roll_back(struct chat *c, int last_turn_called, int rc) {
     char msg[256];
     snprintf(msg, sizeof msg, "%s", needle_last_error());
-    if (session_checkpoint_restore(s, &c->turn_start) == NEEDLE_OK) {
+    if (session_checkpoint_restore(c->env->core, &c->turn_start) == NEEDLE_OK) {
         c->last_turn_called = last_turn_called;
         confidence_turn_abort(&c->conf);
         return;
     }
-    needle_session_reset(s);
+    session_reset(c->env->core);
+    chat_on_reset(c);
     if (rc) needle_fail(rc, "%s", msg);
 }
 
@@ -560,13 +549,21 @@ static int env_is_zero(const char *name) {
 
 #define SPARSE_RUNS_MAX 64
 
+/* The tests' stand-in preferences (chat_env.logits_hook) on logits a run just computed. */
+static void apply_logits_hook(const struct chat *c, const int32_t *tokens, uint32_t n) {
+    float *logits = session_logits_mut(c->env->core);
+    if (c->env->logits_hook && logits)
+        c->env->logits_hook(c->env->logits_hook_user, tokens, n, logits, c->vocab);
+}
+
 /* Evaluates the generated tokens pend[0..n); with need_logits, the logits for the next
  * pick: only the allowed ids' when there are at most vocab/4 of them (n_allowed; pass the
  * vocabulary size to always take all) in at most SPARSE_RUNS_MAX runs of consecutive
  * ids. rows: [vocab] scratch. */
-static int run_pending(needle_session *s, const int32_t *pend, uint32_t n, int need_logits,
+static int run_pending(const struct chat *c, const int32_t *pend, uint32_t n, int need_logits,
                        uint32_t n_allowed, int32_t *rows) {
-    const struct chat *c = chat_of(s);
+    model_session *s = c->env->core;
+    int rc = -1;
     if (need_logits && n_allowed <= c->vocab / 4) {
         uint32_t k = 0, runs = 0;
         for (uint32_t v = 0; v < c->vocab; v++)
@@ -575,17 +572,18 @@ static int run_pending(needle_session *s, const int32_t *pend, uint32_t n, int n
                 rows[k++] = (int32_t)v;
             }
         /* scattered ids cost a product per run of consecutive ids: then all of them */
-        if (runs <= SPARSE_RUNS_MAX) return session_run_rows(s, pend, n, rows, k);
+        if (runs <= SPARSE_RUNS_MAX) rc = session_run_rows(s, pend, n, rows, k, chat_cells(c));
     }
-    return session_run(s, pend, n, NULL, need_logits);
+    if (rc < 0) rc = session_run(s, pend, n, NULL, need_logits, chat_cells(c));
+    if (rc == NEEDLE_OK && need_logits) apply_logits_hook(c, pend, n);
+    return rc;
 }
 
-int needle_session_complete(needle_session *s, const char *text, const needle_complete_params *params,
-                            char *out, size_t cap, size_t *len) {
-    if (!s || !text || !len || (!out && cap))
+int chat_complete(struct chat *c, const char *text, const needle_complete_params *params,
+                  char *out, size_t cap, size_t *len) {
+    if (!text || !len || (!out && cap))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "complete: NULL argument");
-    struct chat *c = chat_of(s);
-    if (!c) return needle_fail(NEEDLE_ERR_STATE, "complete: set tools on the session first");
+    model_session *s = c->env->core;
     const uint32_t n_ctx = session_context_length(s);
     needle_complete_params p = needle_complete_default_params();
     int size_rc = struct_size_in(&p, params, sizeof p, "complete: needle_complete_params");
@@ -615,13 +613,13 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     int rc = NEEDLE_OK;
     /* retrieval: a query that starts a conversation chooses the tools it sees */
     if (c->retrieval && !is_result &&
-        (!c->rendered_valid || needle_session_position(s) == c->prefix_len)) {
+        (!c->rendered_valid || session_position(s) == c->prefix_len)) {
         uint32_t chosen[CHAT_MAX_RENDERED];
-        rc = tool_index_select(&c->index, s, text, c->top_k, chosen);
-        if (rc == NEEDLE_OK) rc = render_tools(s, c, chosen, c->top_k);
+        rc = tool_index_select(&c->index, s, &c->env->embedder, text, c->top_k, chosen);
+        if (rc == NEEDLE_OK) rc = render_tools(c, chosen, c->top_k);
     }
     if (c->retrieval && c->rendered_valid) e.retrieved_tools = c->rendered_names;
-    if (rc == NEEDLE_OK) rc = render_turn(s, text, is_result, &chunk);
+    if (rc == NEEDLE_OK) rc = render_turn(c, text, is_result, &chunk);
     if (rc == NEEDLE_OK) rc = prompt_encode_alloc(c->tok, chunk.data, chunk.len, 0, &ids, &n_ids);
     free(chunk.data);
     if (rc == NEEDLE_ERR_INVALID_UTF8) {
@@ -630,7 +628,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         goto write;
     }
     if (rc) goto done;
-    if (n_ids + 4 > n_ctx - needle_session_position(s)) {
+    if (n_ids + 4 > n_ctx - session_position(s)) {
         free(ids);
         e.error = "the conversation does not fit in the context; reset the session";
         e.error_code = "context_full";
@@ -653,7 +651,8 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     saved = 1;
     confidence_turn_begin(&c->conf);
     double t0 = util_clock_ms();
-    rc = session_prefill(s, ids, (uint32_t)n_ids, 1);
+    rc = session_prefill(s, ids, (uint32_t)n_ids, 1, &c->env->cb, chat_cells(c));
+    if (rc == NEEDLE_OK) apply_logits_hook(c, ids, (uint32_t)n_ids);
     free(ids);
     if (rc) goto done;
     double t_prefill = util_clock_ms() - t0;
@@ -701,7 +700,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
     double t1 = util_clock_ms();
     while (t.phase != PH_DONE) {
         if (generated >= (uint32_t)p.max_new_tokens ||
-            needle_session_position(s) + n_pend >= n_ctx) {
+            session_position(s) + n_pend >= n_ctx) {
             e.error = generated >= (uint32_t)p.max_new_tokens
                           ? "generation reached max_new_tokens before the call was complete"
                           : "the conversation filled the context";
@@ -711,7 +710,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         int32_t forced = next_forced;
         t.left = (uint32_t)p.max_new_tokens - generated;
         uint32_t n_allowed = have_next ? next_allowed
-                                       : allowed_tokens(s, &t, p.max_think_tokens, &forced);
+                                       : allowed_tokens(c, &t, p.max_think_tokens, &forced);
         have_next = 0;
         int32_t tok = forced;
         if (n_allowed == 0) {
@@ -722,13 +721,13 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         const double t_pick = util_clock_ms();
         if (t.phase == PH_JSON && tok < 0 && t.closing) {
             /* follow the verified ending */
-            tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos, t.plan_len - t.plan_pos);
+            tok = closing_token(c, c->allowed, c->plan_buf + t.plan_pos, t.plan_len - t.plan_pos);
         } else if (t.phase == PH_JSON && tok < 0) {
-            tok = session_pick_token(needle_session_logits(s), c->allowed, c->vocab,
+            tok = session_pick_token(session_logits(s), c->allowed, c->vocab,
                                      p.temperature, &rng);
             size_t ending = 0;
             if (tok != c->id_end_call) {
-                if (fits_budget(s, &t, tok, t.left, &ending)) {
+                if (fits_budget(c, &t, tok, t.left, &ending)) {
                     /* the ending found after tok becomes the plan to fall back on */
                     char *swap = c->plan_buf;
                     c->plan_buf = c->close_buf;
@@ -739,17 +738,17 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
                     /* tok would leave too few tokens to finish: take the verified ending,
                      * which fits by construction, from here on */
                     t.closing = t.budget_ended = 1;
-                    tok = closing_token(s, c->allowed, c->plan_buf + t.plan_pos,
+                    tok = closing_token(c, c->allowed, c->plan_buf + t.plan_pos,
                                         t.plan_len - t.plan_pos);
                 }
             }
-            if (!t.closing) confidence_add_choice(&c->conf, needle_session_logits(s), c->allowed,
+            if (!t.closing) confidence_add_choice(&c->conf, session_logits(s), c->allowed,
                                                    c->vocab, tok);
         }
         if (t.phase == PH_JSON) /* the budget walks */
             session_stats(s)->grammar_ms += util_clock_ms() - t_pick;
         if (tok < 0)
-            tok = session_pick_token(needle_session_logits(s), c->allowed, c->vocab,
+            tok = session_pick_token(session_logits(s), c->allowed, c->vocab,
                                      p.temperature, &rng);
         if (t.phase == PH_JSON && t.closing && tok != c->id_end_call) {
             const char *b;
@@ -767,9 +766,9 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
             }
         }
         const enum phase chosen_in = t.phase;
-        advance(s, &t, tok);
+        advance(c, &t, tok);
         generated++;
-        if ((rc = stream_piece(s, chosen_in, tok))) break;
+        if ((rc = stream_piece(c, chosen_in, tok))) break;
         session_stats(s)->decode_steps++;
         /* the next step's allowed set, here once: a forced next token (one allowed)
          * needs no logits, and with jump-forward joins a run evaluated as one chunk when
@@ -778,21 +777,21 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         next_forced = -1;
         if (t.phase != PH_DONE) {
             t.left = (uint32_t)p.max_new_tokens - generated;
-            next_allowed = allowed_tokens(s, &t, p.max_think_tokens, &next_forced);
+            next_allowed = allowed_tokens(c, &t, p.max_think_tokens, &next_forced);
             have_next = 1;
             need_logits = next_forced < 0;
         }
         pend[n_pend++] = tok;
         if (!jump || need_logits || t.phase == PH_DONE ||
             generated >= (uint32_t)p.max_new_tokens) {
-            rc = run_pending(s, pend, n_pend, need_logits, sparse ? next_allowed : c->vocab, rows);
+            rc = run_pending(c, pend, n_pend, need_logits, sparse ? next_allowed : c->vocab, rows);
             n_pend = 0;
             if (rc) break;
         }
     }
     /* a run cut short by the budget or the context: evaluate it, as single steps would
      * have (the failed turn is rolled back anyway) */
-    if (n_pend && rc == NEEDLE_OK) rc = run_pending(s, pend, n_pend, 0, c->vocab, rows);
+    if (n_pend && rc == NEEDLE_OK) rc = run_pending(c, pend, n_pend, 0, c->vocab, rows);
     if (t.budget_ended || generated >= (uint32_t)p.max_new_tokens)
         session_stats(s)->budget_endings++;
     double t_decode = util_clock_ms() - t1;
@@ -821,7 +820,7 @@ int needle_session_complete(needle_session *s, const char *text, const needle_co
         c->last_turn_called = has_calls;
         e.type = is_result && !has_calls ? "respond" : "call";
         e.has_confidence = 1;
-        e.confidence = confidence_value(&c->conf, s);
+        e.confidence = confidence_value(&c->conf, session_stats(s));
         if (has_calls && e.confidence < p.min_confidence) {
             /* not to be executed: the calls are shown apart and the turn leaves no trace */
             e.type = "low_confidence";
@@ -838,7 +837,7 @@ done:
     /* a turn that failed in any way, reported in the envelope or by the status, is not
      * part of the conversation */
     if (saved && (rc != NEEDLE_OK || !e.success || suppressed))
-        roll_back(s, c, last_turn_called, rc);
+        roll_back(c, last_turn_called, rc);
     free(reasoning);
     free(pend);
     free(rows);
@@ -847,12 +846,11 @@ done:
     return rc;
 }
 
-int needle_session_append_turn(needle_session *s, const char *text, int32_t turn_kind,
-                               const char *calls_json) {
-    if (!s || !text || !calls_json)
+int chat_append_turn(struct chat *c, const char *text, int32_t turn_kind,
+                     const char *calls_json) {
+    if (!text || !calls_json)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "append_turn: NULL argument");
-    struct chat *c = chat_of(s);
-    if (!c) return needle_fail(NEEDLE_ERR_STATE, "append_turn: set tools on the session first");
+    model_session *s = c->env->core;
     char *calls = NULL;
     size_t calls_len = 0;
     int rc = grammar_json_canon(calls_json, strlen(calls_json), &calls, &calls_len);
@@ -866,7 +864,7 @@ int needle_session_append_turn(needle_session *s, const char *text, int32_t turn
     strbuf chunk = {0};
     int32_t *turn_ids = NULL, *call_ids = NULL, *ids = NULL;
     size_t n_turn = 0, n_call = 0, n = 0;
-    rc = render_turn(s, text, is_result, &chunk);
+    rc = render_turn(c, text, is_result, &chunk);
     if (rc == NEEDLE_OK) rc = prompt_encode_alloc(c->tok, chunk.data, chunk.len, 0, &turn_ids, &n_turn);
     if (rc == NEEDLE_OK) rc = prompt_encode_alloc(c->tok, calls, calls_len, 0, &call_ids, &n_call);
     if (rc == NEEDLE_OK && !(ids = malloc((n_turn + n_call + 4) * sizeof *ids)))
@@ -881,15 +879,16 @@ int needle_session_append_turn(needle_session *s, const char *text, int32_t turn
         n += n_call;
         ids[n++] = c->id_end_call;
         ids[n++] = c->id_im_end;
-        if (n > session_context_length(s) - needle_session_position(s))
+        if (n > session_context_length(s) - session_position(s))
             rc = needle_fail(NEEDLE_ERR_CONTEXT_FULL, "append_turn: %zu tokens do not fit: "
                              "position %u of a %u-position context", n,
-                             needle_session_position(s), session_context_length(s));
+                             session_position(s), session_context_length(s));
     }
     if (rc == NEEDLE_OK) rc = session_checkpoint_save(s, &c->turn_start, (uint32_t)n);
     if (rc == NEEDLE_OK) {
         const int last_turn_called = c->last_turn_called;
-        if ((rc = session_prefill(s, ids, (uint32_t)n, 0))) roll_back(s, c, last_turn_called, rc);
+        if ((rc = session_prefill(s, ids, (uint32_t)n, 0, &c->env->cb, chat_cells(c))))
+            roll_back(c, last_turn_called, rc);
         else c->last_turn_called = calls_len > 2;
     }
     free(chunk.data);
