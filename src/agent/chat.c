@@ -1,22 +1,12 @@
-/* Conversations with tools: prompt rendering, the constrained decode of one assistant turn,
- * and the envelope (spec §7-8).
- *
- * Template: cactus-needle 2.0.15, finetune.render_example. A conversation is
- *   [BOS] "<|im_start|>system\n" SYSTEM "<|im_end|>\n"        (only if SYSTEM is non-empty)
- *         "<|im_start|>user\n<tools>" TOOLS "</tools>"         <- static prefix, cached
- *         "\n" QUERY "<|im_end|>\n<|im_start|>assistant\n"     <- first turn
- *   assistant: "▁" ["<think>\n" REASONING "\n</think>\n"] "<tool_call>" CALLS "</tool_call><|im_end|>"
- * and, our choice where the package is silent (spec §8.6), later turns continue with
- *   "\n<|im_start|>user\n<tool_result>" RESULT "</tool_result><|im_end|>\n<|im_start|>assistant\n"
- *   "\n<|im_start|>user\n" QUERY "<|im_end|>\n<|im_start|>assistant\n"
- * Every piece after the first starts right after a marker, and markers split the text
- * into independently encoded segments, so encoding piece by piece (without the dummy
- * prefix) gives exactly the ids of encoding the whole conversation at once.
+/* Conversations with tools: the constrained decode of one assistant turn and the envelope
+ * (spec §7-8); the prompt template they render is agent/prompt.h's.
  *
  * Decoding is a small state machine: optional "▁", then either <think> (free text up to
  * max_think_tokens, then </think> and "\n" forced) or <tool_call>; then the call array,
  * constrained byte by byte by the grammar compiled from the schemas; then </tool_call> and
- * <|im_end|> forced. Forced tokens skip the logits (no choice to make). */
+ * <|im_end|> forced. Forced tokens skip the logits (no choice to make). A turn runs as
+ * named steps (chat_complete): begin (retrieve, render, encode, checkpoint, prefill),
+ * decode, envelope, end; the token budget's planner is agent/budget.h. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -463,27 +453,12 @@ static int stream_piece(const struct chat *c, enum phase phase, int32_t tok) {
     return session_emit(&c->env->cb, kind, tok, b, n);
 }
 
-/* Renders the turn text that precedes the assistant's answer. */
+/* Renders the turn text that precedes the assistant's answer (agent/prompt.h). */
 static int render_turn(const struct chat *c, const char *text, int is_result, strbuf *out) {
-    if (session_position(c->env->core) == c->prefix_len && !is_result) {
-        strbuf_puts(out, "\n");
-        strbuf_puts(out, text);
-    } else if (is_result) {
-        strbuf_puts(out, "\n<|im_start|>user\n<tool_result>");
-        /* results that are JSON are re-serialized like the training data; other text is
-         * passed through */
-        char *canon = NULL;
-        size_t canon_len = 0;
-        if (grammar_json_canon(text, strlen(text), &canon, &canon_len) == NEEDLE_OK) strbuf_put(out, canon, canon_len);
-        else strbuf_puts(out, text);
-        free(canon);
-        strbuf_puts(out, "</tool_result>");
-    } else {
-        strbuf_puts(out, "\n<|im_start|>user\n");
-        strbuf_puts(out, text);
-    }
-    strbuf_puts(out, "<|im_end|>\n<|im_start|>assistant\n");
-    return out->oom ? needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory") : NEEDLE_OK;
+    const prompt_turn kind = is_result ? PROMPT_TOOL_RESULT
+                             : session_position(c->env->core) == c->prefix_len ? PROMPT_FIRST_QUERY
+                                                                                : PROMPT_QUERY;
+    return prompt_render_turn(out, text, kind);
 }
 
 /* After a failed turn: the conversation as it was before it (turn_start covers every
