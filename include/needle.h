@@ -442,6 +442,25 @@ NEEDLE_API int needle_session_complete(needle_session *session, const char *text
 /* Tokens of the cached static prefix (0 if no tools were set). */
 NEEDLE_API uint32_t needle_session_prefix_length(const needle_session *session);
 
+/* The prompt template (README "Prompt template"; the library holds it in one place).
+ * needle_render_prompt writes the text a first turn puts before the model's answer, as
+ * needle_session_set_tools and needle_session_complete render it (the model also sees a
+ * BOS token first): the system block when `system` is non-empty, the tools re-serialized
+ * as in training, the query. needle_system_with_date writes the system facts as the
+ * cactus-needle 3.x client sends them with auto_date (3.2.8's rule): `system` unchanged
+ * when it already gives a date (a `date:` key, case-sensitive, not the tail of a word
+ * like `update:`; or a YYYY-MM-DD stamp in any Unicode decimal digits) or is a JSON
+ * object; "date: YYYY-MM-DD Ddd HH:MM" alone when it is blank; else that fact, "; " and
+ * `system`. The date and time are the caller's local ones (month 1-12, years 1000-9999;
+ * the English weekday is computed). Both write NUL-terminated text to out[cap] with its
+ * length in *len; NEEDLE_ERR_BUFFER_TOO_SMALL (*len = bytes needed without the NUL) when
+ * it does not fit; NEEDLE_ERR_JSON / NEEDLE_ERR_INVALID_ARGUMENT for bad input. */
+NEEDLE_API int needle_render_prompt(const char *system, const char *tools_json,
+                                    const char *query, char *out, size_t cap, size_t *len);
+NEEDLE_API int needle_system_with_date(const char *system, int32_t year, int32_t month,
+                                       int32_t day, int32_t hour, int32_t minute, char *out,
+                                       size_t cap, size_t *len);
+
 /* Counters for tests and benchmarks: forward passes run, tokens prefilled. */
 typedef struct needle_session_stats {
     uint32_t size; /* sizeof(needle_session_stats), see "Struct sizes" */

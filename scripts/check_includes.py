@@ -5,7 +5,9 @@ Every folder under src/ is one layer; a file may include headers of its own fold
 lower layers only, never of a higher layer nor of another folder of the same rank (format
 and tokenizer know nothing of each other). include/needle.h, the public header, is
 allowed everywhere. tools/ (the CLI) may include only the public header, its own files
-and the exporter library (src/export, src/quant; not part of libneedle). A cycle between folders is reported as well, whatever the ranks say.
+and the exporter library (src/export, src/quant; not part of libneedle). A cycle between folders is reported as well, whatever the ranks say. Above model/,
+agent/ and api/ include only its interface headers (MODEL_INTERFACE) and read no model or
+session field (FIELD_READ; model_api.c, the model's own public API, is exempt).
 
     python3 scripts/check_includes.py [repo root]     exit 0: clean, 1: violations
 
@@ -35,6 +37,14 @@ LAYERS = [
 # tools/ may include these src/ folders besides the public header: the exporter library
 TOOL_LIBRARIES = {"export", "quant", "hub", "train"}
 RANK = {folder: rank for rank, group in enumerate(LAYERS) for folder in group}
+# The model's headers the layers above may include: its accessors and the session's
+# functions (model.h, session.h), the probe heads (heads.h); arch.h and the forward's
+# internals stay inside model/ (issue 28: the public API lives on top and composes).
+MODEL_INTERFACE = {"model/model.h", "model/session.h", "model/heads.h"}
+# Reads of a model's or a model session's fields from above (the accessors are the way):
+# `->w.`, `->tok`, `->info`, `->bk` on a model `m` or a session `s`/`core`.
+FIELD_READ = re.compile(r"\b(?:m|model|s|core)->(?:w|tok|info|bk|pos|logits)\b")
+ABOVE_MODEL = {"agent", "api"}
 # headers generated at build time (not in the tree)
 GENERATED = {"metal_source.h"}
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh", ".m", ".metal")
@@ -101,6 +111,11 @@ def check(root):
             continue
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
+        if src_folder in ABOVE_MODEL and os.path.basename(rel) != "model_api.c":
+            for line_no, line in enumerate(text.splitlines(), 1):
+                if FIELD_READ.search(line):
+                    errors.append(f"{rel}:{line_no}: reads a model or session field; use "
+                                  "the accessors of model/model.h, model/session.h")
         for name in INCLUDE.findall(text):
             if os.path.basename(name) in GENERATED:
                 continue
@@ -117,6 +132,10 @@ def check(root):
                 continue
             if dst == src_folder:
                 continue
+            if dst == "model" and src_folder in ABOVE_MODEL and \
+                    target.replace(os.sep, "/")[len("src/"):] not in MODEL_INTERFACE:
+                errors.append(f'{rel}: #include "{name}": above model/ only '
+                              + ", ".join(sorted(MODEL_INTERFACE)) + " may be included")
             edges.setdefault(src_folder, set()).add(dst)
             counts[(src_folder, dst)] = counts.get((src_folder, dst), 0) + 1
             if RANK[dst] > RANK[src_folder]:

@@ -39,8 +39,8 @@ int bp_open(const needle_model *m, const needle_backend_ops *ops, const char *na
 }
 
 void bp_close(pair *p) {
-    needle_session_free(p->ref);
-    needle_session_free(p->dut);
+    session_free(p->ref);
+    session_free(p->dut);
     p->ref = p->dut = NULL;
 }
 
@@ -87,12 +87,12 @@ double bp_worst_rel(const float *a, const float *b, uint32_t n, size_t ld, uint3
 void bp_expect_same_greedy(pair *p, int steps) {
     const uint32_t V = p->ref->m->w.vocab;
     for (int step = 0; step < steps; step++) {
-        const int32_t a = session_pick_token(needle_session_logits(p->ref), NULL, V, 0.0f, NULL);
-        const int32_t b = session_pick_token(needle_session_logits(p->dut), NULL, V, 0.0f, NULL);
+        const int32_t a = session_pick_token(session_logits(p->ref), NULL, V, 0.0f, NULL);
+        const int32_t b = session_pick_token(session_logits(p->dut), NULL, V, 0.0f, NULL);
         CHECK_MSG(a == b, "%s greedy step %d: %d vs cpu %d", p->name, step, b, a);
         if (a != b) break;
-        CHECK_EQ_INT(needle_session_eval(p->ref, &a, 1, NULL, 0), NEEDLE_OK);
-        CHECK_EQ_INT(needle_session_eval(p->dut, &a, 1, NULL, 0), NEEDLE_OK);
+        CHECK_EQ_INT(session_eval(p->ref, &a, 1, NULL, 0, NULL), NEEDLE_OK);
+        CHECK_EQ_INT(session_eval(p->dut, &a, 1, NULL, 0, NULL), NEEDLE_OK);
     }
 }
 

@@ -15,7 +15,7 @@
 
 typedef struct pair {
     const char *name; /* the implementation and case under test, for messages */
-    needle_session *ref, *dut;
+    model_session *ref, *dut;
     double tol; /* |out - ref| <= tol x max(1, max|ref|) per op call */
 } pair;
 

@@ -32,11 +32,11 @@ static needle_model *open_fixture(const char *rel) {
     return m;
 }
 
-static needle_session *open_session(needle_model *m, const needle_backend_ops *ops,
+static model_session *open_session(needle_model *m, const needle_backend_ops *ops,
                                     int32_t window, int *rc) {
     needle_session_params sp = needle_session_default_params();
     sp.kv_window = window;
-    needle_session *s = NULL;
+    model_session *s = NULL;
     *rc = session_create_with_ops(m, &sp, ops, &s);
     return s;
 }
@@ -70,7 +70,7 @@ static void test_traits(void) {
 static const model_arch *real_arch;
 static uint32_t layer_calls;
 
-static void counting_layer(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n) {
+static void counting_layer(struct model_session *s, uint32_t li, uint32_t p0, uint32_t n) {
     layer_calls++;
     real_arch->layer(s, li, p0, n);
 }
@@ -83,24 +83,24 @@ static void test_layer_through_descriptor(void) {
         needle_model *m = open_fixture(files[f]);
         if (!m) return;
         int rc;
-        needle_session *ref = open_session(m, &cpu_backend_ops, -1, &rc);
+        model_session *ref = open_session(m, &cpu_backend_ops, -1, &rc);
         CHECK_EQ_INT(rc, NEEDLE_OK);
-        CHECK_EQ_INT(session_forward(ref, tokens, n, NULL, NULL), NEEDLE_OK);
+        CHECK_EQ_INT(session_forward(ref, tokens, n, NULL, NULL, NULL), NEEDLE_OK);
 
         real_arch = m->arch;
         model_arch counting = *m->arch;
         counting.layer = counting_layer;
         m->arch = &counting;
         layer_calls = 0;
-        needle_session *s = open_session(m, &cpu_backend_ops, -1, &rc);
+        model_session *s = open_session(m, &cpu_backend_ops, -1, &rc);
         CHECK_EQ_INT(rc, NEEDLE_OK);
-        CHECK_EQ_INT(session_forward(s, tokens, n, NULL, NULL), NEEDLE_OK);
+        CHECK_EQ_INT(session_forward(s, tokens, n, NULL, NULL, NULL), NEEDLE_OK);
         const uint32_t chunks = (n + s->bk.chunk - 1) / s->bk.chunk;
         CHECK_EQ_INT(layer_calls, chunks * m->w.n_layers);
         CHECK_MSG(!memcmp(s->logits, ref->logits, m->w.vocab * sizeof(float)),
                   "%s: logits differ through the descriptor", files[f]);
-        needle_session_free(s);
-        needle_session_free(ref);
+        session_free(s);
+        session_free(ref);
         m->arch = real_arch;
         needle_model_free(m);
     }
@@ -118,14 +118,14 @@ static void test_backend_by_traits(void) {
         CHECK(!model_backend_runs(m3, lacking[i]));
         CHECK(model_backend_runs(m2, lacking[i]));
         int rc;
-        needle_session *s = open_session(m3, lacking[i], -1, &rc);
+        model_session *s = open_session(m3, lacking[i], -1, &rc);
         CHECK_EQ_INT(rc, NEEDLE_ERR_BACKEND);
         CHECK(s == NULL);
         CHECK_MSG(strstr(needle_last_error(), "cannot run Needle 3 models") != NULL, "%s",
                   needle_last_error());
         s = open_session(m2, lacking[i], -1, &rc);
         CHECK_EQ_INT(rc, NEEDLE_OK);
-        needle_session_free(s);
+        session_free(s);
     }
     needle_model_free(m2);
     needle_model_free(m3);
@@ -135,14 +135,14 @@ static void test_session_rules(void) {
     needle_model *m2 = open_fixture("tiny_cq2.cact"), *m3 = open_fixture("v3/v3a.cact");
     if (!m2 || !m3) return;
     int rc;
-    needle_session *s = open_session(m2, &cpu_backend_ops, -1, &rc);
+    model_session *s = open_session(m2, &cpu_backend_ops, -1, &rc);
     CHECK_EQ_INT(rc, NEEDLE_OK);
     if (s) CHECK_EQ_INT(session_window(s), m2->info.kv_window);
-    needle_session_free(s);
+    session_free(s);
     s = open_session(m3, &cpu_backend_ops, -1, &rc);
     CHECK_EQ_INT(rc, NEEDLE_OK);
     if (s) CHECK_EQ_INT(session_window(s), 0);
-    needle_session_free(s);
+    session_free(s);
     uint32_t widest = 0;
     for (uint32_t l = 0; l < m3->w.n_layers; l++)
         if (m3->w.layers3[l].window > widest) widest = m3->w.layers3[l].window;
@@ -152,7 +152,7 @@ static void test_session_rules(void) {
     CHECK(s == NULL);
     s = open_session(m3, &cpu_backend_ops, (int32_t)widest, &rc);
     CHECK_EQ_INT(rc, NEEDLE_OK);
-    needle_session_free(s);
+    session_free(s);
     needle_model_free(m2);
     needle_model_free(m3);
 }
@@ -163,19 +163,19 @@ static void test_logits_request(void) {
     const int32_t tokens[] = {1, 6, 4, 12, 8};
     const uint32_t n = sizeof tokens / sizeof tokens[0];
     int rc;
-    needle_session *full = open_session(m, &cpu_backend_ops, -1, &rc);
-    needle_session *part = open_session(m, &cpu_backend_ops, -1, &rc);
+    model_session *full = open_session(m, &cpu_backend_ops, -1, &rc);
+    model_session *part = open_session(m, &cpu_backend_ops, -1, &rc);
     if (!full || !part) return;
     const logits_request skip = {1, NULL, 0};
     /* the same chunks as below: a chunk split may change the rounding */
-    CHECK_EQ_INT(session_forward(full, tokens, n - 1, NULL, &skip), NEEDLE_OK);
-    CHECK_EQ_INT(session_forward(full, tokens + n - 1, 1, NULL, NULL), NEEDLE_OK);
+    CHECK_EQ_INT(session_forward(full, tokens, n - 1, NULL, &skip, NULL), NEEDLE_OK);
+    CHECK_EQ_INT(session_forward(full, tokens + n - 1, 1, NULL, NULL, NULL), NEEDLE_OK);
     CHECK(full->has_logits);
-    CHECK_EQ_INT(session_forward(part, tokens, n - 1, NULL, &skip), NEEDLE_OK);
+    CHECK_EQ_INT(session_forward(part, tokens, n - 1, NULL, &skip, NULL), NEEDLE_OK);
     CHECK(!part->has_logits);
     const int32_t rows[] = {2, 3, 10};
     const logits_request some = {0, rows, 3};
-    CHECK_EQ_INT(session_forward(part, tokens + n - 1, 1, NULL, &some), NEEDLE_OK);
+    CHECK_EQ_INT(session_forward(part, tokens + n - 1, 1, NULL, &some, NULL), NEEDLE_OK);
     CHECK(part->has_logits);
     for (uint32_t v = 0, r = 0; v < m->w.vocab; v++) {
         if (r < 3 && rows[r] == (int32_t)v) {
@@ -186,8 +186,8 @@ static void test_logits_request(void) {
             CHECK_MSG(isinf(part->logits[v]) && part->logits[v] < 0, "id %u not masked", v);
         }
     }
-    needle_session_free(full);
-    needle_session_free(part);
+    session_free(full);
+    session_free(part);
     needle_model_free(m);
 }
 

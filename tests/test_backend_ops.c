@@ -41,7 +41,7 @@ static void test_ops_on(const needle_model *m, const needle_backend_ops *ops, co
     sp.n_ctx = 96;
     pair p;
     if (!bp_open(m, ops, name, &sp, kv_type == NEEDLE_KV_INT8 ? TOL_INT8 : TOL, &p)) return;
-    needle_session *r = p.ref, *d = p.dut;
+    model_session *r = p.ref, *d = p.dut;
     const uint32_t D = m->w.d, nl = m->w.n_lanes, nd = nl * D, C = r->bk.chunk, mix_ld = 2 * nl + nl * nl;
     const uint32_t A = m->w.attn_dim, kvd = m->w.kv_dim, hd = m->w.head_dim;
     const uint32_t n = 5; /* tokens per op call */
@@ -229,8 +229,8 @@ static void test_forward_on(const needle_model *m, const needle_backend_ops *ops
     for (uint32_t i = 0; i < n_tok; i++) toks[i] = (int32_t)((i * 7919u + 13u) % V);
     toks[0] = NEEDLE_TOKEN_BOS;
     float *lr = malloc((size_t)n_tok * V * sizeof *lr), *ld = malloc((size_t)n_tok * V * sizeof *ld);
-    CHECK_EQ_INT(needle_session_eval(p.ref, toks, n_tok, lr, (size_t)n_tok * V), NEEDLE_OK);
-    CHECK_EQ_INT(needle_session_eval(p.dut, toks, n_tok, ld, (size_t)n_tok * V), NEEDLE_OK);
+    CHECK_EQ_INT(session_eval(p.ref, toks, n_tok, lr, (size_t)n_tok * V, NULL), NEEDLE_OK);
+    CHECK_EQ_INT(session_eval(p.dut, toks, n_tok, ld, (size_t)n_tok * V, NULL), NEEDLE_OK);
     const double worst = bp_worst_rel(lr, ld, n_tok, V, V);
     CHECK_MSG(worst <= TOL_LOGITS, "%s forward: worst relative logit error %.3g", name, worst);
     bp_expect_same_greedy(&p, 16); /* greedy continuation, one token at a time */
@@ -247,7 +247,7 @@ static void test_reference_on(const needle_model *m, const needle_backend_ops *o
     sp.n_ctx = 80;
     sp.kv_window = window;
     sp.n_sinks = sinks;
-    needle_session *s = NULL;
+    model_session *s = NULL;
     CHECK_EQ_INT(session_create_with_ops(m, &sp, ops, &s), NEEDLE_OK);
     if (!s) return;
     enum { N_TOK = 40 };
@@ -257,7 +257,7 @@ static void test_reference_on(const needle_model *m, const needle_backend_ops *o
     toks[0] = NEEDLE_TOKEN_BOS;
     float *got = malloc((size_t)N_TOK * V * sizeof *got);
     float *want = malloc((size_t)N_TOK * V * sizeof *want);
-    CHECK_EQ_INT(needle_session_eval(s, toks, N_TOK, got, (size_t)N_TOK * V), NEEDLE_OK);
+    CHECK_EQ_INT(session_eval(s, toks, N_TOK, got, (size_t)N_TOK * V, NULL), NEEDLE_OK);
     CHECK_EQ_INT(reference_forward(&m->w, m->rope_freq, toks, N_TOK, (uint32_t)window, sinks,
                                    want), 0);
     const double worst = bp_worst_rel(want, got, N_TOK, V, V);
@@ -266,7 +266,7 @@ static void test_reference_on(const needle_model *m, const needle_backend_ops *o
     printf("  %s: vs the reference forward %.2e\n", name, worst);
     free(got);
     free(want);
-    needle_session_free(s);
+    session_free(s);
 }
 
 static void run_impl(const needle_backend_ops *ops, const char *name) {

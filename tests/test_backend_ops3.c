@@ -51,7 +51,7 @@ static void test_attention3_on(const needle_model *m, const needle_backend_ops *
                                const char *name, int32_t window, uint32_t sinks) {
     pair p;
     if (!open_pair(m, ops, name, window, sinks, &p)) return;
-    needle_session *r = p.ref, *d = p.dut;
+    model_session *r = p.ref, *d = p.dut;
     const model_weights *w = &m->w;
     const uint32_t C = r->bk.chunk, qk = w->qk_dim, vd = w->v_dim;
     const uint32_t Wq = w->n_heads * qk, Wk = w->n_kv_heads * qk, Wv = w->n_kv_heads * vd;
@@ -110,7 +110,7 @@ static void test_monarch_on(const needle_model *m, const needle_backend_ops *ops
                             const char *name) {
     pair p;
     if (!open_pair(m, ops, name, -1, 0, &p)) return;
-    needle_session *r = p.ref, *d = p.dut;
+    model_session *r = p.ref, *d = p.dut;
     const uint32_t D = m->w.d;
     char what[96];
     const uint32_t counts[] = {5, 1};
@@ -132,22 +132,22 @@ static void test_forward_on(const needle_model *m, const needle_backend_ops *ops
                             const char *name) {
     pair p;
     if (!open_pair(m, ops, name, -1, 0, &p)) return;
-    needle_session *r = p.ref, *d = p.dut;
+    model_session *r = p.ref, *d = p.dut;
     enum { N_TOK = 40 };
     const uint32_t V = m->w.vocab, cols = m->w.out_vocab;
     int32_t toks[N_TOK];
     for (uint32_t i = 0; i < N_TOK; i++) toks[i] = (int32_t)((i * 7919u + 13u) % cols);
     float *lr = malloc((size_t)N_TOK * V * sizeof *lr), *ld = malloc((size_t)N_TOK * V * sizeof *ld);
-    CHECK_EQ_INT(needle_session_eval(r, toks, N_TOK, lr, (size_t)N_TOK * V), NEEDLE_OK);
-    CHECK_EQ_INT(needle_session_eval(d, toks, N_TOK, ld, (size_t)N_TOK * V), NEEDLE_OK);
+    CHECK_EQ_INT(session_eval(r, toks, N_TOK, lr, (size_t)N_TOK * V, NULL), NEEDLE_OK);
+    CHECK_EQ_INT(session_eval(d, toks, N_TOK, ld, (size_t)N_TOK * V, NULL), NEEDLE_OK);
     const double prefill = bp_worst_rel(lr, ld, N_TOK, V, cols);
     CHECK_MSG(prefill <= TOL_LOGITS, "%s prefill: worst relative logit error %.3g", name,
               prefill);
     bp_expect_same_greedy(&p, 12);
     /* one-token steps from the reset state: the conv-tap and engram rings restart */
-    needle_session_reset(d);
+    session_reset(d);
     for (uint32_t t = 0; t < N_TOK; t++)
-        CHECK_EQ_INT(needle_session_eval(d, toks + t, 1, ld + (size_t)t * V, V), NEEDLE_OK);
+        CHECK_EQ_INT(session_eval(d, toks + t, 1, ld + (size_t)t * V, V, NULL), NEEDLE_OK);
     const double steps = bp_worst_rel(lr, ld, N_TOK, V, cols);
     CHECK_MSG(steps <= TOL_LOGITS, "%s steps: worst relative logit error %.3g", name, steps);
     printf("  %s: forward vs cpu, worst relative logit error prefill %.2e, steps %.2e\n", name,

@@ -41,14 +41,14 @@ static void test_rows_equal_full_logits(void) {
     const struct { const int32_t *rows; uint32_t n; } cases[] = {{few, n_few}, {many, n_many}};
     float *full = malloc(V * sizeof *full);
     for (int c = 0; c < 2; c++) {
-        needle_session *a = NULL, *b = NULL;
-        CHECK_EQ_INT(needle_session_create(m, NULL, &a), NEEDLE_OK);
-        CHECK_EQ_INT(needle_session_create(m, NULL, &b), NEEDLE_OK);
+        model_session *a = NULL, *b = NULL;
+        CHECK_EQ_INT(session_create(m, NULL, &a), NEEDLE_OK);
+        CHECK_EQ_INT(session_create(m, NULL, &b), NEEDLE_OK);
         if (a && b) {
-            CHECK_EQ_INT(session_run(a, prompt, 9, NULL, 1), NEEDLE_OK);
-            memcpy(full, needle_session_logits(a), V * sizeof *full);
-            CHECK_EQ_INT(session_run_rows(b, prompt, 9, cases[c].rows, cases[c].n), NEEDLE_OK);
-            const float *got = needle_session_logits(b);
+            CHECK_EQ_INT(session_run(a, prompt, 9, NULL, 1, NULL), NEEDLE_OK);
+            memcpy(full, session_logits(a), V * sizeof *full);
+            CHECK_EQ_INT(session_run_rows(b, prompt, 9, cases[c].rows, cases[c].n, NULL), NEEDLE_OK);
+            const float *got = session_logits(b);
             uint32_t r = 0, bad = 0;
             for (uint32_t v = 0; got && v < V; v++) {
                 if (r < cases[c].n && cases[c].rows[r] == (int32_t)v) {
@@ -60,11 +60,11 @@ static void test_rows_equal_full_logits(void) {
             }
             CHECK_MSG(got && bad == 0, "case %d: %u logits differ from the full run", c, bad);
             needle_session_stats st = {.size = sizeof st};
-            needle_session_get_stats(b, &st);
+            session_get_stats(b, &st);
             CHECK_EQ_INT(st.logit_rows, cases[c].n);
         }
-        needle_session_free(a);
-        needle_session_free(b);
+        session_free(a);
+        session_free(b);
     }
     free(full);
     needle_model_free(m);

@@ -100,20 +100,20 @@ static int confidence_logit(needle_model *m, uint32_t window, const int32_t *ids
     if (!h) return -1;
     needle_session_params sp = needle_session_default_params();
     sp.kv_window = (int32_t)window;
-    needle_session *s;
-    if (needle_session_create(m, &sp, &s) != NEEDLE_OK) return -1;
+    model_session *s;
+    if (session_create(m, &sp, &s) != NEEDLE_OK) return -1;
     head_pool pool;
     head_pool_init(&pool, h, m->w.d);
-    session_set_cell_observer(s, pool_cb, &pool);
+    const session_cells to_pool = {pool_cb, &pool};
     int rc = 0;
     if (steps) {
-        for (size_t i = 0; i < n && !rc; i++) rc = session_run(s, ids + i, 1, NULL, 0);
+        for (size_t i = 0; i < n && !rc; i++) rc = session_run(s, ids + i, 1, NULL, 0, &to_pool);
     } else {
-        rc = session_run(s, ids, (uint32_t)n, NULL, 0);
+        rc = session_run(s, ids, (uint32_t)n, NULL, 0, &to_pool);
     }
     if (!rc) rc = head_pool_output(&pool, logit);
     head_pool_free(&pool);
-    needle_session_free(s);
+    session_free(s);
     return rc;
 }
 
@@ -140,8 +140,8 @@ static void check_fixture(const char *name) {
     CHECK(needle_model_open(fixture_path(model_file), NULL, &m) == NEEDLE_OK);
     needle_session_params sp = needle_session_default_params();
     sp.kv_window = (int32_t)window;
-    needle_session *s;
-    CHECK(needle_session_create(m, &sp, &s) == NEEDLE_OK);
+    model_session *s, *embedder = NULL;
+    CHECK(session_create(m, &sp, &s) == NEEDLE_OK);
     double worst_emb = 0, worst_conf = 0;
     int n_cases = 0;
     const cJSON *c;
@@ -152,7 +152,7 @@ static void check_fixture(const char *name) {
         const cJSON *it;
         cJSON_ArrayForEach(it, jt) ids[i++] = (int32_t)it->valuedouble;
         float emb[HEAD_EMBED_DIM];
-        CHECK(session_embed_tokens(s, ids, n, emb) == NEEDLE_OK);
+        CHECK(session_embed_tokens(s, &embedder, ids, n, emb) == NEEDLE_OK);
         const cJSON *je = cJSON_GetObjectItem(c, "embedding");
         CHECK_EQ_INT(cJSON_GetArraySize(je), HEAD_EMBED_DIM);
         double mx = 0, err = 0;
@@ -181,7 +181,8 @@ static void check_fixture(const char *name) {
            "component), worst confidence-logit error %.3g (relative)\n",
            name, n_cases, window, worst_emb, worst_conf);
     CHECK(n_cases > 0);
-    needle_session_free(s);
+    session_free(embedder);
+    session_free(s);
     needle_model_free(m);
     cJSON_Delete(doc);
 }

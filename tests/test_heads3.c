@@ -101,19 +101,19 @@ static int head_output(needle_model *m, uint32_t code, const int32_t *ids, size_
                        float *out) {
     const probe_head *h = model_probe_head(m, code);
     if (!h) return -1;
-    needle_session *s;
-    if (needle_session_create(m, NULL, &s) != NEEDLE_OK) return -1;
+    model_session *s;
+    if (session_create(m, NULL, &s) != NEEDLE_OK) return -1;
     head_pool pool;
     int rc = head_pool_init(&pool, h, m->w.d);
-    if (!rc) rc = session_set_cell_observer(s, pool_cb, &pool);
+    const session_cells to_pool = {pool_cb, &pool};
     if (!rc && steps) {
-        for (size_t i = 0; i < n && !rc; i++) rc = session_run(s, ids + i, 1, NULL, 0);
+        for (size_t i = 0; i < n && !rc; i++) rc = session_run(s, ids + i, 1, NULL, 0, &to_pool);
     } else if (!rc) {
-        rc = session_run(s, ids, (uint32_t)n, NULL, 0);
+        rc = session_run(s, ids, (uint32_t)n, NULL, 0, &to_pool);
     }
     if (!rc) rc = head_pool_output(&pool, out);
     head_pool_free(&pool);
-    needle_session_free(s);
+    session_free(s);
     return rc;
 }
 
@@ -172,12 +172,13 @@ static void test_parity(void) {
             free(out);
         }
         /* the public call embeds text; the session path over ids must agree with the pool */
-        needle_session *s;
-        CHECK(needle_session_create(m, NULL, &s) == NEEDLE_OK);
+        model_session *s, *embedder = NULL;
+        CHECK(session_create(m, NULL, &s) == NEEDLE_OK);
         float emb[128];
-        CHECK(session_embed_tokens(s, ids, n, emb) == NEEDLE_OK);
+        CHECK(session_embed_tokens(s, &embedder, ids, n, emb) == NEEDLE_OK);
         CHECK(rel_error(emb, cJSON_GetObjectItem(c, "embedding"), 128) <= TOLERANCE);
-        needle_session_free(s);
+        session_free(embedder);
+        session_free(s);
         free(ids);
         n_cases++;
     }

@@ -26,6 +26,7 @@
 #include "grammar/grammar.h"
 #include "harness.h"
 #include "model/model.h"
+#include "api/session.h"
 #include "model/session.h"
 #include "needle.h"
 
@@ -389,7 +390,7 @@ static cJSON *looping_turn(needle_model *m, loop_hook *h, int32_t guard, int32_t
     CHECK_EQ_INT(needle_session_create(m, NULL, &s), NEEDLE_OK);
     if (!s) return NULL;
     CHECK_EQ_INT(needle_session_set_tools(s, "", NOTE_TOOLS), NEEDLE_OK);
-    session_set_logits_hook(s, favour_cycle, h);
+    api_session_set_logits_hook(s, favour_cycle, h);
     needle_complete_params p = needle_complete_default_params();
     p.turn = NEEDLE_TURN_QUERY;
     p.max_new_tokens = max_new;

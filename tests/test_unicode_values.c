@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "model/model.h"
+#include "api/session.h"
 #include "model/session.h"
 #include "needle.h"
 #include "tokenizer/tokenizer.h"
@@ -74,7 +75,7 @@ static cJSON *forced_turn(needle_model *m, forced *f) {
     CHECK_EQ_INT(needle_session_set_tools(s, "", TOOLS), NEEDLE_OK);
     f->active = 0;
     f->next = 0;
-    session_set_logits_hook(s, favour_next, f);
+    api_session_set_logits_hook(s, favour_next, f);
     needle_complete_params p = needle_complete_default_params();
     p.turn = NEEDLE_TURN_QUERY;
     static char out[1 << 16];

@@ -160,34 +160,34 @@ static void check_parity(const char *name, const char *model_file, int32_t depth
         CHECK_EQ_INT(c->cols, info.out_vocab);
         float *logits = malloc((size_t)(c->n + 1) * V * sizeof *logits);
         needle_session_params sp = needle_session_default_params();
-        needle_session *s = NULL;
+        model_session *s = NULL;
         CHECK_EQ_INT(g_ops ? session_create_with_ops(m, &sp, g_ops, &s)
-                           : needle_session_create(m, &sp, &s),
+                           : session_create(m, &sp, &s),
                      NEEDLE_OK);
         if (!s) {
             free(logits);
             continue;
         }
-        CHECK_EQ_INT(needle_session_eval(s, c->tokens, c->n, logits, (size_t)c->n * V), NEEDLE_OK);
+        CHECK_EQ_INT(session_eval(s, c->tokens, c->n, logits, (size_t)c->n * V, NULL), NEEDLE_OK);
         worst_prefill = fmax(worst_prefill, worst_error(logits, V, c));
         for (uint32_t p = 0; p < c->n; p++)
             CHECK_EQ_INT(argmax(logits + (size_t)p * V, V),
                          argmax(c->ref + (size_t)p * c->cols, c->cols));
         /* greedy continuation, one token per step */
         for (uint32_t g = 0; g < c->n_greedy; g++) {
-            const int32_t next = argmax(needle_session_logits(s), V);
+            const int32_t next = argmax(session_logits(s), V);
             CHECK_MSG(next == c->greedy[g], "%s case %u greedy step %u: %d, reference %d",
                       name, k, g, next, c->greedy[g]);
             if (next != c->greedy[g]) break;
-            CHECK_EQ_INT(needle_session_eval(s, &next, 1, NULL, 0), NEEDLE_OK);
+            CHECK_EQ_INT(session_eval(s, &next, 1, NULL, 0, NULL), NEEDLE_OK);
         }
         /* one-token steps from the reset state: the conv-tap and engram rings restart */
-        needle_session_reset(s);
+        session_reset(s);
         for (uint32_t p = 0; p < c->n; p++)
-            CHECK_EQ_INT(needle_session_eval(s, c->tokens + p, 1, logits + (size_t)p * V, V),
+            CHECK_EQ_INT(session_eval(s, c->tokens + p, 1, logits + (size_t)p * V, V, NULL),
                          NEEDLE_OK);
         worst_steps = fmax(worst_steps, worst_error(logits, V, c));
-        needle_session_free(s);
+        session_free(s);
         free(logits);
     }
     printf("  %-8s %-12s %-16s depth %-2d layers %u: worst |err|/max|logit| prefill %.3g, steps %.3g\n",

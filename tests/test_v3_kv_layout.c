@@ -67,26 +67,26 @@ static needle_model *open_model(const char *name, int32_t threads) {
     return m;
 }
 
-static needle_session *open_session(const needle_model *m, const needle_backend_ops *ops,
+static model_session *open_session(const needle_model *m, const needle_backend_ops *ops,
                                     int32_t kv, int32_t window, uint32_t sinks) {
     needle_session_params sp = needle_session_default_params();
     sp.kv_type = kv;
     sp.kv_window = window;
     sp.n_sinks = sinks;
-    needle_session *s = NULL;
+    model_session *s = NULL;
     CHECK_MSG(session_create_with_ops(m, &sp, ops, &s) == NEEDLE_OK, "session kv %d: %s", kv,
               needle_last_error());
     return s;
 }
 
 /* Logits [n][vocab] of tokens[0..n) from position 0 of s, by one prefill or one-token steps. */
-static float *run_logits(needle_session *s, const int32_t *tokens, uint32_t n, uint32_t vocab,
+static float *run_logits(model_session *s, const int32_t *tokens, uint32_t n, uint32_t vocab,
                          int steps) {
     float *out = malloc((size_t)n * vocab * sizeof *out);
     int rc = NEEDLE_OK;
-    if (!steps) rc = needle_session_eval(s, tokens, n, out, (size_t)n * vocab);
+    if (!steps) rc = session_eval(s, tokens, n, out, (size_t)n * vocab, NULL);
     for (uint32_t p = 0; steps && p < n && rc == NEEDLE_OK; p++)
-        rc = needle_session_eval(s, tokens + p, 1, out + (size_t)p * vocab, vocab);
+        rc = session_eval(s, tokens + p, 1, out + (size_t)p * vocab, vocab, NULL);
     CHECK_MSG(rc == NEEDLE_OK, "eval: %s", needle_last_error());
     if (rc == NEEDLE_OK) return out;
     free(out);
@@ -116,13 +116,13 @@ static void test_layout_and_bytes(void) {
                                                                      {(int32_t)win + 3, 2}};
         for (size_t sh = 0; sh < 2; sh++)
             for (size_t t = 0; t < 3; t++) {
-                needle_session *s = open_session(m, &cpu_backend_ops, kv_types[t],
+                model_session *s = open_session(m, &cpu_backend_ops, kv_types[t],
                                                  shapes[sh].window, shapes[sh].sinks);
-                needle_session *u = open_session(m, &uniform_ops, kv_types[t], shapes[sh].window,
+                model_session *u = open_session(m, &uniform_ops, kv_types[t], shapes[sh].window,
                                                  shapes[sh].sinks);
                 if (!s || !u) {
-                    needle_session_free(s);
-                    needle_session_free(u);
+                    session_free(s);
+                    session_free(u);
                     continue;
                 }
                 const uint32_t global_slots =
@@ -146,8 +146,8 @@ static void test_layout_and_bytes(void) {
                     want += 2 * (uint64_t)slots * row;
                 }
                 needle_session_stats st = {.size = sizeof st}, su = {.size = sizeof su};
-                CHECK_EQ_INT(needle_session_get_stats(s, &st), NEEDLE_OK);
-                CHECK_EQ_INT(needle_session_get_stats(u, &su), NEEDLE_OK);
+                CHECK_EQ_INT(session_get_stats(s, &st), NEEDLE_OK);
+                CHECK_EQ_INT(session_get_stats(u, &su), NEEDLE_OK);
                 CHECK_MSG(st.kv_bytes == want, "%s kv %d: %llu KV bytes reported, %llu per "
                           "layer", fixtures[f], kv_types[t], (unsigned long long)st.kv_bytes,
                           (unsigned long long)want);
@@ -157,8 +157,8 @@ static void test_layout_and_bytes(void) {
                     printf("  %s: f32 KV cache %llu bytes by layer kind (uniform layout "
                            "%llu)\n", fixtures[f],
                            (unsigned long long)st.kv_bytes, (unsigned long long)su.kv_bytes);
-                needle_session_free(s);
-                needle_session_free(u);
+                session_free(s);
+                session_free(u);
             }
         needle_model_free(m);
     }
@@ -182,9 +182,9 @@ static void test_same_as_uniform(void) {
             for (size_t sh = 0; sh < 2; sh++)
                 for (size_t t = 0; t < 3; t++)
                     for (int steps = 0; steps < 2; steps++) {
-                        needle_session *s = open_session(m, &cpu_backend_ops, kv_types[t],
+                        model_session *s = open_session(m, &cpu_backend_ops, kv_types[t],
                                                          shapes[sh].window, shapes[sh].sinks);
-                        needle_session *u = open_session(m, &uniform_ops, kv_types[t],
+                        model_session *u = open_session(m, &uniform_ops, kv_types[t],
                                                          shapes[sh].window, shapes[sh].sinks);
                         float *a = s ? run_logits(s, tokens, n, info.vocab, steps) : NULL;
                         float *b = u ? run_logits(u, tokens, n, info.vocab, steps) : NULL;
@@ -194,8 +194,8 @@ static void test_same_as_uniform(void) {
                                   shapes[sh].window, steps);
                         free(a);
                         free(b);
-                        needle_session_free(s);
-                        needle_session_free(u);
+                        session_free(s);
+                        session_free(u);
                     }
             needle_model_free(m);
         }
@@ -210,38 +210,38 @@ static void checkpoint_round(needle_model *m, const needle_backend_ops *ops,
                              const needle_model_info *info, int32_t kv, const int32_t *tokens,
                              uint32_t n, uint32_t at, const char *name) {
     const uint32_t V = info->vocab, rest = n - at;
-    needle_session *fresh = open_session(m, ops, kv, -1, 0);
-    needle_session *s = open_session(m, ops, kv, -1, 0);
+    model_session *fresh = open_session(m, ops, kv, -1, 0);
+    model_session *s = open_session(m, ops, kv, -1, 0);
     /* the same split as below (a prefill of `at` then steps: a prefill's last bits may
      * differ from steps') */
     float *want = malloc((size_t)rest * V * sizeof *want);
-    if (!fresh || needle_session_eval(fresh, tokens, at, NULL, 0) != NEEDLE_OK) {
+    if (!fresh || session_eval(fresh, tokens, at, NULL, 0, NULL) != NEEDLE_OK) {
         free(want);
         want = NULL;
     }
     for (uint32_t p = 0; want && p < rest; p++)
-        CHECK_EQ_INT(needle_session_eval(fresh, tokens + at + p, 1, want + (size_t)p * V, V),
+        CHECK_EQ_INT(session_eval(fresh, tokens + at + p, 1, want + (size_t)p * V, V, NULL),
                      NEEDLE_OK);
     float *got = malloc((size_t)rest * V * sizeof *got);
     session_checkpoint cp;
     memset(&cp, 0, sizeof cp);
-    if (s && want && got && needle_session_eval(s, tokens, at, NULL, 0) == NEEDLE_OK) {
+    if (s && want && got && session_eval(s, tokens, at, NULL, 0, NULL) == NEEDLE_OK) {
         CHECK_EQ_INT(session_checkpoint_save(s, &cp, rest), NEEDLE_OK);
         CHECK_EQ_INT(session_set_base(s), NEEDLE_OK);
         for (int round = 0; round < 3; round++) {
             if (round == 1) CHECK_EQ_INT(session_checkpoint_restore(s, &cp), NEEDLE_OK);
-            if (round == 2) needle_session_reset(s);
-            CHECK_EQ_INT(needle_session_position(s), at);
+            if (round == 2) session_reset(s);
+            CHECK_EQ_INT(session_position(s), at);
             int rc = NEEDLE_OK;
             for (uint32_t p = 0; p < rest && rc == NEEDLE_OK; p++)
-                rc = needle_session_eval(s, tokens + at + p, 1, got + (size_t)p * V, V);
+                rc = session_eval(s, tokens + at + p, 1, got + (size_t)p * V, V, NULL);
             CHECK_EQ_INT(rc, NEEDLE_OK);
             CHECK_MSG(memcmp(got, want, (size_t)rest * V * sizeof *got) == 0,
                       "%s kv %d: checkpoint at %u, round %d: logits differ", name, kv, at, round);
         }
         /* one position past its horizon the checkpoint cannot be restored */
-        if (needle_session_position(s) < info->max_seq_len) {
-            CHECK_EQ_INT(needle_session_eval(s, tokens, 1, NULL, 0), NEEDLE_OK);
+        if (session_position(s) < info->max_seq_len) {
+            CHECK_EQ_INT(session_eval(s, tokens, 1, NULL, 0, NULL), NEEDLE_OK);
             CHECK_EQ_INT(session_checkpoint_restore(s, &cp), NEEDLE_ERR_STATE);
         }
     } else {
@@ -250,8 +250,8 @@ static void checkpoint_round(needle_model *m, const needle_backend_ops *ops,
     session_checkpoint_free(&cp);
     free(want);
     free(got);
-    needle_session_free(s);
-    needle_session_free(fresh);
+    session_free(s);
+    session_free(fresh);
 }
 
 static void test_checkpoints(void) {
@@ -278,11 +278,11 @@ static void test_checkpoints(void) {
             char name[64];
             snprintf(name, sizeof name, "metal-c %s", fixtures[f]);
             checkpoint_round(m, &nk_backend_ops, &info, NEEDLE_KV_F32, tokens, n, at, name);
-            needle_session *c = open_session(m, &cpu_backend_ops, NEEDLE_KV_F32, -1, 0);
-            needle_session *g = open_session(m, &nk_backend_ops, NEEDLE_KV_F32, -1, 0);
+            model_session *c = open_session(m, &cpu_backend_ops, NEEDLE_KV_F32, -1, 0);
+            model_session *g = open_session(m, &nk_backend_ops, NEEDLE_KV_F32, -1, 0);
             CHECK(c && g && session_kv_bytes(c) == session_kv_bytes(g));
-            needle_session_free(c);
-            needle_session_free(g);
+            session_free(c);
+            session_free(g);
         }
 #endif
         needle_model_free(m);

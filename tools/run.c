@@ -130,39 +130,27 @@ static char *load_tools(const char *arg) {
     return text;
 }
 
-/* Settles the options' defaults (the sampling seed, the default model), then opens the
- * model and a session bound to the tools. Returns 0, or the exit status after printing
- * the error. */
-/* The system prompt with the local date fact in front, by the rules of cactus-needle
- * 3.2.8 (_with_date_fact): unchanged if it already has a `date:` key (not the tail of a
- * longer word) or a YYYY-MM-DD stamp, or if it is a JSON object; the fact alone if it is
- * blank; else "date: YYYY-MM-DD Ddd HH:MM; " + system. Returns malloc'd text or NULL. */
+/* The system prompt with the local date fact in front (needle_system_with_date: the rule
+ * of cactus-needle 3.x's client). Returns malloc'd text, or NULL with the error set. */
 static char *with_date_fact(const char *system) {
-    int has_fact = 0, blank = 1;
-    for (const char *p = system; *p; p++) {
-        if (!strncmp(p, "date:", 5) &&
-            !(p > system && ((p[-1] | 32) >= 'a' && (p[-1] | 32) <= 'z')))
-            has_fact = 1;
-        int stamp = 1;
-        for (int k = 0; k < 10 && stamp; k++)
-            stamp = p[k] && (k == 4 || k == 7 ? p[k] == '-' : (p[k] >= '0' && p[k] <= '9'));
-        if (stamp) has_fact = 1;
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') blank = 0;
-    }
-    const char *lead = system;
-    while (*lead == ' ' || *lead == '\t' || *lead == '\n' || *lead == '\r') lead++;
-    if (has_fact || (!blank && *lead == '{')) return strdup(system);
-    char fact[64];
     const time_t now = time(NULL);
     struct tm tm;
-    localtime_r(&now, &tm);
-    strftime(fact, sizeof fact, "date: %Y-%m-%d %a %H:%M", &tm);
-    const size_t n = strlen(fact) + strlen(system) + 3;
-    char *out = malloc(n);
-    if (out) snprintf(out, n, blank ? "%s" : "%s; %s", fact, system);
+    if (!localtime_r(&now, &tm)) return NULL;
+    size_t len = 0;
+    needle_system_with_date(system, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                            tm.tm_min, NULL, 0, &len);
+    char *out = malloc(len + 1);
+    if (out && needle_system_with_date(system, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                                       tm.tm_hour, tm.tm_min, out, len + 1, &len) != NEEDLE_OK) {
+        free(out);
+        out = NULL;
+    }
     return out;
 }
 
+/* Settles the options' defaults (the sampling seed, the default model), then opens the
+ * model and a session bound to the tools. Returns 0, or the exit status after printing
+ * the error. */
 static int open_agent(const cli_command *self, agent_options *o, needle_model **m,
                       needle_session **s) {
     *m = NULL;

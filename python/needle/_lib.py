@@ -225,6 +225,10 @@ def _declare(L: ctypes.CDLL) -> None:
         L.needle_validate_calls.restype = c.c_int
         L.needle_validate_calls.argtypes = [cp, cp, cp, c.c_int32, cp, c.c_char_p, c.c_size_t,
                                             c.POINTER(c.c_size_t)]
+    if hasattr(L, "needle_system_with_date"):  # absent from libraries before 0.3
+        L.needle_system_with_date.restype = c.c_int
+        L.needle_system_with_date.argtypes = [cp] + [c.c_int32] * 5 + [
+            c.c_char_p, c.c_size_t, c.POINTER(c.c_size_t)]
 
 
 def lib() -> ctypes.CDLL:

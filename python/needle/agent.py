@@ -129,11 +129,6 @@ def _tool_specs(tools: Any) -> List[Any]:
     return list(tools)
 
 
-# The official client's date fact: a "date:" key of its own (not the tail of "update:") or an
-# ISO date already in the system text means the caller gave the date.
-_DATE_GIVEN = re.compile(r"(?<![A-Za-z])date:|\d{4}-\d{2}-\d{2}")
-
-
 def _now() -> datetime.datetime:
     """The local time of the date fact (the tests fix it, so that a random-weight model's
     answers do not change with the minute)."""
@@ -143,12 +138,24 @@ def _now() -> datetime.datetime:
 def _with_date(system: Optional[str]) -> str:
     """``auto_date``: today's local date and time put before the system facts
     ("date: 2026-12-06 Sun 10:12; ..."), unless they already state a date or are a JSON
-    object (structured facts the caller owns), as the official client does."""
-    system = system or ""
-    if _DATE_GIVEN.search(system) or system.lstrip().startswith("{"):
-        return system
-    fact = _now().strftime("date: %Y-%m-%d %a %H:%M")
-    return fact + "; " + system if system.strip() else fact
+    object, by the official client's rule, which the library holds
+    (needle_system_with_date)."""
+    L = lib()
+    if not hasattr(L, "needle_system_with_date"):
+        raise NeedleError("this libneedle has no needle_system_with_date (older than 0.3): "
+                          "rebuild the library from the same source as the package")
+    now = _now()
+    # lone surrogates pass through as bytes the rule treats as other characters
+    text = (system or "").encode("utf-8", "surrogatepass")
+    args = (text, now.year, now.month, now.day, now.hour, now.minute)
+    n = ctypes.c_size_t(0)
+    buf = ctypes.create_string_buffer(len(text) + 64)
+    rc = L.needle_system_with_date(*args, buf, len(buf), ctypes.byref(n))
+    if rc == _lib.NEEDLE_ERR_BUFFER_TOO_SMALL:
+        buf = ctypes.create_string_buffer(n.value + 1)
+        rc = L.needle_system_with_date(*args, buf, len(buf), ctypes.byref(n))
+    check(rc)
+    return buf.raw[:n.value].decode("utf-8", "surrogatepass")
 
 
 # ---------------------------------------------------------------------------------------

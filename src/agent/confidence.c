@@ -12,11 +12,10 @@ static void pool_cells(void *user, const int32_t *tokens, uint32_t n, uint32_t c
     head_pool_add(user, tokens, n, cell, cells);
 }
 
-int confidence_attach(confidence_state *cs, needle_session *s) {
+int confidence_attach(confidence_state *cs, const struct needle_model *m) {
     memset(cs, 0, sizeof *cs);
-    const struct needle_model *m = session_model(s);
     const probe_head *h = model_probe_head(m, HEAD_CODE_CONFIDENCE);
-    if (!h) return session_set_cell_observer(s, NULL, NULL);
+    if (!h) return NEEDLE_OK;
     int rc;
     const uint32_t d = model_width(m);
     if ((rc = head_pool_init(&cs->pool, h, d)) || (rc = head_pool_init(&cs->base, h, d)) ||
@@ -25,10 +24,14 @@ int confidence_attach(confidence_state *cs, needle_session *s) {
         return rc;
     }
     cs->has_head = 1;
-    return session_set_cell_observer(s, pool_cells, &cs->pool);
+    cs->cells.fn = pool_cells;
+    cs->cells.user = &cs->pool;
+    return NEEDLE_OK;
 }
 
-void confidence_detach(needle_session *s) { session_set_cell_observer(s, NULL, NULL); }
+const session_cells *confidence_cells(const confidence_state *cs) {
+    return cs->has_head ? &cs->cells : NULL;
+}
 
 void confidence_free(confidence_state *cs) {
     head_pool_free(&cs->pool);
@@ -71,7 +74,7 @@ void confidence_add_choice(confidence_state *cs, const float *logits, const uint
     cs->choices++;
 }
 
-double confidence_value(const confidence_state *cs, needle_session *s) {
+double confidence_value(const confidence_state *cs, needle_session_stats *stats) {
     double value = cs->choices ? exp(cs->log_prob_sum / cs->choices) : 1.0;
     if (cs->has_head) {
         const double t0 = util_clock_ms();
@@ -80,7 +83,7 @@ double confidence_value(const confidence_state *cs, needle_session *s) {
             const double head = head_confidence_probability(logit);
             if (head < value) value = head;
         }
-        session_stats(s)->heads_ms += util_clock_ms() - t0;
+        stats->heads_ms += util_clock_ms() - t0;
     }
     if (!(value >= 0)) value = 0; /* NaN from non-finite logits */
     return value > 1 ? 1 : value;

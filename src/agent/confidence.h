@@ -28,16 +28,18 @@
 typedef struct confidence_state {
     int has_head;
     head_pool pool, base, turn_start;
+    session_cells cells;  /* what the conversation's runs hand their cells to: pool */
     double log_prob_sum;  /* this turn's chosen call tokens */
     uint32_t choices;
 } confidence_state;
 
-/* Sets up the pools (when the model has a confidence head) and starts pooling the
- * session's cells into cs, which must stay at this address while attached. */
-int confidence_attach(confidence_state *cs, needle_session *s);
-/* Stops pooling (before cs goes away). */
-void confidence_detach(needle_session *s);
+/* Sets up the pools when m has a confidence head; cs must then stay at this address, since
+ * confidence_cells points into it. */
+int confidence_attach(confidence_state *cs, const struct needle_model *m);
 void confidence_free(confidence_state *cs);
+/* The receiver every run of the conversation passes to the forward pass (model/session.h),
+ * or NULL without a head. */
+const session_cells *confidence_cells(const confidence_state *cs);
 
 void confidence_restart(confidence_state *cs);     /* a new prefix starts at position 0 */
 void confidence_pin_base(confidence_state *cs);    /* the tools prefix has run */
@@ -50,7 +52,7 @@ void confidence_turn_abort(confidence_state *cs);  /* the turn is rolled back */
 void confidence_add_choice(confidence_state *cs, const float *logits, const uint8_t *allowed,
                            uint32_t vocab, int32_t tok);
 
-/* The turn's confidence in [0, 1] (see above). */
-double confidence_value(const confidence_state *cs, needle_session *s);
+/* The turn's confidence in [0, 1] (see above); the head's time goes to stats. */
+double confidence_value(const confidence_state *cs, needle_session_stats *stats);
 
 #endif

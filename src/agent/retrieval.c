@@ -97,8 +97,10 @@ static int split_tools(tool_index *ix) {
     return NEEDLE_OK;
 }
 
-static int embed_text(needle_session *s, const char *text, size_t len, float *out) {
-    const tokenizer *tok = session_model(s)->tok;
+/* [BOS] + text[0:len] encoded as a prompt is, embedded (the rule of model/embed.c). */
+static int embed_text(model_session *s, model_session **embedder, const char *text, size_t len,
+                      float *out) {
+    const tokenizer *tok = model_tokenizer(session_model(s));
     size_t need = 0;
     int rc = tokenizer_encode_ex(tok, text, len, 1, NULL, 0, &need);
     if (rc && rc != NEEDLE_ERR_BUFFER_TOO_SMALL) return rc;
@@ -107,7 +109,7 @@ static int embed_text(needle_session *s, const char *text, size_t len, float *ou
     ids[0] = NEEDLE_TOKEN_BOS;
     size_t n = 0;
     rc = tokenizer_encode_ex(tok, text, len, 1, ids + 1, need, &n);
-    if (rc == NEEDLE_OK) rc = session_embed_tokens(s, ids, n + 1, out);
+    if (rc == NEEDLE_OK) rc = session_embed_tokens(s, embedder, ids, n + 1, out);
     free(ids);
     return rc;
 }
@@ -205,8 +207,8 @@ static int save_index(const tool_index *ix, const char *path, uint64_t model_fp)
               : needle_fail(NEEDLE_ERR_IO, "tool index: cannot write %s", path);
 }
 
-int tool_index_build(tool_index *ix, needle_session *s, char *canon, size_t canon_len,
-                     const char *index_path) {
+int tool_index_build(tool_index *ix, model_session *s, model_session **embedder, char *canon,
+                     size_t canon_len, const char *index_path) {
     (void)canon_len;
     memset(ix, 0, sizeof *ix);
     ix->canon = canon;
@@ -239,7 +241,9 @@ int tool_index_build(tool_index *ix, needle_session *s, char *canon, size_t cano
     uint32_t file_count = 0;
     if (!rc && index_path) ix->loaded = load_index(ix, index_path, model_fp, done, &file_count);
     for (uint32_t i = 0; i < ix->count && !rc; i++)
-        if (!done[i]) rc = embed_text(s, ix->text[i], ix->len[i], ix->embedding + (size_t)i * ix->dim);
+        if (!done[i])
+            rc = embed_text(s, embedder, ix->text[i], ix->len[i],
+                            ix->embedding + (size_t)i * ix->dim);
     free(done);
     /* the file holds exactly the current tools, or it is written again */
     if (!rc && index_path && (ix->loaded != ix->count || file_count != ix->count))
@@ -259,10 +263,10 @@ void tool_index_free(tool_index *ix) {
     memset(ix, 0, sizeof *ix);
 }
 
-int tool_index_select(const tool_index *ix, needle_session *s, const char *query, uint32_t k,
-                      uint32_t *chosen) {
+int tool_index_select(const tool_index *ix, model_session *s, model_session **embedder,
+                      const char *query, uint32_t k, uint32_t *chosen) {
     float q[HEAD_EMBED_DIM];
-    int rc = embed_text(s, query, strlen(query), q);
+    int rc = embed_text(s, embedder, query, strlen(query), q);
     if (rc) return rc;
     if (k > ix->count) k = ix->count;
     float *score = malloc(ix->count * sizeof *score);

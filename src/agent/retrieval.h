@@ -34,15 +34,16 @@ typedef struct tool_index {
 } tool_index;
 
 /* Splits the canonical tools array `canon` (taken over, freed with the index) into tools
- * and gets every embedding: from index_path when it holds them, else by embedding (then
- * the file is rewritten when index_path is given). */
-int tool_index_build(tool_index *ix, needle_session *s, char *canon, size_t canon_len,
-                     const char *index_path);
+ * and gets every embedding: from index_path when it holds them, else by embedding in
+ * *embedder, a second session beside s (model/embed.c; the file is then rewritten when
+ * index_path is given). */
+int tool_index_build(tool_index *ix, model_session *s, model_session **embedder, char *canon,
+                     size_t canon_len, const char *index_path);
 void tool_index_free(tool_index *ix);
 
 /* Chooses the k tools closest to `query`: chosen[0:k] (ascending tool order). */
-int tool_index_select(const tool_index *ix, needle_session *s, const char *query, uint32_t k,
-                      uint32_t *chosen);
+int tool_index_select(const tool_index *ix, model_session *s, model_session **embedder,
+                      const char *query, uint32_t k, uint32_t *chosen);
 
 /* "[" tools chosen[0:k] "]" as the canonical array text (malloc'd) and, in names_json,
  * the JSON array of their names (malloc'd). */

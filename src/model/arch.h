@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 struct needle_model;
-struct needle_session;
+struct model_session;
 
 typedef struct model_arch {
     uint32_t generation; /* the file tag it serves (cact_file.generation) */
@@ -25,7 +25,7 @@ typedef struct model_arch {
      * failed bind. */
     void (*unbind)(struct needle_model *m);
     /* One layer `li` over the chunk of n tokens at position p0 (forward.c chunk loop). */
-    void (*layer)(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n);
+    void (*layer)(struct model_session *s, uint32_t li, uint32_t p0, uint32_t n);
     /* Session creation: the KV window for the asked kv_window (-1: this architecture's
      * default) into *window, and what this architecture refuses (a8: the W·A8 mode). */
     int (*session_check)(const struct needle_model *m, int32_t kv_window, int a8,

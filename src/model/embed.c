@@ -1,10 +1,11 @@
-/* Embeddings from the contrastive probe head (spec §4.3): needle_session_embed and what
+/* Embeddings from the contrastive probe head (spec §4.3): needle_session_embed's and what
  * tool retrieval (agent/retrieval.c) builds on.
  *
  * What is embedded: [BOS] followed by the text encoded as a prompt is (dummy prefix on),
  * from position 0, alone; the official package's encode_contrastive takes a token
  * sequence and leaves that choice to the engine (spec §4.4). The run happens in a second
- * session (the embedder) made on first use with the same context, window and KV type, so
+ * session (the embedder, which the caller owns: the public session composes it) made on
+ * first use with the same context, window and KV type, so
  * a conversation in progress is never touched, and its cells are pooled as they come
  * (model/heads.h): one forward pass, no logits. */
 #include <stdlib.h>
@@ -21,16 +22,17 @@ static void pool_cells(void *user, const int32_t *tokens, uint32_t n, uint32_t c
     head_pool_add(user, tokens, n, cell, cells);
 }
 
-static int make_embedder(needle_session *s) {
-    if (s->embedder) return NEEDLE_OK;
-    needle_session_params p = needle_session_default_params();
-    p.n_ctx = s->n_ctx;
-    p.kv_window = (int32_t)s->bk.window;
-    p.kv_type = s->bk.kv_type;
-    return session_create_with_ops(s->m, &p, s->ops, &s->embedder);
+static int make_embedder(const model_session *like, model_session **embedder) {
+    if (*embedder) return NEEDLE_OK;
+    needle_session_params p = session_default_params();
+    p.n_ctx = like->n_ctx;
+    p.kv_window = (int32_t)like->bk.window;
+    p.kv_type = like->bk.kv_type;
+    return session_create_with_ops(like->m, &p, like->ops, embedder);
 }
 
-int session_embed_tokens(needle_session *s, const int32_t *ids, size_t n, float *out) {
+int session_embed_tokens(model_session *s, model_session **embedder, const int32_t *ids,
+                         size_t n, float *out) {
     const probe_head *head = model_probe_head(s->m, HEAD_CODE_CONTRASTIVE);
     if (!head)
         return needle_fail(NEEDLE_ERR_STATE, "embed: the model has no contrastive (retrieval) "
@@ -39,16 +41,14 @@ int session_embed_tokens(needle_session *s, const int32_t *ids, size_t n, float 
     if (n > s->n_ctx)
         return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "embed: %zu tokens, the context holds %u",
                            n, s->n_ctx);
-    int rc = make_embedder(s);
+    int rc = make_embedder(s, embedder);
     if (rc) return rc;
-    needle_session *e = s->embedder;
+    model_session *e = *embedder;
     head_pool pool;
     if ((rc = head_pool_init(&pool, head, s->m->w.d))) return rc;
-    needle_session_reset(e); /* no base: back to position 0 */
-    if ((rc = session_set_cell_observer(e, pool_cells, &pool)) == NEEDLE_OK) {
-        rc = session_run(e, ids, (uint32_t)n, NULL, 0);
-        session_set_cell_observer(e, NULL, NULL);
-    }
+    session_reset(e); /* no base: back to position 0 */
+    const session_cells to_pool = {pool_cells, &pool};
+    rc = session_run(e, ids, (uint32_t)n, NULL, 0, &to_pool);
     if (rc == NEEDLE_OK) {
         const double t0 = util_clock_ms();
         rc = head_pool_output(&pool, out);
@@ -64,9 +64,9 @@ int session_embed_tokens(needle_session *s, const int32_t *ids, size_t n, float 
     return rc;
 }
 
-int needle_session_embed(needle_session *s, const char *text, float *out, size_t cap,
-                         size_t *n_out) {
-    if (!s || !text || !n_out || (!out && cap))
+int session_embed_text(model_session *s, model_session **embedder, const char *text,
+                       float *out, size_t cap, size_t *n_out) {
+    if (!text || !n_out || (!out && cap))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "embed: NULL argument");
     const struct needle_model *m = s->m;
     const probe_head *head = model_probe_head(m, HEAD_CODE_CONTRASTIVE);
@@ -88,7 +88,7 @@ int needle_session_embed(needle_session *s, const char *text, float *out, size_t
     ids[0] = NEEDLE_TOKEN_BOS;
     size_t n = 0;
     rc = tokenizer_encode_ex(m->tok, text, len, 1, ids + 1, need, &n);
-    if (rc == NEEDLE_OK) rc = session_embed_tokens(s, ids, n + 1, out);
+    if (rc == NEEDLE_OK) rc = session_embed_tokens(s, embedder, ids, n + 1, out);
     free(ids);
     if (rc == NEEDLE_OK) needle_clear_error();
     return rc;

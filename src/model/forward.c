@@ -21,7 +21,7 @@
 
 /* A product over activations that the QAT model quantizes (spec §5.3, points 1-3; in
  * Needle 3 also the mHC phi products). */
-void forward_act_matmul(struct needle_session *s, const float *xr, size_t ld_x, uint32_t n,
+void forward_act_matmul(model_session *s, const float *xr, size_t ld_x, uint32_t n,
                        const cq_job *jobs, uint32_t njobs) {
     if (s->bk.a8) s->ops->matmul_a8(&s->bk, xr, ld_x, n, jobs, njobs);
     else s->ops->matmul(&s->bk, xr, ld_x, n, jobs, njobs);
@@ -30,7 +30,7 @@ void forward_act_matmul(struct needle_session *s, const float *xr, size_t ld_x, 
 /* ---- engram memory (§3.3) --------------------------------------------------------- */
 
 /* Token at absolute position t - back, for a chunk starting at p0 (0 before the start). */
-static int32_t token_back(const struct needle_session *s, const int32_t *tokens, uint32_t p0,
+static int32_t token_back(const model_session *s, const int32_t *tokens, uint32_t p0,
                           uint32_t t, uint32_t back) {
     if (back > t) return 0;
     uint32_t p = t - back;
@@ -40,7 +40,7 @@ static int32_t token_back(const struct needle_session *s, const int32_t *tokens,
 
 /* slots[i][j]: the table-j row of token p0 + i, or ENGRAM_MASKED before the n-gram's
  * oldest token exists. The same for every site (only the tables differ). */
-static void engram_slots(const struct needle_session *s, const int32_t *tokens, uint32_t p0,
+static void engram_slots(const model_session *s, const int32_t *tokens, uint32_t p0,
                          uint32_t n, uint32_t *slots) {
     const struct needle_model *m = s->m;
     const uint32_t heads = m->w.n_tables / m->w.n_orders;
@@ -66,7 +66,7 @@ static void engram_slots(const struct needle_session *s, const int32_t *tokens, 
     }
 }
 
-static void engram_chunk(struct needle_session *s, const int32_t *tokens, uint32_t p0,
+static void engram_chunk(model_session *s, const int32_t *tokens, uint32_t p0,
                          uint32_t n) {
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
@@ -87,7 +87,7 @@ static void engram_chunk(struct needle_session *s, const int32_t *tokens, uint32
 
 /* ---- the steps of a layer (§3.4-3.7), shared by every architecture's layer ---------- */
 
-void forward_mix_lanes(struct needle_session *s, uint32_t phi_layer, uint32_t n) {
+void forward_mix_lanes(model_session *s, uint32_t phi_layer, uint32_t n) {
     const struct needle_model *m = s->m;
     const uint32_t nl = m->w.n_lanes, mix_ld = 2 * nl + nl * nl;
     TIMED(mhc_ms, s->ops->lane_norm(&s->bk, s->lanes, n, s->nx));
@@ -101,7 +101,7 @@ void forward_mix_lanes(struct needle_session *s, uint32_t phi_layer, uint32_t n)
         TIMED(matmul_ms, s->ops->matmul(&s->bk, s->nx, m->w.phi_pre.cols_pad, n, phi, 3));
 }
 
-void forward_read_lanes(struct needle_session *s, uint32_t li, uint32_t n) {
+void forward_read_lanes(model_session *s, uint32_t li, uint32_t n) {
     const struct needle_model *m = s->m;
     const uint32_t d = m->w.d;
     const int site = model_site_of(m, li);
@@ -111,7 +111,7 @@ void forward_read_lanes(struct needle_session *s, uint32_t li, uint32_t n) {
           s->ops->lane_read(&s->bk, li, n, s->lanes, s->mix, ek, ev, s->u, s->bx, s->h, s->hr));
 }
 
-void forward_project_qkvg(struct needle_session *s, uint32_t li, uint32_t n) {
+void forward_project_qkvg(model_session *s, uint32_t li, uint32_t n) {
     const model_weights *w = &s->m->w;
     const layer_weights *l = &w->layers[li];
     const uint32_t H = w->n_heads, KV = w->n_kv_heads, qk = w->qk_dim, vd = w->v_dim;
@@ -122,17 +122,17 @@ void forward_project_qkvg(struct needle_session *s, uint32_t li, uint32_t n) {
     TIMED(matmul_ms, forward_act_matmul(s, s->hr, l->q_proj.cols_pad, n, qkvg, 4));
 }
 
-void forward_project_out(struct needle_session *s, uint32_t li, uint32_t n) {
+void forward_project_out(model_session *s, uint32_t li, uint32_t n) {
     const layer_weights *l = &s->m->w.layers[li];
     const cq_job out[] = {{&l->out_proj, 0, s->m->w.d, s->attn, s->m->w.d}};
     TIMED(matmul_ms, forward_act_matmul(s, s->o, l->out_proj.cols_pad, n, out, 1));
 }
 
-void forward_attention_residual(struct needle_session *s, uint32_t li, uint32_t n) {
+void forward_attention_residual(model_session *s, uint32_t li, uint32_t n) {
     TIMED(attention_ms, s->ops->attn_residual(&s->bk, li, n, s->attn, s->bx, s->x2, s->h));
 }
 
-void forward_write_lanes(struct needle_session *s, uint32_t li, uint32_t n) {
+void forward_write_lanes(model_session *s, uint32_t li, uint32_t n) {
     TIMED(mhc_ms, s->ops->lane_write(&s->bk, li, n, s->mix, s->x2, s->attn, s->u, s->lanes));
 }
 
@@ -145,11 +145,11 @@ void forward_mask_input_only(const struct needle_model *m, float *logits, uint32
 
 /* ---- cells for the probe heads (§4.1) ----------------------------------------------- */
 
-/* Hands cell `cell` of the chunk to the session's observer: the lanes come to the host (a
+/* Hands cell `cell` of the chunk to the run's receiver `to`: the lanes come to the host (a
  * copy on the CPU, a download on a device), cell 0 is any lane (all equal x0), later cells
  * the lane mean. */
-static void emit_cells(struct needle_session *s, const int32_t *tokens, uint32_t n,
-                       uint32_t cell) {
+static void emit_cells(model_session *s, const session_cells *to, const int32_t *tokens,
+                       uint32_t n, uint32_t cell) {
     const uint32_t d = s->m->w.d, nl = s->m->w.n_lanes;
     const double t0 = util_clock_ms();
     s->ops->download(&s->bk, s->cell_lanes, s->lanes, (size_t)n * nl * d * sizeof(float));
@@ -166,16 +166,17 @@ static void emit_cells(struct needle_session *s, const int32_t *tokens, uint32_t
             c[j] = sum / (float)nl;
         }
     }
-    s->cell_fn(s->cell_user, tokens, n, cell, s->cell_mean);
+    to->fn(to->user, tokens, n, cell, s->cell_mean);
     s->stats.heads_ms += util_clock_ms() - t0;
 }
 
 /* ---- the chunk loop -------------------------------------------------------------------- */
 
-int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
-                    float *all_logits, const logits_request *want) {
+int session_forward(model_session *s, const int32_t *tokens, uint32_t n,
+                    float *all_logits, const logits_request *want, const session_cells *cells) {
     static const logits_request every_id = {0, NULL, 0};
     if (!want) want = &every_id;
+    if (cells && !cells->fn) cells = NULL;
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
     const uint32_t d = m->w.d, nl = m->w.n_lanes, hd = m->w.head_dim;
@@ -193,11 +194,11 @@ int session_forward(struct needle_session *s, const int32_t *tokens, uint32_t n,
             }
         }
         TIMED(embed_ms, ops->embed(&s->bk, tok, cn, s->lanes));
-        if (s->cell_fn) emit_cells(s, tok, cn, 0);
+        if (cells) emit_cells(s, cells, tok, cn, 0);
         if (m->w.n_sites) engram_chunk(s, tok, p0, cn);
         for (uint32_t li = 0; li < m->w.n_layers; li++) {
             m->arch->layer(s, li, p0, cn);
-            if (s->cell_fn) emit_cells(s, tok, cn, li + 1);
+            if (cells) emit_cells(s, cells, tok, cn, li + 1);
         }
 
         for (uint32_t i = 0; i < cn; i++) s->history[(p0 + i) % SESSION_HISTORY] = tok[i];

@@ -3,7 +3,7 @@
  *
  * Cells (§4.1): for every token, cell 0 is the scaled embedding and cell i (1..L) the mean
  * of the lanes after layer i-1. The forward pass hands them over as they are computed
- * (session_set_cell_observer), so pooling needs no second pass and no cell storage: each
+ * (a run's session_cells), so pooling needs no second pass and no cell storage: each
  * probe keeps an online softmax (running max, running sum, a d-vector accumulator), which
  * gives the softmax over all cells jointly whatever order they arrive in. Tokens equal to
  * PAD (id 0) are skipped.

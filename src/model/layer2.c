@@ -6,7 +6,7 @@
 
 /* One layer over the chunk (§3.4-3.7): lane mixing, the lane read, RoPE attention, the
  * residual, the Hadamard MLP and the lane write. */
-static void needle2_layer(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n) {
+static void needle2_layer(struct model_session *s, uint32_t li, uint32_t p0, uint32_t n) {
     const needle_backend_ops *ops = s->ops;
     forward_mix_lanes(s, li, n);
     forward_read_lanes(s, li, n);

@@ -15,7 +15,7 @@
 #include "util/clock.h"
 #include "util/error.h"
 
-static void needle3_layer(struct needle_session *s, uint32_t li, uint32_t p0, uint32_t n) {
+static void needle3_layer(struct model_session *s, uint32_t li, uint32_t p0, uint32_t n) {
     const needle_backend_ops *ops = s->ops;
     forward_mix_lanes(s, s->m->w.file_layer[li], n);
     forward_read_lanes(s, li, n);

@@ -11,7 +11,7 @@
 
 #define DEFAULT_CHUNK 32u
 
-needle_session_params needle_session_default_params(void) {
+needle_session_params session_default_params(void) {
     needle_session_params p;
     memset(&p, 0, sizeof p);
     p.size = sizeof p;
@@ -34,13 +34,13 @@ needle_generate_params needle_generate_default_params(void) {
 }
 
 /* Backend memory for `n` floats (zeroed); sets *failed on failure. */
-static float *alloc_floats(needle_session *s, size_t n, int *failed) {
+static float *alloc_floats(model_session *s, size_t n, int *failed) {
     float *p = s->ops->alloc(&s->bk, (n ? n : 1) * sizeof(float));
     if (!p) *failed = 1;
     return p;
 }
 
-void needle_session_free(needle_session *s) {
+void session_free(model_session *s) {
     if (!s) return;
     if (s->ops) {
         float **bufs[] = {&s->bk.kv_scales, &s->bk.scores, &s->ev_hist, &s->lanes, &s->nx, &s->mix,
@@ -58,9 +58,7 @@ void needle_session_free(needle_session *s) {
     free(s->eng_slots);
     free(s->cell_lanes);
     free(s->cell_mean);
-    needle_session_free(s->embedder);
     session_checkpoint_free(&s->base);
-    if (s->ext_free) s->ext_free(s->ext);
     free(s);
 }
 
@@ -91,7 +89,7 @@ static size_t kv_row_bytes(const backend_ctx *b) {
  * where the backend addresses rows by layer it gets a ring of just that many (position
  * t in slot t % window, no sinks); every other layer the session's sinks and window.
  * Returns the rows of all layers. */
-static size_t kv_layout(const needle_session *s, uint32_t slots, uint32_t n_sinks,
+static size_t kv_layout(const model_session *s, uint32_t slots, uint32_t n_sinks,
                         kv_layer_layout *out) {
     const model_weights *w = &s->m->w;
     size_t rows = 0;
@@ -118,7 +116,7 @@ static size_t kv_layout(const needle_session *s, uint32_t slots, uint32_t n_sink
 /* (Re)lays out the KV cache for `slots` positions per global layer and `n_sinks` sinks,
  * growing its buffers (K, V, int8 scales, attention scores) in backend memory when they
  * are too small; on failure the session keeps its old layout and buffers. */
-static int kv_cache_alloc(needle_session *s, uint32_t slots, uint32_t n_sinks) {
+static int kv_cache_alloc(model_session *s, uint32_t slots, uint32_t n_sinks) {
     const struct needle_model *m = s->m;
     const needle_backend_ops *ops = s->ops;
     kv_layer_layout *layers = malloc((m->w.n_layers ? m->w.n_layers : 1) * sizeof *layers);
@@ -161,7 +159,7 @@ static int kv_cache_alloc(needle_session *s, uint32_t slots, uint32_t n_sinks) {
     return NEEDLE_OK;
 }
 
-size_t session_kv_bytes(const needle_session *s) {
+size_t session_kv_bytes(const model_session *s) {
     return 2 * s->bk.kv_rows * kv_row_bytes(&s->bk);
 }
 
@@ -185,10 +183,10 @@ static int resolve_activations(int32_t act, const needle_backend_ops *ops, int *
 }
 
 int session_create_with_ops(const needle_model *m, const needle_session_params *params,
-                            const needle_backend_ops *ops, needle_session **out) {
+                            const needle_backend_ops *ops, model_session **out) {
     if (!m || !out || !ops)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: NULL argument");
-    needle_session_params p = needle_session_default_params();
+    needle_session_params p = session_default_params();
     int size_rc = struct_size_in(&p, params, sizeof p, "session_create: needle_session_params");
     if (size_rc) return size_rc;
     if (p.kv_type < NEEDLE_KV_F32 || p.kv_type > NEEDLE_KV_INT8)
@@ -214,7 +212,7 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: n_sinks %u exceeds "
                            "n_ctx %u", p.n_sinks, n_ctx);
 
-    needle_session *s = calloc(1, sizeof *s);
+    model_session *s = calloc(1, sizeof *s);
     if (!s) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session_create: out of memory");
     s->m = m;
     s->n_ctx = n_ctx;
@@ -270,9 +268,11 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     s->rope_cs = calloc(C * m->w.head_dim, sizeof(float));
     /* engram header fields are only validated (and meaningful) when there are sites */
     s->eng_slots = calloc(m->w.n_sites ? C * m->w.n_tables : 1, sizeof(uint32_t));
-    if (!s->logits || !s->rope_cs || !s->eng_slots) failed = 1;
+    s->cell_lanes = malloc(C * nl * d * sizeof(float));
+    s->cell_mean = malloc(C * d * sizeof(float));
+    if (!s->logits || !s->rope_cs || !s->eng_slots || !s->cell_lanes || !s->cell_mean) failed = 1;
     if (failed) {
-        needle_session_free(s);
+        session_free(s);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session_create: out of memory for the "
                            "KV cache and buffers");
     }
@@ -281,8 +281,8 @@ int session_create_with_ops(const needle_model *m, const needle_session_params *
     return NEEDLE_OK;
 }
 
-int needle_session_create(const needle_model *m, const needle_session_params *params,
-                          needle_session **out) {
+int session_create(const needle_model *m, const needle_session_params *params,
+                   model_session **out) {
     if (!m || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_create: NULL argument");
     /* the operations of the backend chosen at model open (backend/backend.h) */
     const needle_backend_ops *ops = m->backend ? m->backend->ops : &cpu_backend_ops;
@@ -290,7 +290,7 @@ int needle_session_create(const needle_model *m, const needle_session_params *pa
 }
 
 /* Bytes of the engram ring and the Needle 3 conv-tap ring after it (0 without either). */
-static size_t engram_ring_bytes(const needle_session *s) {
+static size_t engram_ring_bytes(const model_session *s) {
     const struct needle_model *m = s->m;
     return ((size_t)m->w.n_sites * s->bk.ev_ring * m->w.d + qkv_hist_floats(m)) * sizeof(float);
 }
@@ -312,7 +312,7 @@ static void kv_layer_keep(const kv_layer_layout *L, uint32_t pos, uint32_t horiz
 
 /* Copies the cache rows of positions [first, first + n) of one layer to host (save) or
  * back, advancing *host. Their slots are consecutive but for the wrap of the ring. */
-static void kv_copy_rows(needle_session *s, uint8_t **host, uint32_t layer, uint32_t first,
+static void kv_copy_rows(model_session *s, uint8_t **host, uint32_t layer, uint32_t first,
                          uint32_t n, int save) {
     const backend_ctx *b = &s->bk;
     const kv_layer_layout *L = &b->kv_layers[layer];
@@ -341,7 +341,7 @@ static void kv_copy_rows(needle_session *s, uint8_t **host, uint32_t layer, uint
 }
 
 /* Copies every layer's kept rows (kv_layer_keep) of a checkpoint at pos to cp->kv or back. */
-static void kv_copy_kept(needle_session *s, uint8_t *host, uint32_t pos, uint32_t horizon,
+static void kv_copy_kept(model_session *s, uint8_t *host, uint32_t pos, uint32_t horizon,
                          int save) {
     for (uint32_t l = 0; l < s->m->w.n_layers; l++) {
         uint32_t first, rows;
@@ -350,7 +350,7 @@ static void kv_copy_kept(needle_session *s, uint8_t *host, uint32_t pos, uint32_
     }
 }
 
-int session_checkpoint_save(needle_session *s, session_checkpoint *cp, uint32_t horizon) {
+int session_checkpoint_save(model_session *s, session_checkpoint *cp, uint32_t horizon) {
     const size_t bytes = engram_ring_bytes(s);
     if (bytes && !cp->engram) {
         cp->engram = malloc(bytes);
@@ -383,7 +383,7 @@ int session_checkpoint_save(needle_session *s, session_checkpoint *cp, uint32_t 
     return NEEDLE_OK;
 }
 
-int session_checkpoint_restore(needle_session *s, const session_checkpoint *cp) {
+int session_checkpoint_restore(model_session *s, const session_checkpoint *cp) {
     if (cp->pos > s->pos || s->pos - cp->pos > cp->horizon)
         return needle_fail(NEEDLE_ERR_STATE, "session: cannot return to position %u from %u: "
                            "the checkpoint covers %u positions", cp->pos, s->pos, cp->horizon);
@@ -407,121 +407,79 @@ void session_checkpoint_free(session_checkpoint *cp) {
     memset(cp, 0, sizeof *cp);
 }
 
-int session_set_base(needle_session *s) {
+int session_set_base(model_session *s) {
     int rc = session_checkpoint_save(s, &s->base, UINT32_MAX);
     s->has_base = rc == NEEDLE_OK;
     return rc;
 }
 
-void session_set_extension(needle_session *s, void *ext, void (*on_reset)(void *ext),
-                           void (*free_fn)(void *ext)) {
-    if (s->ext_free) s->ext_free(s->ext);
-    s->ext = ext;
-    s->ext_on_reset = on_reset;
-    s->ext_free = free_fn;
-}
-
-int session_set_cell_observer(needle_session *s, session_cell_fn fn, void *user) {
-    if (fn && !s->cell_lanes) {
-        const size_t d = s->m->w.d;
-        s->cell_lanes = malloc((size_t)s->bk.chunk * s->m->w.n_lanes * d * sizeof(float));
-        s->cell_mean = malloc((size_t)s->bk.chunk * d * sizeof(float));
-        if (!s->cell_lanes || !s->cell_mean) {
-            free(s->cell_lanes);
-            free(s->cell_mean);
-            s->cell_lanes = s->cell_mean = NULL;
-            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory");
-        }
-    }
-    s->cell_fn = fn;
-    s->cell_user = user;
-    return NEEDLE_OK;
-}
-
-void *session_extension(const needle_session *s) { return s ? s->ext : NULL; }
-const struct needle_model *session_model(const needle_session *s) { return s->m; }
-uint32_t session_context_length(const needle_session *s) { return s->n_ctx; }
-uint32_t session_window(const needle_session *s) { return s->bk.window; }
-needle_session_stats *session_stats(needle_session *s) { return &s->stats; }
+const struct needle_model *session_model(const model_session *s) { return s->m; }
+uint32_t session_context_length(const model_session *s) { return s->n_ctx; }
+uint32_t session_window(const model_session *s) { return s->bk.window; }
+needle_session_stats *session_stats(model_session *s) { return &s->stats; }
+uint32_t session_position(const model_session *s) { return s->pos; }
+const float *session_logits(const model_session *s) { return s->has_logits ? s->logits : NULL; }
+float *session_logits_mut(model_session *s) { return s->has_logits ? s->logits : NULL; }
 
 /* The base covers any number of later positions (its KV rows that a window could drop
  * are in the checkpoint), so returning to it only fails when the session was re-laid. */
-void needle_session_reset(needle_session *s) {
-    if (!s) return;
+void session_reset(model_session *s) {
     if (!s->has_base || session_checkpoint_restore(s, &s->base) != NEEDLE_OK) {
         s->has_base = 0;
         s->pos = 0;
         s->has_logits = 0;
     }
-    if (s->ext_on_reset) s->ext_on_reset(s->ext);
 }
 
-/* session_forward with its bookkeeping (stats, timing, the tests' logits hook). */
-static int run_forward(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
-                       const logits_request *want) {
+/* session_forward with its bookkeeping (stats, timing). */
+static int run_forward(model_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
+                       const logits_request *want, const session_cells *cells) {
     double t0 = util_clock_ms();
-    int rc = session_forward(s, tokens, n, all_logits, want);
+    int rc = session_forward(s, tokens, n, all_logits, want, cells);
     s->stats.forward_ms += util_clock_ms() - t0;
-    if (rc == NEEDLE_OK && s->logits_hook && (!want->skip || all_logits))
-        s->logits_hook(s->logits_hook_user, tokens, n, s->logits, s->m->w.vocab);
     if (rc == NEEDLE_OK) s->stats.tokens_evaluated += n;
     s->stats.forward_calls++;
     return rc;
 }
 
-int session_run(needle_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
-                int want_logits) {
+int session_run(model_session *s, const int32_t *tokens, uint32_t n, float *all_logits,
+                int want_logits, const session_cells *cells) {
     const logits_request want = {!want_logits && !all_logits, NULL, 0};
-    return run_forward(s, tokens, n, all_logits, &want);
+    return run_forward(s, tokens, n, all_logits, &want, cells);
 }
 
-void session_set_logits_hook(needle_session *s, session_logits_fn fn, void *user) {
-    s->logits_hook = fn;
-    s->logits_hook_user = user;
-}
-
-int session_run_rows(needle_session *s, const int32_t *tokens, uint32_t n, const int32_t *rows,
-                     uint32_t n_rows) {
+int session_run_rows(model_session *s, const int32_t *tokens, uint32_t n, const int32_t *rows,
+                     uint32_t n_rows, const session_cells *cells) {
     const logits_request want = {0, rows, n_rows};
-    return run_forward(s, tokens, n, NULL, &want);
+    return run_forward(s, tokens, n, NULL, &want, cells);
 }
 
-int session_prefill(needle_session *s, const int32_t *tokens, uint32_t n, int want_logits) {
-    if (!s->cb.on_prefill) return session_run(s, tokens, n, NULL, want_logits);
+int session_prefill(model_session *s, const int32_t *tokens, uint32_t n, int want_logits,
+                    const needle_callbacks *cb, const session_cells *cells) {
+    if (!cb || !cb->on_prefill) return session_run(s, tokens, n, NULL, want_logits, cells);
     const uint32_t step = s->bk.chunk ? s->bk.chunk : n;
     for (uint32_t done = 0; done < n;) {
         const uint32_t cn = n - done < step ? n - done : step;
         /* only the last chunk's logits can be wanted */
-        int rc = session_run(s, tokens + done, cn, NULL, done + cn == n && want_logits);
+        int rc = session_run(s, tokens + done, cn, NULL, done + cn == n && want_logits, cells);
         if (rc) return rc;
         done += cn;
-        if (s->cb.on_prefill(s->cb.user, done, n))
+        if (cb->on_prefill(cb->user, done, n))
             return needle_fail(NEEDLE_ERR_CANCELLED, "prefill cancelled by the callback after "
                                "%u of %u tokens", done, n);
     }
     return NEEDLE_OK;
 }
 
-int session_emit(needle_session *s, int32_t kind, int32_t token, const char *text, size_t len) {
-    if (!s->cb.on_token || !len) return NEEDLE_OK;
-    if (s->cb.on_token(s->cb.user, kind, token, text, len))
+int session_emit(const needle_callbacks *cb, int32_t kind, int32_t token, const char *text,
+                 size_t len) {
+    if (!cb || !cb->on_token || !len) return NEEDLE_OK;
+    if (cb->on_token(cb->user, kind, token, text, len))
         return needle_fail(NEEDLE_ERR_CANCELLED, "decoding cancelled by the callback");
     return NEEDLE_OK;
 }
 
-int needle_session_set_callbacks(needle_session *s, const needle_callbacks *cb) {
-    if (!s) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "set_callbacks: NULL session");
-    needle_callbacks c;
-    memset(&c, 0, sizeof c);
-    if (cb) {
-        int rc = struct_size_in(&c, cb, sizeof c, "set_callbacks: needle_callbacks");
-        if (rc) return rc;
-    }
-    s->cb = c;
-    return NEEDLE_OK;
-}
-
-int session_configure_sinks(needle_session *s, uint32_t n_sinks) {
+int session_configure_sinks(model_session *s, uint32_t n_sinks) {
     if (n_sinks > s->n_ctx)
         return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "%u sink positions exceed the %u-position "
                            "context", n_sinks, s->n_ctx);
@@ -533,13 +491,7 @@ int session_configure_sinks(needle_session *s, uint32_t n_sinks) {
     return NEEDLE_OK;
 }
 
-uint32_t needle_session_position(const needle_session *s) { return s ? s->pos : 0; }
-
-const float *needle_session_logits(const needle_session *s) {
-    return s && s->has_logits ? s->logits : NULL;
-}
-
-static int check_tokens(const needle_session *s, const int32_t *tokens, size_t n) {
+static int check_tokens(const model_session *s, const int32_t *tokens, size_t n) {
     if (n > s->n_ctx - s->pos)
         return needle_fail(NEEDLE_ERR_CONTEXT_FULL, "%zu tokens do not fit: position %u of a "
                            "%u-position context", n, s->pos, s->n_ctx);
@@ -550,9 +502,9 @@ static int check_tokens(const needle_session *s, const int32_t *tokens, size_t n
     return NEEDLE_OK;
 }
 
-int needle_session_eval(needle_session *s, const int32_t *tokens, size_t n, float *logits,
-                        size_t cap) {
-    if (!s || (!tokens && n))
+int session_eval(model_session *s, const int32_t *tokens, size_t n, float *logits, size_t cap,
+                 const session_cells *cells) {
+    if (!tokens && n)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_eval: NULL argument");
     if (n == 0) return NEEDLE_OK;
     int rc = check_tokens(s, tokens, n);
@@ -560,7 +512,7 @@ int needle_session_eval(needle_session *s, const int32_t *tokens, size_t n, floa
     if (logits && cap / s->m->w.vocab < n)
         return needle_fail(NEEDLE_ERR_BUFFER_TOO_SMALL, "session_eval: logits buffer holds %zu "
                            "floats, %zu needed", cap, n * (size_t)s->m->w.vocab);
-    rc = session_run(s, tokens, (uint32_t)n, logits, 1);
+    rc = session_run(s, tokens, (uint32_t)n, logits, 1, cells);
     if (rc == NEEDLE_OK) needle_clear_error();
     return rc;
 }
@@ -594,10 +546,10 @@ int32_t session_pick_token(const float *logits, const uint8_t *allowed, uint32_t
     return best;
 }
 
-int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_prompt,
-                            const needle_generate_params *params, int32_t *out, size_t cap,
-                            size_t *n_out) {
-    if (!s || (!prompt && n_prompt) || (!out && cap) || !n_out)
+int session_generate(model_session *s, const int32_t *prompt, size_t n_prompt,
+                     const needle_generate_params *params, const needle_callbacks *cb,
+                     const session_cells *cells, int32_t *out, size_t cap, size_t *n_out) {
+    if ((!prompt && n_prompt) || (!out && cap) || !n_out)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "session_generate: NULL argument");
     needle_generate_params p = needle_generate_default_params();
     int size_rc = struct_size_in(&p, params, sizeof p,
@@ -609,7 +561,7 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
     *n_out = 0;
     int rc = check_tokens(s, prompt, n_prompt);
     if (rc) return rc;
-    if (n_prompt && (rc = session_prefill(s, prompt, (uint32_t)n_prompt, 1))) return rc;
+    if (n_prompt && (rc = session_prefill(s, prompt, (uint32_t)n_prompt, 1, cb, cells))) return rc;
     if (!s->has_logits)
         return needle_fail(NEEDLE_ERR_STATE, "session_generate: nothing evaluated yet; give a "
                            "prompt");
@@ -625,7 +577,7 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
                                "tokens", cap);
         }
         out[produced++] = tok;
-        if (s->cb.on_token) {
+        if (cb && cb->on_token) {
             const char *text = "";
             size_t len = 0;
             if (s->m->tok) tokenizer_token_bytes(s->m->tok, tok, &text, &len);
@@ -637,18 +589,18 @@ int needle_session_generate(needle_session *s, const int32_t *prompt, size_t n_p
                     len--;
                 }
             }
-            if ((rc = session_emit(s, NEEDLE_PIECE_TEXT, tok, text, len))) break;
+            if ((rc = session_emit(cb, NEEDLE_PIECE_TEXT, tok, text, len))) break;
         }
         if (s->pos >= s->n_ctx) break;
-        if ((rc = session_run(s, &tok, 1, NULL, 1))) break;
+        if ((rc = session_run(s, &tok, 1, NULL, 1, cells))) break;
     }
     *n_out = produced;
     if (rc == NEEDLE_OK) needle_clear_error();
     return rc;
 }
 
-int needle_session_get_stats(const needle_session *s, needle_session_stats *out) {
-    if (!s || !out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
+int session_get_stats(const model_session *s, needle_session_stats *out) {
+    if (!out) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "get_stats: NULL argument");
     needle_session_stats full = s->stats;
     if (s->ops->thread_stats) s->ops->thread_stats(&s->bk, &full.pool_dispatches, &full.pool_sync_ms);
     full.kv_bytes = session_kv_bytes(s);
