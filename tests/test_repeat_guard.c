@@ -417,7 +417,7 @@ static void looping_hour(needle_model *m, loop_hook *h, int32_t guard, char *hou
     CHECK_EQ_INT(needle_session_create(m, NULL, &s), NEEDLE_OK);
     if (!s) return;
     CHECK_EQ_INT(needle_session_set_tools(s, "", HOUR_TOOLS), NEEDLE_OK);
-    session_set_logits_hook(s, favour_cycle, h);
+    api_session_set_logits_hook(s, favour_cycle, h);
     needle_complete_params p = needle_complete_default_params();
     p.turn = NEEDLE_TURN_QUERY;
     p.max_new_tokens = 120;
