@@ -467,7 +467,7 @@ done:
 /* ---- checks the official fine-tuner does not make (warnings) -------------------------- */
 
 static void report_f(ft_report_fn report, void *user, uint32_t line, int severity, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+    NEEDLE_PRINTF(5, 6);
 static void report_f(ft_report_fn report, void *user, uint32_t line, int severity, const char *fmt, ...) {
     if (!report) return;
     char msg[1024];
