@@ -60,7 +60,9 @@ LIBNAME = "libneedle.dylib" if sys.platform == "darwin" else "libneedle.so"
 CJSON = "libcjson.so.1"
 # what the sdist carries of the repository (tests/ are not needed: NEEDLE_BUILD_TESTS=OFF)
 SDIST_TREE = ("CMakeLists.txt", "LICENSE", "cmake", "include", "src", "tools",
-              "models/needle-demo.cact", "models/needle-demo.tools.json")
+              "models/needle-demo.cact", "models/needle-demo.tools.json",
+              # sources of executables CMakeLists.txt declares (the training benchmarks)
+              "bench/train/train_io.c", "bench/train3_step.c")
 
 
 class LibraryBuildError(RuntimeError):
