@@ -21,47 +21,6 @@
 #include "quant/bits_map.h"
 #include "train/lora_merge.h"
 
-static uint8_t *read_whole(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "needle: cannot open %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    uint8_t *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
-        buf = malloc((size_t)n + 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "needle: cannot read %s%s\n", path, buf || n < 0 ? "" : " (out of memory)");
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
-static int write_file(const char *path, const uint8_t *data, size_t size) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        fprintf(stderr, "needle: output path too long\n");
-        return 1;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fprintf(stderr, "needle: cannot create %s: %s\n", tmp, strerror(errno));
-        return 1;
-    }
-    const int ok = fwrite(data, 1, size, f) == size;
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "needle: cannot write %s: %s\n", path, strerror(errno));
-        remove(tmp);
-        return 1;
-    }
-    return 0;
-}
-
 static int ends_with(const char *s, const char *suffix) {
     const size_t n = strlen(s), m = strlen(suffix);
     return n >= m && !strcmp(s + n - m, suffix);
@@ -96,7 +55,7 @@ typedef struct build_job {
 /* checkpoint (+ adapter) -> merged view -> export (-> rung) -> checked image */
 static int build_image(const build_job *job, uint8_t **image, size_t *size) {
     size_t ck_size;
-    uint8_t *ck_image = read_whole(job->ckpt_path, &ck_size);
+    uint8_t *ck_image = cli_read_file(job->ckpt_path, &ck_size);
     if (!ck_image) return 1;
     char *config_json = NULL;
     st_file ck = {0};
@@ -211,7 +170,7 @@ static int run_build(const cli_command *self, int argc, char **argv) {
 
     /* the base archive: its tokenizer, its depth, and the output when nothing changes */
     size_t base_size;
-    uint8_t *base = read_whole(weights, &base_size);
+    uint8_t *base = cli_read_file(weights, &base_size);
     if (!base) return 1;
     cact_file bf;
     if ((st = cact_parse(base, base_size, &bf))) {
@@ -235,7 +194,7 @@ static int run_build(const cli_command *self, int argc, char **argv) {
             rc = cli_usage_error(self, "pass --out OUT.cact");
             goto done;
         }
-        if (!(rc = write_file(out_path, base, base_size)) && !quiet)
+        if (!(rc = cli_write_file_atomically(out_path, base, base_size)) && !quiet)
             printf("  %-9s %s  %.2f MB  the base archive\n", "wrote", out_path, (double)base_size / 1e6);
         goto done;
     }
@@ -283,7 +242,7 @@ static int run_build(const cli_command *self, int argc, char **argv) {
                            .tokenizer_size = (size_t)tok->nbytes,
                            .quiet = quiet};
     if (build_image(&job, &image, &image_size)) goto done;
-    if (!(rc = write_file(out_path, image, image_size)) && !quiet)
+    if (!(rc = cli_write_file_atomically(out_path, image, image_size)) && !quiet)
         printf("  %-9s %s  %.2f MB  W%sA8\n", "wrote", out_path, (double)image_size / 1e6, bits);
 done:
     free(image);

@@ -242,3 +242,56 @@ int cli_exec_helper(const char *helper, const char *command, char **argv) {
     return 1;
 }
 #endif
+
+uint8_t *cli_read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "needle: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap + 1);
+    while (buf) {
+        const size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        uint8_t *nb = cap <= SIZE_MAX / 4 ? realloc(buf, 2 * cap + 1) : NULL;
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    const int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        fprintf(stderr, "needle: cannot read %s%s\n", path, buf ? "" : " (out of memory)");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *size = n;
+    return buf;
+}
+
+int cli_write_file_atomically(const char *path, const uint8_t *data, size_t size) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        fprintf(stderr, "needle: output path too long\n");
+        return 1;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        fprintf(stderr, "needle: cannot create %s: %s\n", tmp, strerror(errno));
+        return 1;
+    }
+    const int ok = fwrite(data, 1, size, f) == size;
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "needle: cannot write %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    return 0;
+}

@@ -12,6 +12,7 @@
 #ifndef NEEDLE_TOOLS_CLI_H
 #define NEEDLE_TOOLS_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "needle.h"
@@ -161,5 +162,13 @@ unsigned long long cli_sampling_seed(unsigned long long seed, int seed_given,
 
 /* Writes s as a JSON string literal (quotes, backslashes and control bytes escaped). */
 void cli_json_string(FILE *f, const char *s);
+
+/* The whole file (pipes too: no seek) with a NUL after it that *size does not count, or
+ * NULL after "needle: cannot open|read PATH" on stderr. */
+uint8_t *cli_read_file(const char *path, size_t *size);
+
+/* PATH written through a temporary beside it and a rename, so a failed write leaves the
+ * old file (or none); 0, or 1 after a message. */
+int cli_write_file_atomically(const char *path, const uint8_t *data, size_t size);
 
 #endif

@@ -22,59 +22,6 @@
 #include "export/spm_model.h"
 #include "quant/bits_map.h"
 
-static uint8_t *slurp(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "needle: cannot open %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap + 1);
-    while (buf) {
-        const size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        uint8_t *nb = cap <= SIZE_MAX / 4 ? realloc(buf, 2 * cap + 1) : NULL;
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    const int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        fprintf(stderr, "needle: cannot read %s%s\n", path, buf ? "" : " (out of memory)");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *size = n;
-    return buf;
-}
-
-static int write_atomically(const char *path, const uint8_t *data, size_t size) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        fprintf(stderr, "needle: output path too long\n");
-        return 1;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fprintf(stderr, "needle: cannot create %s: %s\n", tmp, strerror(errno));
-        return 1;
-    }
-    const int ok = fwrite(data, 1, size, f) == size;
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "needle: cannot write %s: %s\n", path, strerror(errno));
-        remove(tmp);
-        return 1;
-    }
-    return 0;
-}
-
 /* ---- progress and reports ------------------------------------------------------------ */
 
 typedef struct run_state {
@@ -170,7 +117,7 @@ static int finish(cact_writer *w, run_state *s, const char *out_path, const char
         free(image);
         return cli_lib_error("the file to write does not load (nothing written)", st);
     }
-    const int rc = write_atomically(out_path, image, size);
+    const int rc = cli_write_file_atomically(out_path, image, size);
     free(image);
     if (!rc) print_summary(stdout, w, s, out_path, size, bits, json, table);
     return rc;
@@ -199,7 +146,7 @@ static int run_export(const cli_command *self, int argc, char **argv) {
     if (!out_path) return cli_usage_error(self, "-o OUT.cact is required");
 
     size_t cfg_size, ck_size, tok_size = 0;
-    uint8_t *cfg_text = slurp(config_path, &cfg_size);
+    uint8_t *cfg_text = cli_read_file(config_path, &cfg_size);
     if (!cfg_text) return 1;
     export_config cfg;
     export3_config cfg3;
@@ -214,7 +161,7 @@ static int run_export(const cli_command *self, int argc, char **argv) {
     uint8_t *tok_model = NULL, *tok_blob = NULL;
     uint32_t pieces = 0;
     if (tok_path) {
-        if (!(tok_model = slurp(tok_path, &tok_size))) return 1;
+        if (!(tok_model = cli_read_file(tok_path, &tok_size))) return 1;
         size_t blob_size;
         st = v3 ? spm_tokenizer_blob_v3(tok_model, tok_size, &tok_blob, &blob_size, &pieces)
                 : spm_tokenizer_blob(tok_model, tok_size, &tok_blob, &blob_size, &pieces);
@@ -222,7 +169,7 @@ static int run_export(const cli_command *self, int argc, char **argv) {
         if (st) return cli_lib_error(tok_path, st);
         tok_size = blob_size;
     }
-    uint8_t *ck_image = slurp(ckpt_path, &ck_size);
+    uint8_t *ck_image = cli_read_file(ckpt_path, &ck_size);
     if (!ck_image) {
         free(tok_blob);
         return 1;
@@ -324,7 +271,7 @@ static int run_quantize(const cli_command *self, int argc, char **argv) {
     bits_map map;
     if (bits && bits_map_parse(bits, &map)) return cli_usage_error(self, "--bits: %s", needle_last_error());
     size_t size;
-    uint8_t *image = slurp(in_path, &size);
+    uint8_t *image = cli_read_file(in_path, &size);
     if (!image) return 1;
     if (depth) {
         uint8_t *rung;
@@ -348,7 +295,7 @@ static int run_quantize(const cli_command *self, int argc, char **argv) {
         /* the slice is the file: nothing re-quantized, so no error report */
         st = cact_check_image(image, size);
         rc = st ? cli_lib_error("the file to write does not load (nothing written)", st)
-                : write_atomically(out_path, image, size);
+                : cli_write_file_atomically(out_path, image, size);
         if (!rc && json) {
             fputs("{\"output\": ", stdout);
             cli_json_string(stdout, out_path);

@@ -23,38 +23,6 @@ static void on_report(void *user, uint32_t line, int severity, const char *msg) 
     r->shown++;
 }
 
-static char *read_text(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "needle: cannot open %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = realloc(buf, 2 * cap + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    const int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        fprintf(stderr, "needle: cannot read %s\n", path);
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *size = n;
-    return buf;
-}
-
 static int run_encode_data(const cli_command *self, int argc, char **argv) {
     const char *data_path = NULL, *weights = NULL, *out_path = NULL;
     long max_len = 1024;
@@ -71,7 +39,7 @@ static int run_encode_data(const cli_command *self, int argc, char **argv) {
     if (!out_path) return cli_usage_error(self, "--out FILE is required");
     if (!weights && !cli_default_weights(&weights) && !weights) return cli_no_weights();
     size_t size;
-    char *text = read_text(data_path, &size);
+    char *text = (char *)cli_read_file(data_path, &size);
     if (!text) return 1;
     needle_model *m = NULL;
     if ((st = needle_model_open(weights, NULL, &m)) != NEEDLE_OK) {

@@ -20,38 +20,11 @@ typedef struct batch {
     uint32_t B, T;
 } batch;
 
-static char *slurp(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = (n + 65536 + 1) * 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) break;
-            buf = nb;
-        }
-        const size_t r = fread(buf + n, 1, 65536, f);
-        n += r;
-        if (r < 65536) break;
-    }
-    const int bad = ferror(f) || !buf;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *size = n;
-    return buf;
-}
-
 /* --batch: one {"ids": [...], "mask": [...]} per line, every line of one length */
 static int read_batch(const cli_command *cmd, const char *path, batch *b) {
     memset(b, 0, sizeof *b);
     size_t size = 0;
-    char *text = slurp(path, &size);
+    char *text = (char *)cli_read_file(path, &size);
     if (!text) return cli_usage_error(cmd, "cannot read the batch %s", path);
     int rc = 0, line_no = 0;
     char *save = NULL;
@@ -124,7 +97,7 @@ static int run_grad(const cli_command *cmd, int argc, char **argv) {
     batch b;
     if ((rc = read_batch(cmd, batch_path, &b))) return rc;
     size_t size = 0;
-    uint8_t *img = (uint8_t *)slurp(ckpt_path, &size);
+    uint8_t *img = cli_read_file(ckpt_path, &size);
     st_file st;
     memset(&st, 0, sizeof st);
     g3_model *m = NULL;
