@@ -172,28 +172,11 @@ uint32_t export3_effective_kv_window(const export3_config *c) {
 
 /* ---- numpy's legacy RandomState(seed).permutation(n) -------------------------------- */
 
-/* out[0..n) = offset + permutation of 0..n-1: arange, then the legacy Fisher-Yates shuffle
- * drawing each index by masked rejection (random_interval) */
+/* out[0..n) = offset + RandomState(seed).permutation(n), as floats (the file stores them so) */
 static int legacy_permutation(uint32_t seed, uint32_t n, uint32_t offset, float *out) {
-    mt19937 m;
-    mt_seed(&m, seed);
     uint32_t *p = malloc((size_t)n * sizeof *p + 1);
     if (!p) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
-    for (uint32_t i = 0; i < n; i++) p[i] = i;
-    for (uint32_t i = n - 1; i >= 1 && n > 1; i--) {
-        uint32_t mask = i;
-        mask |= mask >> 1;
-        mask |= mask >> 2;
-        mask |= mask >> 4;
-        mask |= mask >> 8;
-        mask |= mask >> 16;
-        uint32_t j;
-        while ((j = mt_next(&m) & mask) > i) {
-        }
-        const uint32_t t = p[i];
-        p[i] = p[j];
-        p[j] = t;
-    }
+    mt_permutation(seed, n, p);
     for (uint32_t i = 0; i < n; i++) out[i] = (float)(p[i] + offset);
     free(p);
     return 0;

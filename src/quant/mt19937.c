@@ -21,3 +21,23 @@ uint32_t mt_next(mt19937 *m) {
     y ^= y >> 18;
     return y;
 }
+
+void mt_permutation(uint32_t seed, uint32_t n, uint32_t *p) {
+    mt19937 m;
+    mt_seed(&m, seed);
+    for (uint32_t i = 0; i < n; i++) p[i] = i;
+    for (uint32_t i = n - 1; i >= 1 && n > 1; i--) {
+        uint32_t mask = i; /* the smallest all-ones mask covering i */
+        mask |= mask >> 1;
+        mask |= mask >> 2;
+        mask |= mask >> 4;
+        mask |= mask >> 8;
+        mask |= mask >> 16;
+        uint32_t j;
+        while ((j = mt_next(&m) & mask) > i) {
+        }
+        const uint32_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+}

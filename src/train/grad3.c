@@ -999,28 +999,6 @@ static const char *const FIXED_NAMES[P_FIXED] = {
 };
 static const char *const ENGRAM_NAMES[E_COUNT] = {"embedding", "key_proj/kernel", "value_proj/kernel", "taps"};
 
-/* numpy's legacy RandomState(seed).permutation(n): arange, then Fisher-Yates drawing each
- * index by masked rejection (as export_model_v3.c writes the file's permutations) */
-static void legacy_permutation(uint32_t seed, uint32_t n, uint32_t *p) {
-    mt19937 r;
-    mt_seed(&r, seed);
-    for (uint32_t i = 0; i < n; i++) p[i] = i;
-    for (uint32_t i = n - 1; i >= 1 && n > 1; i--) {
-        uint32_t mask = i;
-        mask |= mask >> 1;
-        mask |= mask >> 2;
-        mask |= mask >> 4;
-        mask |= mask >> 8;
-        mask |= mask >> 16;
-        uint32_t j;
-        while ((j = mt_next(&r) & mask) > i) {
-        }
-        const uint32_t t = p[i];
-        p[i] = p[j];
-        p[j] = t;
-    }
-}
-
 static int set_shape(G3(tensor) * t, uint32_t nd, uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
     const uint64_t s[4] = {a, b, c, d};
     t->ndim = nd;
@@ -1090,8 +1068,8 @@ int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3
         G3(model_free)(m);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    legacy_permutation(11, N, m->perm1);
-    legacy_permutation(13, N, m->perm2);
+    mt_permutation(11, N, m->perm1);
+    mt_permutation(13, N, m->perm2);
     const uint32_t L = m->L, D = m->D, n = m->n, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd;
     G3(tensor) *t = m->t;
     set_shape(&t[P_EMB], 2, m->V, D, 0, 0);
