@@ -18,7 +18,7 @@
  *   k_lane_write  lanes + log-space Sinkhorn (one thread, n <= 64) + the lane mix.
  *   k_argmax      first maximal logit per token.
  *   Needle 3 (cuda_kernels3.cuh): the conv taps (a block per token, then the history
- *                 ring), k_attend3 (as k_attend, f32 cache, qk != v, local spans), and
+ *                 ring), k_attend3 (attend_head, shared with k_attend, over the f32 cache, qk != v, local spans), and
  *                 k_monarch (a block per token, the Kronecker products in shared memory;
  *                 the permutations uploaded with the weights).
  * Reductions run in a different order than the CPU, so results agree to float rounding

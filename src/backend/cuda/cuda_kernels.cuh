@@ -346,24 +346,20 @@ __global__ void k_kv_store(kv_args a, const float *k, const float *v, uint32_t t
     }
 }
 
-/* grid: H query heads; token at position t. scores: [H][slots] scratch. */
-__global__ void k_attend(kv_args a, const float *q, uint32_t t, uint32_t hd, uint32_t reps,
-                         float *scores, float *o) {
-    __shared__ float red[NT / 32];
-    const uint32_t head = blockIdx.x, b = head / reps;
-    const float inv_scale = 1.0f / sqrtf((float)hd);
-    const nm_span span = nm_attention_span(t, a.n_sinks, a.window);
-    const uint32_t n_sink = span.n_sink, tail0 = span.tail0;
+/* One query head's attention over positions [0, n_sink) and [tail0, t] (softmax of the
+ * scaled dot products, then the weighted sum of the values), the same for both
+ * generations: KV says how a position's key and value rows are read (Needle 2: the
+ * f32/f16/int8 cache of kv_args, Needle 3: the f32 cache of kv3_args with qk != v widths).
+ * KV provides key_dot(p, q) (q . key row of position p, in column order) and
+ * value(p, c). sc: this head's score row (n_pos floats), o: this head's output row. */
+template <class KV>
+__device__ void attend_head(const KV &kv, const float *q, float inv_scale, uint32_t n_sink, uint32_t tail0,
+                            uint32_t t, uint32_t vd, float *sc, float *o, float *red) {
     const uint32_t n_pos = n_sink + (tail0 <= t ? t + 1 - tail0 : 0);
-    const float *qa = q + (size_t)head * hd;
-    float *sc = scores + (size_t)head * a.slots;
     float mx = -INFINITY;
     for (uint32_t j = threadIdx.x; j < n_pos; j += blockDim.x) {
         const uint32_t p = j < n_sink ? j : tail0 + (j - n_sink);
-        const uint32_t slot = kv_slot_d(a, p);
-        float dot = 0.0f;
-        for (uint32_t c = 0; c < hd; c++) dot += qa[c] * kv_get(a, 0, slot, b * hd + c);
-        dot *= inv_scale;
+        const float dot = kv.key_dot(p, q) * inv_scale;
         sc[j] = dot;
         mx = fmaxf(mx, dot);
     }
@@ -375,14 +371,38 @@ __global__ void k_attend(kv_args a, const float *q, uint32_t t, uint32_t hd, uin
         sum += e;
     }
     sum = block_sum(sum, red); /* also orders the writes to sc before the reads below */
-    for (uint32_t c = threadIdx.x; c < hd; c += blockDim.x) {
+    for (uint32_t c = threadIdx.x; c < vd; c += blockDim.x) {
         float acc = 0.0f;
         for (uint32_t j = 0; j < n_pos; j++) {
             const uint32_t p = j < n_sink ? j : tail0 + (j - n_sink);
-            acc += (sc[j] / sum) * kv_get(a, 1, kv_slot_d(a, p), b * hd + c);
+            acc += (sc[j] / sum) * kv.value(p, c);
         }
-        o[(size_t)head * hd + c] = acc;
+        o[c] = acc;
     }
+}
+
+/* Needle 2's rows for attend_head: KV group b of the session cache, hd wide. */
+struct kv2_head {
+    kv_args a;
+    uint32_t off, hd;
+    __device__ float key_dot(uint32_t p, const float *q) const {
+        const uint32_t slot = kv_slot_d(a, p);
+        float dot = 0.0f;
+        for (uint32_t c = 0; c < hd; c++) dot += q[c] * kv_get(a, 0, slot, off + c);
+        return dot;
+    }
+    __device__ float value(uint32_t p, uint32_t c) const { return kv_get(a, 1, kv_slot_d(a, p), off + c); }
+};
+
+/* grid: H query heads; token at position t. scores: [H][slots] scratch. */
+__global__ void k_attend(kv_args a, const float *q, uint32_t t, uint32_t hd, uint32_t reps,
+                         float *scores, float *o) {
+    __shared__ float red[NT / 32];
+    const uint32_t head = blockIdx.x;
+    const nm_span span = nm_attention_span(t, a.n_sinks, a.window);
+    const kv2_head kv = {a, (head / reps) * hd, hd};
+    attend_head(kv, q + (size_t)head * hd, 1.0f / sqrtf((float)hd), span.n_sink, span.tail0, t, hd,
+                scores + (size_t)head * a.slots, o + (size_t)head * hd, red);
 }
 
 /* grid: n tokens: o *= sigmoid(gate), then rotated for out_proj */

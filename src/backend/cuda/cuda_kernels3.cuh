@@ -84,49 +84,35 @@ __global__ void k_kv_store3(kv3_args a, const float *k, const float *v, uint32_t
     for (uint32_t c = threadIdx.x; c < a.wv; c += blockDim.x) a.v_cache[at + c] = v[c];
 }
 
+/* Needle 3's rows for attend_head: KV group b, keys qk wide, values vd wide. */
+struct kv3_head {
+    kv3_args a;
+    uint32_t koff, voff;
+    __device__ float key_dot(uint32_t p, const float *q) const {
+        const float *kr = a.k_cache + kv3_row(a, p) + koff;
+        float dot = 0.0f;
+        for (uint32_t c = 0; c < a.qk; c++) dot += q[c] * kr[c];
+        return dot;
+    }
+    __device__ float value(uint32_t p, uint32_t c) const { return a.v_cache[kv3_row(a, p) + voff + c]; }
+};
+
 /* grid: H query heads; the token at position t over its layer's span (a local layer: its
  * last lwin positions; a global one: the sinks and the session's window). scores:
  * [H][slots] scratch; o: this token's row, head a at a * vd. */
 __global__ void k_attend3(kv3_args a, const float *q, uint32_t t, uint32_t reps,
                           float *scores, float *o) {
     __shared__ float red[NT / 32];
-    const uint32_t head = blockIdx.x, b = head / reps, qk = a.qk, vd = a.vd;
-    const float inv_scale = 1.0f / sqrtf((float)qk);
+    const uint32_t head = blockIdx.x, b = head / reps;
     uint32_t n_sink = 0, tail0 = t + 1 > a.lwin ? t + 1 - a.lwin : 0;
     if (a.lwin == 0) {
         const nm_span span = nm_attention_span(t, a.n_sinks, a.window);
         n_sink = span.n_sink;
         tail0 = span.tail0;
     }
-    const uint32_t n_pos = n_sink + (tail0 <= t ? t + 1 - tail0 : 0);
-    const float *qa = q + (size_t)head * qk;
-    float *sc = scores + (size_t)head * a.slots;
-    float mx = -INFINITY;
-    for (uint32_t j = threadIdx.x; j < n_pos; j += blockDim.x) {
-        const uint32_t p = j < n_sink ? j : tail0 + (j - n_sink);
-        const float *kr = a.k_cache + kv3_row(a, p) + (size_t)b * qk;
-        float dot = 0.0f;
-        for (uint32_t c = 0; c < qk; c++) dot += qa[c] * kr[c];
-        dot *= inv_scale;
-        sc[j] = dot;
-        mx = fmaxf(mx, dot);
-    }
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (uint32_t j = threadIdx.x; j < n_pos; j += blockDim.x) {
-        const float e = expf(sc[j] - mx);
-        sc[j] = e;
-        sum += e;
-    }
-    sum = block_sum(sum, red); /* also orders the writes to sc before the reads below */
-    for (uint32_t c = threadIdx.x; c < vd; c += blockDim.x) {
-        float acc = 0.0f;
-        for (uint32_t j = 0; j < n_pos; j++) {
-            const uint32_t p = j < n_sink ? j : tail0 + (j - n_sink);
-            acc += (sc[j] / sum) * a.v_cache[kv3_row(a, p) + (size_t)b * vd + c];
-        }
-        o[(size_t)head * vd + c] = acc;
-    }
+    const kv3_head kv = {a, b * a.qk, b * a.vd};
+    attend_head(kv, q + (size_t)head * a.qk, 1.0f / sqrtf((float)a.qk), n_sink, tail0, t, a.vd,
+                scores + (size_t)head * a.slots, o + (size_t)head * a.vd, red);
 }
 
 #define COND_RANK 8u /* MODEL3_COND_RANK */
