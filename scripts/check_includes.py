@@ -4,8 +4,9 @@
 Every folder under src/ is one layer; a file may include headers of its own folder and of
 lower layers only, never of a higher layer nor of another folder of the same rank (format
 and tokenizer know nothing of each other). include/needle.h, the public header, is
-allowed everywhere. tools/ (the CLI) may include only the public header, its own files
-and the exporter library (src/export, src/quant; not part of libneedle). A cycle between folders is reported as well, whatever the ranks say. Above model/,
+allowed everywhere. tools/ (the CLI) may include only the public header, its own files,
+the libraries beside libneedle (src/export, src/quant, src/train, src/hub) and the
+library's operating-system layer (util/platform.h: UTF-8 paths and arguments on Windows). A cycle between folders is reported as well, whatever the ranks say. Above model/,
 agent/ and api/ include only its interface headers (MODEL_INTERFACE) and read no model or
 session field (FIELD_READ; model_api.c, the model's own public API, is exempt).
 
@@ -36,6 +37,9 @@ LAYERS = [
 ]
 # tools/ may include these src/ folders besides the public header: the exporter library
 TOOL_LIBRARIES = {"export", "quant", "hub", "train"}
+# and this one header of libneedle's internals: the OS layer (one implementation per
+# system), so the CLI opens files and reads its arguments as the library does
+TOOL_HEADERS = {os.path.join("src", "util", "platform.h")}
 RANK = {folder: rank for rank, group in enumerate(LAYERS) for folder in group}
 # The model's headers the layers above may include: its accessors and the session's
 # functions (model.h, session.h), the probe heads (heads.h); arch.h and the forward's
@@ -150,9 +154,10 @@ def check(root):
             text = f.read()
         for name in INCLUDE.findall(text):
             target = resolve(root, path, name)
-            if target and target.split(os.sep)[0] == "src" and folder_of(target) not in TOOL_LIBRARIES:
+            if (target and target.split(os.sep)[0] == "src" and folder_of(target) not in TOOL_LIBRARIES
+                    and target not in TOOL_HEADERS):
                 errors.append(f'{rel}: #include "{name}": tools use only the public header '
-                              "and the exporter library (src/export, src/quant)")
+                              "the libraries beside libneedle and util/platform.h")
     cycle = find_cycle(edges)
     if cycle:
         errors.append("include cycle between folders: " + " -> ".join(cycle))

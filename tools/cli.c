@@ -1,5 +1,6 @@
 /* cli.c: the pieces every `needle` command shares (see cli.h). */
 #include "cli.h"
+#include "util/platform.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -244,7 +245,7 @@ int cli_exec_helper(const char *helper, const char *command, char **argv) {
 #endif
 
 uint8_t *cli_read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = platform_fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "needle: cannot open %s: %s\n", path, strerror(errno));
         return NULL;
@@ -282,15 +283,15 @@ int cli_write_file_atomically(const char *path, const uint8_t *data, size_t size
         fprintf(stderr, "needle: output path too long\n");
         return 1;
     }
-    FILE *f = fopen(tmp, "wb");
+    FILE *f = platform_fopen(tmp, "wb");
     if (!f) {
         fprintf(stderr, "needle: cannot create %s: %s\n", tmp, strerror(errno));
         return 1;
     }
     const int ok = fwrite(data, 1, size, f) == size;
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+    if (fclose(f) != 0 || !ok || platform_replace_file(tmp, path) != 0) {
         fprintf(stderr, "needle: cannot write %s: %s\n", path, strerror(errno));
-        remove(tmp);
+        platform_remove(tmp);
         return 1;
     }
     return 0;

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "hub/hub.h"
+#include "util/platform.h"
 
 static int run_download(const cli_command *self, int argc, char **argv) {
 #ifdef NEEDLE_DOWNLOAD_EXEC
@@ -150,7 +151,7 @@ static int add_row(model_row **rows, int *n, const char *name, const char *path,
 }
 
 static unsigned long long size_of(const char *path) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = platform_fopen(path, "rb");
     if (!f) return 0;
     fseek(f, 0, SEEK_END);
     const long n = ftell(f);

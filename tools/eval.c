@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "compat.h"
 #include "eval_score.h"
+#include "util/platform.h"
 
 #define EVAL_SESSIONS 4        /* distinct tools+system sessions kept warm */
 #define EVAL_ENVELOPE (1 << 20) /* one turn's envelope: bounded by max_new_tokens */
@@ -80,7 +81,7 @@ static int blank(const char *s) {
  * the error. */
 static int read_dataset(const eval_options *o, dataset *d) {
     memset(d, 0, sizeof *d);
-    FILE *f = fopen(o->data, "rb");
+    FILE *f = platform_fopen(o->data, "rb");
     if (!f) {
         fprintf(stderr, "needle: cannot open %s: %s\n", o->data, strerror(errno));
         return 1;

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "train/finetune_data.h"
+#include "util/platform.h"
 
 typedef struct report_ctx {
     const char *path;
@@ -64,7 +65,7 @@ static int run_encode_data(const cli_command *self, int argc, char **argv) {
                 d.skipped);
         status = 1;
     }
-    FILE *out = status ? NULL : fopen(out_path, "w");
+    FILE *out = status ? NULL : platform_fopen(out_path, "w");
     if (!status && !out) {
         fprintf(stderr, "needle: cannot create %s: %s\n", out_path, strerror(errno));
         status = 1;

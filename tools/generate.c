@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "util/platform.h"
 
 /* Prints each piece as it is decoded, so a long continuation shows up as it grows. */
 static int print_piece(void *user, int32_t kind, int32_t token, const char *text, size_t len) {
@@ -132,7 +133,7 @@ static int parse_token_list(const char *s, int32_t **ids, size_t *n) {
 }
 
 static int write_logits(const char *path, const float *logits, size_t count) {
-    FILE *f = fopen(path, "wb");
+    FILE *f = platform_fopen(path, "wb");
     if (!f || fwrite(logits, sizeof *logits, count, f) != count) {
         fprintf(stderr, "needle: cannot write %s: %s\n", path, strerror(errno));
         if (f) fclose(f);

@@ -10,6 +10,7 @@
 
 #include "chat_input.h"
 #include "cli.h"
+#include "util/platform.h"
 
 static const cli_command cli_help, cli_version;
 
@@ -139,6 +140,11 @@ static const cli_command cli_version = {
     run_version};
 
 int main(int argc, char **argv) {
+    /* Windows: the arguments as UTF-8 (a path or query outside the ANSI code page) */
+    if (platform_utf8_args(&argc, &argv) != 0) {
+        fprintf(stderr, "needle: cannot read the command line: out of memory\n");
+        return 1;
+    }
     if (argc < 2) {
         print_overview(stderr);
         return 2;

@@ -11,6 +11,7 @@
 
 #include "chat_input.h"
 #include "cli.h"
+#include "util/platform.h"
 
 /* What run and chat take. */
 typedef struct agent_options {
@@ -86,7 +87,7 @@ static char *load_tools(const char *arg) {
                     arg);
             return NULL;
         }
-        FILE *f = fopen(arg, "rb");
+        FILE *f = platform_fopen(arg, "rb");
         if (!f) {
             fprintf(stderr, "needle: cannot open tools file %s: %s\n", arg, strerror(errno));
             return NULL;

@@ -13,6 +13,7 @@
 #include "util/error.h"
 #include "util/json_escape.h"
 #include "util/strbuf.h"
+#include "util/platform.h"
 
 #define INDEX_MAGIC "NDLTIDX1"
 #define INDEX_VERSION 1u
@@ -118,7 +119,7 @@ static int embed_text(model_session *s, model_session **embedder, const char *te
  * a missing, damaged or foreign file: it is rebuilt). done[i] marks tool i found. */
 static uint32_t load_index(tool_index *ix, const char *path, uint64_t model_fp, uint8_t *done,
                            uint32_t *file_count) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = platform_fopen(path, "rb");
     if (!f) return 0;
     uint8_t head[INDEX_HEADER + 8];
     uint32_t found = 0;
@@ -196,11 +197,11 @@ static int save_index(const tool_index *ix, const char *path, uint64_t model_fp)
     }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
+    FILE *f = platform_fopen(tmp, "wb");
     int ok = f && fwrite(b, 1, size, f) == size;
     if (f) ok &= fclose(f) == 0;
-    if (ok) ok = rename(tmp, path) == 0;
-    if (!ok) remove(tmp);
+    if (ok) ok = platform_replace_file(tmp, path) == 0;
+    if (!ok) platform_remove(tmp);
     free(b);
     free(tmp);
     return ok ? NEEDLE_OK

@@ -57,7 +57,7 @@ int model_cache_commit(const char *hub_dir, const char *repo, const char *revisi
         strstr(revision, "..") || !revision[0] ||
         !fits(snprintf(ref, sizeof ref, "%s/%s/refs/%s", hub_dir, folder, revision), sizeof ref))
         return -1;
-    FILE *f = fopen(ref, "rb");
+    FILE *f = platform_fopen(ref, "rb");
     if (!f) return -1;
     char buf[64] = {0};
     const size_t got = fread(buf, 1, sizeof buf - 1, f);

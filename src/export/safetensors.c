@@ -17,6 +17,7 @@
 
 #include "util/error.h"
 #include "util/fp16.h"
+#include "util/platform.h"
 
 #define ST_MAX_HEADER (100u << 20)
 
@@ -390,7 +391,7 @@ int st_writer_write(const st_writer *w, const char *path) {
         free(header);
         return needle_fail(NEEDLE_ERR_IO, "%.200s: the path is too long", path);
     }
-    FILE *f = fopen(tmp, "wb");
+    FILE *f = platform_fopen(tmp, "wb");
     if (!f) {
         const int e = errno;
         free(order);
@@ -406,11 +407,11 @@ int st_writer_write(const st_writer *w, const char *path) {
     ok = ok && fflush(f) == 0 && sync_file(f) == 0;
     int e = ok ? 0 : errno;
     if (fclose(f) != 0 && ok) ok = 0, e = errno;
-    if (ok && rename(tmp, path) != 0) ok = 0, e = errno;
+    if (ok && platform_replace_file(tmp, path) != 0) ok = 0, e = errno;
     free(order);
     free(header);
     if (!ok) {
-        remove(tmp);
+        platform_remove(tmp);
         return needle_fail(NEEDLE_ERR_IO, "cannot write %.200s: %s", path, strerror(e ? e : EIO));
     }
     return 0;

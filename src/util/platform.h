@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A whole file in memory, read-only: a mapping where the system has one, else a copy in
  * 64-byte-aligned memory. `path` is UTF-8 on every system. Returns NEEDLE_OK, or a
@@ -26,6 +27,24 @@ double platform_link_mtime(const char *path);
 /* Creates the folder `path` (UTF-8; its parent must exist): 0, or -1 with errno set
  * (EEXIST when something is there already). */
 int platform_mkdir(const char *path);
+
+/* fopen of a UTF-8 path (Windows: the wide-character _wfopen, where fopen would read the
+ * bytes in the ANSI code page). NULL with errno set when it cannot be opened. */
+FILE *platform_fopen(const char *path, const char *mode);
+
+/* Moves `from` to `to`, replacing a file already at `to` (POSIX rename; Windows'
+ * rename refuses an existing target, so MoveFileEx with MOVEFILE_REPLACE_EXISTING): the
+ * last step of every atomic write. 0, or -1 with errno set. */
+int platform_replace_file(const char *from, const char *to);
+
+/* remove() of a UTF-8 path. 0, or -1 with errno set. */
+int platform_remove(const char *path);
+
+/* Makes *argv UTF-8 (Windows: rebuilt from the wide command line, since the C runtime's
+ * argv holds the arguments in the ANSI code page and loses what it cannot represent; the
+ * console's output code page is set to UTF-8 too). Elsewhere argv already is and nothing
+ * changes. The rebuilt array lives until the process exits. 0, or -1 when out of memory. */
+int platform_utf8_args(int *argc, char ***argv);
 
 /* Processors online (at least 1), physical memory in bytes (0 if unknown), and the
  * machine's architecture name for when no CPU model name is known ("x86_64", ...). */

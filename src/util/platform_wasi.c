@@ -65,6 +65,17 @@ double platform_link_mtime(const char *path) {
 
 int platform_mkdir(const char *path) { return mkdir(path, 0777); }
 
+FILE *platform_fopen(const char *path, const char *mode) { return fopen(path, mode); }
+
+int platform_replace_file(const char *from, const char *to) { return rename(from, to); }
+
+int platform_remove(const char *path) { return remove(path); }
+
+int platform_utf8_args(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    return 0;
+}
+
 int platform_cpu_count(void) { return 1; }
 
 uint64_t platform_memory_bytes(void) { return 0; }

@@ -7,6 +7,8 @@
 #include <windows.h>
 /* after windows.h; PSAPI_VERSION 2: GetProcessMemoryInfo is in kernel32 (K32...) */
 #include <psapi.h>
+/* CommandLineToArgvW (shell32), outside WIN32_LEAN_AND_MEAN */
+#include <shellapi.h>
 
 #include <errno.h>
 #include <malloc.h>
@@ -121,6 +123,66 @@ int platform_mkdir(const char *path) {
     const int rc = _wmkdir(w);
     free(w);
     return rc;
+}
+
+FILE *platform_fopen(const char *path, const char *mode) {
+    wchar_t *w = wide_path(path), wmode[8];
+    size_t i = 0;
+    for (; mode[i] && i + 1 < sizeof wmode / sizeof *wmode; i++) wmode[i] = (wchar_t)(unsigned char)mode[i];
+    wmode[i] = 0;
+    if (!w) {
+        errno = EINVAL; /* not valid UTF-8 (or out of memory) */
+        return NULL;
+    }
+    FILE *f = _wfopen(w, wmode);
+    free(w);
+    return f;
+}
+
+int platform_replace_file(const char *from, const char *to) {
+    wchar_t *wf = wide_path(from), *wt = wide_path(to);
+    BOOL ok = wf && wt && MoveFileExW(wf, wt, MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH);
+    const DWORD code = ok ? 0 : GetLastError();
+    free(wf);
+    free(wt);
+    if (ok) return 0;
+    errno = code == ERROR_ACCESS_DENIED || code == ERROR_SHARING_VIOLATION ? EACCES
+            : code == ERROR_FILE_NOT_FOUND || code == ERROR_PATH_NOT_FOUND ? ENOENT
+                                                                            : EIO;
+    return -1;
+}
+
+int platform_remove(const char *path) {
+    wchar_t *w = wide_path(path);
+    if (!w) {
+        errno = EINVAL;
+        return -1;
+    }
+    const int rc = _wremove(w);
+    free(w);
+    return rc;
+}
+
+int platform_utf8_args(int *argc, char ***argv) {
+    SetConsoleOutputCP(CP_UTF8);
+    int n = 0;
+    wchar_t **wargv = CommandLineToArgvW(GetCommandLineW(), &n);
+    if (!wargv) return -1;
+    char **out = calloc((size_t)n + 1, sizeof *out);
+    for (int i = 0; out && i < n; i++) {
+        const int len = WideCharToMultiByte(CP_UTF8, 0, wargv[i], -1, NULL, 0, NULL, NULL);
+        out[i] = len > 0 ? malloc((size_t)len) : NULL;
+        if (!out[i] || WideCharToMultiByte(CP_UTF8, 0, wargv[i], -1, out[i], len, NULL, NULL) != len) {
+            for (int j = 0; j <= i; j++) free(out[j]);
+            free(out);
+            out = NULL;
+        }
+    }
+    LocalFree(wargv);
+    if (!out) return -1;
+    *argc = n;
+    *argv = out;
+    return 0;
 }
 
 int platform_cpu_count(void) {

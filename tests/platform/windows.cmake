@@ -6,6 +6,9 @@
 #   platform_tool_call  needle.exe runs "Set a timer for 25 minutes" on the demo model and
 #                       gives set_timer 25, the call of the native build (the model file is
 #                       opened through CreateFileMapping, the work runs on winpthreads)
+#   utf8_args           needle.exe given the model and tools by non-ASCII paths on its
+#                       command line (argv rebuilt as UTF-8 from the wide command line,
+#                       files opened by UTF-8 path) gives the same call
 #   win_utf8_open       a program linked to libneedle.dll through its import library
 #                       opens the demo model by a non-ASCII UTF-8 path (platform_win32.c
 #                       converts UTF-8 paths to UTF-16); bad paths give clear errors
@@ -22,6 +25,7 @@ find_program(NEEDLE_MINGW_OBJDUMP NAMES ${NEEDLE_CROSS_TRIPLE}-objdump objdump)
 add_test(NAME dll_exports COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/check_dll_exports.sh
          ${NEEDLE_MINGW_OBJDUMP} $<TARGET_FILE:needle_shared> ${PROJECT_SOURCE_DIR}/include/needle.h)
 add_test(NAME platform_tool_call COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/tool_call.sh)
+add_test(NAME utf8_args COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/utf8_args.sh ${PROJECT_SOURCE_DIR})
 add_executable(win_utf8_open platform/win_utf8_open.c)
 target_compile_options(win_utf8_open PRIVATE ${NEEDLE_WARNINGS})
 target_link_libraries(win_utf8_open PRIVATE needle_shared)
@@ -30,7 +34,7 @@ add_custom_command(TARGET win_utf8_open POST_BUILD COMMAND ${CMAKE_COMMAND} -E c
                    $<TARGET_FILE:needle_shared> $<TARGET_FILE_DIR:win_utf8_open>)
 add_test(NAME win_utf8_open COMMAND win_utf8_open)
 # one wine prefix: the tests run one after the other (the first creates it, ~10 s)
-set_tests_properties(dll_exports platform_tool_call win_utf8_open PROPERTIES
+set_tests_properties(dll_exports platform_tool_call utf8_args win_utf8_open PROPERTIES
   LABELS platform TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "NEEDLE_CLI=${NEEDLE_TEST_CLI};WINEPREFIX=${NEEDLE_WINEPREFIX};WINEDEBUG=-all")
 
