@@ -38,15 +38,22 @@ set_tests_properties(dll_exports platform_tool_call utf8_args win_utf8_open PROP
   LABELS platform TIMEOUT 600 RUN_SERIAL TRUE
   ENVIRONMENT "NEEDLE_CLI=${NEEDLE_TEST_CLI};WINEPREFIX=${NEEDLE_WINEPREFIX};WINEDEBUG=-all")
 
-# The suites that build with the Windows runtime (no glob, setenv, aligned_alloc, fork).
-set(NEEDLE_WINDOWS_TESTS test_tokenizer test_kernels test_parity)
+# The C suites that run on Windows: those that need no fork/wait, glob or aligned_alloc and
+# do not drive the CLI through a POSIX shell command line (cmd.exe reads those quotes
+# differently: test_export, test_grad_v3, test_validation, test_finetune_data). Not here
+# for a reason of its own: test_export's byte identity with the official exporter fails
+# on 4 of 64 tinyb cases under mingw (first difference at byte 62962 of one file; cause
+# not found yet); test_backend_ops3 skips (no second backend). ~2 min under wine.
+set(NEEDLE_WINDOWS_TESTS
+  test_tokenizer test_kernels test_parity test_lanes test_monarch_kernels test_threads
+  test_arch test_attention test_a8_v3 test_heads3 test_v3 test_v3_kv test_v3_kv_layout
+  test_grammar test_grammar_mask test_grammar_refs test_grammar_union test_grammar_walk
+  test_json_canon test_unicode_values test_prompt_template test_retrieval test_repeat_guard
+  test_train_ops test_train_optim test_train_checkpoint)
 foreach(name ${NEEDLE_WINDOWS_TESTS})
-  add_executable(${name} ${name}.c harness.c)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
-  target_compile_options(${name} PRIVATE ${NEEDLE_WARNINGS})
-  target_compile_definitions(${name} PRIVATE _POSIX_C_SOURCE=200809L
-                             NEEDLE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-  target_link_libraries(${name} PRIVATE needle_static PkgConfig::CJSON)
+  needle_test_executable(${name})
+  # mkdtemp, strndup, setenv, unsetenv: the POSIX the Windows runtime lacks
+  target_compile_options(${name} PRIVATE -include ${CMAKE_CURRENT_SOURCE_DIR}/platform/win_posix.h)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS platform TIMEOUT 600 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
     ENVIRONMENT "NEEDLE_FIXTURES=${CMAKE_CURRENT_SOURCE_DIR}/fixtures;NEEDLE_PARITY_SKIP=full_;WINEPREFIX=${NEEDLE_WINEPREFIX};WINEDEBUG=-all")
