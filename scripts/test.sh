@@ -90,8 +90,8 @@ cmake --build build-riscv64 -j "$jobs"
 
 # Windows x86-64 (mingw-w64, winpthreads linked in): libneedle.dll + import library and
 # needle.exe, run under wine: the DLL's exports, a program linked through the import
-# library opening the model by a UTF-8 path, 26 of the C suites (tokenizer, kernels,
-# parity on the tiny fixtures, Needle 3, grammar, training core, ...), and the tool call
+# library opening the model by a UTF-8 path, 28 of the C suites (tokenizer, kernels,
+# parity on the tiny fixtures, Needle 3, exporters' byte identity, grammar, training core), and the tool call
 # through needle.exe, also with non-ASCII paths as arguments; the other suites need POSIX
 # that Windows lacks (tests/platform/windows.cmake). From scratch: build ~4 min wall, tests
 # ~110 s wall (wine's first start included).

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/exact_fma.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -25,7 +26,7 @@ static float *hadamard_matrix(uint32_t group) {
 }
 
 /* out[j] = sum_k in[k] * H[k][j] in the order of the BLAS kernel the exporter reaches.
- * The loops run over j innermost so they vectorize; fmaf keeps each step fused, which
+ * The loops run over j innermost so they vectorize; exact_fmaf keeps each step fused, which
  * is what makes the result exact (an FMA-capable clone is picked at run time on x86). */
 /* Not under the sanitizers: the clone's ifunc resolver runs while the program is being
  * relocated, before the sanitizer runtime is up (under ThreadSanitizer it crashed every
@@ -43,12 +44,12 @@ rotate_group(const float *in, float *out, uint32_t group, const float *hm, int s
         for (uint32_t k0 = 0; k0 < group; k0 += 8) {
             for (uint32_t j = 0; j < group; j++) t[j] = 0.0f;
             for (uint32_t k = k0; k < k0 + 8; k++)
-                for (uint32_t j = 0; j < group; j++) t[j] = fmaf(in[k], hm[k * group + j], t[j]);
+                for (uint32_t j = 0; j < group; j++) t[j] = exact_fmaf(in[k], hm[k * group + j], t[j]);
             for (uint32_t j = 0; j < group; j++) out[j] = out[j] + t[j];
         }
     } else {
         for (uint32_t k = 0; k < group; k++)
-            for (uint32_t j = 0; j < group; j++) out[j] = fmaf(in[k], hm[k * group + j], out[j]);
+            for (uint32_t j = 0; j < group; j++) out[j] = exact_fmaf(in[k], hm[k * group + j], out[j]);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/exact_fma.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -67,8 +68,8 @@ void lora_matmul(const float *a, const float *b, uint64_t lead, uint64_t in, uin
             float *row = out + (l * in + i) * outd;
             for (uint64_t j = 0; j < outd; j++) {
                 float acc[4] = {0, 0, 0, 0}, tail = 0;
-                for (uint64_t k = 0; k < main; k++) acc[k % nacc] = fmaf(av[k], bv[k * outd + j], acc[k % nacc]);
-                for (uint64_t k = main; k < rank; k++) tail = fmaf(av[k], bv[k * outd + j], tail);
+                for (uint64_t k = 0; k < main; k++) acc[k % nacc] = exact_fmaf(av[k], bv[k * outd + j], acc[k % nacc]);
+                for (uint64_t k = main; k < rank; k++) tail = exact_fmaf(av[k], bv[k * outd + j], tail);
                 float s = nacc == 1 ? acc[0] : nacc == 2 ? acc[0] + acc[1] : (acc[0] + acc[1]) + (acc[2] + acc[3]);
                 if (main < rank) s += tail;
                 row[j] = s;
