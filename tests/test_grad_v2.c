@@ -10,9 +10,12 @@
 #include <string.h>
 
 #include "train/cact_base2.h"
+#include "train/cact_base3.h"
 #include "train/checkpoint.h"
 #include "train/grad2.h"
+#include "train/grad3.h"
 #include "train/lora2.h"
+#include "train/lora3.h"
 #include "train_check.h"
 #include "grad2_fixture.h"
 #include "needle.h"
@@ -123,7 +126,9 @@ static void check_lora(const char *stem, int a8) {
     CHECK_MSG(fabs(loss - want) <= (a8 ? 1e-4 : 1e-5) * fabs(want), "%s: %s loss %.9g, official %.9g", stem,
               a8 ? "quant" : "cqw", loss, want);
     const double floor = info_number(stem, a8 ? "floor_rel_l2" : "floor_rel_l2_max_tensor", a8 ? "quant" : "cqw");
-    const double tol = a8 ? fmax(1e-3, 5 * floor) : fmax(1e-4, 5 * floor);
+    /* the reference's own float32-vs-float64 distance of the exact loss is 2e-5 (g2a) and
+     * 5e-7 (g2b) here (NAME.json): held to 5x that, at least 2e-4 */
+    const double tol = a8 ? fmax(2e-4, 5 * floor) : fmax(1e-4, 5 * floor);
     double worst = 0, all_num = 0, all_den = 0;
     CHECK_EQ_INT(ref.st.n, 2 * ad.n);
     for (uint32_t i = 0; i < ad.n; i++)
@@ -310,14 +315,91 @@ static void test_cact_base(void) {
     at = strstr(out, "\"loss\": ");
     const double lc = at ? atof(at + 8) : 0;
     CHECK_MSG(lw > 0 && fabs(lw - lc) < 1e-3 * lc, "--weights loss %.9g, --checkpoint --quant-weights %.9g", lw, lc);
-    const char *refuse[][2] = {{"v3/v3d.cact", "Needle 3"}, {"grad_v2/g2a.params.safetensors", "cact"}};
-    for (int c = 0; c < 2; c++) {
-        snprintf(cmd, sizeof cmd, "%s grad --weights %s --batch %s --out %s 2>&1", cli_path(),
-                 fixture_path(refuse[c][0]), fixture_path("grad_v2/g2a.batch.jsonl"), gpath);
+    /* refused: not a .cact, a cut .cact, --config with --weights (a usage error) */
+    char cut[1100];
+    snprintf(cut, sizeof cut, "%s/cut.cact", dir);
+    img = read_file(cact, &size);
+    FILE *f = fopen(cut, "wb");
+    if (f && img) fwrite(img, 1, size / 2, f);
+    if (f) fclose(f);
+    free(img);
+    const char *refuse[][3] = {{fixture_path("grad_v2/g2a.params.safetensors"), "", "not a .cact"},
+                               {cut, "", cut},
+                               {cact, "--config x.json", "--config"}};
+    const int refuse_rc[] = {1, 1, 2};
+    for (int c = 0; c < 3; c++) {
+        snprintf(cmd, sizeof cmd, "%s grad --weights %s %s --batch %s --out %s 2>&1", cli_path(), refuse[c][0],
+                 refuse[c][1], fixture_path("grad_v2/g2a.batch.jsonl"), gpath);
         out[0] = 0;
-        CHECK_MSG(run_command(cmd, out, sizeof out) == 1 && strstr(out, refuse[c][1]), "--weights %s: %s",
-                  refuse[c][0], out);
+        CHECK_MSG(run_command(cmd, out, sizeof out) == refuse_rc[c] && strstr(out, refuse[c][2]),
+                  "--weights case %d: %s", c, out);
     }
+    train_tmpdir_remove(dir);
+}
+
+/* --weights with a Needle 3 .cact: g3a (tests/fixtures/grad_v3) exported by `needle export
+ * --v3 --bits 4` and read back: CQ records equal to the checkpoint's CQ W4 up to float
+ * rounding, FP16 records to its half rounding; `needle grad --weights` runs on it. */
+static void test_cact_base_v3(void) {
+    const char *dir = train_tmpdir();
+    char cmd[4096], out[4096], cact[1024], cfgp[1024], gpath[1024];
+    snprintf(cact, sizeof cact, "%s/g3a.cact", dir);
+    snprintf(cfgp, sizeof cfgp, "%s/g3a.config.json", dir);
+    snprintf(gpath, sizeof gpath, "%s/g.safetensors", dir);
+    fx_file ck;
+    CHECK(fx_open("grad_v3/g3a.params.safetensors", &ck) == 0);
+    const char *cj = ck.img ? st_meta_get(&ck.st, "config") : NULL;
+    CHECK(cj != NULL);
+    FILE *f = fopen(cfgp, "w");
+    if (f && cj) fputs(cj, f);
+    if (f) fclose(f);
+    export3_config cfg3;
+    CHECK(cj && export3_config_parse(cj, strlen(cj), &cfg3) == 0);
+    g3_model *ref = NULL, *fromc = NULL;
+    CHECK(cj && g3_model_from_checkpoint(&cfg3, &ck.st, &ref) == 0);
+    fx_close(&ck);
+    snprintf(cmd, sizeof cmd, "%s export --v3 %s --config %s --bits 4 -o %s >/dev/null", cli_path(),
+             fixture_path("grad_v3/g3a.params.safetensors"), cfgp, cact);
+    CHECK_EQ_INT(run_command(cmd, NULL, 0), 0);
+    size_t size = 0;
+    uint8_t *img = read_file(cact, &size);
+    CHECK(img && cact_base_generation(img, size) == 3);
+    CHECK_MSG(img && g3_model_from_cact(img, size, NULL, &fromc) == 0, "%s", needle_last_error());
+    cq_codebooks cb;
+    CHECK(cq_codebooks_init(&cb, G3_CQ_GROUP) == 0);
+    if (ref && fromc) {
+        CHECK(g3_cq_weights(ref, &cb) == 0);
+        uint32_t cq = 0, half = 0;
+        double worst_cq = 0;
+        for (uint32_t i = 0; i < g3_tensor_count(ref); i++) {
+            const g3_tensor *r = g3_tensor_at(ref, i), *c = g3_find(fromc, r->name);
+            CHECK_MSG(c && c->numel == r->numel, "%s missing", r->name);
+            if (!c || c->numel != r->numel || !r->numel) continue;
+            const char *last = strrchr(r->name, '/');
+            last = last ? last + 1 : r->name;
+            const int is_cq = r->ndim >= 2 && (!strcmp(last, "kernel") || !strcmp(last, "embedding") ||
+                                               !strncmp(last, "mhc_phi", 7));
+            double worst = 0, big = 0;
+            for (uint64_t k = 0; k < r->numel; k++) {
+                const float want = is_cq ? r->w[k] : fp16_to_f32(f32_to_fp16(r->w[k]));
+                worst = fmax(worst, fabs((double)want - c->w[k]));
+                big = fmax(big, fabs((double)want));
+            }
+            CHECK_MSG(is_cq ? worst <= 1e-6 * big : worst == 0, "%s: differs from the %s by %.3g (of %.3g)",
+                      r->name, is_cq ? "CQ W4 of the checkpoint" : "checkpoint in half precision", worst, big);
+            if (is_cq) worst_cq = fmax(worst_cq, worst / big);
+            is_cq ? cq++ : half++;
+        }
+        printf("  g3a.cact: %u CQ tensors within %.3g (relative) of the checkpoint's CQ W4, %u half tensors equal "
+               "to its half rounding\n", cq, worst_cq, half);
+    }
+    g3_model_free(ref);
+    g3_model_free(fromc);
+    free(img);
+    snprintf(cmd, sizeof cmd, "%s grad --weights %s --lora %s --quant --batch %s --out %s --json", cli_path(), cact,
+             fixture_path("grad_v3/g3a.lora.safetensors"), fixture_path("grad_v3/g3a.batch.jsonl"), gpath);
+    CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "\"tensors\": ") != NULL, "%s", out);
     train_tmpdir_remove(dir);
 }
 
@@ -369,6 +451,7 @@ int main(void) {
     RUN(test_lora_exact_finetune_loss);
     RUN(test_cli);
     RUN(test_cact_base);
+    RUN(test_cact_base_v3);
     RUN(test_threads_bit_identical);
     return test_summary();
 }

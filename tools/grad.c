@@ -14,6 +14,7 @@
 #include "export/safetensors.h"
 #include "needle.h"
 #include "train/cact_base2.h"
+#include "train/cact_base3.h"
 #include "train/checkpoint.h"
 #include "train/grad2.h"
 #include "train/grad3.h"
@@ -115,6 +116,24 @@ static float *core_grad(core *c, const char *name, uint64_t numel) {
     return t && t->numel == numel ? t->g : NULL;
 }
 
+static uint32_t core_count(const core *c) { return c->m3 ? g3_tensor_count(c->m3) : g2_tensor_count(c->m2); }
+
+/* tensor i's name, shape and gradient as an output tensor (pointing into the model) */
+static void core_tensor(core *c, uint32_t i, train_tensor *t) {
+    const char *name;
+    const uint64_t *shape;
+    if (c->m3) {
+        g3_tensor *g = g3_tensor_at(c->m3, i);
+        name = g->name, shape = g->shape, t->ndim = g->ndim, t->numel = g->numel, t->data = g->g;
+    } else {
+        g2_tensor *g = g2_tensor_at(c->m2, i);
+        name = g->name, shape = g->shape, t->ndim = g->ndim, t->numel = g->numel, t->data = g->g;
+    }
+    t->name = (char *)name;
+    memset(t->shape, 0, sizeof t->shape);
+    for (uint32_t k = 0; k < t->ndim && k < 4; k++) t->shape[k] = shape[k];
+}
+
 static void core_free(core *c) {
     g3_model_free(c->m3);
     g2_model_free(c->m2);
@@ -165,10 +184,14 @@ static int run_grad(const cli_command *cmd, int argc, char **argv) {
         fprintf(stderr, "needle grad: cannot read %s\n", base_path);
         goto done;
     }
-    export_config wcfg;
     if (weights_path) {
         /* a .cact base: its records dequantized as the runtime reads them */
-        if ((s = g2_model_from_cact(img, size, &wcfg, &m.m2))) {
+        const int gen = cact_base_generation(img, size);
+        if (!gen) {
+            fprintf(stderr, "needle grad: %s is not a .cact file\n", weights_path);
+            goto done;
+        }
+        if ((s = gen == 3 ? g3_model_from_cact(img, size, NULL, &m.m3) : g2_model_from_cact(img, size, NULL, &m.m2))) {
             cli_lib_error(weights_path, s);
             goto done;
         }
@@ -246,7 +269,7 @@ static int run_grad(const cli_command *cmd, int argc, char **argv) {
     char loss_text[64];
     snprintf(loss_text, sizeof loss_text, "%.9g", (double)(float)loss);
     const char *meta[] = {"loss", loss_text, NULL};
-    uint32_t n_out = have_ad ? 2 * ad.n : weights_path ? g2_tensor_count(m.m2) : st.n;
+    uint32_t n_out = have_ad ? 2 * ad.n : weights_path ? core_count(&m) : st.n;
     train_tensor *out = calloc(n_out ? n_out : 1, sizeof *out);
     char **names = calloc(n_out ? n_out : 1, sizeof *names);
     float *zeros = NULL;
@@ -268,15 +291,13 @@ static int run_grad(const cli_command *cmd, int argc, char **argv) {
     } else if (weights_path) {
         /* every tensor of the network under its tree name */
         zeros = calloc(1, sizeof *zeros); /* (unused: every tensor has its gradient) */
+        /* (a Needle 3 model without conv taps has empty tap tensors: not written) */
+        uint32_t k = 0;
         for (uint32_t i = 0; i < n_out; i++) {
-            const g2_tensor *g = g2_tensor_at(m.m2, i);
-            train_tensor *t = &out[i];
-            t->name = (char *)g->name;
-            t->ndim = g->ndim;
-            memcpy(t->shape, g->shape, sizeof g->shape);
-            t->numel = g->numel;
-            t->data = g->g;
+            core_tensor(&m, i, &out[k]);
+            k += out[k].numel != 0;
         }
+        n_out = k;
     } else {
         uint64_t biggest = 0;
         for (uint32_t i = 0; i < st.n; i++) biggest = st.tensors[i].numel > biggest ? st.tensors[i].numel : biggest;
@@ -342,7 +363,7 @@ const cli_command cli_grad = {
     "                          with --config a Needle 2 checkpoint (safetensors, as `needle\n"
     "                          export` reads it)\n"
     "  --config FILE           the Needle 2 TransformerConfig (JSON): the checkpoint is Needle 2\n"
-    "  -w, --weights FILE      a Needle 2 .cact as the base instead of a checkpoint: every\n"
+    "  -w, --weights FILE      a .cact (Needle 2 or 3) as the base instead of a checkpoint: every\n"
     "                          record dequantized as the runtime reads it (the gradients are\n"
     "                          written under the checkpoint names of the flax tree)\n"
     "  --lora FILE             an adapter (write_adapter layout: lora/<path>/A|B, `scale`):\n"
@@ -364,6 +385,5 @@ const cli_command cli_grad = {
     "\n"
     "A8 rounding makes the --quant loss chaotic at the float32 level (the official code in\n"
     "float32 and float64 differs by ~1e-3 in its gradients); see tests/fixtures/grad_v3 and\n"
-    "tests/fixtures/grad_v2.\n"
-    "Not yet: --weights with a Needle 3 .cact.\n",
+    "tests/fixtures/grad_v2.\n",
     run_grad};

@@ -6,9 +6,8 @@
 #include <string.h>
 
 #include "format/cact.h"
-#include "kernels/cq.h"
+#include "train/cact_records.h"
 #include "util/error.h"
-#include "util/fp16.h"
 
 /* The records of one layer in the file (§1.9) and the tensor each goes to ("" : none) */
 static const char *const LAYER_RECORDS[14] = {
@@ -31,63 +30,6 @@ static const char *const MHC_RECORDS[9] = {
     "stack/mhc_a_pre", "stack/mhc_a_post", "stack/mhc_a_res", "stack/mhc_b_pre", "stack/mhc_b_post",
     "stack/mhc_b_res", "stack/mhc_phi_pre", "stack/mhc_phi_post", "stack/mhc_phi_res",
 };
-
-/* Every value of record t as the runtime reads it, row-major over its shape, into out. */
-static int widen(const cact_file *f, const cact_tensor *t, float *out, uint64_t numel) {
-    uint64_t n = 1;
-    for (uint32_t i = 0; i < t->ndim; i++) n *= t->shape[i];
-    if (n != numel)
-        return needle_fail(NEEDLE_ERR_FORMAT, ".cact record %s has %llu values, the network wants %llu", t->name,
-                           (unsigned long long)n, (unsigned long long)numel);
-    if (t->dtype == CACT_FP16) {
-        for (uint64_t k = 0; k < n; k++) out[k] = fp16_to_f32(rd_u16(t->data + 2 * k));
-        return 0;
-    }
-    if (t->dtype == CACT_FP32) {
-        for (uint64_t k = 0; k < n; k++) out[k] = rd_f32(t->data + 4 * k);
-        return 0;
-    }
-    if (t->dtype != CACT_CQ || t->ndim != 2)
-        return needle_fail(NEEDLE_ERR_FORMAT, ".cact record %s: not a float or CQ matrix", t->name);
-    /* the view model_cq_view builds over a record */
-    cq_matrix w;
-    w.rows = t->shape[0];
-    w.cols = t->shape[1];
-    w.group = t->group;
-    w.cols_pad = (w.cols + w.group - 1) / w.group * w.group;
-    w.ngroups = w.cols_pad / w.group;
-    w.bits = t->bits;
-    w.row_bytes = (uint32_t)cact_cq_row_bytes(w.cols_pad, w.bits);
-    w.codes = t->data;
-    w.norms = (const uint16_t *)(const void *)(t->data + (size_t)w.rows * w.row_bytes);
-    w.codebook = f->codebooks[w.bits];
-    float *tmp = malloc(w.group * sizeof *tmp);
-    if (!tmp) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
-    for (uint32_t r = 0; r < w.rows; r++) cq_dequant_row(&w, r, out + (size_t)r * w.cols, tmp);
-    free(tmp);
-    return 0;
-}
-
-/* record t ([rows][cols] in the file) into dst, either as is or transposed per leading
- * block: lead blocks of [cols][rows] (a kernel stored [out][in], mHC phi [L*m][n*d]) */
-static int load(const cact_file *f, uint32_t index, g2_tensor *dst, uint64_t off, uint64_t count, int transpose,
-                uint32_t lead) {
-    const cact_tensor *t = &f->tensors[index];
-    float *buf = malloc((count ? count : 1) * sizeof *buf);
-    if (!buf) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
-    int st = widen(f, t, buf, count);
-    if (!st && !transpose) {
-        memcpy(dst->w + off, buf, count * sizeof *buf);
-    } else if (!st) {
-        const uint64_t rows = t->shape[0] / lead, cols = t->shape[1];
-        for (uint32_t l = 0; l < lead; l++)
-            for (uint64_t r = 0; r < rows; r++)
-                for (uint64_t c = 0; c < cols; c++)
-                    dst->w[off + (uint64_t)l * rows * cols + c * rows + r] = buf[((uint64_t)l * rows + r) * cols + c];
-    }
-    free(buf);
-    return st;
-}
 
 int g2_model_from_cact(const uint8_t *data, size_t size, export_config *cfg_out, g2_model **out) {
     *out = NULL;
@@ -118,19 +60,19 @@ int g2_model_from_cact(const uint8_t *data, size_t size, export_config *cfg_out,
     const uint32_t L = c.num_layers;
     /* the embedding (record 0), the layers, the mHC section, the engram sites, the final norm */
     g2_tensor *emb = g2_find(m, "embedding/embedding");
-    st = load(&f, 0, emb, 0, emb->numel, 0, 1);
+    st = cact_record_load(&f, 0, emb->w, emb->numel, 0, 1);
     for (uint32_t l = 0; l < L && !st; l++)
         for (uint32_t j = 0; j < 14 && !st; j++) {
             g2_tensor *t = g2_find(m, LAYER_RECORDS[j]);
             const uint64_t per = t->numel / L;
             /* the kernels are [out][in] in the file, [in][out] in the tree */
             const int kernel = j == 1 || j == 2 || j == 3 || j == 6 || j == 7;
-            st = load(&f, 1 + 14 * l + j, t, l * per, per, kernel, 1);
+            st = cact_record_load(&f, 1 + 14 * l + j, t->w + l * per, per, kernel, 1);
         }
     for (uint32_t j = 0; j < 9 && !st; j++) {
         g2_tensor *t = g2_find(m, MHC_RECORDS[j]);
         /* phi: [L*m][n*d] in the file, [L][n*d][m] in the tree */
-        st = load(&f, f.mhc_base + j, t, 0, t->numel, j >= 6, j >= 6 ? L : 1);
+        st = cact_record_load(&f, f.mhc_base + j, t->w, t->numel, j >= 6, j >= 6 ? L : 1);
     }
     static const char *const ENGRAM[4] = {"embedding", "key_proj/kernel", "value_proj/kernel", "taps"};
     for (uint32_t s = 0; s < c.num_sites && !st; s++)
@@ -138,11 +80,11 @@ int g2_model_from_cact(const uint8_t *data, size_t size, export_config *cfg_out,
             char name[64];
             snprintf(name, sizeof name, "engrams_%u/%s", s, ENGRAM[k]);
             g2_tensor *t = g2_find(m, name);
-            st = load(&f, f.engram_base + 4 * s + k, t, 0, t->numel, k == 1 || k == 2, 1);
+            st = cact_record_load(&f, f.engram_base + 4 * s + k, t->w, t->numel, k == 1 || k == 2, 1);
         }
     if (!st) {
         g2_tensor *t = g2_find(m, "stack/final_norm/scale");
-        st = load(&f, f.final_norm_index, t, 0, t->numel, 0, 1);
+        st = cact_record_load(&f, f.final_norm_index, t->w, t->numel, 0, 1);
     }
     cact_release(&f);
     if (st) {
