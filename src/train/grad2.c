@@ -497,7 +497,7 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
     }
 }
 
-/* ---- the mHC lane step around the block (_ScanBody.advance) --------------------------- */
+/* ---- the mHC lane step around the block (_ScanBody.__call__) -------------------------- */
 
 /* Xin[T][n][D] -> Xout; keeps nx, the h's, the Sinkhorn steps, u and y in w. */
 static void lane_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, const real *Xin, real *Xout) {
