@@ -846,6 +846,11 @@ int G2(model_from_checkpoint)(const export_config *cfg, const st_file *ckpt, G2(
                                            : (m->D / (c->num_orders * 128) ? m->D / (c->num_orders * 128) : 1);
     m->tables = c->num_orders * heads;
     m->sub = m->D / (c->num_orders * heads);
+    if (!m->sub) {
+        free(m);
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "train: d_model %u leaves no engram sub-dimension for %u "
+                           "orders x %u heads", c->d_model, c->num_orders, heads);
+    }
     m->dil = 0;
     for (uint32_t i = 0; i < c->num_orders; i++) m->dil = c->engram_orders[i] > m->dil ? c->engram_orders[i] : m->dil;
     m->walsh = malloc((size_t)N * N * sizeof *m->walsh);
