@@ -230,22 +230,38 @@ static void test_cli(void) {
         const char *config, *batch;
         int rc;
         const char *says;
+        const char *checkpoint;
     } cases[] = {
-        {NULL, "grad_v2/g2a.batch.jsonl", 1, "--config"},
-        {"grad_v2/g2b.config.json", "grad_v2/g2a.batch.jsonl", 1, "shape"},
-        {"grad_v2/g2a.config.json", NULL, 1, "vocabulary"},
-        {"grad_v2/none.json", "grad_v2/g2a.batch.jsonl", 1, "none.json"},
+        {NULL, "grad_v2/g2a.batch.jsonl", 1, "--config", NULL},
+        {"grad_v2/g2b.config.json", "grad_v2/g2a.batch.jsonl", 1, "shape", NULL},
+        {"grad_v2/g2a.config.json", NULL, 1, "vocabulary", NULL},
+        {"grad_v2/none.json", "grad_v2/g2a.batch.jsonl", 1, "none.json", NULL},
+        /* a Needle 3 checkpoint given a Needle 2 config */
+        {"grad_v2/g2a.config.json", "grad_v2/g2a.batch.jsonl", 1, "Needle 3 checkpoint",
+         "grad_v3/g3a.params.safetensors"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char cfg[1200] = "";
         if (cases[c].config) snprintf(cfg, sizeof cfg, "--config %s", fixture_path(cases[c].config));
         snprintf(cmd, sizeof cmd, "%s grad --checkpoint %s %s --batch %s --out %s 2>&1", cli_path(),
-                 fixture_path("grad_v2/g2a.params.safetensors"), cfg,
+                 fixture_path(cases[c].checkpoint ? cases[c].checkpoint : "grad_v2/g2a.params.safetensors"), cfg,
                  cases[c].batch ? fixture_path(cases[c].batch) : bad, gpath);
         out[0] = 0;
         CHECK_MSG(run_command(cmd, out, sizeof out) == cases[c].rc, "bad case %zu: %s", c, out);
         CHECK_MSG(strstr(out, cases[c].says) != NULL, "bad case %zu says %s", c, out);
     }
+    /* a Needle 3 config (qk_head_dim) given with --config */
+    char v3cfg[1100];
+    snprintf(v3cfg, sizeof v3cfg, "%s/v3.json", dir);
+    f = fopen(v3cfg, "w");
+    if (f) {
+        fputs("{\"vocab_size\": 64, \"d_model\": 40, \"qk_head_dim\": 8}\n", f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "%s grad --checkpoint %s --config %s --batch %s --out %s 2>&1", cli_path(),
+             fixture_path("grad_v2/g2a.params.safetensors"), v3cfg, fixture_path("grad_v2/g2a.batch.jsonl"), gpath);
+    out[0] = 0;
+    CHECK_MSG(run_command(cmd, out, sizeof out) == 1 && strstr(out, "Needle 3 config"), "v3 config: %s", out);
     train_tmpdir_remove(dir);
 }
 

@@ -140,6 +140,18 @@ static void core_free(core *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* A TransformerConfig with a field only Needle 3 has (the official 3.x loader's test is
+ * qk_head_dim; the others cannot appear in a Needle 2 config either). */
+static int is_v3_config(const char *text, size_t len) {
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    static const char *const keys[] = {"qk_head_dim", "v_head_dim", "out_vocab", "sliding_window",
+                                       "global_layers", "qkv_conv_taps", "engram_seed_heads", "ladder_split"};
+    int v3 = 0;
+    for (size_t i = 0; j && i < sizeof keys / sizeof keys[0]; i++) v3 |= cJSON_GetObjectItemCaseSensitive(j, keys[i]) != NULL;
+    cJSON_Delete(j);
+    return v3;
+}
+
 static int run_grad(const cli_command *cmd, int argc, char **argv) {
     const char *ckpt_path = NULL, *weights_path = NULL, *config_path = NULL, *lora_path = NULL, *batch_path = NULL, *out_path = NULL;
     int quant_weights = 0, quant = 0, json = 0;
@@ -211,6 +223,14 @@ static int run_grad(const cli_command *cmd, int argc, char **argv) {
         cfg_text = (char *)cli_read_file(config_path, &cfg_size);
         if (!cfg_text) {
             fprintf(stderr, "needle grad: cannot read the config %s\n", config_path);
+            goto done;
+        }
+        if (is_v3_config(cfg_text, cfg_size) || st_find(&st, "stack/layers/block/hadamard_mlp/w1a")) {
+            /* the Needle 2 core would read the Needle 2 subset of a Needle 3 tree and
+             * compute another network */
+            fprintf(stderr, "needle grad: %s is a Needle 3 %s: give the official 3.x checkpoint alone (its config "
+                            "is in its metadata)\n", is_v3_config(cfg_text, cfg_size) ? config_path : ckpt_path,
+                    is_v3_config(cfg_text, cfg_size) ? "config" : "checkpoint");
             goto done;
         }
         if ((s = export_config_parse(cfg_text, cfg_size, &cfg2)) || (s = g2_model_from_checkpoint(&cfg2, &st, &m.m2))) {
