@@ -145,7 +145,7 @@ static void core_free(core *c) {
 static int is_v3_config(const char *text, size_t len) {
     cJSON *j = cJSON_ParseWithLength(text, len);
     static const char *const keys[] = {"qk_head_dim", "v_head_dim", "out_vocab", "sliding_window",
-                                       "global_layers", "qkv_conv_taps", "engram_seed_heads", "ladder_split"};
+                                       "global_layers", "qkv_conv_taps", "engram_seed_heads", "ladder_widths"};
     int v3 = 0;
     for (size_t i = 0; j && i < sizeof keys / sizeof keys[0]; i++) v3 |= cJSON_GetObjectItemCaseSensitive(j, keys[i]) != NULL;
     cJSON_Delete(j);
@@ -310,7 +310,6 @@ static int run_grad(const cli_command *cmd, int argc, char **argv) {
             }
     } else if (weights_path) {
         /* every tensor of the network under its tree name */
-        zeros = calloc(1, sizeof *zeros); /* (unused: every tensor has its gradient) */
         /* (a Needle 3 model without conv taps has empty tap tensors: not written) */
         uint32_t k = 0;
         for (uint32_t i = 0; i < n_out; i++) {
@@ -334,7 +333,7 @@ static int run_grad(const cli_command *cmd, int argc, char **argv) {
             t->data = g ? g : zeros;
         }
     }
-    if (!zeros && !have_ad) {
+    if (!zeros && !have_ad && !weights_path) { /* the zeros of tensors the loss does not reach */
         s = NEEDLE_ERR_OUT_OF_MEMORY;
     } else {
         s = train_write_tensors(out_path, out, n_out, meta);
