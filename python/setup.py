@@ -62,7 +62,7 @@ CJSON = "libcjson.so.1"
 SDIST_TREE = ("CMakeLists.txt", "LICENSE", "cmake", "include", "src", "tools",
               "models/needle-demo.cact", "models/needle-demo.tools.json",
               # sources of executables CMakeLists.txt declares (the training benchmarks)
-              "bench/train/train_io.c", "bench/train3_step.c")
+              "bench/train/train_io.c", "bench/train3_step.c", "bench/train2_step.c")
 
 
 class LibraryBuildError(RuntimeError):

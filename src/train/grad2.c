@@ -1,0 +1,1128 @@
+/* The Needle 2 forward and backward over full sequences (see grad2.h). Each step names
+ * the line of cactus-needle 2.0.15 architecture.py it mirrors; the backward of a step
+ * follows its forward in the same block of code. Plain C, sequence by sequence. The
+ * structure (work sharing, lanes, engram, head, loss) follows grad3.c, the Needle 3 core;
+ * the block differs: no conv taps, one head width, no sliding window, no q/K/V int8, and
+ * the Hadamard MLP (two dense Walsh products) in place of the Monarch MLP. */
+#include "train/grad2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/nmath.h"
+#include "util/error.h"
+
+typedef G2_REAL real;
+
+#define EPS 1e-6
+#define ENGRAM_TAPS 4 /* architecture.ENGRAM_CONV_TAPS */
+#define SINKHORN_ITERS 20
+
+/* The tensors the network reads, in one table; the per-layer ones are stacked [L, ...]. */
+enum {
+    P_EMB,
+    P_FINAL,
+    P_PHI_PRE,
+    P_PHI_POST,
+    P_PHI_RES,
+    P_B_PRE,
+    P_B_POST,
+    P_B_RES,
+    P_A_PRE,
+    P_A_POST,
+    P_A_RES,
+    P_NORM_IN,
+    P_WQ,
+    P_WK,
+    P_WV,
+    P_WG,
+    P_WO,
+    P_QN,
+    P_KN,
+    P_POST_NORM,
+    P_GATE,
+    P_PRE_HADA,
+    P_D1,
+    P_D2,
+    P_D3,
+    P_FIXED /* engram tensors follow: 4 per site */
+};
+enum { E_TABLE, E_KEY, E_VALUE, E_TAPS, E_COUNT };
+
+struct G2(model) {
+    export_config c;
+    uint32_t D, n, L, H, KV, hd, V, N, tables, sub, dil;
+    real *walsh; /* _walsh_matrix(N) [N][N], symmetric */
+    G2(tensor) *t;
+    uint32_t nt;
+    cpu_pool *pool; /* NULL: one thread */
+    int a8; /* quant=True: A8 activations, straight-through */
+};
+
+void G2(set_fake_quant)(G2(model) * m, int on) { m->a8 = on != 0; }
+
+void G2(run_parallel)(const G2(model) * m, void (*fn)(void *arg, int i, int n), void *arg) {
+    if (m->pool)
+        cpu_pool_run(m->pool, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
+int G2(set_threads)(G2(model) * m, int n) {
+    cpu_pool_free(m->pool);
+    m->pool = NULL;
+    return n == 1 ? 0 : cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
+}
+
+/* quantize.fake_quant(x, n, 8) in place: symmetric int8 of the n values by their absmax
+ * (round half to even, as jnp.round); the backward is the identity (straight-through) */
+static void fq8(real *x, uint32_t n) {
+    real mx = 0;
+    for (uint32_t i = 0; i < n; i++) mx = fabs(x[i]) > mx ? fabs(x[i]) : mx;
+    const real sc = mx > 0 ? mx / (real)127 : (real)1;
+    for (uint32_t i = 0; i < n; i++) {
+        real q = nearbyint(x[i] / sc);
+        q = q < -128 ? -128 : q > 127 ? 127 : q;
+        x[i] = q * sc;
+    }
+}
+
+#define LW(m, id, l) ((m)->t[id].w + (size_t)(l) * ((m)->t[id].numel / (m)->L))
+#define LG(m, id, l) ((m)->t[id].g + (size_t)(l) * ((m)->t[id].numel / (m)->L))
+#define ET(m, s, k) (&(m)->t[P_FIXED + (s) * E_COUNT + (k)])
+/* the gradient a dense product accumulates into, NULL for a frozen weight */
+#define DW(t) ((t)->frozen ? NULL : (t)->g)
+#define LGD(m, id, l) ((m)->t[id].frozen ? NULL : LG(m, id, l))
+
+/* ---- small dense helpers ------------------------------------------------------------ */
+
+/* Work sharing over the model's thread pool (cpu_pool_run): items [0, n) cut into one
+ * contiguous range per thread. Every output element is computed by one thread with the
+ * same operations in the same order as with one thread, so results are bit-identical for
+ * every thread count. */
+typedef struct mm_job {
+    const real *x, *W, *dy;
+    real *y, *dx, *dW;
+    uint32_t T, in, out;
+    int back;
+} mm_job;
+
+static void range_of(uint32_t n, int i, int nt, uint32_t *lo, uint32_t *hi) {
+    *lo = (uint32_t)((uint64_t)n * (uint32_t)i / (uint32_t)nt);
+    *hi = (uint32_t)((uint64_t)n * (uint32_t)(i + 1) / (uint32_t)nt);
+}
+
+/* y[t] = x[t] @ W for t in [t0, t1) */
+static void mm_rows(const mm_job *j, uint32_t t0, uint32_t t1) {
+    for (uint32_t t = t0; t < t1; t++) {
+        real *yt = j->y + (size_t)t * j->out;
+        for (uint32_t o = 0; o < j->out; o++) yt[o] = 0;
+        for (uint32_t i = 0; i < j->in; i++) {
+            const real xi = j->x[(size_t)t * j->in + i];
+            const real *wr = j->W + (size_t)i * j->out;
+            for (uint32_t o = 0; o < j->out; o++) yt[o] += xi * wr[o];
+        }
+    }
+}
+
+/* dx[t] += dy[t] @ W^T for t in [t0, t1) */
+static void mm_back_x(const mm_job *j, uint32_t t0, uint32_t t1) {
+    for (uint32_t t = t0; t < t1; t++) {
+        const real *dyt = j->dy + (size_t)t * j->out;
+        for (uint32_t i = 0; i < j->in; i++) {
+            const real *wr = j->W + (size_t)i * j->out;
+            real acc = 0;
+            for (uint32_t o = 0; o < j->out; o++) acc += dyt[o] * wr[o];
+            j->dx[(size_t)t * j->in + i] += acc;
+        }
+    }
+}
+
+/* dW[i] += sum over t of x[t][i] dy[t] for i in [i0, i1) */
+static void mm_back_w(const mm_job *j, uint32_t i0, uint32_t i1) {
+    for (uint32_t t = 0; t < j->T; t++) {
+        const real *dyt = j->dy + (size_t)t * j->out;
+        for (uint32_t i = i0; i < i1; i++) {
+            const real xi = j->x[(size_t)t * j->in + i];
+            real *dwr = j->dW + (size_t)i * j->out;
+            for (uint32_t o = 0; o < j->out; o++) dwr[o] += xi * dyt[o];
+        }
+    }
+}
+
+static void mm_worker(void *arg, int i, int n) {
+    const mm_job *j = arg;
+    uint32_t lo, hi;
+    range_of(j->T, i, n, &lo, &hi);
+    if (!j->back) {
+        mm_rows(j, lo, hi);
+        return;
+    }
+    if (j->dx) mm_back_x(j, lo, hi);
+    range_of(j->in, i, n, &lo, &hi);
+    if (j->dW) mm_back_w(j, lo, hi);
+}
+
+static void run_job(const G2(model) * m, mm_job *j) {
+    if (m && m->pool)
+        cpu_pool_run(m->pool, mm_worker, j);
+    else
+        mm_worker(j, 0, 1);
+}
+
+/* y[T][out] = x[T][in] @ W[in][out] */
+static void mm(const G2(model) * m, const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out) {
+    mm_job j = {x, W, NULL, y, NULL, NULL, T, in, out, 0};
+    run_job(m, &j);
+}
+
+/* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight) */
+static void mm_back(const G2(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
+                    uint32_t T, uint32_t in, uint32_t out) {
+    mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
+    run_job(m, &j);
+}
+
+static real sigm(real z) { return (real)1 / ((real)1 + exp(-z)); }
+
+/* y = (1 + s) * x / sqrt(mean(x^2) + eps) over n (s NULL: rms_unit); returns 1/rms */
+static real zc_fwd(const real *x, const real *s, uint32_t n, real *y) {
+    real ms = 0;
+    for (uint32_t i = 0; i < n; i++) ms += x[i] * x[i];
+    const real r = (real)1 / sqrt(ms / (real)n + (real)EPS);
+    for (uint32_t i = 0; i < n; i++) y[i] = (s ? (real)1 + s[i] : (real)1) * x[i] * r;
+    return r;
+}
+
+/* dx += d(zc)/dx . dy, ds += d/ds (either may be NULL) */
+static void zc_back(const real *x, const real *s, uint32_t n, real r, const real *dy, real *dx, real *ds) {
+    real dot = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const real g = dy[i] * (s ? (real)1 + s[i] : (real)1);
+        dot += g * x[i];
+        if (ds) ds[i] += dy[i] * x[i] * r;
+    }
+    if (!dx) return;
+    const real k = dot * r * r * r / (real)n;
+    for (uint32_t i = 0; i < n; i++) {
+        const real g = dy[i] * (s ? (real)1 + s[i] : (real)1);
+        dx[i] += g * r - x[i] * k;
+    }
+}
+
+/* ---- per-sequence work space ---------------------------------------------------------- */
+
+typedef struct seq_ws {
+    /* lane step */
+    real *nx, *nxr, *hpre, *hpost, *hres, *sk, *u, *y;
+    /* block */
+    real *x0, *alpha, *ru, *rk, *uu, *ku, *a, *ar;
+    real *q, *k, *v, *qn, *kn, *qnr, *knr, *qr, *kr, *P, *o, *gl, *go, *ao;
+    real *pn, *pnr, *x1, *m, *mr, *z0, *z1, *h, *hs, *z2;
+    real *bo;
+    real *prj; /* [T][2n + n*n]: nx @ phi_pre, phi_post, phi_res */
+    /* backward */
+    real *dys, *dus, *dzs;
+    real *d1, *d2, *d3, *d4, *d5, *d6, *d7, *tmp;
+    real *rope_c, *rope_s;
+} seq_ws;
+
+/* ---- the layer ---------------------------------------------------------------------- */
+
+typedef struct g2_seq {
+    uint32_t T;
+    const real *ek, *ev; /* [sites][T][D] */
+    real *dek, *dev;
+} g2_seq;
+
+static int site_of(const G2(model) * m, uint32_t l) {
+    for (uint32_t s = 0; s < m->c.num_sites; s++)
+        if (m->c.engram_layers[s] == l) return (int)s;
+    return -1;
+}
+
+/* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
+static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w) {
+    const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, N = m->N;
+    const uint32_t Q = H * hd, K = KV * hd;
+    const int site = site_of(m, l);
+    /* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev */
+    for (uint32_t t = 0; t < T; t++) {
+        const real *ut = w->u + (size_t)t * D;
+        real *xt = w->x0 + (size_t)t * D;
+        if (site < 0) {
+            memcpy(xt, ut, D * sizeof *xt);
+            continue;
+        }
+        const real *ek = sq->ek + ((size_t)site * T + t) * D, *ev = sq->ev + ((size_t)site * T + t) * D;
+        w->ru[t] = zc_fwd(ut, NULL, D, w->uu + (size_t)t * D);
+        w->rk[t] = zc_fwd(ek, NULL, D, w->ku + (size_t)t * D);
+        real dot = 0;
+        for (uint32_t i = 0; i < D; i++) dot += w->uu[(size_t)t * D + i] * w->ku[(size_t)t * D + i];
+        const real al = sigm(dot / sqrt((real)D));
+        w->alpha[t] = al;
+        for (uint32_t i = 0; i < D; i++) xt[i] = ut[i] + al * ev[i];
+    }
+    for (uint32_t t = 0; t < T; t++) {
+        w->ar[t] = zc_fwd(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->a + (size_t)t * D);
+        if (m->a8) fq8(w->a + (size_t)t * D, D); /* MultiHeadAttention: x = _aq(x, quant) */
+    }
+    /* MultiHeadAttention: q/k/v, q_norm / k_norm per head, RoPE (rotate-half) */
+    mm(m, w->a, LW(m, P_WQ, l), w->q, T, D, Q);
+    mm(m, w->a, LW(m, P_WK, l), w->k, T, D, K);
+    mm(m, w->a, LW(m, P_WV, l), w->v, T, D, K);
+    const uint32_t half = hd / 2;
+    for (uint32_t t = 0; t < T; t++) {
+        const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
+        for (uint32_t h = 0; h < H + KV; h++) {
+            const int isq = h < H;
+            const uint32_t hh = isq ? h : h - H;
+            const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
+            real *nn = (isq ? w->qn : w->kn) + off, *rr = (isq ? w->qr : w->kr) + off;
+            const real r = zc_fwd((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, l), hd, nn);
+            if (isq)
+                w->qnr[(size_t)t * H + hh] = r;
+            else
+                w->knr[(size_t)t * KV + hh] = r;
+            for (uint32_t i = 0; i < half; i++) {
+                rr[i] = nn[i] * c[i] - nn[i + half] * sn[i];
+                rr[i + half] = nn[i + half] * c[i] + nn[i] * sn[i];
+            }
+        }
+    }
+    /* dot_product_attention: softmax(q k / sqrt(hd)) v, causal, KV heads shared in groups */
+    const real sc = (real)1 / sqrt((real)hd);
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        for (uint32_t t = 0; t < T; t++) {
+            real *P = w->P + ((size_t)h * T + t) * T;
+            real mx = -INFINITY;
+            for (uint32_t s = 0; s < T; s++) {
+                if (s > t) {
+                    P[s] = 0;
+                    continue;
+                }
+                real d = 0;
+                for (uint32_t i = 0; i < hd; i++)
+                    d += w->qr[(size_t)t * Q + h * hd + i] * w->kr[(size_t)s * K + g * hd + i];
+                P[s] = d * sc;
+                if (P[s] > mx) mx = P[s];
+            }
+            real z = 0;
+            for (uint32_t s = 0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+            for (uint32_t s = 0; s <= t; s++) P[s] /= z;
+            real *ot = w->o + (size_t)t * Q + h * hd;
+            for (uint32_t i = 0; i < hd; i++) ot[i] = 0;
+            for (uint32_t s = 0; s <= t; s++)
+                for (uint32_t i = 0; i < hd; i++) ot[i] += P[s] * w->v[(size_t)s * K + g * hd + i];
+        }
+    }
+    mm(m, w->a, LW(m, P_WG, l), w->gl, T, D, Q);
+    for (size_t i = 0; i < (size_t)T * Q; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
+    if (m->a8)
+        for (uint32_t t = 0; t < T; t++) fq8(w->go + (size_t)t * Q, Q); /* out = _aq(out, quant) */
+    mm(m, w->go, LW(m, P_WO, l), w->ao, T, Q, D);
+    /* post_attn_norm, gated residual, pre_hada_norm */
+    const real gate = sigm(LW(m, P_GATE, l)[0]);
+    for (uint32_t t = 0; t < T; t++) {
+        w->pnr[t] = zc_fwd(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pn + (size_t)t * D);
+        for (uint32_t i = 0; i < D; i++)
+            w->x1[(size_t)t * D + i] = w->x0[(size_t)t * D + i] + gate * w->pn[(size_t)t * D + i];
+        w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
+    }
+    /* HadamardMLP: z = pad(x); z = (d1 z) @ H; z = silu(d2 z) @ H; out = (d3 z)[:D] */
+    const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *d3 = LW(m, P_D3, l);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < N; j++) w->z0[(size_t)t * N + j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
+    mm(m, w->z0, m->walsh, w->z1, T, N, N);
+    for (size_t i = 0; i < (size_t)T * N; i++) {
+        w->h[i] = d2[i % N] * w->z1[i];
+        w->hs[i] = w->h[i] * sigm(w->h[i]);
+    }
+    mm(m, w->hs, m->walsh, w->z2, T, N, N);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t i = 0; i < D; i++)
+            w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d3[i] * w->z2[(size_t)t * N + i];
+}
+
+/* Backward of block_fwd: dbo[T][D] -> du[T][D] (accumulated), parameter gradients. */
+static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, const real *dbo, real *du) {
+    const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, N = m->N;
+    const uint32_t Q = H * hd, K = KV * hd;
+    const int site = site_of(m, l);
+    real *dx1 = w->d1, *dm = w->d2;
+    memcpy(dx1, dbo, (size_t)T * D * sizeof *dx1);
+    memset(dm, 0, (size_t)T * D * sizeof *dm);
+    /* HadamardMLP (the Walsh matrix is symmetric: the backward of z @ H is dz @ H) */
+    const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *d3 = LW(m, P_D3, l);
+    real *gd1 = LG(m, P_D1, l), *gd2 = LG(m, P_D2, l), *gd3 = LG(m, P_D3, l);
+    real *dz2 = w->d3, *dhs = w->d4, *dz0 = w->d5;
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < N; j++) {
+            const real g = j < D ? dbo[(size_t)t * D + j] : 0;
+            if (j < D) gd3[j] += g * w->z2[(size_t)t * N + j];
+            dz2[(size_t)t * N + j] = j < D ? g * d3[j] : 0;
+        }
+    memset(dhs, 0, (size_t)T * N * sizeof *dhs);
+    mm_back(m, NULL, m->walsh, dz2, dhs, NULL, T, N, N);
+    real *dz1 = dz2; /* dz2 is consumed */
+    for (size_t i = 0; i < (size_t)T * N; i++) {
+        const real hv = w->h[i], sg = sigm(hv);
+        const real dh = dhs[i] * (sg + hv * sg * (1 - sg));
+        gd2[i % N] += dh * w->z1[i];
+        dz1[i] = dh * d2[i % N];
+    }
+    memset(dz0, 0, (size_t)T * N * sizeof *dz0);
+    mm_back(m, NULL, m->walsh, dz1, dz0, NULL, T, N, N);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < D; j++) {
+            gd1[j] += dz0[(size_t)t * N + j] * w->m[(size_t)t * D + j];
+            dm[(size_t)t * D + j] += dz0[(size_t)t * N + j] * d1[j];
+        }
+    /* pre_hada_norm, gated residual, post_attn_norm */
+    const real gate = sigm(LW(m, P_GATE, l)[0]);
+    real *dao = w->d3, *dx0 = w->d5;
+    memset(dao, 0, (size_t)T * D * sizeof *dao);
+    real dgate = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        zc_back(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->mr[t], dm + (size_t)t * D, dx1 + (size_t)t * D,
+                LG(m, P_PRE_HADA, l));
+        for (uint32_t i = 0; i < D; i++) {
+            dgate += dx1[(size_t)t * D + i] * w->pn[(size_t)t * D + i];
+            dx0[(size_t)t * D + i] = dx1[(size_t)t * D + i];
+            w->d4[i] = dx1[(size_t)t * D + i] * gate;
+        }
+        zc_back(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pnr[t], w->d4, dao + (size_t)t * D,
+                LG(m, P_POST_NORM, l));
+    }
+    LG(m, P_GATE, l)[0] += dgate * gate * (1 - gate);
+    /* out_proj, gate_proj */
+    real *dgo = w->d1; /* dx1 is consumed */
+    memset(dgo, 0, (size_t)T * Q * sizeof *dgo);
+    real *da = w->d2; /* dm is consumed */
+    memset(da, 0, (size_t)T * D * sizeof *da);
+    mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LGD(m, P_WO, l), T, Q, D);
+    real *dO = w->d3, *dgl = w->d6;
+    for (size_t i = 0; i < (size_t)T * Q; i++) {
+        const real sg = sigm(w->gl[i]);
+        dO[i] = dgo[i] * sg;
+        dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
+    }
+    mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, Q);
+    /* attention */
+    real *dqr = w->d1, *dkr = w->d6, *dv = w->d7;
+    memset(dqr, 0, (size_t)T * Q * sizeof *dqr);
+    memset(dkr, 0, (size_t)T * K * sizeof *dkr);
+    memset(dv, 0, (size_t)T * K * sizeof *dv);
+    const real sc = (real)1 / sqrt((real)hd);
+    real *dP = w->tmp;
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        for (uint32_t t = 0; t < T; t++) {
+            const real *P = w->P + ((size_t)h * T + t) * T;
+            const real *dot_ = dO + (size_t)t * Q + h * hd;
+            real sum = 0;
+            for (uint32_t s = 0; s <= t; s++) {
+                real d = 0;
+                for (uint32_t i = 0; i < hd; i++) {
+                    d += dot_[i] * w->v[(size_t)s * K + g * hd + i];
+                    dv[(size_t)s * K + g * hd + i] += P[s] * dot_[i];
+                }
+                dP[s] = d;
+                sum += d * P[s];
+            }
+            for (uint32_t s = 0; s <= t; s++) {
+                const real dS = P[s] * (dP[s] - sum) * sc;
+                for (uint32_t i = 0; i < hd; i++) {
+                    dqr[(size_t)t * Q + h * hd + i] += dS * w->kr[(size_t)s * K + g * hd + i];
+                    dkr[(size_t)s * K + g * hd + i] += dS * w->qr[(size_t)t * Q + h * hd + i];
+                }
+            }
+        }
+    }
+    /* RoPE and q/k norms back to the projections */
+    const uint32_t half = hd / 2;
+    real *dq = w->d3, *dk = w->d5; /* dO is consumed; dx0 moves from d5 to d4 */
+    memcpy(w->d4, dx0, (size_t)T * D * sizeof *dx0);
+    dx0 = w->d4;
+    memset(dq, 0, (size_t)T * Q * sizeof *dq);
+    memset(dk, 0, (size_t)T * K * sizeof *dk);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
+        for (uint32_t h = 0; h < H + KV; h++) {
+            const int isq = h < H;
+            const uint32_t hh = isq ? h : h - H;
+            const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
+            const real *dr = (isq ? dqr : dkr) + off;
+            real *dn = w->tmp;
+            for (uint32_t i = 0; i < half; i++) {
+                dn[i] = dr[i] * c[i] + dr[i + half] * sn[i];
+                dn[i + half] = -dr[i] * sn[i] + dr[i + half] * c[i];
+            }
+            zc_back((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, l), hd,
+                    isq ? w->qnr[(size_t)t * H + hh] : w->knr[(size_t)t * KV + hh], dn, (isq ? dq : dk) + off,
+                    LG(m, isq ? P_QN : P_KN, l));
+        }
+    }
+    mm_back(m, w->a, LW(m, P_WQ, l), dq, da, LGD(m, P_WQ, l), T, D, Q);
+    mm_back(m, w->a, LW(m, P_WK, l), dk, da, LGD(m, P_WK, l), T, D, K);
+    mm_back(m, w->a, LW(m, P_WV, l), dv, da, LGD(m, P_WV, l), T, D, K);
+    /* norm in */
+    for (uint32_t t = 0; t < T; t++)
+        zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
+                dx0 + (size_t)t * D, LG(m, P_NORM_IN, l));
+    /* engram */
+    for (uint32_t t = 0; t < T; t++) {
+        const real *g = dx0 + (size_t)t * D;
+        for (uint32_t i = 0; i < D; i++) du[(size_t)t * D + i] += g[i];
+        if (site < 0) continue;
+        const size_t eo = ((size_t)site * T + t) * D;
+        const real *ev = sq->ev + eo, al = w->alpha[t];
+        real dal = 0;
+        for (uint32_t i = 0; i < D; i++) {
+            dal += g[i] * ev[i];
+            sq->dev[eo + i] += al * g[i];
+        }
+        const real dz = dal * al * (1 - al) / sqrt((real)D);
+        real *duu = w->d5, *dku = w->d5 + D;
+        for (uint32_t i = 0; i < D; i++) {
+            duu[i] = dz * w->ku[(size_t)t * D + i];
+            dku[i] = dz * w->uu[(size_t)t * D + i];
+        }
+        zc_back(w->u + (size_t)t * D, NULL, D, w->ru[t], duu, du + (size_t)t * D, NULL);
+        zc_back(sq->ek + eo, NULL, D, w->rk[t], dku, sq->dek + eo, NULL);
+    }
+}
+
+/* ---- the mHC lane step around the block (_ScanBody.__call__) -------------------------- */
+
+/* Xin[T][n][D] -> Xout; keeps nx, the h's, the Sinkhorn steps, u and y in w. */
+static void lane_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, const real *Xin, real *Xout) {
+    const uint32_t T = sq->T, n = m->n, D = m->D, nD = n * D, nn = n * n, own = l % n;
+    const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
+    const real apre = LW(m, P_A_PRE, l)[0], apost = LW(m, P_A_POST, l)[0], ares = LW(m, P_A_RES, l)[0];
+    const real *bpre = LW(m, P_B_PRE, l), *bpost = LW(m, P_B_POST, l), *bres = LW(m, P_B_RES, l);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *X = Xin + (size_t)t * nD;
+        real *nx = w->nx + (size_t)t * nD;
+        w->nxr[t] = zc_fwd(X, NULL, nD, nx); /* _rms_unit (2.0.15 applies no A8 here) */
+        real *prj = w->prj + (size_t)t * (2 * n + nn);
+        for (uint32_t k = 0; k < 2 * n + nn; k++) prj[k] = 0;
+        for (uint32_t c = 0; c < nD; c++) {
+            const real v = nx[c];
+            for (uint32_t i = 0; i < n; i++) {
+                prj[i] += v * pp[(size_t)c * n + i];
+                prj[n + i] += v * po[(size_t)c * n + i];
+            }
+            for (uint32_t k = 0; k < nn; k++) prj[2 * n + k] += v * pr[(size_t)c * nn + k];
+        }
+        real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
+        for (uint32_t i = 0; i < n; i++) {
+            hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
+            hpost[i] = 2 * sigm(apost * prj[n + i] + bpost[i] + (real)nm_lane_post_offset(i, own));
+        }
+        /* _sinkhorn: 20 x (rows then columns) in log space, then exp */
+        real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
+        for (uint32_t k = 0; k < nn; k++) sk[k] = ares * prj[2 * n + k] + bres[k];
+        for (uint32_t it = 0; it < SINKHORN_ITERS; it++) {
+            const real *S = sk + (size_t)(2 * it) * nn;
+            real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+            for (uint32_t i = 0; i < n; i++) {
+                real mx = S[i * n];
+                for (uint32_t j = 1; j < n; j++) mx = S[i * n + j] > mx ? S[i * n + j] : mx;
+                real z = 0;
+                for (uint32_t j = 0; j < n; j++) z += exp(S[i * n + j] - mx);
+                const real lse = mx + log(z);
+                for (uint32_t j = 0; j < n; j++) A[i * n + j] = S[i * n + j] - lse;
+            }
+            for (uint32_t j = 0; j < n; j++) {
+                real mx = A[j];
+                for (uint32_t i = 1; i < n; i++) mx = A[i * n + j] > mx ? A[i * n + j] : mx;
+                real z = 0;
+                for (uint32_t i = 0; i < n; i++) z += exp(A[i * n + j] - mx);
+                const real lse = mx + log(z);
+                for (uint32_t i = 0; i < n; i++) S2[i * n + j] = A[i * n + j] - lse;
+            }
+        }
+        real *hres = w->hres + (size_t)t * nn;
+        const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
+        for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
+        real *u = w->u + (size_t)t * D;
+        for (uint32_t c = 0; c < D; c++) {
+            real s = 0;
+            for (uint32_t i = 0; i < n; i++) s += hpre[i] * X[(size_t)i * D + c];
+            u[c] = s;
+        }
+    }
+    block_fwd(m, l, sq, w);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *X = Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
+        real *y = w->y + (size_t)t * D, *Xo = Xout + (size_t)t * nD;
+        for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t c = 0; c < D; c++) {
+                real s = 0;
+                for (uint32_t j = 0; j < n; j++) s += hres[i * n + j] * X[(size_t)j * D + c];
+                Xo[(size_t)i * D + c] = s + hpost[i] * y[c];
+            }
+    }
+}
+
+/* Backward of lane_fwd (which must have just run for this layer): dXo -> dXi (overwritten). */
+static void lane_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, const real *Xin, const real *dXo,
+                      real *dXi) {
+    const uint32_t T = sq->T, n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
+    const real apre = LW(m, P_A_PRE, l)[0], apost = LW(m, P_A_POST, l)[0], ares = LW(m, P_A_RES, l)[0];
+    real *gpp = LG(m, P_PHI_PRE, l), *gpo = LG(m, P_PHI_POST, l), *gpr = LG(m, P_PHI_RES, l);
+    real *gapre = LG(m, P_A_PRE, l), *gapost = LG(m, P_A_POST, l), *gares = LG(m, P_A_RES, l);
+    real *gbpre = LG(m, P_B_PRE, l), *gbpost = LG(m, P_B_POST, l), *gbres = LG(m, P_B_RES, l);
+    real *dy = w->dys, *du = w->dus;
+    /* the lane write: X' = hres X + hpost y */
+    real *dz = w->dzs; /* [T][2n + nn]: d(projection) per token */
+    for (uint32_t t = 0; t < T; t++) {
+        const real *X = Xin + (size_t)t * nD, *g = dXo + (size_t)t * nD, *hres = w->hres + (size_t)t * nn;
+        const real *hpost = w->hpost + (size_t)t * n, *y = w->y + (size_t)t * D;
+        real *dx = dXi + (size_t)t * nD, *dyt = dy + (size_t)t * D, *dzt = dz + (size_t)t * (2 * n + nn);
+        for (uint32_t c = 0; c < nD; c++) dx[c] = 0;
+        for (uint32_t c = 0; c < D; c++) dyt[c] = 0;
+        real dh[64];
+        for (uint32_t i = 0; i < n; i++) {
+            real dp = 0;
+            for (uint32_t c = 0; c < D; c++) {
+                dp += g[(size_t)i * D + c] * y[c];
+                dyt[c] += hpost[i] * g[(size_t)i * D + c];
+            }
+            const real s = hpost[i] / 2;
+            dzt[n + i] = dp * 2 * s * (1 - s);
+            for (uint32_t j = 0; j < n; j++) {
+                real d = 0;
+                for (uint32_t c = 0; c < D; c++) {
+                    d += g[(size_t)i * D + c] * X[(size_t)j * D + c];
+                    dx[(size_t)j * D + c] += hres[i * n + j] * g[(size_t)i * D + c];
+                }
+                dh[i * n + j] = d;
+            }
+        }
+        /* Sinkhorn backward */
+        const real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
+        real dS[64], dA[64];
+        for (uint32_t k = 0; k < nn; k++) dS[k] = dh[k] * hres[k];
+        for (int it = SINKHORN_ITERS - 1; it >= 0; it--) {
+            const real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+            for (uint32_t j = 0; j < n; j++) {
+                real s = 0;
+                for (uint32_t i = 0; i < n; i++) s += dS[i * n + j];
+                for (uint32_t i = 0; i < n; i++) dA[i * n + j] = dS[i * n + j] - exp(S2[i * n + j]) * s;
+            }
+            for (uint32_t i = 0; i < n; i++) {
+                real s = 0;
+                for (uint32_t j = 0; j < n; j++) s += dA[i * n + j];
+                for (uint32_t j = 0; j < n; j++) dS[i * n + j] = dA[i * n + j] - exp(A[i * n + j]) * s;
+            }
+        }
+        const real *prj = w->prj + (size_t)t * (2 * n + nn);
+        for (uint32_t k = 0; k < nn; k++) {
+            gbres[k] += dS[k];
+            gares[0] += dS[k] * prj[2 * n + k];
+            dzt[2 * n + k] = dS[k] * ares;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            gbpost[i] += dzt[n + i];
+            gapost[0] += dzt[n + i] * prj[n + i];
+            dzt[n + i] *= apost;
+        }
+    }
+    /* the block: y = block(u) - u */
+    for (size_t i = 0; i < (size_t)T * D; i++) du[i] = -dy[i];
+    block_back(m, l, sq, w, dy, du);
+    /* the lane read: u = hpre . X, and the projections of nx */
+    for (uint32_t t = 0; t < T; t++) {
+        const real *X = Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = du + (size_t)t * D;
+        const real *prj = w->prj + (size_t)t * (2 * n + nn), *nx = w->nx + (size_t)t * nD;
+        real *dx = dXi + (size_t)t * nD, *dzt = dz + (size_t)t * (2 * n + nn);
+        for (uint32_t i = 0; i < n; i++) {
+            real dp = 0;
+            for (uint32_t c = 0; c < D; c++) {
+                dp += dut[c] * X[(size_t)i * D + c];
+                dx[(size_t)i * D + c] += hpre[i] * dut[c];
+            }
+            const real dzp = dp * hpre[i] * (1 - hpre[i]);
+            gbpre[i] += dzp;
+            gapre[0] += dzp * prj[i];
+            dzt[i] = dzp * apre;
+        }
+        real *dnx = w->d1; /* [nD] */
+        for (uint32_t c = 0; c < nD; c++) {
+            real s = 0;
+            const real v = nx[c];
+            for (uint32_t i = 0; i < n; i++) {
+                s += pp[(size_t)c * n + i] * dzt[i] + po[(size_t)c * n + i] * dzt[n + i];
+                gpp[(size_t)c * n + i] += v * dzt[i];
+                gpo[(size_t)c * n + i] += v * dzt[n + i];
+            }
+            for (uint32_t k = 0; k < nn; k++) {
+                s += pr[(size_t)c * nn + k] * dzt[2 * n + k];
+                gpr[(size_t)c * nn + k] += v * dzt[2 * n + k];
+            }
+            dnx[c] = s;
+        }
+        zc_back(X, NULL, nD, w->nxr[t], dnx, dx, NULL);
+    }
+}
+
+/* ---- engram (Engram.__call__, engram_indices) ----------------------------------------- */
+
+/* The slot of table j at position t, or -1 where the n-gram runs off the start
+ * (ngram_ok = 0). */
+static int32_t engram_slot(const G2(model) * m, const int32_t *ids, uint32_t t, uint32_t j) {
+    const uint32_t heads = m->tables / m->c.num_orders, oi = j / heads, h = j % heads;
+    const uint32_t order = m->c.engram_orders[oi];
+    if (t + 1 < order) return -1;
+    nm_u32 acc = nm_engram_hash_start(oi * heads + h);
+    for (uint32_t k = 0; k < order; k++) acc = nm_engram_hash_step(acc, (nm_u32)ids[t - k]);
+    return (int32_t)nm_engram_hash_slot(acc, m->c.engram_slots);
+}
+
+/* e[T][tables*sub] (the fetched rows) and vl[T][D] (value_proj before the taps) of site s */
+static void engram_rows(const G2(model) * m, uint32_t s, const int32_t *ids, uint32_t T, real *e) {
+    const uint32_t sub = m->sub, E = m->tables * sub;
+    const real *tab = ET(m, s, E_TABLE)->w;
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < m->tables; j++) {
+            const int32_t slot = engram_slot(m, ids, t, j);
+            real *dst = e + (size_t)t * E + (size_t)j * sub;
+            if (slot < 0)
+                memset(dst, 0, sub * sizeof *dst);
+            else
+                memcpy(dst, tab + ((size_t)j * m->c.engram_slots + (uint32_t)slot) * sub, sub * sizeof *dst);
+        }
+    if (m->a8)
+        for (uint32_t t = 0; t < T; t++) fq8(e + (size_t)t * E, E); /* e = _aq(e, quant) */
+}
+
+static void engram_fwd(const G2(model) * m, const int32_t *ids, uint32_t T, real *e, real *vl, real *ek, real *ev) {
+    const uint32_t D = m->D, E = m->tables * m->sub;
+    for (uint32_t s = 0; s < m->c.num_sites; s++) {
+        engram_rows(m, s, ids, T, e);
+        mm(m, e, ET(m, s, E_KEY)->w, ek + (size_t)s * T * D, T, E, D);
+        mm(m, e, ET(m, s, E_VALUE)->w, vl, T, E, D);
+        const real *taps = ET(m, s, E_TAPS)->w;
+        real *v = ev + (size_t)s * T * D;
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t c = 0; c < D; c++) {
+                real acc = 0;
+                for (uint32_t j = 0; j < ENGRAM_TAPS && j * m->dil <= t; j++)
+                    acc += taps[(size_t)j * D + c] * vl[(size_t)(t - j * m->dil) * D + c];
+                v[(size_t)t * D + c] = acc;
+            }
+    }
+}
+
+static void engram_back(G2(model) * m, const int32_t *ids, uint32_t T, real *e, real *vl, real *de, real *dvl,
+                        const real *dek, const real *dev) {
+    const uint32_t D = m->D, E = m->tables * m->sub, sub = m->sub;
+    for (uint32_t s = 0; s < m->c.num_sites; s++) {
+        engram_rows(m, s, ids, T, e);
+        mm(m, e, ET(m, s, E_VALUE)->w, vl, T, E, D);
+        const real *taps = ET(m, s, E_TAPS)->w;
+        real *gt = ET(m, s, E_TAPS)->g;
+        const real *dv = dev + (size_t)s * T * D;
+        memset(dvl, 0, (size_t)T * D * sizeof *dvl);
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t j = 0; j < ENGRAM_TAPS && j * m->dil <= t; j++)
+                for (uint32_t c = 0; c < D; c++) {
+                    gt[(size_t)j * D + c] += dv[(size_t)t * D + c] * vl[(size_t)(t - j * m->dil) * D + c];
+                    dvl[(size_t)(t - j * m->dil) * D + c] += taps[(size_t)j * D + c] * dv[(size_t)t * D + c];
+                }
+        memset(de, 0, (size_t)T * E * sizeof *de);
+        mm_back(m, e, ET(m, s, E_VALUE)->w, dvl, de, DW(ET(m, s, E_VALUE)), T, E, D);
+        mm_back(m, e, ET(m, s, E_KEY)->w, dek + (size_t)s * T * D, de, DW(ET(m, s, E_KEY)), T, E, D);
+        real *gtab = ET(m, s, E_TABLE)->g;
+        if (ET(m, s, E_TABLE)->frozen) continue;
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t j = 0; j < m->tables; j++) {
+                const int32_t slot = engram_slot(m, ids, t, j);
+                if (slot < 0) continue;
+                real *dst = gtab + ((size_t)j * m->c.engram_slots + (uint32_t)slot) * sub;
+                const real *src = de + (size_t)t * E + (size_t)j * sub;
+                for (uint32_t k = 0; k < sub; k++) dst[k] += src[k];
+            }
+    }
+}
+
+/* ---- the model ------------------------------------------------------------------------- */
+
+static const char *const FIXED_NAMES[P_FIXED] = {
+    "embedding/embedding",
+    "stack/final_norm/scale",
+    "stack/mhc_phi_pre",
+    "stack/mhc_phi_post",
+    "stack/mhc_phi_res",
+    "stack/mhc_b_pre",
+    "stack/mhc_b_post",
+    "stack/mhc_b_res",
+    "stack/mhc_a_pre",
+    "stack/mhc_a_post",
+    "stack/mhc_a_res",
+    "stack/layers/block/ZCRMSNorm_0/scale",
+    "stack/layers/block/self_attn/q_proj/kernel",
+    "stack/layers/block/self_attn/k_proj/kernel",
+    "stack/layers/block/self_attn/v_proj/kernel",
+    "stack/layers/block/self_attn/gate_proj/kernel",
+    "stack/layers/block/self_attn/out_proj/kernel",
+    "stack/layers/block/self_attn/q_norm/scale",
+    "stack/layers/block/self_attn/k_norm/scale",
+    "stack/layers/block/post_attn_norm/scale",
+    "stack/layers/block/attn_gate",
+    "stack/layers/block/pre_hada_norm/scale",
+    "stack/layers/block/hadamard_mlp/d1",
+    "stack/layers/block/hadamard_mlp/d2",
+    "stack/layers/block/hadamard_mlp/d3",
+};
+static const char *const ENGRAM_NAMES[E_COUNT] = {"embedding", "key_proj/kernel", "value_proj/kernel", "taps"};
+
+static void set_shape(G2(tensor) * t, uint32_t nd, uint64_t a, uint64_t b, uint64_t c) {
+    const uint64_t s[3] = {a, b, c};
+    t->ndim = nd;
+    t->numel = 1;
+    for (uint32_t i = 0; i < nd; i++) {
+        t->shape[i] = s[i];
+        t->numel *= s[i];
+    }
+}
+
+void G2(model_free)(G2(model) * m) {
+    if (!m) return;
+    for (uint32_t i = 0; i < m->nt; i++) {
+        free(m->t[i].w);
+        free(m->t[i].g);
+    }
+    free(m->t);
+    free(m->walsh);
+    cpu_pool_free(m->pool);
+    free(m);
+}
+
+uint32_t G2(tensor_count)(const G2(model) * m) { return m->nt; }
+G2(tensor) * G2(tensor_at)(G2(model) * m, uint32_t i) { return i < m->nt ? &m->t[i] : NULL; }
+G2(tensor) * G2(find)(G2(model) * m, const char *name) {
+    for (uint32_t i = 0; i < m->nt; i++)
+        if (!strcmp(m->t[i].name, name)) return &m->t[i];
+    return NULL;
+}
+
+int G2(model_from_checkpoint)(const export_config *cfg, const st_file *ckpt, G2(model) * *out) {
+    *out = NULL;
+    G2(model) *m = calloc(1, sizeof *m);
+    if (!m) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    m->c = *cfg;
+    const export_config *c = cfg;
+    const uint32_t attn = c->attn_dim ? c->attn_dim : c->d_model;
+    m->D = c->d_model, m->n = c->mhc_lanes, m->L = c->num_layers, m->H = c->num_heads, m->KV = c->num_kv_heads;
+    m->hd = m->H ? attn / m->H : 0, m->V = c->vocab_size;
+    /* lanes <= 8: the Sinkhorn backward keeps n*n values on the stack */
+    if (!m->D || !m->n || !m->L || !m->H || !m->KV || m->H % m->KV || attn % m->H || m->hd % 2 || !m->V ||
+        m->n > 8 || c->num_orders == 0 || m->D > (1u << 20)) {
+        free(m);
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "train: unsupported Needle 2 geometry (d_model %u, "
+                           "attn_dim %u, heads %u/%u, lanes %u, engram orders %u)", c->d_model, attn,
+                           c->num_heads, c->num_kv_heads, c->mhc_lanes, c->num_orders);
+    }
+    for (uint32_t s = 0; s < c->num_sites; s++)
+        if (c->engram_layers[s] >= c->num_layers) {
+            free(m);
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "train: engram layer %u beyond num_layers %u",
+                               c->engram_layers[s], c->num_layers);
+        }
+    uint32_t N = 1;
+    while (N < m->D) N <<= 1; /* 1 << (d_model - 1).bit_length() */
+    m->N = N;
+    /* engram_geometry */
+    const uint32_t heads = c->engram_heads ? c->engram_heads
+                                           : (m->D / (c->num_orders * 128) ? m->D / (c->num_orders * 128) : 1);
+    m->tables = c->num_orders * heads;
+    m->sub = m->D / (c->num_orders * heads);
+    if (!m->sub) {
+        free(m);
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "train: d_model %u leaves no engram sub-dimension for %u "
+                           "orders x %u heads", c->d_model, c->num_orders, heads);
+    }
+    m->dil = 0;
+    for (uint32_t i = 0; i < c->num_orders; i++) m->dil = c->engram_orders[i] > m->dil ? c->engram_orders[i] : m->dil;
+    m->walsh = malloc((size_t)N * N * sizeof *m->walsh);
+    m->nt = P_FIXED + E_COUNT * c->num_sites;
+    m->t = calloc(m->nt, sizeof *m->t);
+    if (!m->walsh || !m->t) {
+        G2(model_free)(m);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    /* _walsh_matrix: Sylvester's H (entry sign = (-1)^popcount(i & j)) / sqrt(N), the
+     * scale rounded to float32 as the official float32 array holds it */
+    const real hscale = (real)(float)(1.0 / sqrt((double)N));
+    for (uint32_t i = 0; i < N; i++)
+        for (uint32_t j = 0; j < N; j++) {
+            uint32_t b = i & j, par = 0;
+            while (b) {
+                par ^= b & 1u;
+                b >>= 1;
+            }
+            m->walsh[(size_t)i * N + j] = par ? -hscale : hscale;
+        }
+    const uint32_t L = m->L, D = m->D, n = m->n, Q = m->H * m->hd, K = m->KV * m->hd;
+    G2(tensor) *t = m->t;
+    set_shape(&t[P_EMB], 2, m->V, D, 0);
+    set_shape(&t[P_FINAL], 1, D, 0, 0);
+    set_shape(&t[P_PHI_PRE], 3, L, (uint64_t)n * D, n);
+    set_shape(&t[P_PHI_POST], 3, L, (uint64_t)n * D, n);
+    set_shape(&t[P_PHI_RES], 3, L, (uint64_t)n * D, (uint64_t)n * n);
+    set_shape(&t[P_B_PRE], 2, L, n, 0);
+    set_shape(&t[P_B_POST], 2, L, n, 0);
+    set_shape(&t[P_B_RES], 3, L, n, n);
+    set_shape(&t[P_A_PRE], 1, L, 0, 0);
+    set_shape(&t[P_A_POST], 1, L, 0, 0);
+    set_shape(&t[P_A_RES], 1, L, 0, 0);
+    set_shape(&t[P_NORM_IN], 2, L, D, 0);
+    set_shape(&t[P_WQ], 3, L, D, Q);
+    set_shape(&t[P_WK], 3, L, D, K);
+    set_shape(&t[P_WV], 3, L, D, K);
+    set_shape(&t[P_WG], 3, L, D, Q);
+    set_shape(&t[P_WO], 3, L, Q, D);
+    set_shape(&t[P_QN], 2, L, m->hd, 0);
+    set_shape(&t[P_KN], 2, L, m->hd, 0);
+    set_shape(&t[P_POST_NORM], 2, L, D, 0);
+    set_shape(&t[P_GATE], 1, L, 0, 0);
+    set_shape(&t[P_PRE_HADA], 2, L, D, 0);
+    for (uint32_t i = P_D1; i <= P_D3; i++) set_shape(&t[i], 2, L, N, 0);
+    for (uint32_t i = 0; i < P_FIXED; i++) snprintf(t[i].name, G2_MAX_NAME, "%s", FIXED_NAMES[i]);
+    for (uint32_t s = 0; s < c->num_sites; s++) {
+        G2(tensor) *e = &t[P_FIXED + s * E_COUNT];
+        set_shape(&e[E_TABLE], 3, m->tables, c->engram_slots, m->sub);
+        set_shape(&e[E_KEY], 2, (uint64_t)m->tables * m->sub, D, 0);
+        set_shape(&e[E_VALUE], 2, (uint64_t)m->tables * m->sub, D, 0);
+        set_shape(&e[E_TAPS], 2, ENGRAM_TAPS, D, 0);
+        for (uint32_t k = 0; k < E_COUNT; k++)
+            snprintf(e[k].name, G2_MAX_NAME, "engrams_%u/%s", s, ENGRAM_NAMES[k]);
+    }
+    for (uint32_t i = 0; i < m->nt; i++) {
+        G2(tensor) *ti = &t[i];
+        const st_tensor *src = ckpt ? st_find(ckpt, ti->name) : NULL;
+        int ok = !ckpt || (src && src->ndim == ti->ndim && src->numel == ti->numel);
+        for (uint32_t k = 0; ok && src && k < ti->ndim; k++) ok = src->shape[k] == ti->shape[k];
+        if (!ok) {
+            const int st = needle_fail(NEEDLE_ERR_FORMAT, src ? "checkpoint tensor %s has the wrong shape "
+                                                             "for its config" : "checkpoint has no tensor %s",
+                                       ti->name);
+            G2(model_free)(m);
+            return st;
+        }
+        ti->w = calloc(ti->numel, sizeof *ti->w);
+        ti->g = calloc(ti->numel, sizeof *ti->g);
+        if (!ti->w || !ti->g) {
+            G2(model_free)(m);
+            return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        for (uint64_t k = 0; src && k < ti->numel; k++) ti->w[k] = (real)st_get(src, k);
+    }
+    *out = m;
+    return 0;
+}
+
+/* ---- work space and the loss ----------------------------------------------------------- */
+
+typedef struct run_ws {
+    seq_ws w;
+    real *e, *vl, *de, *dvl, *ek, *ev, *dek, *dev, *Xs, *dXa, *dXb, *logits, *xf, *xn, *dxn, *dxf;
+    real *block; /* every buffer above lives in this one allocation */
+} run_ws;
+
+static int ws_alloc(const G2(model) * m, uint32_t T, run_ws *r) {
+    const uint32_t D = m->D, n = m->n, nD = n * D, nn = n * n, H = m->H, KV = m->KV;
+    const uint32_t Q = H * m->hd, K = KV * m->hd, N = m->N;
+    const uint32_t E = m->tables * m->sub, S = m->c.num_sites, pj = 2 * n + nn;
+    uint32_t MX = D;
+    const uint32_t cand[] = {Q, K, N, nD};
+    for (uint32_t i = 0; i < 4; i++) MX = cand[i] > MX ? cand[i] : MX;
+    const size_t TD = (size_t)T * D, TN = (size_t)T * N, dsz = (size_t)T * MX + 2 * (size_t)D;
+    struct {
+        real **p;
+        size_t n;
+    } f[] = {
+        {&r->w.nx, (size_t)T * nD}, {&r->w.nxr, T}, {&r->w.hpre, (size_t)T * n}, {&r->w.hpost, (size_t)T * n},
+        {&r->w.hres, (size_t)T * nn}, {&r->w.sk, (size_t)T * (2 * SINKHORN_ITERS + 1) * nn}, {&r->w.u, TD},
+        {&r->w.y, TD}, {&r->w.prj, (size_t)T * pj}, {&r->w.x0, TD}, {&r->w.alpha, T}, {&r->w.ru, T},
+        {&r->w.rk, T}, {&r->w.uu, TD}, {&r->w.ku, TD}, {&r->w.a, TD}, {&r->w.ar, T},
+        {&r->w.q, (size_t)T * Q}, {&r->w.k, (size_t)T * K}, {&r->w.v, (size_t)T * K},
+        {&r->w.qn, (size_t)T * Q}, {&r->w.kn, (size_t)T * K}, {&r->w.qnr, (size_t)T * H},
+        {&r->w.knr, (size_t)T * KV}, {&r->w.qr, (size_t)T * Q}, {&r->w.kr, (size_t)T * K},
+        {&r->w.P, (size_t)H * T * T}, {&r->w.o, (size_t)T * Q}, {&r->w.gl, (size_t)T * Q},
+        {&r->w.go, (size_t)T * Q}, {&r->w.ao, TD}, {&r->w.pn, TD}, {&r->w.pnr, T}, {&r->w.x1, TD},
+        {&r->w.m, TD}, {&r->w.mr, T}, {&r->w.z0, TN}, {&r->w.z1, TN}, {&r->w.h, TN}, {&r->w.hs, TN},
+        {&r->w.z2, TN}, {&r->w.bo, TD},
+        {&r->w.dys, TD}, {&r->w.dus, TD}, {&r->w.dzs, (size_t)T * pj}, {&r->w.d1, dsz}, {&r->w.d2, dsz},
+        {&r->w.d3, dsz}, {&r->w.d4, dsz}, {&r->w.d5, dsz}, {&r->w.d6, dsz}, {&r->w.d7, dsz},
+        {&r->w.tmp, dsz + T}, {&r->w.rope_c, (size_t)T * (m->hd / 2)}, {&r->w.rope_s, (size_t)T * (m->hd / 2)},
+        {&r->e, (size_t)T * E}, {&r->vl, TD}, {&r->de, (size_t)T * E}, {&r->dvl, TD}, {&r->ek, S * TD},
+        {&r->ev, S * TD}, {&r->dek, S * TD}, {&r->dev, S * TD}, {&r->Xs, (size_t)(m->L + 1) * T * nD},
+        {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, m->V}, {&r->xf, TD},
+        {&r->xn, TD}, {&r->dxn, D}, {&r->dxf, D},
+    };
+    const size_t nf = sizeof f / sizeof f[0];
+    size_t total = 0;
+    for (size_t i = 0; i < nf; i++) total += f[i].n + 1;
+    r->block = calloc(total, sizeof *r->block);
+    if (!r->block) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
+    size_t off = 0;
+    for (size_t i = 0; i < nf; i++) {
+        *f[i].p = r->block + off;
+        off += f[i].n + 1;
+    }
+    return 0;
+}
+
+/* The tied output head of one position over the pool: logits[v] = <xn, E[v]> (back = 0);
+ * with back = 1 and logits holding dloss/dlogit: dE[v] += g[v] xn (each thread its rows
+ * v) and dxn[c] = sum over v of g[v] E[v][c] (each thread its columns c). */
+typedef struct head_job {
+    G2(model) * m;
+    const real *xn;
+    real *logits, *dxn;
+    int back;
+} head_job;
+
+static void head_worker(void *arg, int i, int n) {
+    const head_job *j = arg;
+    const G2(model) *m = j->m;
+    const uint32_t D = m->D;
+    const real *E = m->t[P_EMB].w;
+    uint32_t lo, hi;
+    range_of(m->V, i, n, &lo, &hi);
+    if (!j->back) {
+        for (uint32_t v = lo; v < hi; v++) {
+            real s = 0;
+            for (uint32_t c = 0; c < D; c++) s += j->xn[c] * E[(size_t)v * D + c];
+            j->logits[v] = s;
+        }
+        return;
+    }
+    for (uint32_t v = m->t[P_EMB].frozen ? hi : lo; v < hi; v++) {
+        real *ge = m->t[P_EMB].g + (size_t)v * D;
+        const real g = j->logits[v];
+        for (uint32_t c = 0; c < D; c++) ge[c] += g * j->xn[c];
+    }
+    range_of(D, i, n, &lo, &hi);
+    for (uint32_t c = lo; c < hi; c++) j->dxn[c] = 0;
+    for (uint32_t v = 0; v < m->V; v++) {
+        const real g = j->logits[v];
+        for (uint32_t c = lo; c < hi; c++) j->dxn[c] += g * E[(size_t)v * D + c];
+    }
+}
+
+static void run_head(const G2(model) * m, head_job *j, int back) {
+    j->back = back;
+    if (m->pool)
+        cpu_pool_run(m->pool, head_worker, j);
+    else
+        head_worker(j, 0, 1);
+}
+
+int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
+             double *loss) {
+    *loss = 0;
+    if (!B || T < 2) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "train: a batch needs B >= 1 and T >= 2");
+    for (size_t i = 0; i < (size_t)B * T; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= m->V)
+            return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "train: token id %d outside the vocabulary (%u)",
+                               ids[i], m->V);
+    double msum = 0;
+    for (uint32_t b = 0; b < B; b++)
+        for (uint32_t t = 1; t < T; t++) msum += mask[(size_t)b * T + t];
+    const real denom = (real)(msum > 1 ? msum : 1);
+    run_ws r;
+    const int st = ws_alloc(m, T, &r);
+    if (st) return st;
+    if (grads)
+        for (uint32_t i = 0; i < m->nt; i++)
+            if (m->t[i].g) memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
+    const uint32_t D = m->D, n = m->n, nD = n * D, half = m->hd / 2, L = m->L;
+    /* precompute_rope_freqs in float32 as the reference */
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t i = 0; i < half; i++) {
+            const float inv = 1.0f / powf((float)m->c.rope_theta, (float)(2 * i) / (float)m->hd);
+            const float ang = (float)t * inv;
+            r.w.rope_c[(size_t)t * half + i] = (real)cosf(ang);
+            r.w.rope_s[(size_t)t * half + i] = (real)sinf(ang);
+        }
+    const real escale = sqrt((real)D);
+    double total = 0;
+    for (uint32_t b = 0; b < B; b++) {
+        const int32_t *tok = ids + (size_t)b * T;
+        const float *mk = mask + (size_t)b * T;
+        g2_seq sq = {T, r.ek, r.ev, r.dek, r.dev};
+        engram_fwd(m, tok, T, r.e, r.vl, r.ek, r.ev);
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t i = 0; i < n; i++)
+                for (uint32_t c = 0; c < D; c++)
+                    r.Xs[(size_t)t * nD + (size_t)i * D + c] = m->t[P_EMB].w[(size_t)tok[t] * D + c] * escale;
+        for (uint32_t l = 0; l < L; l++)
+            lane_fwd(m, l, &sq, &r.w, r.Xs + (size_t)l * T * nD, r.Xs + (size_t)(l + 1) * T * nD);
+        /* mean over lanes, final_norm, tied logits, masked cross-entropy */
+        const real *XL = r.Xs + (size_t)L * T * nD;
+        real *dX = r.dXa;
+        memset(dX, 0, (size_t)T * nD * sizeof *dX);
+        for (uint32_t t = 0; t + 1 < T; t++) {
+            const real wgt = (real)mk[t + 1];
+            if (wgt == 0) continue;
+            real *xf = r.xf + (size_t)t * D, *xn = r.xn + (size_t)t * D;
+            for (uint32_t c = 0; c < D; c++) {
+                real s = 0;
+                for (uint32_t i = 0; i < n; i++) s += XL[(size_t)t * nD + (size_t)i * D + c];
+                xf[c] = s / (real)n;
+            }
+            const real rr = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
+            if (m->a8) fq8(xn, D); /* logits = _aq(x, quant) @ head.T */
+            head_job hj = {m, xn, r.logits, r.dxn, 0};
+            run_head(m, &hj, 0);
+            real mx = -INFINITY;
+            for (uint32_t v = 0; v < m->V; v++) mx = r.logits[v] > mx ? r.logits[v] : mx;
+            real z = 0;
+            for (uint32_t v = 0; v < m->V; v++) z += exp(r.logits[v] - mx);
+            const real lse = mx + log(z);
+            const uint32_t tgt = (uint32_t)tok[t + 1];
+            total += (double)(wgt * (lse - r.logits[tgt]));
+            if (!grads) continue;
+            for (uint32_t v = 0; v < m->V; v++) /* dloss/dlogit */
+                r.logits[v] = (exp(r.logits[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
+            run_head(m, &hj, 1);
+            memset(r.dxf, 0, D * sizeof *r.dxf);
+            zc_back(xf, m->t[P_FINAL].w, D, rr, r.dxn, r.dxf, m->t[P_FINAL].g);
+            for (uint32_t i = 0; i < n; i++)
+                for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
+        }
+        if (!grads) continue;
+        memset(r.dek, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dek);
+        memset(r.dev, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dev);
+        for (uint32_t l = L; l-- > 0;) {
+            const real *Xin = r.Xs + (size_t)l * T * nD;
+            lane_fwd(m, l, &sq, &r.w, Xin, r.Xs + (size_t)(l + 1) * T * nD); /* recompute */
+            real *dXi = dX == r.dXa ? r.dXb : r.dXa;
+            lane_back(m, l, &sq, &r.w, Xin, dX, dXi);
+            dX = dXi;
+        }
+        for (uint32_t t = 0; t < T && !m->t[P_EMB].frozen; t++) {
+            real *ge = m->t[P_EMB].g + (size_t)tok[t] * D;
+            for (uint32_t c = 0; c < D; c++) {
+                real s = 0;
+                for (uint32_t i = 0; i < n; i++) s += dX[(size_t)t * nD + (size_t)i * D + c];
+                ge[c] += s * escale;
+            }
+        }
+        engram_back(m, tok, T, r.e, r.vl, r.de, r.dvl, r.dek, r.dev);
+    }
+    free(r.block);
+    *loss = total / (double)denom;
+    return 0;
+}
