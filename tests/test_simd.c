@@ -119,7 +119,7 @@ static void test_avx512_level(void) {
     CHECK(!strcmp(k->name, "avx512") && cpu_kernels_named("avx512") == k);
     CHECK(k->matmul != base->matmul && k->rotate == base->rotate && k->fwht == base->fwht &&
           k->dequant_row == base->dequant_row && k->dot == base->dot &&
-          k->axpy == base->axpy && k->attend == base->attend);
+          k->axpy == base->axpy && k->attend == attn_avx512);
     const uint32_t rows[] = {37, 64, 130}, toks[] = {2, 6, 97, 256};
     for (size_t r = 0; r < 3; r++)
         for (size_t t = 0; t < 4; t++) {

@@ -135,7 +135,8 @@ static void avx512_init(void) {
     avx512_table = *base;
     avx512_table.name = "avx512";
     avx512_table.matmul = avx512_matmul;
-    avx512_table.attend_block = attn_block_avx512; /* kernels/cpu/attn.h */
+    avx512_table.attend = attn_avx512;             /* kernels/cpu/attn.h */
+    avx512_table.attend_block = attn_block_avx512;
     avx512_ok = 1;
 }
 
