@@ -6,6 +6,7 @@
  * the session level's monarch kernels. */
 #include "backend/cpu/ops.h"
 #include "backend/cpu/runtime.h"
+#include "kernels/cpu/lane_math.h"
 
 /* ---- the Monarch MLP ------------------------------------------------------------------ */
 
@@ -21,6 +22,28 @@ static void kron_apply(const monarch_kernels *vk, float *z, const float *a, uint
 /* dst[i] = src[perm[i]] */
 static void gather(float *dst, const float *src, const uint32_t *perm, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) dst[i] = src[perm[i]];
+}
+
+/* The gate in place: y[i] = v * sigmoid(v), v = d2[i] * (1 + c[i]) * y[i] + b2[i], with
+ * sigmoid(v) = 1 / (1 + nm_exp_poly(-v)) (within about an ulp of expf). lane_math.h's
+ * 4-wide exp gives the scalar's bits, so every kernel level computes the same values;
+ * it is several times cheaper than a libm expf call per element. */
+static void monarch_gate(float *y, const float *c, const float *d2, const float *b2,
+                         uint32_t n) {
+    uint32_t i = 0;
+#ifdef LANE_MATH_SIMD
+    const lv4 one = LV_SET(1.0f);
+    for (; i + 4 <= n; i += 4) {
+        const lv4 v = LV_ADD(LV_MUL(LV_MUL(LV_LOAD(d2 + i), LV_ADD(one, LV_LOAD(c + i))),
+                                    LV_LOAD(y + i)),
+                             LV_LOAD(b2 + i));
+        LV_STORE(y + i, LV_MUL(v, LV_DIV(one, LV_ADD(one, lv_exp(LV_NEG(v))))));
+    }
+#endif
+    for (; i < n; i++) {
+        const float v = d2[i] * (1.0f + c[i]) * y[i] + b2[i];
+        y[i] = v * (1.0f / (1.0f + nm_exp_poly(-v)));
+    }
 }
 
 typedef struct monarch_args {
@@ -40,10 +63,7 @@ static void monarch_one(const model_weights *m, uint32_t li, const monarch_kerne
     kron_apply(vk, z, l3->w1a, ba, l3->w1b, bb, tmp);
     gather(y, z, m->perm1, N);
     vk->combine(tmp, sm, 1, l3->cond_u, MODEL3_COND_RANK, N);
-    for (uint32_t i = 0; i < N; i++) {
-        const float pre = l->d2[i] * (1.0f + tmp[i]) * y[i] + l3->b2[i];
-        y[i] = pre * nm_sigmoid(pre);
-    }
+    monarch_gate(y, tmp, l->d2, l3->b2, N);
     kron_apply(vk, y, l3->w2a, ba, l3->w2b, bb, tmp);
     gather(z, y, m->perm2, N);
     for (uint32_t i = 0; i < N; i++) z[i] *= l->d3[i];
