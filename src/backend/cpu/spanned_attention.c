@@ -215,7 +215,9 @@ static void attend3_kv_heads(backend_ctx *s, const void *ctx, uint32_t item, int
                .v_scales = int8 ? s->kv_scales + (s->kv_rows + L->row0) * groups : NULL,
                .scales_ld = groups,
                .group = KV_SCALE_GROUP,
-               .v_dim = vd}};
+               .v_dim = vd,
+               /* a decode step finds this layer's rows out of cache: prefetch ahead */
+               .cold = x->n == 1}};
     it.b1 = it.b0 + x->kv_per_item < KV ? it.b0 + x->kv_per_item : KV;
     for (uint32_t i0 = 0; i0 < x->n; i0 += ATTN_BLOCK_T) {
         const uint32_t nt = x->n - i0 < ATTN_BLOCK_T ? x->n - i0 : ATTN_BLOCK_T;

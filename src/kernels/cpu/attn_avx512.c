@@ -62,6 +62,20 @@ AVX512_INLINE const void *row_at(int32_t type, const void *base, size_t at) {
     return (const uint16_t *)base + at;
 }
 
+/* Rows this far ahead of the one in use are prefetched when the cache is cold
+ * (attn_kv.cold, a decode step: as attn_avx2 explains, a head's slice of each row is a
+ * few lines every ld elements, which the hardware prefetchers do not follow). */
+#define ATTN_AHEAD 12
+
+/* Prefetches columns [0, cols) of slot `slot` of a K or V head. */
+AVX512_INLINE void prefetch_row(int32_t type, const void *base, size_t ld, uint32_t slot,
+                                uint32_t cols) {
+    const size_t es = type == NEEDLE_KV_F32 ? 4 : 2;
+    const uintptr_t at = (uintptr_t)base + (size_t)slot * ld * es;
+    for (uintptr_t line = at & ~(uintptr_t)63; line < at + cols * es; line += 64)
+        _mm_prefetch((const char *)line, _MM_HINT_T0);
+}
+
 /* The sums of a, b, c, d as lanes 0..3 (a fixed tree). */
 AVX512_INLINE __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 #define HALF(v) _mm256_add_ps(_mm512_castps512_ps256(v), \
@@ -82,6 +96,9 @@ AVX512_INLINE void scores_heads(int32_t type, const attn_kv *kv, const attn_run 
     for (uint32_t r = 0; r < n_runs; r++) {
         uint32_t i = 0;
         for (; i + 4 <= runs[r].count; i += 4, n += 4) {
+            if (kv->cold)
+                for (uint32_t u = i + ATTN_AHEAD; u < i + ATTN_AHEAD + 4 && u < runs[r].count; u++)
+                    prefetch_row(type, kv->k, kv->ld, runs[r].slot + u, hd);
             const void *row[4];
             for (int u = 0; u < 4; u++)
                 row[u] = row_at(type, kv->k, (size_t)(runs[r].slot + i + (uint32_t)u) * kv->ld);
@@ -151,6 +168,9 @@ AVX512_INLINE void values_heads(int32_t type, const attn_kv *kv, const attn_run 
     uint32_t n = 0;
     for (uint32_t r = 0; r < n_runs; r++)
         for (uint32_t i = 0; i < runs[r].count; i++, n++) {
+            if (kv->cold && i + ATTN_AHEAD < runs[r].count)
+                prefetch_row(type, (const char *)kv->v + c0 * (type == NEEDLE_KV_F32 ? 4 : 2),
+                             kv->ld, runs[r].slot + i + ATTN_AHEAD, 16 * (uint32_t)NV);
             const void *row = row_at(type, kv->v, (size_t)(runs[r].slot + i) * kv->ld);
             __m512 v16[4];
             for (int c = 0; c < NV; c++) v16[c] = load16(type, row, c0 + 16 * (uint32_t)c);
