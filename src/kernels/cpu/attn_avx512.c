@@ -21,7 +21,7 @@
 #include "kernels/cpu/attn.h"
 #include "needle.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 
 #include <immintrin.h>
 

@@ -13,7 +13,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/monarch.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 
 #include <immintrin.h>
 
