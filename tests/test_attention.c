@@ -3,7 +3,7 @@
  *
  * Inputs: a random cache of each precision (f32, f16, int8 with a scale per 32 values of
  * the row), heads of 2..136 columns (multiples of 8 and not), heads that start on and
- * off a scale-group boundary, 1..5 query heads, and position lists of one run, of sinks
+ * off a scale-group boundary, 1..7 query heads, and position lists of one run, of sinks
  * plus a tail, and of a tail that wraps around the ring (three runs), with and without
  * the output gate (arguments up to +-120, where the sigmoid saturates). Scores span from
  * tiny to very large (scaled queries), so the exp of the softmax sees arguments down to
@@ -165,11 +165,11 @@ static double max_abs(const float *x, size_t n) {
     return m;
 }
 
-static const cpu_kernels *levels[3];
+static const cpu_kernels *levels[4];
 static int n_levels;
 
 static void find_levels(void) {
-    const char *names[] = {"scalar", "avx2", "neon"};
+    const char *names[] = {"scalar", "avx2", "avx512", "neon"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cpu_kernels *k = cpu_kernels_named(names[i]);
         if (k) levels[n_levels++] = k;
@@ -187,7 +187,7 @@ static void test_every_level_every_shape(void) {
             cache c = make_cache(types[ti], slots, row);
             /* heads 1 and 2 of the row: col0 = hd, 2*hd (on or off a scale group) */
             for (uint32_t head = 1; head < 3; head++)
-                for (uint32_t nq = 1; nq <= 5; nq += 2) {
+                for (uint32_t nq = 1; nq <= 7; nq += 2) {
                     const uint32_t col0 = head * hd;
                     attn_kv kv = view(&c, col0);
                     kv.cold = head == 1; /* prefetching or not: the same arithmetic */
@@ -256,7 +256,8 @@ static void test_every_level_every_shape(void) {
  * precision and level, gated and not; against the double reference and the plain kernel
  * with the tolerance above. */
 static void test_v_width_differs(void) {
-    const uint32_t shapes[][2] = {{16, 8}, {8, 24}, {40, 32}, {32, 72}, {12, 20}, {64, 48}};
+    const uint32_t shapes[][2] = {{16, 8}, {8, 24}, {40, 32}, {32, 72}, {12, 20}, {64, 48},
+                                  {48, 64}, {16, 112}, {96, 32}};
     const int32_t types[] = {NEEDLE_KV_F32, NEEDLE_KV_F16, NEEDLE_KV_INT8};
     const uint32_t slots = 120;
     const attn_run runs[] = {{0, 2}, {70, 50}, {2, 30}};
@@ -266,7 +267,8 @@ static void test_v_width_differs(void) {
             const uint32_t row = 3 * (hd > vd ? hd : vd);
             cache c = make_cache(types[ti], slots, row);
             for (uint32_t head = 1; head < 3; head++) {
-                const uint32_t nq = head == 1 ? 3 : 2, col0 = head * hd, v_col0 = head * vd;
+                /* 6: Needle 3's query heads per K/V head (one AVX-512 group) */
+                const uint32_t nq = head == 1 ? 6 : 3, col0 = head * hd, v_col0 = head * vd;
                 attn_kv kv = view(&c, col0);
                 const size_t elem = types[ti] == NEEDLE_KV_F32   ? 4
                                     : types[ti] == NEEDLE_KV_F16 ? 2

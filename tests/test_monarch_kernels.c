@@ -10,7 +10,13 @@
  * is within n * 2^-24 of the exact sum of magnitudes, so the limit is
  * 4 * n * 2^-24 * sum |c x| + 1e-30 per output, for a level against the reference and a
  * SIMD level against the plain one alike. The plain level must equal the original loops
- * (a separate multiply and add in index order) bit for bit. */
+ * (a separate multiply and add in index order) bit for bit.
+ *
+ * combine_rows() (several output rows, strided coefficients) must equal that level's
+ * combine() row by row bit for bit, over every column count 1..140 (past each 16-column
+ * vector and 64-column block of AVX-512), row counts 1..19 (past its blocks of 8, 6 and 4
+ * and their remainders), both coefficient layouts of a Kronecker factor; and AVX-512 must
+ * equal AVX2 bit for bit (the same FMA chain per output). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,11 +32,11 @@ static float rnd_float(void) {
     return (float)((int)((rng_state >> 16) % 20001) - 10000) / 10000.0f;
 }
 
-static const monarch_kernels *levels[3];
+static const monarch_kernels *levels[4];
 static int n_levels;
 
 static void find_levels(void) {
-    const char *names[] = {"scalar", "avx2", "neon"};
+    const char *names[] = {"scalar", "avx2", "avx512", "neon"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const monarch_kernels *k = monarch_kernels_named(names[i]);
         if (k) levels[n_levels++] = k;
@@ -129,9 +135,55 @@ static void test_mul_add(void) {
     }
 }
 
+/* combine_rows of every level against its own combine, row by row, and AVX-512 against
+ * AVX2; the output has guard values between and after the rows. */
+static void check_combine_rows(uint32_t n, uint32_t w, uint32_t m, size_t c_row, size_t c_ld) {
+    const size_t out_ld = (size_t)w + 3, c_len = (size_t)(m - 1) * c_row + (size_t)(n - 1) * c_ld + 1;
+    float *c = randoms(c_len), *x = randoms((size_t)n * w);
+    float *row = malloc(((size_t)w + 1) * sizeof *row), *avx2 = NULL;
+    for (int L = 0; L < n_levels; L++) {
+        float *out = malloc((out_ld * m + 1) * sizeof *out);
+        for (size_t k = 0; k <= out_ld * m; k++) out[k] = 777.0f;
+        levels[L]->combine_rows(out, out_ld, c, c_row, c_ld, x, n, w, m);
+        int same = 1, guards = out[out_ld * m] == 777.0f, same_avx2 = 1;
+        for (uint32_t i = 0; i < m; i++) {
+            levels[L]->combine(row, c + (size_t)i * c_row, c_ld, x, n, w);
+            if (memcmp(row, out + (size_t)i * out_ld, w * sizeof *row)) same = 0;
+            for (size_t k = w; k < out_ld; k++)
+                if (out[(size_t)i * out_ld + k] != 777.0f) guards = 0;
+        }
+        if (avx2 && !strcmp(levels[L]->name, "avx512"))
+            same_avx2 = !memcmp(avx2, out, out_ld * m * sizeof *out);
+        CHECK_MSG(same, "%s combine_rows n %u w %u m %u ld %zu/%zu differs from its combine",
+                  levels[L]->name, n, w, m, c_row, c_ld);
+        CHECK_MSG(guards, "%s combine_rows n %u w %u m %u wrote outside its rows",
+                  levels[L]->name, n, w, m);
+        CHECK_MSG(same_avx2, "avx512 combine_rows n %u w %u m %u is not AVX2's bits", n, w, m);
+        if (!strcmp(levels[L]->name, "avx2")) avx2 = out;
+        else free(out);
+    }
+    free(avx2);
+    free(row);
+    free(c);
+    free(x);
+}
+
+static void test_combine_rows_shapes(void) {
+    for (uint32_t w = 1; w <= 140; w += (w < 70 ? 1 : 7))
+        for (uint32_t m = 1; m <= 19; m += (w % 5 ? 5 : 1)) check_combine_rows(7, w, m, 7, 1);
+    for (uint32_t m = 1; m <= 19; m++) {
+        check_combine_rows(32, 32, m, 32, 1); /* z b: rows of z against b */
+        check_combine_rows(32, 32, m, 1, 32); /* a^T tmp: columns of a against tmp */
+        check_combine_rows(768, 8, m, 768, 1); /* a tile's h cond_v */
+    }
+    check_combine_rows(8, 1024, 1, 8, 1); /* softmax cond_u */
+    check_combine_rows(1, 1, 1, 1, 1);
+}
+
 int main(void) {
     find_levels();
     RUN(test_combine_shapes);
+    RUN(test_combine_rows_shapes);
     RUN(test_mul_add);
     return test_summary();
 }

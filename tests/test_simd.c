@@ -119,7 +119,7 @@ static void test_avx512_level(void) {
     CHECK(!strcmp(k->name, "avx512") && cpu_kernels_named("avx512") == k);
     CHECK(k->matmul != base->matmul && k->rotate == base->rotate && k->fwht == base->fwht &&
           k->dequant_row == base->dequant_row && k->dot == base->dot &&
-          k->axpy == base->axpy && k->attend == base->attend);
+          k->axpy == base->axpy && k->attend == attn_avx512);
     const uint32_t rows[] = {37, 64, 130}, toks[] = {2, 6, 97, 256};
     for (size_t r = 0; r < 3; r++)
         for (size_t t = 0; t < 4; t++) {
@@ -165,6 +165,42 @@ static void test_matmul_small_scratch_same_bits(void) {
             free(got);
             free_matrix(&tm);
         }
+}
+
+/* A token's many-token products do not depend on how many tokens share the call (how
+ * the tokens fall into tiles: the AVX-512 level's 6- and 4-token tiles), bit for bit:
+ * the first n tokens of a 32-token product (the forward's chunk) against a product of
+ * those n alone, n = 2..31. One token goes to the decode kernels, a different sum. */
+static void test_matmul_token_count_same_bits(void) {
+    const uint32_t rows = 29, cols = 384, full = 32;
+    for (int li = 0; li < n_levels; li++) {
+        const cpu_kernels *k = levels[li];
+        test_matrix tm;
+        make_matrix(&tm, rows, cols, 128, 2);
+        const cq_matrix *w = &tm.w;
+        float *xr = malloc((size_t)full * w->cols_pad * sizeof *xr);
+        for (size_t i = 0; i < (size_t)full * w->cols_pad; i++) xr[i] = rnd_float();
+        float *ref = calloc((size_t)full * rows, sizeof *ref);
+        float *got = calloc((size_t)full * rows, sizeof *got);
+        cq_scratch sc = make_scratch(w->cols_pad, full);
+        k->matmul(w, 0, rows, xr, w->cols_pad, full, ref, rows, &sc);
+        int same = 1;
+        for (uint32_t n = 2; n < full; n++) {
+            sc.valid = 0;
+            k->matmul(w, 0, rows, xr, w->cols_pad, n, got, rows, &sc);
+            if (memcmp(ref, got, (size_t)n * rows * sizeof *got)) {
+                same = 0;
+                printf("  %s: %u tokens differ from the first %u of %u\n", k->name, n, n, full);
+                break;
+            }
+        }
+        CHECK_MSG(same, "%s: a token's products depend on the token count", k->name);
+        free(sc.buf);
+        free(xr);
+        free(ref);
+        free(got);
+        free_matrix(&tm);
+    }
 }
 
 static void test_matmul_every_shape(void) {
@@ -415,6 +451,7 @@ int main(void) {
     RUN(test_dispatch);
     RUN(test_avx512_level);
     RUN(test_matmul_small_scratch_same_bits);
+    RUN(test_matmul_token_count_same_bits);
     RUN(test_transforms_bit_identical);
     RUN(test_dot);
     RUN(test_matmul_every_shape);

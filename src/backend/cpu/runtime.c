@@ -126,10 +126,14 @@ int cpu_session_init(backend_ctx *s) {
     if ((m->traits.mlp == MODEL_MLP_MONARCH || m->traits.attention == MODEL_ATTN_SPANNED) &&
         tmp < cpu_layer3_scratch_floats(m))
         tmp = cpu_layer3_scratch_floats(m);
-    /* prefill attention blocks (attend_kv_heads) keep their scores in this scratch */
+    /* prefill attention blocks (attend_kv_heads, attend3_kv_heads) keep their scores in
+     * this scratch */
     if (m->traits.attention == MODEL_ATTN_ROPE && kern->attend_block &&
         tmp < attn_block_scratch_floats(m->head_dim, m->head_dim))
         tmp = attn_block_scratch_floats(m->head_dim, m->head_dim);
+    if (m->traits.attention == MODEL_ATTN_SPANNED && kern->attend_block &&
+        tmp < attn_block_scratch_floats(m->qk_dim, m->v_dim))
+        tmp = attn_block_scratch_floats(m->qk_dim, m->v_dim);
     /* engram header fields are only validated (and meaningful) when there are sites */
     c->eng_e = calloc(m->n_sites ? (size_t)m->n_tables * m->sub_dim : 1, sizeof(float));
     c->out_rot = calloc((size_t)s->chunk * m->embedding.cols_pad, sizeof(float));

@@ -54,9 +54,13 @@ static inline float *cpu_thread_tmp(const backend_ctx *s, int thread) {
     return cs_of(s)->th[thread].tmp;
 }
 
+/* Tokens per item of the Monarch MLP (monarch_mlp.c): their rank-8 conditions are
+ * computed together. */
+#define CPU_MONARCH_TILE 8u
+
 /* Floats of per-thread scratch (cpu_thread_tmp) the Needle 3 ops need. */
 static inline size_t cpu_layer3_scratch_floats(const model_weights *m) {
-    return 3 * (size_t)m->hada_n + 16;
+    return 3 * (size_t)m->hada_n + CPU_MONARCH_TILE * MODEL3_COND_RANK + 16;
 }
 
 /* ---- the backend ops of session state (backend.h) ------------------------------------ */

@@ -74,6 +74,13 @@ void attn_avx2(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const f
                uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
                float *o, float *tmp);
 
+/* The AVX-512F kernel (attn_avx512.c), defined on x86 only and callable only where
+ * cpu_kernels_avx512() is non-NULL: f32 and f16 caches with hd and v widths multiples of
+ * 16; other shapes go to attn_avx2. */
+void attn_avx512(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
+                 uint32_t nq, uint32_t hd, float scale, const float *gate, float *w,
+                 size_t ld_w, float *o, float *tmp);
+
 /* The NEON kernel (attn_neon.c), defined on little-endian aarch64 only. */
 void attn_neon(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
                uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,

@@ -14,7 +14,8 @@
  *
  * Arithmetic: float32; per group, four accumulators over the 16-column chunks taken in
  * turn (chunk k into accumulator k % 4), summed, scaled by the group norm into a running
- * total, which is reduced at the end. The order differs from the plain kernel and from
+ * total, which is reduced at the end (the 2-bit scratch path instead scales its lookup
+ * tables by the group norm, rows_q2). The order differs from the plain kernel and from
  * the AVX2 kernels (and between the column-order and the scratch paths below), so results
  * agree with them to float rounding; a row's value depends only on the row, the
  * activations and which of the two paths the scratch allows. */
@@ -183,39 +184,44 @@ AVX512 static float row_q4(const cq_matrix *w, uint32_t r, const float *xp, __m5
     return _mm512_reduce_add_ps(total);
 }
 
-/* 32 columns at c (2 bits) into accumulators a (first codes) and b (second codes). */
-#define Q2(c, a, b)                                                                        \
-    do {                                                                                   \
-        const __m512i s_ = shifted_qword(row + (c) / 4);                                   \
-        a = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_, first), _mm512_load_ps(xp + (c)), a);  \
-        b = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_, second), _mm512_load_ps(xp + (c) + 16), \
-                            b);                                                            \
-    } while (0)
-
-AVX512 static float row_q2(const cq_matrix *w, uint32_t r, const float *xp, __m512 first,
-                           __m512 second) {
-    const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
-    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
-    const uint32_t G = w->group; /* a multiple of 32 */
-    __m512 total = _mm512_setzero_ps();
-    for (uint32_t g = 0; g < w->ngroups; g++) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        uint32_t c = g * G;
-        const uint32_t stop = c + G;
-        for (; c + 64 <= stop; c += 64) {
-            Q2(c, a0, a1);
-            Q2(c + 32, a2, a3);
-        }
-        if (c < stop) Q2(c, a0, a1);
-        const __m512 s = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-        total = _mm512_fmadd_ps(s, _mm512_set1_ps(_cvtsh_ss(norms[g])), total);
+/* NR (1 or 2) rows from r at 2 bits, each activation load serving every row. A row's
+ * group norm is folded into its two lookup tables (levels * norm, rounded once per
+ * group), so its two accumulators run over the whole row and no per-group sum is
+ * needed: at 2 bits the lookups bound the loop, and the per-group sums and norm
+ * products were a sixth of its vector work. Each row's operations and their order are
+ * the same for NR 1 and 2, so the values do not depend on which rows are paired. */
+AVX512_INLINE void rows_q2(const cq_matrix *w, uint32_t r, const float *xp, __m512 first,
+                           __m512 second, float *y, const int NR) {
+    const uint8_t *row[2];
+    const uint16_t *norms[2];
+    __m512 acc[2][2];
+    for (int j = 0; j < NR; j++) {
+        row[j] = w->codes + (size_t)(r + j) * w->row_bytes;
+        norms[j] = w->norms + (size_t)(r + j) * w->ngroups;
+        acc[j][0] = acc[j][1] = _mm512_setzero_ps();
     }
-    return _mm512_reduce_add_ps(total);
+    const uint32_t G = w->group; /* a multiple of 32 */
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        __m512 t1[2], t2[2];
+        for (int j = 0; j < NR; j++) {
+            const __m512 n = _mm512_set1_ps(_cvtsh_ss(norms[j][g]));
+            t1[j] = _mm512_mul_ps(first, n);
+            t2[j] = _mm512_mul_ps(second, n);
+        }
+        for (uint32_t c = g * G; c < g * G + G; c += 32) {
+            const __m512 x0 = _mm512_load_ps(xp + c), x1 = _mm512_load_ps(xp + c + 16);
+            for (int j = 0; j < NR; j++) {
+                const __m512i sq = shifted_qword(row[j] + c / 4);
+                acc[j][0] = _mm512_fmadd_ps(_mm512_permutexvar_ps(sq, t1[j]), x0, acc[j][0]);
+                acc[j][1] = _mm512_fmadd_ps(_mm512_permutexvar_ps(sq, t2[j]), x1, acc[j][1]);
+            }
+        }
+    }
+    for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]));
 }
-#undef Q2
 
 /* Rows r and r + 1 together, each activation load serving both (about 5% faster than
- * one row at a time at 4 bits; at 2 bits it made no difference, so row_q2 runs alone).
+ * one row at a time at 4 bits).
  * Each row's operations and their order are row_q4's, so the values do not depend on
  * which rows are paired. */
 AVX512 static void pair_q4(const cq_matrix *w, uint32_t r, const float *xp, __m512 table,
@@ -282,7 +288,9 @@ AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, c
             for (int i = 0; i < 16; i++) first[i] = cb[i & 3], second[i] = cb[i >> 2];
             const __m512 t1 = _mm512_loadu_ps(first), t2 = _mm512_loadu_ps(second);
             const float *xp = permuted(LAYOUT_Q2, w, xr, sc);
-            for (uint32_t r = row0; r < row0 + nrows; r++) y[r - row0] = row_q2(w, r, xp, t1, t2);
+            uint32_t r = row0;
+            for (; r + 2 <= row0 + nrows; r += 2) rows_q2(w, r, xp, t1, t2, y + (r - row0), 2);
+            if (r < row0 + nrows) rows_q2(w, r, xp, t1, t2, y + (r - row0), 1);
             return 1;
         }
         table = _mm512_setr4_ps(cb[0], cb[1], cb[2], cb[3]);

@@ -30,7 +30,7 @@ AVX2_INLINE void combine_block(float *out, const float *c, size_t c_ld, const fl
     for (uint32_t v = 0; v < NV; v++) _mm256_storeu_ps(out + l0 + 8 * v, acc[v]);
 }
 
-static AVX2_FN void combine_avx2(float *out, const float *c, size_t c_ld, const float *x,
+AVX2_FN void monarch_avx2_combine(float *out, const float *c, size_t c_ld, const float *x,
                                  uint32_t n, uint32_t w) {
     const uint32_t w8 = w & ~7u;
     uint32_t l0 = 0;
@@ -47,7 +47,7 @@ static AVX2_FN void combine_avx2(float *out, const float *c, size_t c_ld, const 
     }
 }
 
-static AVX2_FN void mul_add_avx2(float *out, const float *a, const float *b, uint32_t n) {
+AVX2_FN void monarch_avx2_mul_add(float *out, const float *a, const float *b, uint32_t n) {
     uint32_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(out + i, _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i),
@@ -55,7 +55,15 @@ static AVX2_FN void mul_add_avx2(float *out, const float *a, const float *b, uin
     for (; i < n; i++) out[i] = fmaf(a[i], b[i], out[i]);
 }
 
-static const monarch_kernels table = {"avx2", combine_avx2, mul_add_avx2};
+static AVX2_FN void combine_rows_avx2(float *out, size_t out_ld, const float *c, size_t c_row,
+                                      size_t c_ld, const float *x, uint32_t n, uint32_t w,
+                                      uint32_t m) {
+    for (uint32_t i = 0; i < m; i++)
+        monarch_avx2_combine(out + (size_t)i * out_ld, c + (size_t)i * c_row, c_ld, x, n, w);
+}
+
+static const monarch_kernels table = {"avx2", monarch_avx2_combine, monarch_avx2_mul_add,
+                                      combine_rows_avx2};
 
 const monarch_kernels *monarch_kernels_avx2(void) { return cpu_kernels_avx2() ? &table : NULL; }
 

@@ -49,7 +49,13 @@ static void mul_add_neon(float *out, const float *a, const float *b, uint32_t n)
     for (; i < n; i++) out[i] = fmaf(a[i], b[i], out[i]);
 }
 
-static const monarch_kernels table = {"neon", combine_neon, mul_add_neon};
+static void combine_rows_neon(float *out, size_t out_ld, const float *c, size_t c_row,
+                              size_t c_ld, const float *x, uint32_t n, uint32_t w, uint32_t m) {
+    for (uint32_t i = 0; i < m; i++)
+        combine_neon(out + (size_t)i * out_ld, c + (size_t)i * c_row, c_ld, x, n, w);
+}
+
+static const monarch_kernels table = {"neon", combine_neon, mul_add_neon, combine_rows_neon};
 
 const monarch_kernels *monarch_kernels_neon(void) { return cpu_kernels_neon() ? &table : NULL; }
 

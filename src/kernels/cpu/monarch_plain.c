@@ -16,12 +16,20 @@ static void mul_add_plain(float *out, const float *a, const float *b, uint32_t n
     for (uint32_t i = 0; i < n; i++) out[i] += a[i] * b[i];
 }
 
-const monarch_kernels monarch_kernels_scalar = {"scalar", combine_plain, mul_add_plain};
+static void combine_rows_plain(float *out, size_t out_ld, const float *c, size_t c_row,
+                               size_t c_ld, const float *x, uint32_t n, uint32_t w, uint32_t m) {
+    for (uint32_t i = 0; i < m; i++)
+        combine_plain(out + (size_t)i * out_ld, c + (size_t)i * c_row, c_ld, x, n, w);
+}
+
+const monarch_kernels monarch_kernels_scalar = {"scalar", combine_plain, mul_add_plain,
+                                                combine_rows_plain};
 
 const monarch_kernels *monarch_kernels_named(const char *name) {
     if (!name) return NULL;
     if (!strcmp(name, "scalar")) return &monarch_kernels_scalar;
-    if (!strcmp(name, "avx2") || !strcmp(name, "avx512")) return monarch_kernels_avx2();
+    if (!strcmp(name, "avx2")) return monarch_kernels_avx2();
+    if (!strcmp(name, "avx512")) return monarch_kernels_avx512();
     if (!strcmp(name, "neon")) return monarch_kernels_neon();
     return NULL;
 }
