@@ -141,16 +141,29 @@ static const char *after(const char *text, const char *label) {
 
 static char run_a[1 << 16];
 
-/* 16 lines, batch 4, 3 epochs: 1 held out, 15 trained, 4 steps an epoch, 12 steps */
-#define RUN_ARGS "--batch-size 4 --epochs 3 --lr 1e-2 --lora-rank 4 --val-split 0.1 --seed 3"
+/* 16 lines, batch 4, 3 epochs: 4 held out, 12 trained, 3 steps an epoch, 9 steps */
+#define RUN_ARGS "--batch-size 4 --epochs 3 --lr 1e-2 --lora-rank 4 --val-split 0.25 --seed 0"
 
 static void test_lora_run(void) {
     char args[1024];
     snprintf(args, sizeof args, "%s '%s' -o '%s'", RUN_ARGS, data_path, tmp("a.safetensors"));
     const int rc = finetune(args, run_a, sizeof run_a);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, run_a);
-    CHECK_MSG(strstr(run_a, "16 examples  seq_len 128  holdout 1"), "%s", run_a);
-    CHECK_MSG(strstr(run_a, "12 steps"), "%s", run_a);
+    CHECK_MSG(strstr(run_a, "16 examples  seq_len 128  holdout 4"), "%s", run_a);
+    CHECK_MSG(strstr(run_a, "9 steps"), "%s", run_a);
+    /* the official split: default_rng(0).permutation(16)[:4] = [2, 11, 3, 10], data lines 3,
+     * 12, 4, 11: chat, "hi", "hi", chat (so `needle eval` reads the chat format too) */
+    size_t n;
+    char *held = (char *)read_file(tmp("a.heldout.jsonl"), &n);
+    CHECK(held != NULL);
+    if (held) {
+        const char *want[4] = {"\"messages\"", "\"query\": \"hi\"", "\"query\": \"hi\"", "\"messages\""};
+        char *save = NULL, *line = strtok_r(held, "\n", &save);
+        for (int i = 0; i < 4; i++, line = strtok_r(NULL, "\n", &save))
+            CHECK_MSG(line && strstr(line, want[i]), "held-out line %d: %s", i + 1, line ? line : "(none)");
+        CHECK(line == NULL);
+        free(held);
+    }
     /* the validation loss falls over the epochs */
     const char *e1 = after(run_a, "epoch     1/3"), *e3 = after(run_a, "epoch     3/3");
     const char *v1 = e1 ? strstr(e1, "val ") : NULL, *v3 = e3 ? strstr(e3, "val ") : NULL;
@@ -168,8 +181,8 @@ static void test_lora_run(void) {
     const char *mine = after(run_a, "exact match"), *theirs = after(out, "exact match");
     CHECK_MSG(mine && theirs, "finetune:\n%s\neval:\n%s", run_a, out);
     if (mine && theirs) {
-        const size_t n = strcspn(mine, "\n");
-        CHECK_MSG(n == strcspn(theirs, "\n") && !strncmp(mine, theirs, n), "finetune %.*s, eval %.*s", (int)n, mine,
+        const size_t len = strcspn(mine, "\n");
+        CHECK_MSG(len == strcspn(theirs, "\n") && !strncmp(mine, theirs, len), "finetune %.*s, eval %.*s", (int)len, mine,
                   (int)strcspn(theirs, "\n"), theirs);
     }
     /* the adapter is an official one: every target, rank 4, scale alpha / rank */
@@ -185,11 +198,11 @@ static void test_lora_resume(void) {
     char args[1024], out[1 << 16];
     snprintf(args, sizeof args, "%s '%s' -o '%s' --max-steps 5 --no-score", RUN_ARGS, data_path, tmp("b.safetensors"));
     int rc = finetune(args, out, sizeof out);
-    CHECK_MSG(rc == 0 && strstr(out, "stopped   at step 5/12"), "exit %d: %s", rc, out);
+    CHECK_MSG(rc == 0 && strstr(out, "stopped   at step 5/9"), "exit %d: %s", rc, out);
     snprintf(args, sizeof args, "%s '%s' -o '%s' --resume --no-score", RUN_ARGS, data_path, tmp("b.safetensors"));
     rc = finetune(args, out, sizeof out);
-    CHECK_MSG(rc == 0 && strstr(out, "resumed   from step 5/12"), "exit %d: %s", rc, out);
-    CHECK_MSG(same_file(tmp("a.safetensors"), tmp("b.safetensors")), "adapter after 5 + resume 7 != 12 straight");
+    CHECK_MSG(rc == 0 && strstr(out, "resumed   from step 5/9"), "exit %d: %s", rc, out);
+    CHECK_MSG(same_file(tmp("a.safetensors"), tmp("b.safetensors")), "adapter after 5 + resume 4 != 9 straight");
     CHECK_MSG(same_file(tmp("a.state.safetensors"), tmp("b.state.safetensors")), "state differs");
     /* the epoch lines after the resume are the straight run's */
     const char *mine = after(out, "epoch     3/3"), *straight = after(run_a, "epoch     3/3");
