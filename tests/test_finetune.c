@@ -10,6 +10,7 @@
  *     file;
  *   - --max-steps k, then --resume: the adapter and state are the bytes of the straight
  *     run (LoRA and --full), and Ctrl-C saves a state that --resume continues;
+ *   - a .cact alone as the base (dequantized), built again by `needle build` to the same bytes;
  *   - bad input: a clear message and a non-zero status.
  * About 60 s on 2 cores. */
 #include <cjson/cJSON.h>
@@ -252,6 +253,34 @@ static void test_full_resume(void) {
     CHECK(access(tmp("f1.cact"), R_OK) == 0);
 }
 
+/* a .cact alone as the base: dequantized to an official checkpoint beside the output,
+ * which the adapter names and `needle build` merges into (the same bytes as the file
+ * finetune built) */
+static void test_cact_base(void) {
+    char cmd[4096], out[1 << 14];
+    snprintf(cmd, sizeof cmd,
+             "'%s' finetune -w '%s' --max-len 128 -t 2 --batch-size 2 --epochs 1 --val-split 0 --lora-rank 2 "
+             "-o '%s' '%s' 2>&1",
+             cli_path(), fixture_path("v3/v3b.cact"), tmp("w.safetensors"), data_path);
+    int rc = run_command(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "dequantized to"), "exit %d: %s", rc, out);
+    train_adapter ad;
+    CHECK(train_adapter_read(tmp("w.safetensors"), &ad) == 0);
+    CHECK(ad.base && !strcmp(ad.base, tmp("w.base.safetensors")));
+    train_adapter_release(&ad);
+    snprintf(cmd, sizeof cmd, "'%s' build '%s' --lora '%s' -w '%s' -o '%s' -q 2>&1", cli_path(),
+             tmp("w.base.safetensors"), tmp("w.safetensors"), fixture_path("v3/v3b.cact"), tmp("w2.cact"));
+    rc = run_command(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK(same_file(tmp("w.cact"), tmp("w2.cact")));
+    /* a tokenizer whose ids the checkpoint does not predict: the line is named */
+    snprintf(cmd, sizeof cmd, "'%s' finetune -w '%s' --max-len 128 -o '%s' '%s' 2>&1", cli_path(),
+             fixture_path("v3/v3a.cact"), tmp("w3.safetensors"), data_path);
+    rc = run_command(cmd, out, sizeof out);
+    CHECK_MSG(rc == 1 && strstr(out, "data.jsonl:1: error: token id") && strstr(out, "out_vocab"), "exit %d: %s", rc,
+              out);
+}
+
 #ifndef _WIN32
 /* Ctrl-C during training: the state is saved, exit 130, --resume goes on from there */
 static void test_interrupt(void) {
@@ -348,6 +377,7 @@ int main(void) {
     RUN(test_lora_run);
     RUN(test_lora_resume);
     RUN(test_full_resume);
+    RUN(test_cact_base);
 #ifndef _WIN32
     RUN(test_interrupt);
 #endif

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "compat.h"
 #include "format/cact.h"
+#include "train/cact_base.h"
 #include "train/trainer.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -30,11 +31,13 @@ typedef struct progress_state {
     const char *data_path;
     double tokens, seconds; /* over this run's steps, for tok/s and the ETA */
     int line_open;
+    int data_error; /* a data line was reported as an error (its message said it all) */
 } progress_state;
 
 static void report(void *user, uint32_t line, int severity, const char *msg) {
     progress_state *p = user;
     const char *kind = severity == FT_ERROR ? "error" : severity == FT_SKIPPED ? "skipped" : "warning";
+    p->data_error |= severity == FT_ERROR;
     fprintf(stderr, "needle: %s:%u: %s: %s\n", p->data_path, line, kind, msg);
 }
 
@@ -163,6 +166,32 @@ static int make_parent_dir(const char *path) {
     return 0;
 }
 
+/* the .cact at `path` as an official checkpoint at `out` (train/cact_base.h) */
+static int dequantize_base(const char *path, const char *out) {
+    size_t size = 0;
+    uint8_t *img = cli_read_file(path, &size);
+    if (!img) return 1;
+    cact_file f;
+    int st = cact_parse(img, size, &f);
+    if (st) {
+        free(img);
+        return cli_lib_error(path, st);
+    }
+    train_checkpoint ck;
+    st = train_checkpoint_from_cact(&f, &ck);
+    if (!st) {
+        st = train_checkpoint_write(out, &ck);
+        train_checkpoint_release(&ck);
+    }
+    cact_release(&f);
+    free(img);
+    if (st) {
+        fprintf(stderr, "needle: %s: %s\n", path, needle_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 static int run_finetune(const cli_command *self, int argc, char **argv) {
     const char *data_path = NULL, *ckpt_path = NULL, *weights = NULL, *out_path = NULL, *ckpt_dir = "checkpoints";
     const char *build_out = NULL;
@@ -203,11 +232,9 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     if (ckpt_path && ends_with(ckpt_path, ".cact"))
         return cli_usage_error(self, "--checkpoint takes the float checkpoint (.safetensors); the .cact goes "
                                "to --weights (its tokenizer encodes the data, and the built file carries it)");
-    /* the official default base, finetune.DEFAULT_BASE */
-    if (!ckpt_path && access("checkpoints/needle3.safetensors", R_OK) == 0) ckpt_path = "checkpoints/needle3.safetensors";
-    if (!ckpt_path)
-        return cli_usage_error(self, "which checkpoint? --checkpoint C.safetensors (an official Needle 3 "
-                               "checkpoint; a .cact alone cannot be the training base yet)");
+    /* the official default base, finetune.DEFAULT_BASE, unless a .cact was named */
+    if (!ckpt_path && !weights && access("checkpoints/needle3.safetensors", R_OK) == 0)
+        ckpt_path = "checkpoints/needle3.safetensors";
     if (!weights && !cli_default_weights(&weights) && !weights) return cli_no_weights();
 
     char default_out[4096];
@@ -219,6 +246,17 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     if (!ends_with(out_path, ".safetensors"))
         return cli_usage_error(self, "--out must be a .safetensors file (got %s)", out_path);
     if (make_parent_dir(out_path)) return 1;
+    /* without a checkpoint the .cact is the base: dequantized to an official checkpoint
+     * beside the output (the adapter's `base`, what `needle build` merges into) */
+    char *dequantized = NULL;
+    if (!ckpt_path) {
+        if (!(dequantized = sibling(out_path, ".base.safetensors")) || dequantize_base(weights, dequantized)) {
+            free(dequantized);
+            return 1;
+        }
+        printf("  %-9s %s dequantized to %s\n", "base", weights, dequantized);
+        ckpt_path = dequantized;
+    }
     char *state_path = full ? NULL : sibling(out_path, ".state.safetensors");
     char *cact_path = build_out ? strdup(build_out) : sibling(out_path, ".cact");
     char *heldout_path = sibling(out_path, ".heldout.jsonl");
@@ -288,7 +326,7 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     signal(SIGINT, old_handler == SIG_ERR ? SIG_DFL : old_handler);
     end_line(&ps);
     if (st) {
-        fprintf(stderr, "needle: finetune: %s\n", needle_last_error());
+        if (!ps.data_error) fprintf(stderr, "needle: finetune: %s\n", needle_last_error());
         goto done;
     }
     if (!res.finished) {
@@ -342,6 +380,7 @@ done:
     free(state_path);
     free(cact_path);
     free(heldout_path);
+    free(dequantized);
     return rc;
 }
 
@@ -368,10 +407,13 @@ const cli_command cli_finetune = {
     "`needle eval` (exact-call match, grammar, envelope): the number the shipped file gets.\n"
     "\n"
     "  -c, --checkpoint FILE   the official Needle 3 checkpoint to train from (default\n"
-    "                          checkpoints/needle3.safetensors, the official default)\n"
+    "                          checkpoints/needle3.safetensors when -w is not given, the\n"
+    "                          official default)\n"
     "  -w, --weights FILE      the base .cact: its tokenizer encodes the data and the built\n"
     "                          file carries it (default: $NEEDLE_MODEL, else the cached\n"
-    "                          needle3)\n"
+    "                          needle3). Without --checkpoint it is also the training base:\n"
+    "                          dequantized (CQ decoded as the official reader does) to OUT's\n"
+    "                          .base.safetensors sibling, an official checkpoint\n"
     "  --epochs N              3        --batch-size N   16 (the last batch is the rest)\n"
     "  --lr X                  1e-4     --lora-rank N    16     --lora-alpha X   32\n"
     "  --max-len N             1024     --val-split X    0.1    --seed N         0\n"

@@ -459,6 +459,32 @@ static double validation_loss(run *r) {
     return sum / batches;
 }
 
+/* every id must be one the model embeds, every trained target one it predicts (the
+ * official loss would index past its logits): else the data line is named */
+static int check_vocab(run *r) {
+    cJSON *c = cJSON_Parse(r->config);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, "vocab_size"), *ov = cJSON_GetObjectItemCaseSensitive(c, "out_vocab");
+    const double vocab = cJSON_IsNumber(v) ? v->valuedouble : 0, out = cJSON_IsNumber(ov) && ov->valuedouble > 0 ? ov->valuedouble : vocab;
+    cJSON_Delete(c);
+    if (!(vocab > 0)) return 0; /* the core checks what the config does not say */
+    for (uint32_t i = 0; i < r->data.n; i++) {
+        const ft_example *e = &r->data.ex[i];
+        const uint32_t n = e->n < r->T ? e->n : r->T;
+        for (uint32_t t = 0; t < n; t++) {
+            const double limit = t > e->n_prompt ? out : vocab;
+            if ((double)e->ids[t] >= limit) {
+                char msg[256];
+                snprintf(msg, sizeof msg,
+                         "token id %d is past the model's %s (%.0f): the tokenizer does not fit the checkpoint",
+                         e->ids[t], t > e->n_prompt ? "output vocabulary (out_vocab)" : "vocabulary", limit);
+                if (r->o->report) r->o->report(r->o->report_user, e->line, FT_ERROR, msg);
+                return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "line %u: %s", e->line, msg);
+            }
+        }
+    }
+    return 0;
+}
+
 static void run_release(run *r) {
     if (r->model) r->o->gen->free(r->model);
     if (r->dA)
@@ -510,6 +536,11 @@ int train_run(const train_options *o, train_result *res) {
     }
     r.n = r.data.n;
     r.T = r.data.seq_len;
+    if (!st) st = check_vocab(&r);
+    if (st) {
+        run_release(&r);
+        return st;
+    }
     if (!r.n) {
         run_release(&r);
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "no usable examples in the data");
