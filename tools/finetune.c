@@ -32,6 +32,7 @@ typedef struct progress_state {
     double tokens, seconds; /* over this run's steps, for tok/s and the ETA */
     int line_open;
     int data_error; /* a data line was reported as an error (its message said it all) */
+    double start_ms; /* the command's start: the first step line says how long it took */
 } progress_state;
 
 static void report(void *user, uint32_t line, int severity, const char *msg) {
@@ -59,6 +60,11 @@ static void on_event(void *user, const train_event *e) {
         printf("  %-9s from step %u/%u\n", "resumed", e->step, e->total_steps);
         break;
     case TRAIN_EVENT_STEP: {
+        if (p->tokens == 0) {
+            end_line(p);
+            printf("  %-9s first step done %.1f s after the start (%.1f s of it the step)\n", "time",
+                   (cli_now_ms() - p->start_ms) / 1000, e->step_seconds);
+        }
         p->tokens += e->tokens;
         p->seconds += e->step_seconds;
         const double tps = p->seconds > 0 ? p->tokens / p->seconds : 0;
@@ -222,6 +228,7 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
                                {"--build-out", NULL, CLI_TEXT, &build_out, 0, 0, NULL},
                                {"--no-score", NULL, CLI_FLAG, &no_score, 0, 0, NULL},
                                {0}};
+    const double start_ms = cli_now_ms();
     int rc = cli_parse(self, argc, argv, opts, &data_path, 1);
     if (rc != CLI_GO) return rc;
     if (!data_path) return cli_usage_error(self, "needs the training data DATA.jsonl");
@@ -292,7 +299,7 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     printf("  %-9s %s\n", "numerics",
            (q < 0 ? !full : q) ? "CQ W4 STE + A8 (matches export)" : "float32 weights and activations");
     if (!full) printf("  %-9s rank %ld  alpha %g\n", "lora", rank, alpha);
-    progress_state ps = {.tty = isatty(STDOUT_FILENO), .data_path = data_path};
+    progress_state ps = {.tty = isatty(STDOUT_FILENO), .data_path = data_path, .start_ms = start_ms};
     const train_options o = {.gen = train_generation_for(3),
                              .base_path = ckpt_path,
                              .base_image = base,
