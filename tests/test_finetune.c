@@ -46,23 +46,23 @@ static void test_numpy_permutation(void) {
         uint64_t raw;
     } want[] = {
         {0,
-         {4, 34, 20, 18, 2, 3, 35, 24, 11, 36, 1, 0, 22, 30, 21, 10, 32, 9, 6, 26, 19, 23, 8, 16, 27, 12, 28, 13, 7,
-          5, 17, 25, 14, 29, 33, 15, 31},
+         {4,  34, 20, 18, 2,  3,  35, 24, 11, 36, 1, 0,  22, 30, 21, 10, 32, 9, 6,
+          26, 19, 23, 8,  16, 27, 12, 28, 13, 7,  5, 17, 25, 14, 29, 33, 15, 31},
          {0, 4, 1, 2, 3},
          12646017539498340653ull},
         {1,
-         {6, 7, 24, 9, 0, 30, 15, 3, 25, 16, 36, 17, 1, 11, 28, 22, 23, 34, 20, 27, 33, 31, 14, 21, 35, 26, 2, 29, 12,
-          10, 19, 4, 5, 8, 32, 18, 13},
+         {6,  7,  24, 9,  0,  30, 15, 3, 25, 16, 36, 17, 1, 11, 28, 22, 23, 34, 20,
+          27, 33, 31, 14, 21, 35, 26, 2, 29, 12, 10, 19, 4, 5,  8,  32, 18, 13},
          {3, 4, 1, 0, 2},
          2963506490802106905ull},
         {42,
-         {27, 18, 26, 5, 4, 23, 36, 7, 25, 32, 10, 22, 20, 34, 16, 6, 24, 29, 28, 9, 30, 19, 3, 0, 15, 17, 31, 12, 21,
-          11, 14, 35, 2, 33, 1, 13, 8},
+         {27, 18, 26, 5, 4, 23, 36, 7,  25, 32, 10, 22, 20, 34, 16, 6, 24, 29, 28,
+          9,  30, 19, 3, 0, 15, 17, 31, 12, 21, 11, 14, 35, 2,  33, 1, 13, 8},
          {2, 3, 0, 4, 1},
          14358641161718733232ull},
         {123456789012ull,
-         {24, 0, 8, 11, 15, 31, 13, 3, 19, 32, 27, 16, 5, 9, 34, 22, 23, 12, 17, 4, 14, 28, 10, 2, 1, 29, 6, 7, 33, 20,
-          35, 26, 36, 21, 30, 18, 25},
+         {24, 0,  8,  11, 15, 31, 13, 3, 19, 32, 27, 16, 5,  9,  34, 22, 23, 12, 17,
+          4,  14, 28, 10, 2,  1,  29, 6, 7,  33, 20, 35, 26, 36, 21, 30, 18, 25},
          {4, 2, 1, 0, 3},
          1694239333633985625ull},
     };
@@ -94,18 +94,26 @@ static int setup(void) {
     train_checkpoint_release(&ck);
     if (st) return -1;
     static const char *const lines[] = {
-        "{\"query\": \"timer 5\", \"tools\": [{\"name\": \"timer\", \"parameters\": {\"type\": \"object\", "
-        "\"properties\": {\"m\": {\"type\": \"integer\"}}}}], \"answers\": [{\"name\": \"timer\", \"arguments\": "
+        "{\"query\": \"timer 5\", \"tools\": [{\"name\": \"timer\", \"parameters\": {\"type\": "
+        "\"object\", "
+        "\"properties\": {\"m\": {\"type\": \"integer\"}}}}], \"answers\": [{\"name\": \"timer\", "
+        "\"arguments\": "
         "{\"m\": 5}}]}",
-        "{\"query\": \"call mom\", \"tools\": [{\"name\": \"call\", \"parameters\": {\"type\": \"object\", "
-        "\"properties\": {\"who\": {\"type\": \"string\"}}}}], \"answers\": [{\"name\": \"call\", \"arguments\": "
+        "{\"query\": \"call mom\", \"tools\": [{\"name\": \"call\", \"parameters\": {\"type\": "
+        "\"object\", "
+        "\"properties\": {\"who\": {\"type\": \"string\"}}}}], \"answers\": [{\"name\": \"call\", "
+        "\"arguments\": "
         "{\"who\": \"mom\"}}]}",
         /* chat format */
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"timer 9\"}, {\"role\": \"assistant\", \"tool_calls\": "
-        "[{\"type\": \"function\", \"function\": {\"name\": \"timer\", \"arguments\": \"{\\\"m\\\": 9}\"}}]}], "
-        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"timer\", \"parameters\": {\"type\": "
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"timer 9\"}, {\"role\": \"assistant\", "
+        "\"tool_calls\": "
+        "[{\"type\": \"function\", \"function\": {\"name\": \"timer\", \"arguments\": "
+        "\"{\\\"m\\\": 9}\"}}]}], "
+        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"timer\", \"parameters\": "
+        "{\"type\": "
         "\"object\", \"properties\": {\"m\": {\"type\": \"integer\"}}}}}]}",
-        "{\"query\": \"hi\", \"tools\": [{\"name\": \"call\", \"parameters\": {\"type\": \"object\", "
+        "{\"query\": \"hi\", \"tools\": [{\"name\": \"call\", \"parameters\": {\"type\": "
+        "\"object\", "
         "\"properties\": {\"who\": {\"type\": \"string\"}}}}], \"answers\": []}",
     };
     snprintf(data_path, sizeof data_path, "%s/data.jsonl", tmpdir);
@@ -120,8 +128,8 @@ static int setup(void) {
 /* `needle finetune` on the tiny base with `args`; 2>&1 */
 static int finetune(const char *args, char *out, size_t cap) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' finetune -c '%s' -w '%s' --max-len 128 -t 2 %s 2>&1", cli_path(), base_path,
-             fixture_path("v3/v3c.cact"), args);
+    snprintf(cmd, sizeof cmd, "'%s' finetune -c '%s' -w '%s' --max-len 128 -t 2 %s 2>&1",
+             cli_path(), base_path, fixture_path("v3/v3c.cact"), args);
     return run_command(cmd, out, cap);
 }
 
@@ -158,10 +166,12 @@ static void test_lora_run(void) {
     char *held = (char *)read_file(tmp("a.heldout.jsonl"), &n);
     CHECK(held != NULL);
     if (held) {
-        const char *want[4] = {"\"messages\"", "\"query\": \"hi\"", "\"query\": \"hi\"", "\"messages\""};
+        const char *want[4] = {"\"messages\"", "\"query\": \"hi\"", "\"query\": \"hi\"",
+                               "\"messages\""};
         char *save = NULL, *line = strtok_r(held, "\n", &save);
         for (int i = 0; i < 4; i++, line = strtok_r(NULL, "\n", &save))
-            CHECK_MSG(line && strstr(line, want[i]), "held-out line %d: %s", i + 1, line ? line : "(none)");
+            CHECK_MSG(line && strstr(line, want[i]), "held-out line %d: %s", i + 1,
+                      line ? line : "(none)");
         CHECK(line == NULL);
         free(held);
     }
@@ -169,22 +179,25 @@ static void test_lora_run(void) {
     const char *e1 = after(run_a, "epoch     1/3"), *e3 = after(run_a, "epoch     3/3");
     const char *v1 = e1 ? strstr(e1, "val ") : NULL, *v3 = e3 ? strstr(e3, "val ") : NULL;
     CHECK_MSG(v1 && v3, "%s", run_a);
-    if (v1 && v3) CHECK_MSG(atof(v3 + 4) < atof(v1 + 4) - 0.1, "val %g -> %g", atof(v1 + 4), atof(v3 + 4));
+    if (v1 && v3)
+        CHECK_MSG(atof(v3 + 4) < atof(v1 + 4) - 0.1, "val %g -> %g", atof(v1 + 4), atof(v3 + 4));
     /* what was built is what `needle build` makes of the adapter */
     char cmd[4096], out[1 << 14];
-    snprintf(cmd, sizeof cmd, "'%s' build '%s' --lora '%s' -w '%s' -o '%s' -q 2>&1", cli_path(), base_path,
-             tmp("a.safetensors"), fixture_path("v3/v3c.cact"), tmp("rebuilt.cact"));
+    snprintf(cmd, sizeof cmd, "'%s' build '%s' --lora '%s' -w '%s' -o '%s' -q 2>&1", cli_path(),
+             base_path, tmp("a.safetensors"), fixture_path("v3/v3c.cact"), tmp("rebuilt.cact"));
     CHECK_MSG(run_command(cmd, out, sizeof out) == 0, "%s", out);
-    CHECK_MSG(same_file(tmp("a.cact"), tmp("rebuilt.cact")), "the built file differs from needle build's");
+    CHECK_MSG(same_file(tmp("a.cact"), tmp("rebuilt.cact")),
+              "the built file differs from needle build's");
     /* the printed score is `needle eval`'s on the written file */
-    snprintf(cmd, sizeof cmd, "'%s' eval -w '%s' '%s' 2>&1", cli_path(), tmp("a.cact"), tmp("a.heldout.jsonl"));
+    snprintf(cmd, sizeof cmd, "'%s' eval -w '%s' '%s' 2>&1", cli_path(), tmp("a.cact"),
+             tmp("a.heldout.jsonl"));
     CHECK_MSG(run_command(cmd, out, sizeof out) == 0, "%s", out);
     const char *mine = after(run_a, "exact match"), *theirs = after(out, "exact match");
     CHECK_MSG(mine && theirs, "finetune:\n%s\neval:\n%s", run_a, out);
     if (mine && theirs) {
         const size_t len = strcspn(mine, "\n");
-        CHECK_MSG(len == strcspn(theirs, "\n") && !strncmp(mine, theirs, len), "finetune %.*s, eval %.*s", (int)len, mine,
-                  (int)strcspn(theirs, "\n"), theirs);
+        CHECK_MSG(len == strcspn(theirs, "\n") && !strncmp(mine, theirs, len),
+                  "finetune %.*s, eval %.*s", (int)len, mine, (int)strcspn(theirs, "\n"), theirs);
     }
     /* the adapter is an official one: every target, rank 4, scale alpha / rank */
     train_adapter ad;
@@ -197,20 +210,23 @@ static void test_lora_run(void) {
 
 static void test_lora_resume(void) {
     char args[1024], out[1 << 16];
-    snprintf(args, sizeof args, "%s '%s' -o '%s' --max-steps 5 --no-score", RUN_ARGS, data_path, tmp("b.safetensors"));
+    snprintf(args, sizeof args, "%s '%s' -o '%s' --max-steps 5 --no-score", RUN_ARGS, data_path,
+             tmp("b.safetensors"));
     int rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 0 && strstr(out, "stopped   at step 5/9"), "exit %d: %s", rc, out);
-    snprintf(args, sizeof args, "%s '%s' -o '%s' --resume --no-score", RUN_ARGS, data_path, tmp("b.safetensors"));
+    snprintf(args, sizeof args, "%s '%s' -o '%s' --resume --no-score", RUN_ARGS, data_path,
+             tmp("b.safetensors"));
     rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 0 && strstr(out, "resumed   from step 5/9"), "exit %d: %s", rc, out);
-    CHECK_MSG(same_file(tmp("a.safetensors"), tmp("b.safetensors")), "adapter after 5 + resume 4 != 9 straight");
+    CHECK_MSG(same_file(tmp("a.safetensors"), tmp("b.safetensors")),
+              "adapter after 5 + resume 4 != 9 straight");
     CHECK_MSG(same_file(tmp("a.state.safetensors"), tmp("b.state.safetensors")), "state differs");
     /* the epoch lines after the resume are the straight run's */
     const char *mine = after(out, "epoch     3/3"), *straight = after(run_a, "epoch     3/3");
     CHECK(mine && straight && !strncmp(mine, straight, strcspn(straight, "\n")));
     /* another setting refuses to resume */
-    snprintf(args, sizeof args, "%s '%s' -o '%s' --resume --no-score --lr 2e-2", RUN_ARGS, data_path,
-             tmp("b.safetensors"));
+    snprintf(args, sizeof args, "%s '%s' -o '%s' --resume --no-score --lr 2e-2", RUN_ARGS,
+             data_path, tmp("b.safetensors"));
     rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 1 && strstr(out, "lr"), "exit %d: %s", rc, out);
 }
@@ -218,7 +234,8 @@ static void test_lora_resume(void) {
 static void test_full_resume(void) {
     char args[1024], out[1 << 16];
     /* 8 lines, no hold-out, batch 3: 3 steps an epoch, 6 steps */
-    static const char *common = "--full --batch-size 3 --epochs 2 --lr 1e-3 --val-split 0 --no-score";
+    static const char *common =
+        "--full --batch-size 3 --epochs 2 --lr 1e-3 --val-split 0 --no-score";
     char small[512];
     snprintf(small, sizeof small, "%s/small.jsonl", tmpdir);
     size_t n;
@@ -236,13 +253,15 @@ static void test_full_resume(void) {
     snprintf(args, sizeof args, "%s '%s' -o '%s'", common, small, tmp("f1.safetensors"));
     int rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 0 && strstr(out, "6 steps"), "exit %d: %s", rc, out);
-    snprintf(args, sizeof args, "%s '%s' -o '%s' --max-steps 4", common, small, tmp("f2.safetensors"));
+    snprintf(args, sizeof args, "%s '%s' -o '%s' --max-steps 4", common, small,
+             tmp("f2.safetensors"));
     rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     snprintf(args, sizeof args, "%s '%s' -o '%s' --resume", common, small, tmp("f2.safetensors"));
     rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 0 && strstr(out, "resumed   from step 4/6"), "exit %d: %s", rc, out);
-    CHECK_MSG(same_file(tmp("f1.safetensors"), tmp("f2.safetensors")), "full: 4 + resume 2 != 6 straight");
+    CHECK_MSG(same_file(tmp("f1.safetensors"), tmp("f2.safetensors")),
+              "full: 4 + resume 2 != 6 straight");
     /* an official checkpoint with the optimizer state and the step */
     train_checkpoint ck;
     CHECK(train_checkpoint_read(tmp("f1.safetensors"), NULL, 3, &ck) == 0);
@@ -259,7 +278,8 @@ static void test_full_resume(void) {
 static void test_cact_base(void) {
     char cmd[4096], out[1 << 14];
     snprintf(cmd, sizeof cmd,
-             "'%s' finetune -w '%s' --max-len 128 -t 2 --batch-size 2 --epochs 1 --val-split 0 --lora-rank 2 "
+             "'%s' finetune -w '%s' --max-len 128 -t 2 --batch-size 2 --epochs 1 --val-split 0 "
+             "--lora-rank 2 "
              "-o '%s' '%s' 2>&1",
              cli_path(), fixture_path("v3/v3b.cact"), tmp("w.safetensors"), data_path);
     int rc = run_command(cmd, out, sizeof out);
@@ -269,7 +289,8 @@ static void test_cact_base(void) {
     CHECK(ad.base && !strcmp(ad.base, tmp("w.base.safetensors")));
     train_adapter_release(&ad);
     snprintf(cmd, sizeof cmd, "'%s' build '%s' --lora '%s' -w '%s' -o '%s' -q 2>&1", cli_path(),
-             tmp("w.base.safetensors"), tmp("w.safetensors"), fixture_path("v3/v3b.cact"), tmp("w2.cact"));
+             tmp("w.base.safetensors"), tmp("w.safetensors"), fixture_path("v3/v3b.cact"),
+             tmp("w2.cact"));
     rc = run_command(cmd, out, sizeof out);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     CHECK(same_file(tmp("w.cact"), tmp("w2.cact")));
@@ -277,8 +298,8 @@ static void test_cact_base(void) {
     snprintf(cmd, sizeof cmd, "'%s' finetune -w '%s' --max-len 128 -o '%s' '%s' 2>&1", cli_path(),
              fixture_path("v3/v3a.cact"), tmp("w3.safetensors"), data_path);
     rc = run_command(cmd, out, sizeof out);
-    CHECK_MSG(rc == 1 && strstr(out, "data.jsonl:1: error: token id") && strstr(out, "out_vocab"), "exit %d: %s", rc,
-              out);
+    CHECK_MSG(rc == 1 && strstr(out, "data.jsonl:1: error: token id") && strstr(out, "out_vocab"),
+              "exit %d: %s", rc, out);
 }
 
 #ifndef _WIN32
@@ -291,9 +312,9 @@ static void test_interrupt(void) {
         dup2(fds[1], 1);
         dup2(fds[1], 2);
         close(fds[0]);
-        execl(cli_path(), cli_path(), "finetune", "-c", base_path, "-w", fixture_path("v3/v3c.cact"), "--max-len", "128",
-              "-t", "1", "--batch-size", "2", "--epochs", "50", "--no-score", "-o", tmp("i.safetensors"), data_path,
-              (char *)NULL);
+        execl(cli_path(), cli_path(), "finetune", "-c", base_path, "-w",
+              fixture_path("v3/v3c.cact"), "--max-len", "128", "-t", "1", "--batch-size", "2",
+              "--epochs", "50", "--no-score", "-o", tmp("i.safetensors"), data_path, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -310,7 +331,8 @@ static void test_interrupt(void) {
     if (f) fclose(f);
     int status = 0;
     waitpid(pid, &status, 0);
-    CHECK_MSG(sent && WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %d: %s", status, all);
+    CHECK_MSG(sent && WIFEXITED(status) && WEXITSTATUS(status) == 130, "status %d: %s", status,
+              all);
     CHECK_MSG(strstr(all, "stopped   at step"), "%s", all);
     train_checkpoint ck;
     CHECK(train_checkpoint_read(tmp("i.state.safetensors"), NULL, 3, &ck) == 0);
@@ -318,7 +340,8 @@ static void test_interrupt(void) {
     const long step = (long)ck.step;
     train_checkpoint_release(&ck);
     char args[1024], out[1 << 14], want[64];
-    snprintf(args, sizeof args, "--batch-size 2 --epochs 50 --no-score -o '%s' --resume --max-steps 1 '%s'",
+    snprintf(args, sizeof args,
+             "--batch-size 2 --epochs 50 --no-score -o '%s' --resume --max-steps 1 '%s'",
              tmp("i.safetensors"), data_path);
     const int rc = finetune(args, out, sizeof out);
     snprintf(want, sizeof want, "resumed   from step %ld/", step);
@@ -329,7 +352,8 @@ static void test_interrupt(void) {
 static void expect_error(const char *args, int want_rc, const char *want) {
     char out[1 << 14];
     const int rc = finetune(args, out, sizeof out);
-    CHECK_MSG(rc == want_rc && strstr(out, want), "%s: exit %d (want %d, \"%s\"): %s", args, rc, want_rc, want, out);
+    CHECK_MSG(rc == want_rc && strstr(out, want), "%s: exit %d (want %d, \"%s\"): %s", args, rc,
+              want_rc, want, out);
 }
 
 static void test_bad_input(void) {
@@ -338,7 +362,9 @@ static void test_bad_input(void) {
     FILE *f = fopen(bad, "w");
     CHECK(f != NULL);
     if (!f) return;
-    fprintf(f, "{\"query\": \"a\", \"tools\": [], \"answers\": []}\n\n{\"query\": \"b\", \"tools\": [\n");
+    fprintf(
+        f,
+        "{\"query\": \"a\", \"tools\": [], \"answers\": []}\n\n{\"query\": \"b\", \"tools\": [\n");
     fclose(f);
     snprintf(args, sizeof args, "'%s' -o '%s'", bad, tmp("x.safetensors"));
     expect_error(args, 1, "bad.jsonl:3");
@@ -357,11 +383,13 @@ static void test_bad_input(void) {
     snprintf(args, sizeof args, "'%s' --resume -o '%s'", data_path, tmp("none.safetensors"));
     expect_error(args, 1, "none.state.safetensors");
     /* one step in all: the schedule needs two */
-    snprintf(args, sizeof args, "'%s' --epochs 1 --batch-size 64 -o '%s'", data_path, tmp("x.safetensors"));
+    snprintf(args, sizeof args, "'%s' --epochs 1 --batch-size 64 -o '%s'", data_path,
+             tmp("x.safetensors"));
     expect_error(args, 1, "at least 2");
     /* a .cact as the training checkpoint */
     char cmd[2048], out[4096];
-    snprintf(cmd, sizeof cmd, "'%s' finetune -c '%s' '%s' 2>&1", cli_path(), fixture_path("v3/v3c.cact"), data_path);
+    snprintf(cmd, sizeof cmd, "'%s' finetune -c '%s' '%s' 2>&1", cli_path(),
+             fixture_path("v3/v3c.cact"), data_path);
     const int rc = run_command(cmd, out, sizeof out);
     CHECK_MSG(rc == 2 && strstr(out, "--weights"), "exit %d: %s", rc, out);
 }

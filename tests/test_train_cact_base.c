@@ -28,7 +28,8 @@ static int engine_ce(const char *path, const int32_t *ids, uint32_t T, double *c
     const uint32_t V = info.vocab, OV = info.out_vocab ? info.out_vocab : info.vocab;
     float *logits = malloc((size_t)T * V * sizeof *logits);
     int rc = -1;
-    if (logits && !needle_session_create(m, NULL, &s) && !needle_session_eval(s, ids, T, logits, (size_t)T * V)) {
+    if (logits && !needle_session_create(m, NULL, &s) &&
+        !needle_session_eval(s, ids, T, logits, (size_t)T * V)) {
         for (uint32_t t = 0; t + 1 < T; t++) {
             const float *row = logits + (size_t)t * V;
             double mx = -INFINITY, sum = 0;
@@ -96,7 +97,8 @@ static void check_file(const char *name, int want_heads) {
             worst[quant] = d > worst[quant] ? d : worst[quant];
         }
     }
-    printf("  %s: worst relative CE difference vs the engine: float %.2e, A8 %.2e\n", name, worst[0], worst[1]);
+    printf("  %s: worst relative CE difference vs the engine: float %.2e, A8 %.2e\n", name,
+           worst[0], worst[1]);
     /* the engine's session runs float activations and an f32 KV cache: the float forward
      * over the dequantized weights is the engine's to float rounding (measured 5e-7); the
      * A8 forward (the fine-tuning numerics) differs by its activation rounding only */
@@ -111,7 +113,8 @@ static void check_file(const char *name, int want_heads) {
 }
 
 static void test_engine_parity(void) {
-    check_file("v3/v3a.cact", 1); /* probe heads, 3 engram sites, 2-bit kernels, out_vocab < vocab */
+    check_file("v3/v3a.cact",
+               1); /* probe heads, 3 engram sites, 2-bit kernels, out_vocab < vocab */
     check_file("v3/v3b.cact", 0); /* 4 lanes, seed heads, 3 engram orders */
     check_file("v3/v3d.cact", 0);
 }

@@ -15,7 +15,6 @@
 #include "build.h"
 #include "cli.h"
 #include "compat.h"
-#include "format/cact.h"
 #include "train/cact_base.h"
 #include "train/trainer.h"
 
@@ -31,13 +30,15 @@ typedef struct progress_state {
     const char *data_path;
     double tokens, seconds; /* over this run's steps, for tok/s and the ETA */
     int line_open;
-    int data_error; /* a data line was reported as an error (its message said it all) */
+    int data_error;  /* a data line was reported as an error (its message said it all) */
     double start_ms; /* the command's start: the first step line says how long it took */
 } progress_state;
 
 static void report(void *user, uint32_t line, int severity, const char *msg) {
     progress_state *p = user;
-    const char *kind = severity == FT_ERROR ? "error" : severity == FT_SKIPPED ? "skipped" : "warning";
+    const char *kind = severity == FT_ERROR     ? "error"
+                       : severity == FT_SKIPPED ? "skipped"
+                                                : "warning";
     p->data_error |= severity == FT_ERROR;
     fprintf(stderr, "needle: %s:%u: %s: %s\n", p->data_path, line, kind, msg);
 }
@@ -53,8 +54,10 @@ static void on_event(void *user, const train_event *e) {
     progress_state *p = user;
     switch (e->kind) {
     case TRAIN_EVENT_DATA:
-        printf("  %-9s %u examples  seq_len %u  holdout %u\n", "data", e->examples, e->seq_len, e->n_val);
-        printf("  %-9s %u steps  %u epochs  %u trained tensors\n", "schedule", e->total_steps, e->epochs, e->targets);
+        printf("  %-9s %u examples  seq_len %u  holdout %u\n", "data", e->examples, e->seq_len,
+               e->n_val);
+        printf("  %-9s %u steps  %u epochs  %u trained tensors\n", "schedule", e->total_steps,
+               e->epochs, e->targets);
         break;
     case TRAIN_EVENT_RESUMED:
         printf("  %-9s from step %u/%u\n", "resumed", e->step, e->total_steps);
@@ -62,8 +65,8 @@ static void on_event(void *user, const train_event *e) {
     case TRAIN_EVENT_STEP: {
         if (p->tokens == 0) {
             end_line(p);
-            printf("  %-9s first step done %.1f s after the start (%.1f s of it the step)\n", "time",
-                   (cli_now_ms() - p->start_ms) / 1000, e->step_seconds);
+            printf("  %-9s first step done %.1f s after the start (%.1f s of it the step)\n",
+                   "time", (cli_now_ms() - p->start_ms) / 1000, e->step_seconds);
         }
         p->tokens += e->tokens;
         p->seconds += e->step_seconds;
@@ -72,28 +75,27 @@ static void on_event(void *user, const train_event *e) {
         const double eta = per_step * (double)(e->total_steps - e->step);
         const int m = (int)(eta / 60), s = (int)eta % 60;
         if (p->tty) {
-            printf("\r  %-9s %u/%u  loss %.4f  %.0f tok/s  ETA %dm%02ds\033[K", "step", e->step, e->total_steps, e->loss,
-                   tps, m, s);
+            printf("\r  %-9s %u/%u  loss %.4f  %.0f tok/s  ETA %dm%02ds\033[K", "step", e->step,
+                   e->total_steps, e->loss, tps, m, s);
             p->line_open = 1;
         } else {
-            printf("  %-9s %u/%u  loss %.4f  lr %.3g  %.1f tok/s  %.2f s  ETA %dm%02ds\n", "step", e->step,
-                   e->total_steps, e->loss, e->lr, tps, e->step_seconds, m, s);
+            printf("  %-9s %u/%u  loss %.4f  lr %.3g  %.1f tok/s  %.2f s  ETA %dm%02ds\n", "step",
+                   e->step, e->total_steps, e->loss, e->lr, tps, e->step_seconds, m, s);
         }
         break;
     }
     case TRAIN_EVENT_EPOCH:
         end_line(p);
         if (e->val_loss >= 0)
-            printf("  %-9s %u/%u  loss %.4f  val %.4f\n", "epoch", e->epoch, e->epochs, e->loss, e->val_loss);
-        else
-            printf("  %-9s %u/%u  loss %.4f\n", "epoch", e->epoch, e->epochs, e->loss);
+            printf("  %-9s %u/%u  loss %.4f  val %.4f\n", "epoch", e->epoch, e->epochs, e->loss,
+                   e->val_loss);
+        else printf("  %-9s %u/%u  loss %.4f\n", "epoch", e->epoch, e->epochs, e->loss);
         break;
     case TRAIN_EVENT_CHECKPOINT:
         end_line(p);
         printf("  %-9s step %u  %s\n", "saved", e->step, e->path);
         break;
-    default:
-        break;
+    default: break;
     }
     fflush(stdout);
 }
@@ -115,7 +117,8 @@ static char *sibling(const char *path, const char *suffix) {
 }
 
 /* the held-out lines of the data, verbatim, in the split's order */
-static int write_heldout(const char *path, const char *data, size_t len, const uint32_t *lines, uint32_t n) {
+static int write_heldout(const char *path, const char *data, size_t len, const uint32_t *lines,
+                         uint32_t n) {
     const char **starts = NULL;
     size_t *lens = NULL;
     uint32_t n_lines = 0, cap = 0;
@@ -199,7 +202,8 @@ static int dequantize_base(const char *path, const char *out) {
 }
 
 static int run_finetune(const cli_command *self, int argc, char **argv) {
-    const char *data_path = NULL, *ckpt_path = NULL, *weights = NULL, *out_path = NULL, *ckpt_dir = "checkpoints";
+    const char *data_path = NULL, *ckpt_path = NULL, *weights = NULL, *out_path = NULL,
+               *ckpt_dir = "checkpoints";
     const char *build_out = NULL;
     long epochs = 3, batch = 16, rank = 16, max_len = 1024, layers = 0, threads = 0, max_steps = 0;
     double lr = 1e-4, alpha = 32, val_split = 0.1, every = 10;
@@ -237,8 +241,9 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     if (!(val_split < 1)) return cli_usage_error(self, "--val-split must be in [0, 1)");
     if (quant && no_quant) return cli_usage_error(self, "give --quant or --float, not both");
     if (ckpt_path && ends_with(ckpt_path, ".cact"))
-        return cli_usage_error(self, "--checkpoint takes the float checkpoint (.safetensors); the .cact goes "
-                               "to --weights (its tokenizer encodes the data, and the built file carries it)");
+        return cli_usage_error(
+            self, "--checkpoint takes the float checkpoint (.safetensors); the .cact goes "
+                  "to --weights (its tokenizer encodes the data, and the built file carries it)");
     /* the official default base, finetune.DEFAULT_BASE, unless a .cact was named */
     if (!ckpt_path && !weights && access("checkpoints/needle3.safetensors", R_OK) == 0)
         ckpt_path = "checkpoints/needle3.safetensors";
@@ -257,7 +262,8 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
      * beside the output (the adapter's `base`, what `needle build` merges into) */
     char *dequantized = NULL;
     if (!ckpt_path) {
-        if (!(dequantized = sibling(out_path, ".base.safetensors")) || dequantize_base(weights, dequantized)) {
+        if (!(dequantized = sibling(out_path, ".base.safetensors")) ||
+            dequantize_base(weights, dequantized)) {
             free(dequantized);
             return 1;
         }
@@ -286,7 +292,9 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     }
     have_bf = 1;
     if (bf.generation != 3 || bf.tokenizer_index < 0) {
-        fprintf(stderr, "needle: %s is not a Needle 3 .cact with a tokenizer (the base archive of the checkpoint)\n",
+        fprintf(stderr,
+                "needle: %s is not a Needle 3 .cact with a tokenizer (the base archive of the "
+                "checkpoint)\n",
                 weights);
         goto done;
     }
@@ -297,9 +305,11 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     printf("  %-9s %s\n  %-9s %s\n", "base", ckpt_path, "tokenizer", weights);
     const int q = no_quant ? 0 : quant ? 1 : -1;
     printf("  %-9s %s\n", "numerics",
-           (q < 0 ? !full : q) ? "CQ W4 STE + A8 (matches export)" : "float32 weights and activations");
+           (q < 0 ? !full : q) ? "CQ W4 STE + A8 (matches export)"
+                               : "float32 weights and activations");
     if (!full) printf("  %-9s rank %ld  alpha %g\n", "lora", rank, alpha);
-    progress_state ps = {.tty = isatty(STDOUT_FILENO), .data_path = data_path, .start_ms = start_ms};
+    progress_state ps = {
+        .tty = isatty(STDOUT_FILENO), .data_path = data_path, .start_ms = start_ms};
     const train_options o = {.gen = train_generation_for(3),
                              .base_path = ckpt_path,
                              .base_image = base,
@@ -337,8 +347,8 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
         goto done;
     }
     if (!res.finished) {
-        printf("  %-9s at step %u/%u; `needle finetune ... --resume` continues\n", "stopped", res.steps,
-               res.total_steps);
+        printf("  %-9s at step %u/%u; `needle finetune ... --resume` continues\n", "stopped",
+               res.steps, res.total_steps);
         rc = stop_requested ? 130 : 0;
         goto done;
     }
@@ -361,15 +371,16 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     size_t image_size = 0;
     if (build_image(&job, &image, &image_size)) goto done;
     if (cli_write_file_atomically(cact_path, image, image_size)) goto done;
-    printf("  %-9s %s  %.2f MB  (= needle build %s%s%s -w %s)\n", "built", cact_path, (double)image_size / 1e6,
-           full ? out_path : ckpt_path, full ? "" : " --lora ", full ? "" : out_path, weights);
+    printf("  %-9s %s  %.2f MB  (= needle build %s%s%s -w %s)\n", "built", cact_path,
+           (double)image_size / 1e6, full ? out_path : ckpt_path, full ? "" : " --lora ",
+           full ? "" : out_path, weights);
     if (no_score || !res.n_val) {
         rc = 0;
         goto done;
     }
     if (write_heldout(heldout_path, data, data_len, res.val_lines, res.n_val)) goto done;
-    printf("  %-9s %u held-out examples (%s) through the engine on %s:\n", "score", res.n_val, heldout_path,
-           cact_path);
+    printf("  %-9s %u held-out examples (%s) through the engine on %s:\n", "score", res.n_val,
+           heldout_path, cact_path);
     fflush(stdout);
     char *eval_argv[] = {"needle", "eval", "-w", cact_path, heldout_path, NULL};
     rc = cli_eval.run(&cli_eval, 5, eval_argv);

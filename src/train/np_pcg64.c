@@ -40,7 +40,8 @@ static void seed_sequence_state(uint64_t seed, uint64_t words[4]) {
     } while (seed);
     uint32_t pool[SS_POOL];
     uint32_t hash_const = SS_INIT_A;
-    for (uint32_t i = 0; i < SS_POOL; i++) pool[i] = hashmix(i < n_entropy ? entropy[i] : 0, &hash_const);
+    for (uint32_t i = 0; i < SS_POOL; i++)
+        pool[i] = hashmix(i < n_entropy ? entropy[i] : 0, &hash_const);
     for (uint32_t src = 0; src < SS_POOL; src++)
         for (uint32_t dst = 0; dst < SS_POOL; dst++)
             if (src != dst) pool[dst] = mix(pool[dst], hashmix(pool[src], &hash_const));
@@ -55,7 +56,8 @@ static void seed_sequence_state(uint64_t seed, uint64_t words[4]) {
         v ^= v >> SS_XSHIFT;
         out[i] = v;
     }
-    for (uint32_t i = 0; i < 4; i++) words[i] = (uint64_t)out[2 * i] | (uint64_t)out[2 * i + 1] << 32;
+    for (uint32_t i = 0; i < 4; i++)
+        words[i] = (uint64_t)out[2 * i] | (uint64_t)out[2 * i + 1] << 32;
 }
 
 /* (hi:lo) = (hi:lo) * (PCG_MULT) + (inc) modulo 2^128 */
@@ -109,7 +111,9 @@ uint32_t np_pcg64_next32(np_pcg64 *g) {
     return (uint32_t)v;
 }
 
-double np_pcg64_double(np_pcg64 *g) { return (double)(np_pcg64_next64(g) >> 11) * (1.0 / 9007199254740992.0); }
+double np_pcg64_double(np_pcg64 *g) {
+    return (double)(np_pcg64_next64(g) >> 11) * (1.0 / 9007199254740992.0);
+}
 
 void np_pcg64_permutation(np_pcg64 *g, uint32_t n, uint32_t *p) {
     for (uint32_t i = 0; i < n; i++) p[i] = i;
@@ -121,8 +125,7 @@ void np_pcg64_permutation(np_pcg64 *g, uint32_t n, uint32_t *p) {
         mask |= mask >> 8;
         mask |= mask >> 16;
         uint32_t j;
-        while ((j = np_pcg64_next32(g) & mask) > i) {
-        }
+        while ((j = np_pcg64_next32(g) & mask) > i) {}
         const uint32_t t = p[i];
         p[i] = p[j];
         p[j] = t;

@@ -36,11 +36,13 @@ static void g3d_tensor(void *m, uint32_t i, train_param *out) {
     out->g = t->g;
 }
 static void g3d_set_frozen(void *m, uint32_t i, int frozen) { g3_tensor_at(m, i)->frozen = frozen; }
-static int g3d_loss(void *m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads, double *loss) {
+static int g3d_loss(void *m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T,
+                    int grads, double *loss) {
     return g3_loss(m, ids, mask, B, T, grads, loss);
 }
-static int g3d_lora_loss(void *m, const train_adapter *ad, const cq_codebooks *cb, const int32_t *ids,
-                         const float *mask, uint32_t B, uint32_t T, double *loss, float **dA, float **dB) {
+static int g3d_lora_loss(void *m, const train_adapter *ad, const cq_codebooks *cb,
+                         const int32_t *ids, const float *mask, uint32_t B, uint32_t T,
+                         double *loss, float **dA, float **dB) {
     return g3_lora_loss(m, ad, cb, ids, mask, B, T, loss, dA, dB);
 }
 static int g3d_cq_weights(void *m, const cq_codebooks *cb) { return g3_cq_weights(m, cb); }
@@ -62,7 +64,9 @@ static const train_generation generation3 = {
     .prepare = NULL,
 };
 
-const train_generation *train_generation_for(int generation) { return generation == 3 ? &generation3 : NULL; }
+const train_generation *train_generation_for(int generation) {
+    return generation == 3 ? &generation3 : NULL;
+}
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -80,7 +84,8 @@ int train_is_lora_target(const char *name, const float *w, uint64_t numel) {
     const char *last = strrchr(name, '/');
     if (!last || strcmp(last + 1, "kernel") || !has_component(name, "layers")) return 0;
     int hit = 0;
-    for (size_t i = 0; i < sizeof targets / sizeof *targets; i++) hit |= has_component(name, targets[i]);
+    for (size_t i = 0; i < sizeof targets / sizeof *targets; i++)
+        hit |= has_component(name, targets[i]);
     if (!hit) return 0;
     for (uint64_t i = 0; i < numel; i++)
         if (fabsf(w[i]) > 1e-6f) return 1;
@@ -154,7 +159,8 @@ static int oom(void) { return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memo
 static void fill_batch(run *r, const uint32_t *which, uint32_t B) {
     for (uint32_t b = 0; b < B; b++) {
         ft_data_row(&r->data, which[b], r->ids + (size_t)b * r->T, r->mask8 + (size_t)b * r->T);
-        for (uint32_t t = 0; t < r->T; t++) r->mask[(size_t)b * r->T + t] = r->mask8[(size_t)b * r->T + t];
+        for (uint32_t t = 0; t < r->T; t++)
+            r->mask[(size_t)b * r->T + t] = r->mask8[(size_t)b * r->T + t];
     }
 }
 
@@ -162,7 +168,8 @@ static void fill_batch(run *r, const uint32_t *which, uint32_t B) {
 static int batch_loss(run *r, uint32_t B, int grads, double *loss) {
     const train_generation *g = r->o->gen;
     if (!r->o->full)
-        return g->lora_loss(r->model, &r->ad, r->quant ? &r->cb : NULL, r->ids, r->mask, B, r->T, loss, r->dA, r->dB);
+        return g->lora_loss(r->model, &r->ad, r->quant ? &r->cb : NULL, r->ids, r->mask, B, r->T,
+                            loss, r->dA, r->dB);
     if (r->master) {
         /* CQ straight-through: the quantized copy runs, its gradient updates the master */
         for (uint32_t i = 0; i < r->np; i++) {
@@ -180,12 +187,15 @@ static char *run_json(const run *r, uint32_t step) {
     const train_options *o = r->o;
     char buf[1024];
     snprintf(buf, sizeof buf,
-             "{\"needle_finetune\": {\"step\": %u, \"total_steps\": %u, \"seed\": %" PRIu64 ", \"epochs\": %u, "
-             "\"batch_size\": %u, \"lr\": %.17g, \"lora_rank\": %u, \"lora_alpha\": %.17g, \"val_split\": %.17g, "
+             "{\"needle_finetune\": {\"step\": %u, \"total_steps\": %u, \"seed\": %" PRIu64
+             ", \"epochs\": %u, "
+             "\"batch_size\": %u, \"lr\": %.17g, \"lora_rank\": %u, \"lora_alpha\": %.17g, "
+             "\"val_split\": %.17g, "
              "\"max_len\": %u, \"full\": %d, \"quant\": %d, \"examples\": %u, \"seq_len\": %u, "
              "\"data_digest\": \"%016" PRIx64 "\"}}",
              step, r->total, o->seed, o->epochs, o->batch_size, o->lr, o->full ? 0u : o->lora_rank,
-             o->full ? 0.0 : o->lora_alpha, o->val_split, o->max_len, o->full, r->quant, r->n, r->T, r->digest);
+             o->full ? 0.0 : o->lora_alpha, o->val_split, o->max_len, o->full, r->quant, r->n, r->T,
+             r->digest);
     return strdup(buf);
 }
 
@@ -252,7 +262,8 @@ static int save(run *r, uint32_t step) {
     if (o->full)
         for (uint32_t i = 0; i < ck.n; i++) {
             int mine = 0;
-            for (uint32_t k = 0; k < r->n_slots && !mine; k++) mine = ck.tensors[i].data == r->slots[k].w;
+            for (uint32_t k = 0; k < r->n_slots && !mine; k++)
+                mine = ck.tensors[i].data == r->slots[k].w;
             if (!mine) free(ck.tensors[i].data);
         }
     ck.config = NULL;
@@ -273,7 +284,8 @@ static int restore(run *r, uint32_t *step) {
     cJSON *w = want ? cJSON_Parse(want) : NULL;
     const cJSON *wft = cJSON_GetObjectItemCaseSensitive(w, "needle_finetune");
     if (!ft || !wft || ck.step < 0 || !ck.optim) {
-        st = needle_fail(NEEDLE_ERR_FORMAT, "%s is not a needle finetune state (no step, settings or optimizer state)",
+        st = needle_fail(NEEDLE_ERR_FORMAT,
+                         "%s is not a needle finetune state (no step, settings or optimizer state)",
                          path);
     } else {
         /* every setting that shapes the run must be the same */
@@ -281,9 +293,11 @@ static int restore(run *r, uint32_t *step) {
             if (!strcmp(it->string, "step")) continue;
             const cJSON *have = cJSON_GetObjectItemCaseSensitive(ft, it->string);
             if (!have || !cJSON_Compare(have, it, 1)) {
-                char *a = have ? cJSON_PrintUnformatted(have) : NULL, *b = cJSON_PrintUnformatted(it);
+                char *a = have ? cJSON_PrintUnformatted(have) : NULL,
+                     *b = cJSON_PrintUnformatted(it);
                 st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
-                                 "--resume: %s was made with %s %s, this run has %s (same data and settings needed)",
+                                 "--resume: %s was made with %s %s, this run has %s (same data and "
+                                 "settings needed)",
                                  path, it->string, a ? a : "(none)", b ? b : "?");
                 free(a);
                 free(b);
@@ -291,18 +305,20 @@ static int restore(run *r, uint32_t *step) {
         }
     }
     if (!st && (uint64_t)ck.step > r->total)
-        st = needle_fail(NEEDLE_ERR_FORMAT, "%s: step %" PRId64 " is past the run's %u steps", path, ck.step, r->total);
+        st = needle_fail(NEEDLE_ERR_FORMAT, "%s: step %" PRId64 " is past the run's %u steps", path,
+                         ck.step, r->total);
     /* the parameters */
     for (uint32_t k = 0; k < r->n_slots && !st; k++) {
         const train_tensor *t = train_checkpoint_find(&ck, r->slots[k].name);
         if (!t || t->numel != r->slots[k].numel)
-            st = needle_fail(NEEDLE_ERR_FORMAT, "%s: no tensor %s of the expected size", path, r->slots[k].name);
-        else
-            memcpy(r->slots[k].w, t->data, t->numel * sizeof(float));
+            st = needle_fail(NEEDLE_ERR_FORMAT, "%s: no tensor %s of the expected size", path,
+                             r->slots[k].name);
+        else memcpy(r->slots[k].w, t->data, t->numel * sizeof(float));
     }
     if (!st) st = train_optim_restore(&r->opt, &ck);
     if (!st && r->opt.count != (uint32_t)ck.step)
-        st = needle_fail(NEEDLE_ERR_FORMAT, "%s: optimizer count %u != step %" PRId64, path, r->opt.count, ck.step);
+        st = needle_fail(NEEDLE_ERR_FORMAT, "%s: optimizer count %u != step %" PRId64, path,
+                         r->opt.count, ck.step);
     if (!st) *step = (uint32_t)ck.step;
     cJSON_Delete(j);
     cJSON_Delete(w);
@@ -364,10 +380,12 @@ static int init_adapter(run *r) {
             double u1 = np_pcg64_double(&init), u2 = np_pcg64_double(&init);
             const double rad = sqrt(-2.0 * log(1.0 - u1)), ang = 6.283185307179586 * u2;
             lo->a.data[k] = (float)(rad * cos(ang)) / (float)o->lora_rank;
-            if (k + 1 < lo->a.numel) lo->a.data[k + 1] = (float)(rad * sin(ang)) / (float)o->lora_rank;
+            if (k + 1 < lo->a.numel)
+                lo->a.data[k + 1] = (float)(rad * sin(ang)) / (float)o->lora_rank;
         }
     }
-    if (!ad->n) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "the base has no LoRA target kernels");
+    if (!ad->n)
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "the base has no LoRA target kernels");
     return 0;
 }
 
@@ -463,8 +481,10 @@ static double validation_loss(run *r) {
  * official loss would index past its logits): else the data line is named */
 static int check_vocab(run *r) {
     cJSON *c = cJSON_Parse(r->config);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, "vocab_size"), *ov = cJSON_GetObjectItemCaseSensitive(c, "out_vocab");
-    const double vocab = cJSON_IsNumber(v) ? v->valuedouble : 0, out = cJSON_IsNumber(ov) && ov->valuedouble > 0 ? ov->valuedouble : vocab;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, "vocab_size"),
+                *ov = cJSON_GetObjectItemCaseSensitive(c, "out_vocab");
+    const double vocab = cJSON_IsNumber(v) ? v->valuedouble : 0,
+                 out = cJSON_IsNumber(ov) && ov->valuedouble > 0 ? ov->valuedouble : vocab;
     cJSON_Delete(c);
     if (!(vocab > 0)) return 0; /* the core checks what the config does not say */
     for (uint32_t i = 0; i < r->data.n; i++) {
@@ -475,8 +495,10 @@ static int check_vocab(run *r) {
             if ((double)e->ids[t] >= limit) {
                 char msg[256];
                 snprintf(msg, sizeof msg,
-                         "token id %d is past the model's %s (%.0f): the tokenizer does not fit the checkpoint",
-                         e->ids[t], t > e->n_prompt ? "output vocabulary (out_vocab)" : "vocabulary", limit);
+                         "token id %d is past the model's %s (%.0f): the tokenizer does not fit "
+                         "the checkpoint",
+                         e->ids[t],
+                         t > e->n_prompt ? "output vocabulary (out_vocab)" : "vocabulary", limit);
                 if (r->o->report) r->o->report(r->o->report_user, e->line, FT_ERROR, msg);
                 return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "line %u: %s", e->line, msg);
             }
@@ -511,12 +533,15 @@ static void run_release(run *r) {
 int train_run(const train_options *o, train_result *res) {
     memset(res, 0, sizeof *res);
     res->val_loss = -1;
-    if (!o->gen || !o->base_image || !o->tokenizer || !o->data || !o->out_path || (!o->full && !o->state_path))
+    if (!o->gen || !o->base_image || !o->tokenizer || !o->data || !o->out_path ||
+        (!o->full && !o->state_path))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "train_run: missing input");
-    if (!o->epochs || !o->batch_size || o->max_len < 2 || !(o->lr > 0) || !(o->val_split >= 0 && o->val_split < 1) ||
+    if (!o->epochs || !o->batch_size || o->max_len < 2 || !(o->lr > 0) ||
+        !(o->val_split >= 0 && o->val_split < 1) ||
         (!o->full && (!o->lora_rank || !(o->lora_alpha > 0))))
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
-                           "train_run: epochs, batch size, rank > 0, max_len >= 2, lr and alpha > 0, val_split in [0, 1)");
+                           "train_run: epochs, batch size, rank > 0, max_len >= 2, lr and alpha > "
+                           "0, val_split in [0, 1)");
     run r;
     memset(&r, 0, sizeof r);
     r.o = o;
@@ -524,12 +549,16 @@ int train_run(const train_options *o, train_result *res) {
     const train_generation *g = o->gen;
     int st = st_parse(o->base_image, o->base_size, &r.base);
     const char *cj = st ? NULL : st_meta_get(&r.base, "config");
-    if (!st && !cj) st = needle_fail(NEEDLE_ERR_FORMAT, "%s has no `config` metadata (not an official checkpoint)",
-                                     o->base_path ? o->base_path : "the base");
+    if (!st && !cj)
+        st = needle_fail(NEEDLE_ERR_FORMAT,
+                         "%s has no `config` metadata (not an official checkpoint)",
+                         o->base_path ? o->base_path : "the base");
     if (!st && !(r.config = strdup(cj))) st = oom();
     if (!st) st = g->from_checkpoint(r.config, &r.base, &r.model);
     if (!st && o->threads >= 0) st = g->set_threads(r.model, o->threads);
-    if (!st) st = ft_data_load(o->tokenizer, o->data, o->data_len, o->max_len, o->report, o->report_user, &r.data);
+    if (!st)
+        st = ft_data_load(o->tokenizer, o->data, o->data_len, o->max_len, o->report, o->report_user,
+                          &r.data);
     if (st) {
         run_release(&r);
         return st;
@@ -553,10 +582,12 @@ int train_run(const train_options *o, train_result *res) {
     const uint64_t total = (uint64_t)o->epochs * r.spe;
     if (total < 2 || total > UINT32_MAX) {
         run_release(&r);
-        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
-                           "%" PRIu64 " training steps (%u examples after the held-out %u, batch %u, %u epochs): the "
-                           "schedule needs at least 2",
-                           total, r.count, r.n_val, o->batch_size, o->epochs);
+        return needle_fail(
+            NEEDLE_ERR_INVALID_ARGUMENT,
+            "%" PRIu64
+            " training steps (%u examples after the held-out %u, batch %u, %u epochs): the "
+            "schedule needs at least 2",
+            total, r.count, r.n_val, o->batch_size, o->epochs);
     }
     r.total = (uint32_t)total;
     const uint32_t bmax = o->batch_size < r.n ? o->batch_size : r.n;
@@ -576,8 +607,7 @@ int train_run(const train_options *o, train_result *res) {
     /* the split: default_rng(seed).permutation(n) when anything is held out */
     np_pcg64_seed(&r.rng, o->seed);
     if (!st) {
-        if (r.n_val)
-            np_pcg64_permutation(&r.rng, r.n, r.rows);
+        if (r.n_val) np_pcg64_permutation(&r.rng, r.n, r.rows);
         else
             for (uint32_t i = 0; i < r.n; i++) r.rows[i] = i;
     }
@@ -588,7 +618,9 @@ int train_run(const train_options *o, train_result *res) {
     uint32_t step = 0;
     if (!st && o->resume) {
         st = restore(&r, &step);
-        if (!st) emit(&r, &(train_event){.kind = TRAIN_EVENT_RESUMED, .step = step, .total_steps = r.total});
+        if (!st)
+            emit(&r,
+                 &(train_event){.kind = TRAIN_EVENT_RESUMED, .step = step, .total_steps = r.total});
     }
     if (!st && g->prepare) st = g->prepare(r.model, o->full ? NULL : &r.ad, r.quant ? &r.cb : NULL);
     if (!st)
@@ -605,7 +637,8 @@ int train_run(const train_options *o, train_result *res) {
     int stopped = 0;
     /* replay the generator to the step's epoch: one permutation per epoch begun */
     const uint32_t first_epoch = step / r.spe;
-    for (uint32_t e = 0; !st && e < first_epoch; e++) np_pcg64_permutation(&r.rng, r.count, r.order);
+    for (uint32_t e = 0; !st && e < first_epoch; e++)
+        np_pcg64_permutation(&r.rng, r.count, r.order);
     for (uint32_t e = first_epoch; !st && !stopped && e < o->epochs; e++) {
         np_pcg64_permutation(&r.rng, r.count, r.order);
         for (uint32_t b = step - e * r.spe; !st && b < r.spe; b++) {
@@ -639,7 +672,8 @@ int train_run(const train_options *o, train_result *res) {
                                     .tokens = B * r.T,
                                     .step_seconds = (now - ts) / 1000,
                                     .elapsed_seconds = (now - t0) / 1000});
-            if (o->checkpoint_minutes > 0 && now - last_save >= o->checkpoint_minutes * 60000 && step < r.total) {
+            if (o->checkpoint_minutes > 0 && now - last_save >= o->checkpoint_minutes * 60000 &&
+                step < r.total) {
                 if ((st = save(&r, step))) break;
                 last_save = util_clock_ms();
                 emit(&r, &(train_event){.kind = TRAIN_EVENT_CHECKPOINT,
@@ -650,7 +684,9 @@ int train_run(const train_options *o, train_result *res) {
         }
         if (st || stopped) break;
         const double val = validation_loss(&r);
-        if (isnan(val)) st = needle_fail(NEEDLE_ERR_STATE, "the validation loss failed: %s", needle_last_error());
+        if (isnan(val))
+            st = needle_fail(NEEDLE_ERR_STATE, "the validation loss failed: %s",
+                             needle_last_error());
         res->val_loss = val;
         emit(&r, &(train_event){.kind = TRAIN_EVENT_EPOCH,
                                 .step = step,

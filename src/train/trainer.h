@@ -59,10 +59,11 @@ typedef struct train_generation {
     uint32_t (*tensor_count)(void *model);
     void (*tensor)(void *model, uint32_t i, train_param *out);
     void (*set_frozen)(void *model, uint32_t i, int frozen);
-    int (*loss)(void *model, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
-                double *loss);
-    int (*lora_loss)(void *model, const train_adapter *ad, const cq_codebooks *cb, const int32_t *ids,
-                     const float *mask, uint32_t B, uint32_t T, double *loss, float **dA, float **dB);
+    int (*loss)(void *model, const int32_t *ids, const float *mask, uint32_t B, uint32_t T,
+                int grads, double *loss);
+    int (*lora_loss)(void *model, const train_adapter *ad, const cq_codebooks *cb,
+                     const int32_t *ids, const float *mask, uint32_t B, uint32_t T, double *loss,
+                     float **dA, float **dB);
     /* replaces the CQ leaves by their CQ dequantization (straight-through) */
     int (*cq_weights)(void *model, const cq_codebooks *cb);
     void (*set_quant)(void *model, int on);
@@ -99,8 +100,8 @@ typedef struct train_event {
 
 typedef struct train_options {
     const train_generation *gen;
-    const char *base_path;      /* the base checkpoint's path (the adapter's `base`) */
-    const uint8_t *base_image;  /* its safetensors image and size */
+    const char *base_path;     /* the base checkpoint's path (the adapter's `base`) */
+    const uint8_t *base_image; /* its safetensors image and size */
     size_t base_size;
     const needle_model *tokenizer; /* a model whose tokenizer encodes the data */
     const char *data;
@@ -110,8 +111,8 @@ typedef struct train_options {
     uint32_t epochs, batch_size, lora_rank, max_len;
     double lr, lora_alpha, val_split;
     uint64_t seed;
-    int full;   /* every parameter instead of LoRA */
-    int quant;  /* -1: the default (LoRA: CQ STE + A8; full: float) */
+    int full;  /* every parameter instead of LoRA */
+    int quant; /* -1: the default (LoRA: CQ STE + A8; full: float) */
     int threads;
     const char *out_path, *state_path; /* state_path: LoRA only */
     int resume;
@@ -123,12 +124,12 @@ typedef struct train_options {
 } train_options;
 
 typedef struct train_result {
-    int finished;              /* all steps done (else stopped, state saved) */
+    int finished; /* all steps done (else stopped, state saved) */
     uint32_t steps, total_steps;
     double last_loss, val_loss; /* val_loss < 0: none */
     uint32_t n_val;
-    uint32_t *val_lines;       /* the held-out examples' data lines (1-based), n_val of them */
-    train_adapter adapter;     /* LoRA: the trained adapter (what out_path holds) */
+    uint32_t *val_lines;   /* the held-out examples' data lines (1-based), n_val of them */
+    train_adapter adapter; /* LoRA: the trained adapter (what out_path holds) */
 } train_result;
 
 /* Runs (or resumes) a fine-tune. Returns 0 (result filled; check `finished`) or a negative
