@@ -231,45 +231,86 @@ static void test_lora_resume(void) {
     CHECK_MSG(rc == 1 && strstr(out, "lr"), "exit %d: %s", rc, out);
 }
 
-static void test_full_resume(void) {
-    char args[1024], out[1 << 16];
-    /* 8 lines, no hold-out, batch 3: 3 steps an epoch, 6 steps */
-    static const char *common =
-        "--full --batch-size 3 --epochs 2 --lr 1e-3 --val-split 0 --no-score";
-    char small[512];
-    snprintf(small, sizeof small, "%s/small.jsonl", tmpdir);
+/* the first `lines` lines of the data into `name` (+ `extra` as the last line) */
+static const char *data_head(const char *name, int lines, const char *extra) {
+    const char *path = tmp(name);
     size_t n;
     char *text = (char *)read_file(data_path, &n);
-    FILE *f = fopen(small, "w");
+    FILE *f = fopen(path, "w");
     CHECK(text && f);
-    if (!text || !f) return;
-    int lines = 0;
-    for (size_t i = 0; i < n && lines < 8; i++) {
+    int at = 0;
+    for (size_t i = 0; text && f && i < n && at < lines; i++) {
         fputc(text[i], f);
-        lines += text[i] == '\n';
+        at += text[i] == '\n';
     }
-    fclose(f);
+    if (f && extra) fprintf(f, "%s\n", extra);
+    if (f) fclose(f);
     free(text);
-    snprintf(args, sizeof args, "%s '%s' -o '%s'", common, small, tmp("f1.safetensors"));
+    return path;
+}
+
+/* --full (float, or CQ STE + A8 on a float master with --quant): 4 + resume 2 = 6 straight */
+static void full_resume(const char *quant, const char *tag) {
+    char args[1024], out[1 << 16], a[64], b[64];
+    /* 8 lines, no hold-out, batch 3: 3 steps an epoch, 6 steps */
+    char common[256];
+    snprintf(common, sizeof common,
+             "--full %s --batch-size 3 --epochs 2 --lr 1e-3 --val-split 0 --no-score", quant);
+    char small[512];
+    snprintf(small, sizeof small, "%s", data_head("small.jsonl", 8, NULL));
+    snprintf(a, sizeof a, "%s1.safetensors", tag);
+    snprintf(b, sizeof b, "%s2.safetensors", tag);
+    snprintf(args, sizeof args, "%s '%s' -o '%s'", common, small, tmp(a));
     int rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 0 && strstr(out, "6 steps"), "exit %d: %s", rc, out);
-    snprintf(args, sizeof args, "%s '%s' -o '%s' --max-steps 4", common, small,
-             tmp("f2.safetensors"));
+    snprintf(args, sizeof args, "%s '%s' -o '%s' --max-steps 4", common, small, tmp(b));
     rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
-    snprintf(args, sizeof args, "%s '%s' -o '%s' --resume", common, small, tmp("f2.safetensors"));
+    snprintf(args, sizeof args, "%s '%s' -o '%s' --resume", common, small, tmp(b));
     rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 0 && strstr(out, "resumed   from step 4/6"), "exit %d: %s", rc, out);
-    CHECK_MSG(same_file(tmp("f1.safetensors"), tmp("f2.safetensors")),
-              "full: 4 + resume 2 != 6 straight");
+    CHECK_MSG(same_file(tmp(a), tmp(b)), "full %s: 4 + resume 2 != 6 straight", quant);
     /* an official checkpoint with the optimizer state and the step */
     train_checkpoint ck;
-    CHECK(train_checkpoint_read(tmp("f1.safetensors"), NULL, 3, &ck) == 0);
+    CHECK(train_checkpoint_read(tmp(a), NULL, 3, &ck) == 0);
     CHECK_EQ_INT(ck.step, 6);
     CHECK(ck.optim && ck.n_optim > 0);
     CHECK(train_checkpoint_find(&ck, "confidence_head/gain") != NULL);
     train_checkpoint_release(&ck);
-    CHECK(access(tmp("f1.cact"), R_OK) == 0);
+    snprintf(a, sizeof a, "%s1.cact", tag);
+    CHECK(access(tmp(a), R_OK) == 0);
+}
+
+static void test_full_resume(void) {
+    full_resume("", "f");
+    full_resume("--quant", "q");
+    /* the straight-through run trained other weights than the float one */
+    CHECK(!same_file(tmp("f1.safetensors"), tmp("q1.safetensors")));
+}
+
+/* periodic saves; --layers builds the rung (as `needle build --layers`); a call to an
+ * undeclared tool is a warning with its line, the example kept (as the official) */
+static void test_saves_layers_warnings(void) {
+    char args[1024], out[1 << 16];
+    const char *data = data_head("warn.jsonl", 7,
+                                 "{\"query\": \"x\", \"tools\": [], \"answers\": [{\"name\": "
+                                 "\"nope\", \"arguments\": {}}]}");
+    snprintf(args, sizeof args,
+             "--batch-size 4 --epochs 1 --val-split 0 --lora-rank 2 --layers 2 --save-every "
+             "0.000001 '%s' -o '%s'",
+             data, tmp("l.safetensors"));
+    const int rc = finetune(args, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "warn.jsonl:8: warning") && strstr(out, "8 examples"),
+              "exit %d: %s", rc, out);
+    CHECK_MSG(strstr(out, "saved     step 1 ") && strstr(out, "saved     step 2 "), "%s", out);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' build '%s' --lora '%s' --layers 2 -w '%s' -o '%s' -q 2>&1",
+             cli_path(), base_path, tmp("l.safetensors"), fixture_path("v3/v3c.cact"),
+             tmp("l2.cact"));
+    CHECK_MSG(run_command(cmd, out, sizeof out) == 0, "%s", out);
+    CHECK(same_file(tmp("l.cact"), tmp("l2.cact")));
+    snprintf(cmd, sizeof cmd, "'%s' inspect '%s' 2>&1", cli_path(), tmp("l.cact"));
+    CHECK(run_command(cmd, out, sizeof out) == 0 && strstr(out, "layers          2"));
 }
 
 /* a .cact alone as the base: dequantized to an official checkpoint beside the output,
@@ -405,6 +446,7 @@ int main(void) {
     RUN(test_lora_run);
     RUN(test_lora_resume);
     RUN(test_full_resume);
+    RUN(test_saves_layers_warnings);
     RUN(test_cact_base);
 #ifndef _WIN32
     RUN(test_interrupt);
