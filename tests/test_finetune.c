@@ -12,7 +12,7 @@
  *     run (LoRA and --full), and Ctrl-C saves a state that --resume continues;
  *   - a .cact alone as the base (dequantized), built again by `needle build` to the same bytes;
  *   - bad input: a clear message and a non-zero status.
- * About 60 s on 2 cores. */
+ * About 30 s on 2 cores (Release). */
 #include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
@@ -249,31 +249,31 @@ static const char *data_head(const char *name, int lines, const char *extra) {
     return path;
 }
 
-/* --full (float, or CQ STE + A8 on a float master with --quant): 4 + resume 2 = 6 straight */
+/* --full (float, or CQ STE + A8 on a float master with --quant): 2 + resume 2 = 4 straight */
 static void full_resume(const char *quant, const char *tag) {
     char args[1024], out[1 << 16], a[64], b[64];
-    /* 8 lines, no hold-out, batch 3: 3 steps an epoch, 6 steps */
+    /* 4 lines, no hold-out, batch 2: 2 steps an epoch, 4 steps */
     char common[256];
     snprintf(common, sizeof common,
-             "--full %s --batch-size 3 --epochs 2 --lr 1e-3 --val-split 0 --no-score", quant);
+             "--full %s --batch-size 2 --epochs 2 --lr 1e-3 --val-split 0 --no-score", quant);
     char small[512];
-    snprintf(small, sizeof small, "%s", data_head("small.jsonl", 8, NULL));
+    snprintf(small, sizeof small, "%s", data_head("small.jsonl", 4, NULL));
     snprintf(a, sizeof a, "%s1.safetensors", tag);
     snprintf(b, sizeof b, "%s2.safetensors", tag);
     snprintf(args, sizeof args, "%s '%s' -o '%s'", common, small, tmp(a));
     int rc = finetune(args, out, sizeof out);
-    CHECK_MSG(rc == 0 && strstr(out, "6 steps"), "exit %d: %s", rc, out);
-    snprintf(args, sizeof args, "%s '%s' -o '%s' --max-steps 4", common, small, tmp(b));
+    CHECK_MSG(rc == 0 && strstr(out, "4 steps"), "exit %d: %s", rc, out);
+    snprintf(args, sizeof args, "%s '%s' -o '%s' --max-steps 2", common, small, tmp(b));
     rc = finetune(args, out, sizeof out);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     snprintf(args, sizeof args, "%s '%s' -o '%s' --resume", common, small, tmp(b));
     rc = finetune(args, out, sizeof out);
-    CHECK_MSG(rc == 0 && strstr(out, "resumed   from step 4/6"), "exit %d: %s", rc, out);
-    CHECK_MSG(same_file(tmp(a), tmp(b)), "full %s: 4 + resume 2 != 6 straight", quant);
+    CHECK_MSG(rc == 0 && strstr(out, "resumed   from step 2/4"), "exit %d: %s", rc, out);
+    CHECK_MSG(same_file(tmp(a), tmp(b)), "full %s: 2 + resume 2 != 4 straight", quant);
     /* an official checkpoint with the optimizer state and the step */
     train_checkpoint ck;
     CHECK(train_checkpoint_read(tmp(a), NULL, 3, &ck) == 0);
-    CHECK_EQ_INT(ck.step, 6);
+    CHECK_EQ_INT(ck.step, 4);
     CHECK(ck.optim && ck.n_optim > 0);
     CHECK(train_checkpoint_find(&ck, "confidence_head/gain") != NULL);
     train_checkpoint_release(&ck);
@@ -317,12 +317,13 @@ static void test_saves_layers_warnings(void) {
  * which the adapter names and `needle build` merges into (the same bytes as the file
  * finetune built) */
 static void test_cact_base(void) {
-    char cmd[4096], out[1 << 14];
+    char cmd[4096], out[1 << 14], data[512];
+    snprintf(data, sizeof data, "%s", data_head("w4.jsonl", 4, NULL)); /* 2 steps */
     snprintf(cmd, sizeof cmd,
              "'%s' finetune -w '%s' --max-len 128 -t 2 --batch-size 2 --epochs 1 --val-split 0 "
              "--lora-rank 2 "
              "-o '%s' '%s' 2>&1",
-             cli_path(), fixture_path("v3/v3b.cact"), tmp("w.safetensors"), data_path);
+             cli_path(), fixture_path("v3/v3b.cact"), tmp("w.safetensors"), data);
     int rc = run_command(cmd, out, sizeof out);
     CHECK_MSG(rc == 0 && strstr(out, "dequantized to"), "exit %d: %s", rc, out);
     train_adapter ad;

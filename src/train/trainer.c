@@ -142,6 +142,7 @@ typedef struct run {
     /* LoRA */
     train_adapter ad;
     float **dA, **dB;
+    uint32_t n_grads; /* entries of dA and dB (ad moves to the result at the end) */
     /* full: the parameters (the model's, or a float master copy under quant) */
     uint32_t np;
     float **master;
@@ -397,6 +398,7 @@ static int init_slots(run *r) {
         r->dA = calloc(r->ad.n, sizeof *r->dA);
         r->dB = calloc(r->ad.n, sizeof *r->dB);
         if (!r->slots || !r->dA || !r->dB) return oom();
+        r->n_grads = r->ad.n;
         for (uint32_t i = 0; i < r->ad.n; i++) {
             train_lora *lo = &r->ad.lora[i];
             r->dA[i] = calloc(lo->a.numel, sizeof(float));
@@ -510,9 +512,9 @@ static int check_vocab(run *r) {
 static void run_release(run *r) {
     if (r->model) r->o->gen->free(r->model);
     if (r->dA)
-        for (uint32_t i = 0; i < r->ad.n; i++) free(r->dA[i]);
+        for (uint32_t i = 0; i < r->n_grads; i++) free(r->dA[i]);
     if (r->dB)
-        for (uint32_t i = 0; i < r->ad.n; i++) free(r->dB[i]);
+        for (uint32_t i = 0; i < r->n_grads; i++) free(r->dB[i]);
     free(r->dA);
     free(r->dB);
     if (r->master)
