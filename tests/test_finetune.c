@@ -418,6 +418,8 @@ static void test_bad_input(void) {
     expect_error(args, 1, "no usable examples");
     snprintf(args, sizeof args, "'%s' --val-split 1.5", data_path);
     expect_error(args, 2, "--val-split");
+    snprintf(args, sizeof args, "'%s' --generate 100 --workers 4", data_path);
+    expect_error(args, 2, "LLM");
     snprintf(args, sizeof args, "'%s' --lr 0", data_path);
     expect_error(args, 2, "--lr");
     snprintf(args, sizeof args, "'%s' -o '%s'", data_path, tmp("x.cact"));

@@ -209,6 +209,9 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     double lr = 1e-4, alpha = 32, val_split = 0.1, every = 10;
     unsigned long long seed = 0;
     int resume = 0, full = 0, quant = 0, no_quant = 0, no_score = 0;
+    /* the official flags of its LLM data generator: accepted, and --generate refused */
+    long generate = 0, workers = 8;
+    const char *llm_model = NULL;
     const cli_option opts[] = {{"--checkpoint", "-c", CLI_TEXT, &ckpt_path, 0, 0, NULL},
                                {"--weights", "-w", CLI_TEXT, &weights, 0, 0, NULL},
                                {"--epochs", NULL, CLI_LONG, &epochs, 1, 1000000, NULL},
@@ -231,11 +234,22 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
                                {"--max-steps", NULL, CLI_LONG, &max_steps, 1, 1L << 31, NULL},
                                {"--build-out", NULL, CLI_TEXT, &build_out, 0, 0, NULL},
                                {"--no-score", NULL, CLI_FLAG, &no_score, 0, 0, NULL},
+                               {"--generate", NULL, CLI_LONG, &generate, 0, 1L << 30, NULL},
+                               {"--model", NULL, CLI_TEXT, &llm_model, 0, 0, NULL},
+                               {"--workers", NULL, CLI_LONG, &workers, 1, 1024, NULL},
                                {0}};
     const double start_ms = cli_now_ms();
     int rc = cli_parse(self, argc, argv, opts, &data_path, 1);
     if (rc != CLI_GO) return rc;
     if (!data_path) return cli_usage_error(self, "needs the training data DATA.jsonl");
+    (void)workers;
+    (void)llm_model;
+    if (generate)
+        return cli_usage_error(
+            self,
+            "--generate asks an LLM service for more examples (the official uses "
+            "OpenRouter), which this build does not do: bring the data file (train/compose3.py "
+            "composes examples from schema templates without an LLM)");
     if (!(lr > 0)) return cli_usage_error(self, "--lr must be > 0");
     if (!(alpha > 0)) return cli_usage_error(self, "--lora-alpha must be > 0");
     if (!(val_split < 1)) return cli_usage_error(self, "--val-split must be in [0, 1)");
@@ -451,6 +465,8 @@ const cli_command cli_finetune = {
     "  -t, --threads N         threads (default: NEEDLE_THREADS, else the online cores)\n"
     "  --build-out FILE        the built .cact (default: OUT with .cact)\n"
     "  --no-score              build, but do not score the held-out split\n"
+    "  --generate N            refused: the official asks an LLM service for N more examples\n"
+    "                          (--model, --workers: accepted, used only by --generate)\n"
     "\n"
     "Files: OUT, OUT's .state.safetensors (LoRA), .cact (built) and .heldout.jsonl (the\n"
     "held-out lines, what was scored: `needle eval -w OUT.cact OUT.heldout.jsonl` prints\n"
