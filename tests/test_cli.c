@@ -153,7 +153,7 @@ static void test_errors_and_usage(void) {
 static const char *const COMMANDS[] = {"run",     "chat",    "eval",   "generate",
                                        "logits",  "tokenize", "inspect", "bench",
                                        "devices", "embed",   "serve",   "help",    "version", "export", "quantize",
-                                       "download", "models",  "grad", "build", "encode-data"};
+                                       "download", "models",  "grad", "build", "encode-data", "finetune"};
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
 /* The line after `line`, or NULL after the last one. */

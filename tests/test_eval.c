@@ -353,6 +353,26 @@ static void test_example_parse(void) {
     cJSON_Delete(want);
     eval_example_free(&ex);
 
+    /* single-turn chat format, as the official fine-tuner's from_chat reads it */
+    line = "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", "
+           "\"content\": \"timer 9\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"type\": \"function\", "
+           "\"function\": {\"name\": \"timer\", \"arguments\": \"{\\\"m\\\": 9}\"}}, {\"name\": \"stop\", "
+           "\"arguments\": \"\"}]}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"timer\"}}, "
+           "{\"name\": \"stop\"}]}";
+    CHECK_MSG(eval_example_parse(line, &ex, err, sizeof err) == 0, "%s", err);
+    CHECK(ex.query && !strcmp(ex.query, "timer 9") && ex.system && !strcmp(ex.system, "be brief"));
+    CHECK_MSG(ex.tools_text && !strcmp(ex.tools_text, "[{\"name\":\"timer\"},{\"name\":\"stop\"}]"), "%s",
+              ex.tools_text);
+    want = cJSON_Parse("[{\"name\":\"timer\",\"arguments\":{\"m\":9}},{\"name\":\"stop\",\"arguments\":{}}]");
+    CHECK_MSG(eval_json_equal(ex.expected, want), "chat calls");
+    cJSON_Delete(want);
+    eval_example_free(&ex);
+    /* two user turns: not single-turn */
+    line = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": "
+           "\"b\"}], \"tools\": []}";
+    CHECK(eval_example_parse(line, &ex, err, sizeof err) == -1 && strstr(err, "one user turn"));
+    eval_example_free(&ex);
+
     struct { const char *line, *msg; } bad[] = {
         {"{\"query\": \"q\", ", "not valid JSON"},
         {"[1,2]", "expected a JSON object"},

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "build.h"
 #include "cli.h"
 #include "export/cact_write.h"
 #include "export/export_model_v3.h"
@@ -42,18 +43,8 @@ static int input_error(const char *path) {
     return 1;
 }
 
-typedef struct build_job {
-    const char *ckpt_path, *out_path;
-    const train_adapter *adapter;
-    long layers;
-    const bits_map *bits;
-    const uint8_t *tokenizer;
-    size_t tokenizer_size;
-    int quiet;
-} build_job;
-
 /* checkpoint (+ adapter) -> merged view -> export (-> rung) -> checked image */
-static int build_image(const build_job *job, uint8_t **image, size_t *size) {
+int build_image(const build_job *job, uint8_t **image, size_t *size) {
     size_t ck_size;
     uint8_t *ck_image = cli_read_file(job->ckpt_path, &ck_size);
     if (!ck_image) return 1;

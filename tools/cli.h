@@ -36,6 +36,8 @@ extern const cli_command cli_export, cli_quantize, cli_build, cli_encode_data;
 extern const cli_command cli_download, cli_models;
 /* `needle grad` (tools/grad.c; the training core library, src/train) */
 extern const cli_command cli_grad;
+/* `needle finetune` (tools/finetune.c; the training loop, src/train/trainer.h) */
+extern const cli_command cli_finetune;
 
 /* ---- options --------------------------------------------------------------------------- */
 

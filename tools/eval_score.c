@@ -163,6 +163,72 @@ bad:
     return NULL;
 }
 
+/* A single-turn chat-format line ({messages: [system?, user, assistant with tool_calls],
+ * tools: OpenAI form}) as the example the official fine-tuner makes of it (finetune.from_chat):
+ * the query is the user turn, the answers the assistant's tool calls (string arguments
+ * parsed, "" meaning {}), the tools unwrapped from {"type": "function", "function": ...},
+ * the system the first system turn. Returns the example as JSON text (malloc'd) or NULL
+ * with the reason in err. */
+static char *from_chat(const cJSON *obj, char *err, size_t cap) {
+    const cJSON *messages = cJSON_GetObjectItemCaseSensitive(obj, "messages");
+    const cJSON *user = NULL, *assistant = NULL, *system = NULL, *m;
+    int turns = 0;
+    cJSON_ArrayForEach(m, messages) {
+        const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+        if (role && !strcmp(role, "system")) {
+            if (!system) system = m;
+            continue;
+        }
+        turns++;
+        if (turns == 1 && role && !strcmp(role, "user")) user = m;
+        if (turns == 2 && role && !strcmp(role, "assistant")) assistant = m;
+    }
+    if (turns != 2 || !user || !assistant) {
+        fail(err, cap, "chat format: not one user turn answered by one assistant turn (the official "
+                       "fine-tuner skips such lines)");
+        return NULL;
+    }
+    cJSON *ex = cJSON_CreateObject(), *answers = cJSON_AddArrayToObject(ex, "answers");
+    cJSON *tools = cJSON_AddArrayToObject(ex, "tools");
+    const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(user, "content"));
+    cJSON_AddStringToObject(ex, "query", content ? content : "");
+    const char *sys = system ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(system, "content")) : NULL;
+    if (sys && *sys) cJSON_AddStringToObject(ex, "system", sys);
+    const cJSON *call;
+    char *text = NULL;
+    cJSON_ArrayForEach(call, cJSON_GetObjectItemCaseSensitive(assistant, "tool_calls")) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        if (!cJSON_IsObject(fn)) fn = call;
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        cJSON *one = cJSON_CreateObject(), *parsed = NULL;
+        cJSON_AddItemToObject(one, "name", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(fn, "name"), 1));
+        if (cJSON_IsString(args)) {
+            const char *a = args->valuestring;
+            while (*a == ' ' || *a == '\t' || *a == '\n' || *a == '\r') a++;
+            parsed = *a ? cJSON_Parse(args->valuestring) : cJSON_CreateObject();
+            if (!parsed) {
+                cJSON_Delete(one);
+                fail(err, cap, "chat format: tool call arguments are not JSON");
+                goto done;
+            }
+        } else {
+            parsed = args ? cJSON_Duplicate(args, 1) : cJSON_CreateObject();
+        }
+        cJSON_AddItemToObject(one, "arguments", parsed);
+        cJSON_AddItemToArray(answers, one);
+    }
+    const cJSON *tool;
+    cJSON_ArrayForEach(tool, cJSON_GetObjectItemCaseSensitive(obj, "tools")) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+        cJSON_AddItemToArray(tools, cJSON_Duplicate(cJSON_IsObject(fn) ? fn : tool, 1));
+    }
+    text = cJSON_PrintUnformatted(ex);
+    if (!text) fail(err, cap, "out of memory");
+done:
+    cJSON_Delete(ex);
+    return text;
+}
+
 int eval_example_parse(const char *line, eval_example *out, char *err, size_t cap) {
     memset(out, 0, sizeof *out);
     const char *end = NULL;
@@ -178,6 +244,13 @@ int eval_example_parse(const char *line, eval_example *out, char *err, size_t ca
     const cJSON *answers = cJSON_GetObjectItemCaseSensitive(obj, "answers");
     if (!answers) answers = cJSON_GetObjectItemCaseSensitive(obj, "function_calls");
     if (!cJSON_IsObject(obj)) { fail(err, cap, "expected a JSON object"); goto done; }
+    if (!query && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(obj, "messages"))) {
+        char *converted = from_chat(obj, err, cap);
+        if (converted) rc = eval_example_parse(converted, out, err, cap);
+        free(converted);
+        cJSON_Delete(obj);
+        return rc;
+    }
     if (!cJSON_IsString(query)) { fail(err, cap, "query: missing or not a string"); goto done; }
     if (system && !cJSON_IsNull(system) && !cJSON_IsString(system)) {
         fail(err, cap, "system: not a string");

@@ -12,6 +12,9 @@
  *   reasoning, any other key: ignored
  * In expected calls, "arguments" may be missing or null (= {}) or a string holding a JSON
  * object (OpenAI style).
+ * A single-turn chat-format line ({messages: [system?, user, assistant with tool_calls],
+ * tools: OpenAI form}, no query) is read as the official fine-tuner's from_chat reads it;
+ * its tools text is then the unwrapped tools as cJSON prints them.
  *
  * Metrics (per example, then accumulated; see eval_metrics_summary for the ratios):
  *   well-formed     the prediction is a JSON array whose every element is an object with a

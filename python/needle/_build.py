@@ -1,5 +1,5 @@
-"""needle.build and needle.encode_data: the `needle build` and `needle encode-data`
-commands of the C engine (the same executable hub.download uses), from Python."""
+"""needle.build, needle.encode_data and needle.finetune: the `needle build`, `needle
+encode-data` and `needle finetune` commands of the C engine (the same executable hub.download uses), from Python."""
 import os
 import subprocess
 from typing import Optional
@@ -57,3 +57,88 @@ def encode_data(data: str, *, out: str, weights: Optional[str] = None, max_len: 
         args.append("--strict")
     _run(args)
     return os.fspath(out)
+
+
+_RATIOS = {"exact match": "exact_match", "tool-name accuracy": "tool_name_accuracy",
+           "argument F1": "arg_f1", "well-formed rate": "well_formed_rate",
+           "refusal accuracy": "refusal_accuracy"}
+
+
+def finetune(data: str, *, checkpoint: Optional[str] = None, weights: Optional[str] = None,
+             epochs: int = 3, batch_size: int = 16, lr: float = 1e-4, lora_rank: int = 16,
+             lora_alpha: float = 32.0, max_len: int = 1024, val_split: float = 0.1, seed: int = 0,
+             layers: Optional[int] = None, out: Optional[str] = None, resume: bool = False,
+             full: bool = False, quant: Optional[bool] = None, threads: Optional[int] = None,
+             score: bool = True, verbose: bool = False) -> dict:
+    """Fine-tunes Needle 3 with `needle finetune` (the official defaults) and returns what it
+    made and scored:
+
+      {"adapter" (or "checkpoint" with full=True), "state" (LoRA resume state), "cact" (the
+       built file), "heldout" (the held-out lines scored), "val_loss": [one per epoch],
+       "steps", "scores": {"exact_match", "exact", "examples", "tool_name_accuracy",
+       "arg_f1", "well_formed_rate", "refusal_accuracy"} (None without a held-out split
+       or with score=False)}
+
+    The scores are `needle eval` on the built .cact over the held-out split: what the
+    shipped file gets. quant: None for the default numerics (LoRA: CQ W4 straight-through
+    + A8; full: float), True/False to force them. verbose: echo the command's lines.
+    Raises NeedleError with the command's message on failure (or when it was stopped)."""
+    from .hub import _cli
+    args = ["finetune", os.fspath(data), "--epochs", int(epochs), "--batch-size", int(batch_size),
+            "--lr", repr(float(lr)), "--lora-rank", int(lora_rank), "--lora-alpha", repr(float(lora_alpha)),
+            "--max-len", int(max_len), "--val-split", repr(float(val_split)), "--seed", int(seed)]
+    if checkpoint is not None:
+        args += ["--checkpoint", os.fspath(checkpoint)]
+    if weights is not None:
+        args += ["--weights", os.fspath(weights)]
+    if layers is not None:
+        args += ["--layers", int(layers)]
+    if out is not None:
+        args += ["--out", os.fspath(out)]
+    if threads is not None:
+        args += ["--threads", int(threads)]
+    args += (["--resume"] if resume else []) + (["--full"] if full else [])
+    args += [] if quant is None else (["--quant"] if quant else ["--float"])
+    if not score:
+        args.append("--no-score")
+    p = subprocess.Popen([_cli()] + [str(a) for a in args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in p.stdout:
+        lines.append(line.rstrip("\n"))
+        if verbose:
+            print(line, end="", flush=True)
+    err = p.stderr.read()
+    p.wait()
+    if p.returncode != 0:
+        raise NeedleError(err.strip() or f"needle finetune: exit status {p.returncode}")
+    result = {"val_loss": [], "steps": 0, "scores": None, "state": None, "cact": None, "heldout": None}
+    scores = {}
+    for line in lines:
+        words = line.split()
+        if not words:
+            continue
+        if words[0] in ("adapter", "checkpoint") and len(words) == 2:
+            result[words[0]] = words[1]
+        elif words[0] == "saved" and not full:
+            result["state"] = words[-1]
+        elif words[0] == "built":
+            result["cact"] = words[1]
+        elif words[0] == "score":
+            result["heldout"] = words[words.index("examples") + 1].strip("()")
+        elif words[0] == "epoch" and "val" in words:
+            result["val_loss"].append(float(words[words.index("val") + 1]))
+        elif words[0] == "step":
+            result["steps"] = int(words[1].split("/")[0])
+        elif words[0] == "stopped":
+            raise NeedleError("needle finetune stopped: " + line.strip())
+        for label, key in _RATIOS.items():
+            if line.startswith(label + " ") and result["heldout"]:
+                value = line[len(label):].split()[0]
+                scores[key] = None if value == "n/a" else float(value)
+                if key == "exact_match" and "(" in line:
+                    num, den = line.split("(")[1].rstrip(")").split("/")
+                    scores["exact"], scores["examples"] = int(num), int(den)
+    if scores:
+        result["scores"] = scores
+    return result

@@ -50,3 +50,48 @@ def test_encode_data(tmp_path):
     with pytest.raises(needle.NeedleError, match="--strict"):
         needle.encode_data(os.path.join(FIXTURES, "finetune", "data.jsonl"), weights=BASE, strict=True,
                            out=tmp_path / "strict.jsonl")
+
+
+def _tiny_base(tmp_path):
+    """The build fixture's checkpoint without its ladder split (the training core has no
+    ladder): the same tensors, ladder_widths [] in the config metadata."""
+    import struct
+    with open(os.path.join(BUILD, "ckpt.safetensors"), "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    config = json.loads(header["__metadata__"]["config"])
+    config["ladder_widths"] = []
+    header["__metadata__"]["config"] = json.dumps(config)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path = tmp_path / "base.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + blob[8 + n:])
+    return path
+
+
+def test_finetune(tmp_path):
+    base = _tiny_base(tmp_path)
+    tools = [{"name": "timer", "parameters": {"type": "object", "properties": {"m": {"type": "integer"}}}}]
+    rows = [{"query": f"timer {m}", "tools": tools, "answers": [{"name": "timer", "arguments": {"m": m}}]}
+            for m in (1, 2, 3, 4)] * 3
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = needle.finetune(data, checkpoint=base, weights=BASE, epochs=2, batch_size=4, lr=1e-2, lora_rank=4,
+                          max_len=128, val_split=0.25, out=tmp_path / "a.safetensors", threads=2)
+    assert got["adapter"] == str(tmp_path / "a.safetensors")
+    assert got["state"] == str(tmp_path / "a.state.safetensors")
+    assert got["cact"] == str(tmp_path / "a.cact") and os.path.exists(got["cact"])
+    assert got["heldout"] == str(tmp_path / "a.heldout.jsonl")
+    assert len(got["val_loss"]) == 2 and got["steps"] == 6
+    s = got["scores"]
+    assert s["examples"] == 3 and 0 <= s["exact"] <= 3 and s["exact_match"] == s["exact"] / 3
+    # the same number as `needle eval` on the written file
+    from needle.hub import _cli
+    import subprocess
+    r = subprocess.run([_cli(), "eval", "--json", "-w", got["cact"], got["heldout"]], stdout=subprocess.PIPE,
+                       text=True, check=True)
+    assert json.loads(r.stdout)["exact_match"] == pytest.approx(s["exact_match"], abs=1e-4)
+    with pytest.raises(needle.NeedleError, match="--resume"):
+        needle.finetune(data, checkpoint=base, weights=BASE, epochs=2, batch_size=4, lr=2e-2, lora_rank=4,
+                        max_len=128, val_split=0.25, out=tmp_path / "a.safetensors", resume=True)

@@ -1,0 +1,26 @@
+/* build.h: the image `needle build` writes, for the commands that build in memory
+ * (`needle finetune` scores the very file it would write). */
+#ifndef NEEDLE_TOOLS_BUILD_H
+#define NEEDLE_TOOLS_BUILD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/bits_map.h"
+#include "train/checkpoint.h"
+
+typedef struct build_job {
+    const char *ckpt_path, *out_path;
+    const train_adapter *adapter; /* NULL: none */
+    long layers;                  /* 0: the checkpoint's depth */
+    const bits_map *bits;
+    const uint8_t *tokenizer; /* the base archive's tokenizer tensor */
+    size_t tokenizer_size;
+    int quiet;
+} build_job;
+
+/* The checkpoint with the adapter merged, cut to the rung and exported (official build):
+ * *image (malloc'd) and *size. Returns 0, or 1 after printing the error. */
+int build_image(const build_job *job, uint8_t **image, size_t *size);
+
+#endif
