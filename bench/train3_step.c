@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
     if (cq_codebooks_init(&cb, G3_CQ_GROUP)) return 1;
     g3_set_fake_quant(m, !fl);
     double loss = 0;
+    g3_profile_reset(m);
     const double t0 = now();
     if (g3_lora_loss(m, &ad, fl ? NULL : &cb, ids, mask, (uint32_t)B, (uint32_t)T, &loss, dA, dB)) {
         fprintf(stderr, "needle-train-bench: %s\n", needle_last_error());
@@ -146,6 +147,10 @@ int main(int argc, char **argv) {
            (double)B * T / secs);
     printf("  dense products ~%.1f GFLOP: %.2f GFLOP/s = %.1f%% of the %s FMA peak (%.1f GFLOP/s)\n", flop / 1e9,
            flop / 1e9 / secs, 100.0 * flop / 1e9 / secs / pk.gflops, pk.isa, pk.gflops);
+    const double *prof = g3_profile(m);
+    printf("  profile of the step (wall s, %% of the step):\n");
+    for (int p = 0; p < G3_PH_COUNT; p++)
+        if (prof[p] > 0.0005) printf("    %-34s %8.3f  %5.1f%%\n", g3_profile_name(p), prof[p], 100.0 * prof[p] / secs);
     for (int k = 0; k < 5; k++) {
         free(dA[k]);
         free(dB[k]);

@@ -1,9 +1,13 @@
 /* The Needle 3 forward and backward over full sequences (see grad3.h). Each step names
  * the line of cactus-needle 3.2.8 architecture.py it mirrors; the backward of a step
  * follows its forward in the same block of code. Plain C, sequence by sequence. */
+#ifdef G3_REAL
+#define G3_GENERIC_PRODUCTS /* another precision (the double copy of the op tests): plain loops */
+#endif
 #include "train/grad3.h"
 
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +15,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/nmath.h"
 #include "quant/mt19937.h"
+#include "train/tgemm.h"
 #include "util/error.h"
 
 typedef G3_REAL real;
@@ -72,7 +77,76 @@ struct G3(model) {
     uint32_t nt;
     cpu_pool *pool; /* NULL: one thread */
     int a8; /* quant=True: A8 activations and per-head int8 q/K/V, straight-through */
+    struct g3_prof *prof; /* a pointer: the const model of the ops still charges its time */
+    const tg_level *lv;   /* the SIMD level of the products (tgemm.h) */
+    struct g3_scratch *scr;
+    struct run_ws *ws; /* the loss's work space, kept for the next call of the same T */
+    uint32_t ws_T;
 };
+
+/* Transposed operands of the products, grown as needed and kept across calls and steps
+ * (no allocation per product). */
+struct g3_scratch {
+    float *wt, *xt;
+    size_t wt_cap, xt_cap;
+};
+
+#ifndef G3_GENERIC_PRODUCTS
+static float *scratch_grow(float **p, size_t *cap, size_t n) {
+    if (n > *cap) {
+        float *q = realloc(*p, n * sizeof *q);
+        if (!q) return NULL;
+        *p = q, *cap = n;
+    }
+    return *p;
+}
+#endif
+
+/* ---- the profile (grad3.h) --------------------------------------------------------------- */
+
+struct g3_prof {
+    double sec[G3_PH_COUNT];
+    double last; /* when the current phase began */
+    int cur;
+    int recomp; /* the forward phases are charged to G3_PH_RECOMP */
+};
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int G3(profile_phase)(const G3(model) * m, int phase) {
+    if (!m) return G3_PH_OTHER; /* an op called on its own (the op tests) */
+    struct g3_prof *p = m->prof;
+    if (p->recomp && phase >= G3_PH_F_PROD && phase <= G3_PH_F_ENGRAM) phase = G3_PH_RECOMP;
+    const double now = wall_s();
+    p->sec[p->cur] += now - p->last;
+    p->last = now;
+    const int old = p->cur;
+    p->cur = phase;
+    return old;
+}
+
+void G3(profile_reset)(G3(model) * m) {
+    memset(m->prof, 0, sizeof *m->prof);
+    m->prof->last = wall_s();
+}
+
+const double *G3(profile)(const G3(model) * m) {
+    G3(profile_phase)(m, m->prof->cur);
+    return m->prof->sec;
+}
+
+const char *G3(profile_name)(int phase) {
+    static const char *const names[G3_PH_COUNT] = {
+        "other (norms, residuals, copies)", "CQ quantize (weights)", "LoRA merge / restore",
+        "fwd products", "fwd attention", "fwd Monarch MLP", "fwd mHC lanes", "fwd engram",
+        "logits + CE (fwd+bwd)", "recompute (fwd again)", "bwd products", "bwd attention",
+        "bwd Monarch MLP", "bwd mHC lanes", "bwd engram", "LoRA dA / dB"};
+    return phase >= 0 && phase < G3_PH_COUNT ? names[phase] : "?";
+}
 
 void G3(set_fake_quant)(G3(model) * m, int on) { m->a8 = on != 0; }
 
@@ -86,6 +160,7 @@ void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), 
 int G3(set_threads)(G3(model) * m, int n) {
     cpu_pool_free(m->pool);
     m->pool = NULL;
+    m->lv = tg_level_best();
     return n == 1 ? 0 : cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
 }
 
@@ -178,6 +253,26 @@ static void mm_worker(void *arg, int i, int n) {
     if (j->dW) mm_back_w(j, lo, hi);
 }
 
+#ifndef G3_GENERIC_PRODUCTS
+typedef struct tg_job {
+    const tg_level *lv;
+    tg_gemm g;
+} tg_job;
+
+static void tg_worker(void *arg, int i, int n) {
+    const tg_job *j = arg;
+    tg_share(j->lv, &j->g, i, n);
+}
+
+static void run_tg(const G3(model) * m, const tg_gemm *g) {
+    tg_job j = {m->lv, *g};
+    if (m->pool)
+        cpu_pool_run(m->pool, tg_worker, &j);
+    else
+        tg_worker(&j, 0, 1);
+}
+#endif
+
 static void run_job(const G3(model) * m, mm_job *j) {
     if (m && m->pool)
         cpu_pool_run(m->pool, mm_worker, j);
@@ -187,15 +282,45 @@ static void run_job(const G3(model) * m, mm_job *j) {
 
 /* y[T][out] = x[T][in] @ W[in][out] */
 static void mm(const G3(model) * m, const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out) {
+    const int was = G3(profile_phase)(m, G3_PH_F_PROD);
+#ifdef G3_GENERIC_PRODUCTS
     mm_job j = {x, W, NULL, y, NULL, NULL, T, in, out, 0};
     run_job(m, &j);
+#else
+    const tg_gemm g = {x, W, y, in, out, out, T, out, in, 0};
+    run_tg(m, &g);
+#endif
+    G3(profile_phase)(m, was);
 }
 
 /* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight) */
 static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
                     uint32_t T, uint32_t in, uint32_t out) {
+    const int was = G3(profile_phase)(m, G3_PH_B_PROD);
+#ifdef G3_GENERIC_PRODUCTS
     mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
     run_job(m, &j);
+#else
+    struct g3_scratch *s = m->scr;
+    float *wt = dx ? scratch_grow(&s->wt, &s->wt_cap, (size_t)in * out) : NULL;
+    float *xt = dW ? scratch_grow(&s->xt, &s->xt_cap, (size_t)in * T) : NULL;
+    if ((dx && !wt) || (dW && !xt)) { /* no memory for a transpose: the plain loops */
+        mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
+        run_job(m, &j);
+    } else {
+        if (dx) { /* dx += dy W^T */
+            tg_transpose(W, out, wt, in, in, out);
+            const tg_gemm g = {dy, wt, dx, out, in, in, T, in, out, 1};
+            run_tg(m, &g);
+        }
+        if (dW) { /* dW += x^T dy */
+            tg_transpose(x, in, xt, T, T, in);
+            const tg_gemm g = {xt, dy, dW, T, out, out, in, out, T, 1};
+            run_tg(m, &g);
+        }
+    }
+#endif
+    G3(profile_phase)(m, was);
 }
 
 static real sigm(real z) { return (real)1 / ((real)1 + exp(-z)); }
@@ -329,6 +454,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd, N = m->N;
     const uint32_t Q = H * qk, K = KV * qk, VV = KV * vd, O = H * vd;
     const int site = site_of(m, l);
+    G3(profile_phase)(m, G3_PH_OTHER);
     /* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev */
     for (uint32_t t = 0; t < T; t++) {
         const real *ut = w->u + (size_t)t * D;
@@ -354,6 +480,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     mm(m, w->a, LW(m, P_WQ, l), w->ql, T, D, Q);
     mm(m, w->a, LW(m, P_WK, l), w->kl, T, D, K);
     mm(m, w->a, LW(m, P_WV, l), w->vl, T, D, VV);
+    G3(profile_phase)(m, G3_PH_F_ATTN);
     const uint32_t nt = m->taps;
     const real *qt = nt ? LW(m, P_QT, l) : NULL, *kt = nt ? LW(m, P_KT, l) : NULL,
                *vt = nt ? LW(m, P_VT, l) : NULL;
@@ -428,6 +555,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
                 for (uint32_t i = 0; i < vd; i++) ot[i] += P[s] * w->v[(size_t)s * VV + g * vd + i];
         }
     }
+    G3(profile_phase)(m, G3_PH_OTHER);
     mm(m, w->a, LW(m, P_WG, l), w->gl, T, D, O);
     for (size_t i = 0; i < (size_t)T * O; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
     if (m->a8)
@@ -441,6 +569,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
             w->x1[(size_t)t * D + i] = w->x0[(size_t)t * D + i] + gate * w->pn[(size_t)t * D + i];
         w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
     }
+    G3(profile_phase)(m, G3_PH_F_MLP);
     /* HadamardMLP */
     const real *cv = LW(m, P_CONDV, l), *cu = LW(m, P_CONDU, l);
     const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *b2 = LW(m, P_B2, l), *d3 = LW(m, P_D3, l),
@@ -475,6 +604,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
         for (uint32_t i = 0; i < D; i++)
             w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d4[i] * z3[i];
     }
+    G3(profile_phase)(m, G3_PH_OTHER);
 }
 
 /* Backward of block_fwd: dbo[T][D] -> du[T][D] (accumulated), parameter gradients. */
@@ -482,6 +612,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd, N = m->N;
     const uint32_t Q = H * qk, K = KV * qk, VV = KV * vd, O = H * vd;
     const int site = site_of(m, l);
+    G3(profile_phase)(m, G3_PH_B_MLP);
     real *dx1 = w->d1, *dm = w->d2;
     memcpy(dx1, dbo, (size_t)T * D * sizeof *dx1);
     memset(dm, 0, (size_t)T * D * sizeof *dm);
@@ -549,6 +680,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         }
     }
     mm_back(m, w->m, cv, dcs, dm, LG(m, P_CONDV, l), T, D, COND_RANK);
+    G3(profile_phase)(m, G3_PH_OTHER);
     /* pre_hada_norm, gated residual, post_attn_norm */
     const real gate = sigm(LW(m, P_GATE, l)[0]);
     real *dao = w->d3, *dx0 = w->d5;
@@ -579,6 +711,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
     }
     mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, O);
+    G3(profile_phase)(m, G3_PH_B_ATTN);
     /* attention */
     real *dqr = w->d1, *dkr = w->d6, *dv = w->d7;
     memset(dqr, 0, (size_t)T * Q * sizeof *dqr);
@@ -666,6 +799,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         memcpy(bufk, dkc, (size_t)T * K * sizeof *bufk);
         memcpy(bufv, dv, (size_t)T * VV * sizeof *bufv);
     }
+    G3(profile_phase)(m, G3_PH_OTHER);
     mm_back(m, w->a, LW(m, P_WQ, l), bufq, da, LGD(m, P_WQ, l), T, D, Q);
     mm_back(m, w->a, LW(m, P_WK, l), bufk, da, LGD(m, P_WK, l), T, D, K);
     mm_back(m, w->a, LW(m, P_WV, l), bufv, da, LGD(m, P_WV, l), T, D, VV);
@@ -704,6 +838,7 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
     const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
     const real apre = LW(m, P_A_PRE, l)[0], apost = LW(m, P_A_POST, l)[0], ares = LW(m, P_A_RES, l)[0];
     const real *bpre = LW(m, P_B_PRE, l), *bpost = LW(m, P_B_POST, l), *bres = LW(m, P_B_RES, l);
+    G3(profile_phase)(m, G3_PH_F_LANE);
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD;
         real *nx = w->nx + (size_t)t * nD;
@@ -758,6 +893,7 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
         }
     }
     block_fwd(m, l, sq, w);
+    G3(profile_phase)(m, G3_PH_F_LANE);
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
         real *y = w->y + (size_t)t * D, *Xo = Xout + (size_t)t * nD;
@@ -769,6 +905,7 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
                 Xo[(size_t)i * D + c] = s + hpost[i] * y[c];
             }
     }
+    G3(profile_phase)(m, G3_PH_OTHER);
 }
 
 /* Backward of lane_fwd (which must have just run for this layer): dXo -> dXi (overwritten). */
@@ -781,6 +918,7 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
     real *gapre = LG(m, P_A_PRE, l), *gapost = LG(m, P_A_POST, l), *gares = LG(m, P_A_RES, l);
     real *gbpre = LG(m, P_B_PRE, l), *gbpost = LG(m, P_B_POST, l), *gbres = LG(m, P_B_RES, l);
     real *dy = w->dys, *du = w->dus;
+    G3(profile_phase)(m, G3_PH_B_LANE);
     /* the lane write: X' = hres X + hpost y */
     real *dz = w->dzs; /* [T][2n + nn]: d(projection) per token */
     for (uint32_t t = 0; t < T; t++) {
@@ -839,6 +977,7 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
     /* the block: y = block(u) - u */
     for (size_t i = 0; i < (size_t)T * D; i++) du[i] = -dy[i];
     block_back(m, l, sq, w, dy, du);
+    G3(profile_phase)(m, G3_PH_B_LANE);
     /* the lane read: u = hpre . X, and the projections of nx */
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = du + (size_t)t * D;
@@ -872,6 +1011,7 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
         }
         zc_back(X, NULL, nD, w->nxr[t], dnx, dx, NULL);
     }
+    G3(profile_phase)(m, G3_PH_OTHER);
 }
 
 /* ---- engram (Engram.__call__, engram_indices) ----------------------------------------- */
@@ -957,6 +1097,8 @@ static void engram_back(G3(model) * m, const int32_t *ids, uint32_t T, real *e, 
 
 /* ---- the model ------------------------------------------------------------------------- */
 
+static void ws_release(G3(model) * m);
+
 static const char *const FIXED_NAMES[P_FIXED] = {
     "embedding/embedding",
     "stack/final_norm/scale",
@@ -1019,6 +1161,13 @@ void G3(model_free)(G3(model) * m) {
     free(m->t);
     free(m->perm1);
     free(m->perm2);
+    free(m->prof);
+    ws_release(m);
+    if (m->scr) {
+        free(m->scr->wt);
+        free(m->scr->xt);
+    }
+    free(m->scr);
     cpu_pool_free(m->pool);
     free(m);
 }
@@ -1060,11 +1209,14 @@ int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3
     m->tables = c->num_orders * heads;
     m->sub = m->D / (c->num_orders * heads);
     for (uint32_t i = 0; i < c->num_orders; i++) m->dil = c->engram_orders[i] > m->dil ? c->engram_orders[i] : m->dil;
+    m->prof = calloc(1, sizeof *m->prof);
+    m->scr = calloc(1, sizeof *m->scr);
+    m->lv = tg_level_best();
     m->perm1 = malloc(N * sizeof *m->perm1);
     m->perm2 = malloc(N * sizeof *m->perm2);
     m->nt = P_FIXED + E_COUNT * c->num_sites;
     m->t = calloc(m->nt, sizeof *m->t);
-    if (!m->perm1 || !m->perm2 || !m->t) {
+    if (!m->perm1 || !m->perm2 || !m->t || !m->prof || !m->scr) {
         G3(model_free)(m);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -1143,11 +1295,27 @@ int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3
 
 /* ---- work space and the loss ----------------------------------------------------------- */
 
+/* The tensors whose gradient a frozen flag skips (the big ones: DW / LGD above and the
+ * head and embedding rows); the others get theirs whatever the flag says. */
+static int frozen_skipped(uint32_t i) {
+    if (i == P_EMB || (i >= P_WQ && i <= P_WO)) return 1;
+    if (i < P_FIXED) return 0;
+    const uint32_t k = (i - P_FIXED) % E_COUNT;
+    return k == E_TABLE || k == E_KEY || k == E_VALUE;
+}
+
 typedef struct run_ws {
     seq_ws w;
     real *e, *vl, *de, *dvl, *ek, *ev, *dek, *dev, *Xs, *dXa, *dXb, *logits, *xf, *xn, *dxn, *dxf;
     real *block; /* every buffer above lives in this one allocation */
 } run_ws;
+
+static void ws_release(G3(model) * m) {
+    if (m->ws) free(m->ws->block);
+    free(m->ws);
+    m->ws = NULL;
+    m->ws_T = 0;
+}
 
 static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
     const uint32_t D = m->D, n = m->n, nD = n * D, nn = n * n, H = m->H, KV = m->KV;
@@ -1259,12 +1427,23 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                                    "an output token (out_vocab %u)", ids[(size_t)b * T + t], b, t, m->OV);
         }
     const real denom = (real)(msum > 1 ? msum : 1);
-    run_ws r;
-    const int st = ws_alloc(m, T, &r);
-    if (st) return st;
+    if (!m->ws || m->ws_T != T) { /* a new length: a new work space (kept for the next call) */
+        ws_release(m);
+        m->ws = calloc(1, sizeof *m->ws);
+        m->ws_T = 0;
+        if (!m->ws) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+        const int st = ws_alloc(m, T, m->ws);
+        if (st) {
+            free(m->ws);
+            m->ws = NULL;
+            return st;
+        }
+        m->ws_T = T;
+    }
+    run_ws r = *m->ws;
     if (grads)
         for (uint32_t i = 0; i < m->nt; i++)
-            if (m->t[i].g) memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
+            if (m->t[i].g && !(m->t[i].frozen && frozen_skipped(i))) memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
     const uint32_t D = m->D, n = m->n, nD = n * D, half = m->qk / 2, L = m->L;
     /* precompute_rope_freqs in float32 as the reference */
     for (uint32_t t = 0; t < T; t++)
@@ -1280,7 +1459,9 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         const int32_t *tok = ids + (size_t)b * T;
         const float *mk = mask + (size_t)b * T;
         g3_seq sq = {T, r.ek, r.ev, r.dek, r.dev};
+        G3(profile_phase)(m, G3_PH_F_ENGRAM);
         engram_fwd(m, tok, T, r.e, r.vl, r.ek, r.ev);
+        G3(profile_phase)(m, G3_PH_OTHER);
         for (uint32_t t = 0; t < T; t++)
             for (uint32_t i = 0; i < n; i++)
                 for (uint32_t c = 0; c < D; c++)
@@ -1294,6 +1475,7 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         for (uint32_t t = 0; t + 1 < T; t++) {
             const real wgt = (real)mk[t + 1];
             if (wgt == 0) continue;
+            G3(profile_phase)(m, G3_PH_HEAD);
             real *xf = r.xf + (size_t)t * D, *xn = r.xn + (size_t)t * D;
             for (uint32_t c = 0; c < D; c++) {
                 real s = 0;
@@ -1320,12 +1502,15 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             for (uint32_t i = 0; i < n; i++)
                 for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
         }
+        G3(profile_phase)(m, G3_PH_OTHER);
         if (!grads) continue;
         memset(r.dek, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dek);
         memset(r.dev, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dev);
         for (uint32_t l = L; l-- > 0;) {
             const real *Xin = r.Xs + (size_t)l * T * nD;
+            m->prof->recomp = 1;
             lane_fwd(m, l, &sq, &r.w, Xin, r.Xs + (size_t)(l + 1) * T * nD); /* recompute */
+            m->prof->recomp = 0;
             real *dXi = dX == r.dXa ? r.dXb : r.dXa;
             lane_back(m, l, &sq, &r.w, Xin, dX, dXi);
             dX = dXi;
@@ -1338,9 +1523,11 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                 ge[c] += s * escale;
             }
         }
+        G3(profile_phase)(m, G3_PH_B_ENGRAM);
         engram_back(m, tok, T, r.e, r.vl, r.de, r.dvl, r.dek, r.dev);
+        G3(profile_phase)(m, G3_PH_OTHER);
     }
-    free(r.block);
+    G3(profile_phase)(m, G3_PH_OTHER);
     *loss = total / (double)denom;
     return 0;
 }
