@@ -1307,11 +1307,16 @@ static int frozen_skipped(uint32_t i) {
 typedef struct run_ws {
     seq_ws w;
     real *e, *vl, *de, *dvl, *ek, *ev, *dek, *dev, *Xs, *dXa, *dXb, *logits, *xf, *xn, *dxn, *dxf;
+    real *et;   /* [D][OV]: the head's rows transposed, for logits = xn E^T as one product */
+    real *rrow; /* [T]: 1/rms of final_norm per loss row */
     real *block; /* every buffer above lives in this one allocation */
+    uint32_t *rowt; /* [T]: the positions in the loss (mask of the next token != 0) */
 } run_ws;
 
+#define HEAD_ROWS 64 /* loss rows per logits product: [64][OV] floats (2 MB at OV 8192) */
+
 static void ws_release(G3(model) * m) {
-    if (m->ws) free(m->ws->block);
+    if (m->ws) free(m->ws->block), free(m->ws->rowt);
     free(m->ws);
     m->ws = NULL;
     m->ws_T = 0;
@@ -1348,66 +1353,26 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
         {&r->w.tmp, dsz + T}, {&r->w.rope_c, (size_t)T * (m->qk / 2)}, {&r->w.rope_s, (size_t)T * (m->qk / 2)},
         {&r->e, (size_t)T * E}, {&r->vl, TD}, {&r->de, (size_t)T * E}, {&r->dvl, TD}, {&r->ek, S * TD},
         {&r->ev, S * TD}, {&r->dek, S * TD}, {&r->dev, S * TD}, {&r->Xs, (size_t)(m->L + 1) * T * nD},
-        {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, m->OV}, {&r->xf, TD},
-        {&r->xn, TD}, {&r->dxn, D}, {&r->dxf, D},
+        {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, (size_t)HEAD_ROWS * m->OV}, {&r->xf, TD},
+        {&r->xn, TD}, {&r->dxn, (size_t)HEAD_ROWS * D}, {&r->dxf, D}, {&r->et, (size_t)D * m->OV},
+        {&r->rrow, T},
     };
     const size_t nf = sizeof f / sizeof f[0];
     size_t total = 0;
     for (size_t i = 0; i < nf; i++) total += f[i].n + 1;
     r->block = calloc(total, sizeof *r->block);
-    if (!r->block) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
+    r->rowt = calloc(T, sizeof *r->rowt);
+    if (!r->block || !r->rowt) {
+        free(r->block);
+        free(r->rowt);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
+    }
     size_t off = 0;
     for (size_t i = 0; i < nf; i++) {
         *f[i].p = r->block + off;
         off += f[i].n + 1;
     }
     return 0;
-}
-
-/* The tied output head of one position over the pool: logits[v] = <xn, E[v]> (back = 0);
- * with back = 1 and logits holding dloss/dlogit: dE[v] += g[v] xn (each thread its rows
- * v) and dxn[c] = sum over v of g[v] E[v][c] (each thread its columns c). */
-typedef struct head_job {
-    G3(model) * m;
-    const real *xn;
-    real *logits, *dxn;
-    int back;
-} head_job;
-
-static void head_worker(void *arg, int i, int n) {
-    const head_job *j = arg;
-    const G3(model) *m = j->m;
-    const uint32_t D = m->D;
-    const real *E = m->t[P_EMB].w;
-    uint32_t lo, hi;
-    range_of(m->OV, i, n, &lo, &hi);
-    if (!j->back) {
-        for (uint32_t v = lo; v < hi; v++) {
-            real s = 0;
-            for (uint32_t c = 0; c < D; c++) s += j->xn[c] * E[(size_t)v * D + c];
-            j->logits[v] = s;
-        }
-        return;
-    }
-    for (uint32_t v = m->t[P_EMB].frozen ? hi : lo; v < hi; v++) {
-        real *ge = m->t[P_EMB].g + (size_t)v * D;
-        const real g = j->logits[v];
-        for (uint32_t c = 0; c < D; c++) ge[c] += g * j->xn[c];
-    }
-    range_of(D, i, n, &lo, &hi);
-    for (uint32_t c = lo; c < hi; c++) j->dxn[c] = 0;
-    for (uint32_t v = 0; v < m->OV; v++) {
-        const real g = j->logits[v];
-        for (uint32_t c = lo; c < hi; c++) j->dxn[c] += g * E[(size_t)v * D + c];
-    }
-}
-
-static void run_head(const G3(model) * m, head_job *j, int back) {
-    j->back = back;
-    if (m->pool)
-        cpu_pool_run(m->pool, head_worker, j);
-    else
-        head_worker(j, 0, 1);
 }
 
 int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
@@ -1453,6 +1418,12 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             r.w.rope_c[(size_t)t * half + i] = (real)cosf(ang);
             r.w.rope_s[(size_t)t * half + i] = (real)sinf(ang);
         }
+    /* the head's rows transposed once per call (the weights do not change within it) */
+    for (uint32_t v0 = 0; v0 < m->OV; v0 += 32)
+        for (uint32_t c0 = 0; c0 < D; c0 += 32)
+            for (uint32_t v = v0; v < v0 + 32 && v < m->OV; v++)
+                for (uint32_t c = c0; c < c0 + 32 && c < D; c++)
+                    r.et[(size_t)c * m->OV + v] = m->t[P_EMB].w[(size_t)v * D + c];
     const real escale = sqrt((real)D);
     double total = 0;
     for (uint32_t b = 0; b < B; b++) {
@@ -1472,35 +1443,54 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         const real *XL = r.Xs + (size_t)L * T * nD;
         real *dX = r.dXa;
         memset(dX, 0, (size_t)T * nD * sizeof *dX);
-        for (uint32_t t = 0; t + 1 < T; t++) {
-            const real wgt = (real)mk[t + 1];
-            if (wgt == 0) continue;
-            G3(profile_phase)(m, G3_PH_HEAD);
-            real *xf = r.xf + (size_t)t * D, *xn = r.xn + (size_t)t * D;
+        /* the loss rows, then their logits HEAD_ROWS at a time as products over the pool */
+        G3(profile_phase)(m, G3_PH_HEAD);
+        uint32_t nr = 0;
+        for (uint32_t t = 0; t + 1 < T; t++)
+            if (mk[t + 1] != 0) r.rowt[nr++] = t;
+        for (uint32_t k = 0; k < nr; k++) {
+            const uint32_t t = r.rowt[k];
+            real *xf = r.xf + (size_t)k * D, *xn = r.xn + (size_t)k * D;
             for (uint32_t c = 0; c < D; c++) {
                 real s = 0;
                 for (uint32_t i = 0; i < n; i++) s += XL[(size_t)t * nD + (size_t)i * D + c];
                 xf[c] = s / (real)n;
             }
-            const real rr = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
+            r.rrow[k] = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
             if (m->a8) fq8(xn, D); /* logits = _aq(x, quant) @ head.T */
-            head_job hj = {m, xn, r.logits, r.dxn, 0};
-            run_head(m, &hj, 0);
-            real mx = -INFINITY;
-            for (uint32_t v = 0; v < m->OV; v++) mx = r.logits[v] > mx ? r.logits[v] : mx;
-            real z = 0;
-            for (uint32_t v = 0; v < m->OV; v++) z += exp(r.logits[v] - mx);
-            const real lse = mx + log(z);
-            const uint32_t tgt = (uint32_t)tok[t + 1];
-            total += (double)(wgt * (lse - r.logits[tgt]));
+        }
+        const uint32_t OV = m->OV;
+        const real *Emb = m->t[P_EMB].w;
+        for (uint32_t k0 = 0; k0 < nr; k0 += HEAD_ROWS) {
+            const uint32_t R = nr - k0 < HEAD_ROWS ? nr - k0 : HEAD_ROWS;
+            const real *xn = r.xn + (size_t)k0 * D;
+            mm(m, xn, r.et, r.logits, R, D, OV);
+            for (uint32_t k = 0; k < R; k++) {
+                const uint32_t t = r.rowt[k0 + k], tgt = (uint32_t)tok[t + 1];
+                const real wgt = (real)mk[t + 1];
+                real *lg = r.logits + (size_t)k * OV;
+                real mx = -INFINITY;
+                for (uint32_t v = 0; v < OV; v++) mx = lg[v] > mx ? lg[v] : mx;
+                real z = 0;
+                for (uint32_t v = 0; v < OV; v++) z += exp(lg[v] - mx);
+                const real lse = mx + log(z);
+                total += (double)(wgt * (lse - lg[tgt]));
+                if (!grads) continue;
+                for (uint32_t v = 0; v < OV; v++) /* dloss/dlogit */
+                    lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
+            }
             if (!grads) continue;
-            for (uint32_t v = 0; v < m->OV; v++) /* dloss/dlogit */
-                r.logits[v] = (exp(r.logits[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
-            run_head(m, &hj, 1);
-            memset(r.dxf, 0, D * sizeof *r.dxf);
-            zc_back(xf, m->t[P_FINAL].w, D, rr, r.dxn, r.dxf, m->t[P_FINAL].g);
-            for (uint32_t i = 0; i < n; i++)
-                for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
+            mm(m, r.logits, Emb, r.dxn, R, OV, D); /* dxn = g E */
+            if (!m->t[P_EMB].frozen) /* dE += g^T xn */
+                mm_back(m, r.logits, Emb, xn, NULL, m->t[P_EMB].g, R, OV, D);
+            for (uint32_t k = 0; k < R; k++) {
+                const uint32_t t = r.rowt[k0 + k];
+                memset(r.dxf, 0, D * sizeof *r.dxf);
+                zc_back(r.xf + (size_t)(k0 + k) * D, m->t[P_FINAL].w, D, r.rrow[k0 + k], r.dxn + (size_t)k * D,
+                        r.dxf, m->t[P_FINAL].g);
+                for (uint32_t i = 0; i < n; i++)
+                    for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
+            }
         }
         G3(profile_phase)(m, G3_PH_OTHER);
         if (!grads) continue;
