@@ -151,7 +151,7 @@ const char *G3(profile_name)(int phase) {
 void G3(set_fake_quant)(G3(model) * m, int on) { m->a8 = on != 0; }
 
 void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg) {
-    if (m->pool)
+    if (m && m->pool)
         cpu_pool_run(m->pool, fn, arg);
     else
         fn(arg, 0, 1);

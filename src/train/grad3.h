@@ -63,7 +63,7 @@ void G3(set_fake_quant)(G3(model) * m, int on);
  * Results are bit-identical for every count. Returns 0 or a negative needle_status. */
 int G3(set_threads)(G3(model) * m, int n);
 
-/* fn(arg, i, n) for i in [0, n) on the model's n threads (n = 1 without a pool) */
+/* fn(arg, i, n) for i in [0, n) on the model's n threads (n = 1 without a pool or m NULL) */
 void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg);
 
 /* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
