@@ -350,6 +350,9 @@ static void zc_back(const real *x, const real *s, uint32_t n, real r, const real
     }
 }
 
+#ifdef G3_GENERIC_PRODUCTS
+/* One token's _kron_apply and its backward: the oracle of the op test (test_train_ops),
+ * whose model-level checks cover kron_all / kron_back_all below. */
 /* architecture._kron_apply: z[a][b] -> A^T z B (A [a][a], B [b][b]) */
 static void kron_fwd(const real *z, const real *A, const real *Bm, uint32_t a, uint32_t b, real *tmp,
                      real *out) {
@@ -412,6 +415,8 @@ static void kron_back(const real *z, const real *A, const real *Bm, uint32_t a, 
         }
 }
 
+#endif
+
 /* ---- per-sequence work space ---------------------------------------------------------- */
 
 typedef struct seq_ws {
@@ -427,7 +432,49 @@ typedef struct seq_ws {
     real *dys, *dus, *dzs;
     real *d1, *d2, *d3, *d4, *d5, *d6, *d7, *tmp;
     real *rope_c, *rope_s;
+    real *k1, *k2, *k3, *k4; /* [T][N] each: the Kronecker products of all tokens */
 } seq_ws;
+
+/* src [T][r][c] -> dst [T][c][r] */
+static void tok_transpose(const real *src, real *dst, uint32_t T, uint32_t r, uint32_t c) {
+    for (uint32_t t = 0; t < T; t++) {
+        const real *s = src + (size_t)t * r * c;
+        real *d = dst + (size_t)t * r * c;
+        for (uint32_t i = 0; i < r; i++)
+            for (uint32_t j = 0; j < c; j++) d[(size_t)j * r + i] = s[(size_t)i * c + j];
+    }
+}
+
+static void mm(const G3(model) * m, const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out);
+static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
+                    uint32_t T, uint32_t in, uint32_t out);
+
+/* _kron_apply for every token: out_t = A^T z_t B (z, out [T][a][b]) as two products over
+ * all tokens: z B on the T*a rows, then (z B)_t^T A on the T*b rows of the per-token
+ * transposes. k1, k2: [T][a*b] scratch. */
+static void kron_all(const G3(model) * m, const real *z, const real *A, const real *Bm, uint32_t T, real *out,
+                     real *k1, real *k2) {
+    const uint32_t a = m->ba, b = m->bb;
+    mm(m, z, Bm, k1, T * a, b, b);
+    tok_transpose(k1, k2, T, a, b);
+    mm(m, k2, A, k1, T * b, a, a);
+    tok_transpose(k1, out, T, b, a);
+}
+
+/* Backward of kron_all: dz += A dO_t B^T, dA += sum_t (z_t B) dO_t^T, dB += sum_t
+ * (A^T z_t)^T dO_t, as four products over all tokens (scratch w->k1..k4) */
+static void kron_back_all(const G3(model) * m, const real *z, const real *A, const real *Bm, uint32_t T,
+                          const real *dO, real *dz, real *dA, real *dB, seq_ws *w) {
+    const uint32_t a = m->ba, b = m->bb;
+    mm(m, z, Bm, w->k1, T * a, b, b);       /* z B */
+    tok_transpose(w->k1, w->k2, T, a, b);   /* (z B)^T per token: [T*b][a] */
+    tok_transpose(dO, w->k3, T, a, b);      /* dO^T per token */
+    memset(w->k4, 0, (size_t)T * a * b * sizeof *w->k4);
+    mm_back(m, w->k2, A, w->k3, w->k4, dA, T * b, a, a); /* (A dO)^T, dA */
+    tok_transpose(w->k4, w->k1, T, b, a);   /* A dO: [T*a][b] */
+    mm_back(m, z, Bm, w->k1, dz, dB, T * a, b, b);
+}
+
 
 /* ---- the layer ---------------------------------------------------------------------- */
 
@@ -582,28 +629,29 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
             if (cs[r] > mx) mx = cs[r];
         for (uint32_t r = 0; r < COND_RANK; r++) z += (sm[r] = exp(cs[r] - mx));
         for (uint32_t r = 0; r < COND_RANK; r++) sm[r] /= z;
-        real *cond = w->cond + (size_t)t * N;
-        for (uint32_t j = 0; j < N; j++) {
-            real s = 0;
-            for (uint32_t r = 0; r < COND_RANK; r++) s += sm[r] * cu[(size_t)r * N + j];
-            cond[j] = 1 + s;
-        }
-        real *z0 = w->z0 + (size_t)t * N, *z1 = w->z1 + (size_t)t * N, *z1p = w->z1p + (size_t)t * N;
-        for (uint32_t j = 0; j < N; j++) z0[j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
-        kron_fwd(z0, LW(m, P_W1A, l), LW(m, P_W1B, l), m->ba, m->bb, w->tmp, z1);
+    }
+    /* cond = 1 + softmax(m cond_v) cond_u; the Kronecker factors of every token at once */
+    mm(m, w->csm, cu, w->cond, T, COND_RANK, N);
+    for (size_t i = 0; i < (size_t)T * N; i++) w->cond[i] += 1;
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < N; j++) w->z0[(size_t)t * N + j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
+    kron_all(m, w->z0, LW(m, P_W1A, l), LW(m, P_W1B, l), T, w->z1, w->k1, w->k2);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *z1 = w->z1 + (size_t)t * N, *cond = w->cond + (size_t)t * N;
+        real *z1p = w->z1p + (size_t)t * N, *h = w->h + (size_t)t * N, *hs = w->hs + (size_t)t * N;
         for (uint32_t j = 0; j < N; j++) z1p[j] = z1[m->perm1[j]];
-        real *h = w->h + (size_t)t * N, *hs = w->hs + (size_t)t * N;
         for (uint32_t j = 0; j < N; j++) {
             h[j] = d2[j] * cond[j] * z1p[j] + b2[j];
             hs[j] = h[j] * sigm(h[j]);
         }
-        real *z2 = w->z2 + (size_t)t * N, *z2p = w->z2p + (size_t)t * N, *z3 = w->z3 + (size_t)t * N;
-        kron_fwd(hs, LW(m, P_W2A, l), LW(m, P_W2B, l), m->ba, m->bb, w->tmp, z2);
-        for (uint32_t j = 0; j < N; j++) z2p[j] = d3[j] * z2[m->perm2[j]];
-        kron_fwd(z2p, LW(m, P_W3A, l), LW(m, P_W3B, l), m->ba, m->bb, w->tmp, z3);
-        for (uint32_t i = 0; i < D; i++)
-            w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d4[i] * z3[i];
     }
+    kron_all(m, w->hs, LW(m, P_W2A, l), LW(m, P_W2B, l), T, w->z2, w->k1, w->k2);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < N; j++) w->z2p[(size_t)t * N + j] = d3[j] * w->z2[(size_t)t * N + m->perm2[j]];
+    kron_all(m, w->z2p, LW(m, P_W3A, l), LW(m, P_W3B, l), T, w->z3, w->k1, w->k2);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t i = 0; i < D; i++)
+            w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d4[i] * w->z3[(size_t)t * N + i];
     G3(profile_phase)(m, G3_PH_OTHER);
 }
 
@@ -621,64 +669,58 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *d3 = LW(m, P_D3, l), *d4 = LW(m, P_D4, l);
     real *gd1 = LG(m, P_D1, l), *gd2 = LG(m, P_D2, l), *gb2 = LG(m, P_B2, l), *gd3 = LG(m, P_D3, l),
          *gd4 = LG(m, P_D4, l), *gcu = LG(m, P_CONDU, l);
-    real *dcs = w->d3; /* [T][COND_RANK] */
-    real *va = w->d4, *vb = va + N, *vc = vb + N;
-    for (uint32_t t = 0; t < T; t++) {
-        const real *z3 = w->z3 + (size_t)t * N;
-        real *dz3 = va;
+    /* every token at once: [T][N] gradients in d3..d6, the Kronecker scratch in k1..k4 */
+    real *dz3 = w->d3, *dz2p = w->d4, *dz2 = w->d5, *dhs = w->d3, *dz1 = w->d4, *dcond = w->d5, *dz0 = w->d3;
+    real *dsm = w->d6, *dcs = w->d7; /* [T][COND_RANK] */
+    for (uint32_t t = 0; t < T; t++)
         for (uint32_t j = 0; j < N; j++) {
             const real g = j < D ? dbo[(size_t)t * D + j] : 0;
-            if (j < D) gd4[j] += g * z3[j];
-            dz3[j] = j < D ? g * d4[j] : 0;
+            if (j < D) gd4[j] += g * w->z3[(size_t)t * N + j];
+            dz3[(size_t)t * N + j] = j < D ? g * d4[j] : 0;
         }
-        real *dz2p = vb;
-        memset(dz2p, 0, N * sizeof *dz2p);
-        kron_back(w->z2p + (size_t)t * N, LW(m, P_W3A, l), LW(m, P_W3B, l), m->ba, m->bb, dz3, w->tmp, dz2p,
-                  LG(m, P_W3A, l), LG(m, P_W3B, l));
-        const real *z2 = w->z2 + (size_t)t * N;
-        real *dz2 = vc;
-        memset(dz2, 0, N * sizeof *dz2);
+    memset(dz2p, 0, (size_t)T * N * sizeof *dz2p);
+    kron_back_all(m, w->z2p, LW(m, P_W3A, l), LW(m, P_W3B, l), T, dz3, dz2p, LG(m, P_W3A, l), LG(m, P_W3B, l), w);
+    memset(dz2, 0, (size_t)T * N * sizeof *dz2);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *z2 = w->z2 + (size_t)t * N, *g = dz2p + (size_t)t * N;
+        real *d = dz2 + (size_t)t * N;
         for (uint32_t j = 0; j < N; j++) {
-            gd3[j] += dz2p[j] * z2[m->perm2[j]];
-            dz2[m->perm2[j]] += dz2p[j] * d3[j];
-        }
-        real *dhs = va;
-        memset(dhs, 0, N * sizeof *dhs);
-        kron_back(w->hs + (size_t)t * N, LW(m, P_W2A, l), LW(m, P_W2B, l), m->ba, m->bb, dz2, w->tmp, dhs,
-                  LG(m, P_W2A, l), LG(m, P_W2B, l));
-        const real *h = w->h + (size_t)t * N, *cond = w->cond + (size_t)t * N, *z1p = w->z1p + (size_t)t * N;
-        real *dz1 = vb, *dcond = vc;
-        memset(dz1, 0, N * sizeof *dz1);
-        for (uint32_t j = 0; j < N; j++) {
-            const real sg = sigm(h[j]);
-            const real dh = dhs[j] * (sg + h[j] * sg * (1 - sg));
-            gb2[j] += dh;
-            gd2[j] += dh * cond[j] * z1p[j];
-            dcond[j] = dh * d2[j] * z1p[j];
-            dz1[m->perm1[j]] += dh * d2[j] * cond[j];
-        }
-        /* cond = 1 + softmax(m cond_v) cond_u */
-        const real *sm = w->csm + (size_t)t * COND_RANK;
-        real dsm[COND_RANK], dot = 0;
-        for (uint32_t r = 0; r < COND_RANK; r++) {
-            real s = 0;
-            for (uint32_t j = 0; j < N; j++) {
-                s += dcond[j] * cu[(size_t)r * N + j];
-                gcu[(size_t)r * N + j] += dcond[j] * sm[r];
-            }
-            dsm[r] = s;
-            dot += s * sm[r];
-        }
-        for (uint32_t r = 0; r < COND_RANK; r++) dcs[(size_t)t * COND_RANK + r] = sm[r] * (dsm[r] - dot);
-        real *dz0 = va;
-        memset(dz0, 0, N * sizeof *dz0);
-        kron_back(w->z0 + (size_t)t * N, LW(m, P_W1A, l), LW(m, P_W1B, l), m->ba, m->bb, dz1, w->tmp, dz0,
-                  LG(m, P_W1A, l), LG(m, P_W1B, l));
-        for (uint32_t j = 0; j < D; j++) {
-            gd1[j] += dz0[j] * w->m[(size_t)t * D + j];
-            dm[(size_t)t * D + j] += dz0[j] * d1[j];
+            gd3[j] += g[j] * z2[m->perm2[j]];
+            d[m->perm2[j]] += g[j] * d3[j];
         }
     }
+    memset(dhs, 0, (size_t)T * N * sizeof *dhs);
+    kron_back_all(m, w->hs, LW(m, P_W2A, l), LW(m, P_W2B, l), T, dz2, dhs, LG(m, P_W2A, l), LG(m, P_W2B, l), w);
+    memset(dz1, 0, (size_t)T * N * sizeof *dz1);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *h = w->h + (size_t)t * N, *cond = w->cond + (size_t)t * N, *z1p = w->z1p + (size_t)t * N;
+        const real *g = dhs + (size_t)t * N;
+        real *dc = dcond + (size_t)t * N, *d = dz1 + (size_t)t * N;
+        for (uint32_t j = 0; j < N; j++) {
+            const real sg = sigm(h[j]);
+            const real dh = g[j] * (sg + h[j] * sg * (1 - sg));
+            gb2[j] += dh;
+            gd2[j] += dh * cond[j] * z1p[j];
+            dc[j] = dh * d2[j] * z1p[j];
+            d[m->perm1[j]] += dh * d2[j] * cond[j];
+        }
+    }
+    /* cond = 1 + softmax(m cond_v) cond_u */
+    memset(dsm, 0, (size_t)T * COND_RANK * sizeof *dsm);
+    mm_back(m, w->csm, cu, dcond, dsm, gcu, T, COND_RANK, N);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *sm = w->csm + (size_t)t * COND_RANK, *ds = dsm + (size_t)t * COND_RANK;
+        real dot = 0;
+        for (uint32_t r = 0; r < COND_RANK; r++) dot += ds[r] * sm[r];
+        for (uint32_t r = 0; r < COND_RANK; r++) dcs[(size_t)t * COND_RANK + r] = sm[r] * (ds[r] - dot);
+    }
+    memset(dz0, 0, (size_t)T * N * sizeof *dz0);
+    kron_back_all(m, w->z0, LW(m, P_W1A, l), LW(m, P_W1B, l), T, dz1, dz0, LG(m, P_W1A, l), LG(m, P_W1B, l), w);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < D; j++) {
+            gd1[j] += dz0[(size_t)t * N + j] * w->m[(size_t)t * D + j];
+            dm[(size_t)t * D + j] += dz0[(size_t)t * N + j] * d1[j];
+        }
     mm_back(m, w->m, cv, dcs, dm, LG(m, P_CONDV, l), T, D, COND_RANK);
     G3(profile_phase)(m, G3_PH_OTHER);
     /* pre_hada_norm, gated residual, post_attn_norm */
@@ -1351,6 +1393,7 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
         {&r->w.dys, TD}, {&r->w.dus, TD}, {&r->w.dzs, (size_t)T * pj}, {&r->w.d1, dsz}, {&r->w.d2, dsz},
         {&r->w.d3, dsz}, {&r->w.d4, dsz}, {&r->w.d5, dsz}, {&r->w.d6, dsz}, {&r->w.d7, dsz},
         {&r->w.tmp, dsz + T}, {&r->w.rope_c, (size_t)T * (m->qk / 2)}, {&r->w.rope_s, (size_t)T * (m->qk / 2)},
+        {&r->w.k1, (size_t)T * N}, {&r->w.k2, (size_t)T * N}, {&r->w.k3, (size_t)T * N}, {&r->w.k4, (size_t)T * N},
         {&r->e, (size_t)T * E}, {&r->vl, TD}, {&r->de, (size_t)T * E}, {&r->dvl, TD}, {&r->ek, S * TD},
         {&r->ev, S * TD}, {&r->dek, S * TD}, {&r->dev, S * TD}, {&r->Xs, (size_t)(m->L + 1) * T * nD},
         {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, (size_t)HEAD_ROWS * m->OV}, {&r->xf, TD},
