@@ -10,7 +10,8 @@ optax update, CPU, random weights and tokens of the same shapes.
   --mode full: the train/init3.py geometry, every parameter trained, float (quant=False,
                no CQ), clip 1.0 + adamw: the step train/jax_throughput3.py times.
 
-Prints one JSON line: compile seconds, per-step seconds, median tok/s.
+Prints one JSON line: compile seconds, per-step wall and CPU seconds (all threads), median
+tokens per second and per CPU-second (the fairer figure on a shared machine).
 
     python bench/train/jax_step3.py --mode lora --batch 4 --tokens 256 --steps 3
 """
@@ -96,16 +97,19 @@ def main():
     trained, opt_state, loss = step(trained, opt_state, ids, mask)
     jax.block_until_ready(loss)
     compile_s = time.time() - t0
-    secs = []
+    secs, cpus = [], []
     for _ in range(a.steps):
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         trained, opt_state, loss = step(trained, opt_state, ids, mask)
         jax.block_until_ready(loss)
         secs.append(time.time() - t0)
+        cpus.append(time.process_time() - c0)  # every thread of the process
     med = sorted(secs)[len(secs) // 2]
+    med_cpu = sorted(cpus)[len(cpus) // 2]
     print(json.dumps({"mode": a.mode, "batch": B, "tokens": T, "compile_and_first_step_s": round(compile_s, 2),
                       "step_s": [round(s, 3) for s in secs], "median_step_s": round(med, 3),
-                      "tok_per_s": round(B * T / med, 2), "loss": float(loss)}))
+                      "tok_per_s": round(B * T / med, 2), "cpu_s": [round(c, 3) for c in cpus],
+                      "tok_per_cpu_s": round(B * T / med_cpu, 2), "loss": float(loss)}))
 
 
 if __name__ == "__main__":

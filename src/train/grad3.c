@@ -882,20 +882,21 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
     const real *bpre = LW(m, P_B_PRE, l), *bpost = LW(m, P_B_POST, l), *bres = LW(m, P_B_RES, l);
     G3(profile_phase)(m, G3_PH_F_LANE);
     for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD;
         real *nx = w->nx + (size_t)t * nD;
-        w->nxr[t] = zc_fwd(X, NULL, nD, nx);
+        w->nxr[t] = zc_fwd(Xin + (size_t)t * nD, NULL, nD, nx);
         if (m->a8) fq8(nx, nD); /* nx = _aq(_rms_unit(stream), quant) */
+    }
+    /* the three projections of every token as products, then side by side in prj */
+    real *ppre = w->k1, *ppost = ppre + (size_t)T * n, *pres = ppost + (size_t)T * n;
+    mm(m, w->nx, pp, ppre, T, nD, n);
+    mm(m, w->nx, po, ppost, T, nD, n);
+    mm(m, w->nx, pr, pres, T, nD, nn);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *X = Xin + (size_t)t * nD;
         real *prj = w->prj + (size_t)t * (2 * n + nn);
-        for (uint32_t k = 0; k < 2 * n + nn; k++) prj[k] = 0;
-        for (uint32_t c = 0; c < nD; c++) {
-            const real v = nx[c];
-            for (uint32_t i = 0; i < n; i++) {
-                prj[i] += v * pp[(size_t)c * n + i];
-                prj[n + i] += v * po[(size_t)c * n + i];
-            }
-            for (uint32_t k = 0; k < nn; k++) prj[2 * n + k] += v * pr[(size_t)c * nn + k];
-        }
+        memcpy(prj, ppre + (size_t)t * n, n * sizeof *prj);
+        memcpy(prj + n, ppost + (size_t)t * n, n * sizeof *prj);
+        memcpy(prj + 2 * n, pres + (size_t)t * nn, nn * sizeof *prj);
         real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
         for (uint32_t i = 0; i < n; i++) {
             hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
@@ -1023,7 +1024,7 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
     /* the lane read: u = hpre . X, and the projections of nx */
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = du + (size_t)t * D;
-        const real *prj = w->prj + (size_t)t * (2 * n + nn), *nx = w->nx + (size_t)t * nD;
+        const real *prj = w->prj + (size_t)t * (2 * n + nn);
         real *dx = dXi + (size_t)t * nD, *dzt = dz + (size_t)t * (2 * n + nn);
         for (uint32_t i = 0; i < n; i++) {
             real dp = 0;
@@ -1036,23 +1037,21 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
             gapre[0] += dzp * prj[i];
             dzt[i] = dzp * apre;
         }
-        real *dnx = w->d1; /* [nD] */
-        for (uint32_t c = 0; c < nD; c++) {
-            real s = 0;
-            const real v = nx[c];
-            for (uint32_t i = 0; i < n; i++) {
-                s += pp[(size_t)c * n + i] * dzt[i] + po[(size_t)c * n + i] * dzt[n + i];
-                gpp[(size_t)c * n + i] += v * dzt[i];
-                gpo[(size_t)c * n + i] += v * dzt[n + i];
-            }
-            for (uint32_t k = 0; k < nn; k++) {
-                s += pr[(size_t)c * nn + k] * dzt[2 * n + k];
-                gpr[(size_t)c * nn + k] += v * dzt[2 * n + k];
-            }
-            dnx[c] = s;
-        }
-        zc_back(X, NULL, nD, w->nxr[t], dnx, dx, NULL);
     }
+    /* the projections' backward for every token as products: dnx [T][nD] in d1 */
+    real *dzpre = w->k1, *dzpost = dzpre + (size_t)T * n, *dzres = dzpost + (size_t)T * n, *dnx = w->d1;
+    for (uint32_t t = 0; t < T; t++) {
+        const real *dzt = dz + (size_t)t * (2 * n + nn);
+        memcpy(dzpre + (size_t)t * n, dzt, n * sizeof *dzt);
+        memcpy(dzpost + (size_t)t * n, dzt + n, n * sizeof *dzt);
+        memcpy(dzres + (size_t)t * nn, dzt + 2 * n, nn * sizeof *dzt);
+    }
+    memset(dnx, 0, (size_t)T * nD * sizeof *dnx);
+    mm_back(m, w->nx, pp, dzpre, dnx, gpp, T, nD, n);
+    mm_back(m, w->nx, po, dzpost, dnx, gpo, T, nD, n);
+    mm_back(m, w->nx, pr, dzres, dnx, gpr, T, nD, nn);
+    for (uint32_t t = 0; t < T; t++)
+        zc_back(Xin + (size_t)t * nD, NULL, nD, w->nxr[t], dnx + (size_t)t * nD, dXi + (size_t)t * nD, NULL);
     G3(profile_phase)(m, G3_PH_OTHER);
 }
 
