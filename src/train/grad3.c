@@ -271,6 +271,13 @@ static void run_tg(const G3(model) * m, const tg_gemm *g) {
     else
         tg_worker(&j, 0, 1);
 }
+
+/* C[M][N] (+)= A[M][K] B[K][N] with row strides, on the pool */
+static void gemm(const G3(model) * m, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc,
+                 uint32_t M, uint32_t N, uint32_t K, int acc) {
+    const tg_gemm g = {A, B, C, lda, ldb, ldc, M, N, K, acc};
+    run_tg(m, &g);
+}
 #endif
 
 static void run_job(const G3(model) * m, mm_job *j) {
@@ -433,6 +440,7 @@ typedef struct seq_ws {
     real *d1, *d2, *d3, *d4, *d5, *d6, *d7, *tmp;
     real *rope_c, *rope_s;
     real *k1, *k2, *k3, *k4; /* [T][N] each: the Kronecker products of all tokens */
+    real *dPs, *PT;          /* [T][T] each: one head's dP / dS and a transpose */
 } seq_ws;
 
 /* src [T][r][c] -> dst [T][c][r] */
@@ -576,6 +584,33 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     /* softmax(q k / sqrt(qk)) v, causal, local layers within the window */
     const uint32_t win = (m->c.sliding_window && !is_global(m, l)) ? m->c.sliding_window : 0;
     const real sc = (real)1 / sqrt((real)qk);
+#ifndef G3_GENERIC_PRODUCTS
+    /* per head: S = q k^T and o = P v as products over the whole sequence (the entries
+     * outside the causal window are computed and then set to 0) */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        real *Ph = w->P + (size_t)h * T * T;
+        if (h % (H / KV) == 0) tg_transpose(w->kr + g * qk, K, w->k1, T, T, qk); /* k^T [qk][T] */
+        gemm(m, w->qr + h * qk, Q, w->k1, T, Ph, T, T, T, qk, 0);
+        for (uint32_t t = 0; t < T; t++) {
+            real *P = Ph + (size_t)t * T;
+            const uint32_t s0 = (win && t + 1 > win) ? t + 1 - win : 0;
+            real mx = -INFINITY;
+            for (uint32_t s = 0; s < T; s++) {
+                if (s < s0 || s > t) {
+                    P[s] = 0;
+                    continue;
+                }
+                P[s] *= sc;
+                if (P[s] > mx) mx = P[s];
+            }
+            real z = 0;
+            for (uint32_t s = s0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+            for (uint32_t s = s0; s <= t; s++) P[s] /= z;
+        }
+        gemm(m, Ph, T, w->v + g * vd, VV, w->o + h * vd, O, T, vd, T, 0);
+    }
+#else
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
         for (uint32_t t = 0; t < T; t++) {
@@ -602,6 +637,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
                 for (uint32_t i = 0; i < vd; i++) ot[i] += P[s] * w->v[(size_t)s * VV + g * vd + i];
         }
     }
+#endif
     G3(profile_phase)(m, G3_PH_OTHER);
     mm(m, w->a, LW(m, P_WG, l), w->gl, T, D, O);
     for (size_t i = 0; i < (size_t)T * O; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
@@ -761,6 +797,31 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     memset(dv, 0, (size_t)T * VV * sizeof *dv);
     const uint32_t win = (m->c.sliding_window && !is_global(m, l)) ? m->c.sliding_window : 0;
     const real sc = (real)1 / sqrt((real)qk);
+#ifndef G3_GENERIC_PRODUCTS
+    /* per head as products: dP = dO v^T, dv += P^T dO, dS, dq += dS k, dk += dS^T q */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        const real *Ph = w->P + (size_t)h * T * T;
+        if (h % (H / KV) == 0) {
+            tg_transpose(w->v + g * vd, VV, w->k2, T, T, vd); /* v^T [vd][T] */
+        }
+        real *dS = w->dPs, *tr = w->PT;
+        gemm(m, dO + h * vd, O, w->k2, T, dS, T, T, T, vd, 0);
+        tg_transpose(Ph, T, tr, T, T, T);
+        gemm(m, tr, T, dO + h * vd, O, dv + g * vd, VV, T, vd, T, 1);
+        for (uint32_t t = 0; t < T; t++) {
+            const real *P = Ph + (size_t)t * T;
+            real *d = dS + (size_t)t * T;
+            const uint32_t s0 = (win && t + 1 > win) ? t + 1 - win : 0;
+            real sum = 0;
+            for (uint32_t s = s0; s <= t; s++) sum += d[s] * P[s];
+            for (uint32_t s = 0; s < T; s++) d[s] = (s < s0 || s > t) ? 0 : P[s] * (d[s] - sum) * sc;
+        }
+        gemm(m, dS, T, w->kr + g * qk, K, dqr + h * qk, Q, T, qk, T, 1);
+        tg_transpose(dS, T, tr, T, T, T);
+        gemm(m, tr, T, w->qr + h * qk, Q, dkr + g * qk, K, T, qk, T, 1);
+    }
+#else
     real *dP = w->tmp;
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
@@ -787,6 +848,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
             }
         }
     }
+#endif
     /* RoPE and q/k norms back to the tapped projections */
     const uint32_t half = qk / 2;
     real *dqc = w->d3, *dkc = w->d5; /* dO is consumed; dx0 moves from d5 to d4 */
@@ -1392,7 +1454,7 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
         {&r->w.dys, TD}, {&r->w.dus, TD}, {&r->w.dzs, (size_t)T * pj}, {&r->w.d1, dsz}, {&r->w.d2, dsz},
         {&r->w.d3, dsz}, {&r->w.d4, dsz}, {&r->w.d5, dsz}, {&r->w.d6, dsz}, {&r->w.d7, dsz},
         {&r->w.tmp, dsz + T}, {&r->w.rope_c, (size_t)T * (m->qk / 2)}, {&r->w.rope_s, (size_t)T * (m->qk / 2)},
-        {&r->w.k1, (size_t)T * N}, {&r->w.k2, (size_t)T * N}, {&r->w.k3, (size_t)T * N}, {&r->w.k4, (size_t)T * N},
+        {&r->w.dPs, (size_t)T * T}, {&r->w.PT, (size_t)T * T}, {&r->w.k1, (size_t)T * MX}, {&r->w.k2, (size_t)T * MX}, {&r->w.k3, (size_t)T * N}, {&r->w.k4, (size_t)T * N},
         {&r->e, (size_t)T * E}, {&r->vl, TD}, {&r->de, (size_t)T * E}, {&r->dvl, TD}, {&r->ek, S * TD},
         {&r->ev, S * TD}, {&r->dek, S * TD}, {&r->dev, S * TD}, {&r->Xs, (size_t)(m->L + 1) * T * nD},
         {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, (size_t)HEAD_ROWS * m->OV}, {&r->xf, TD},
