@@ -93,15 +93,15 @@ static void group_share(fq_job *j, int i, int n) {
         const float nf = fp16_to_f32(f32_to_fp16(norm));
         for (uint32_t k = 0; k < G; k++) s[k] = j->levels[nearest(j->levels, j->nlev, rot[k] / denom)] * nf;
     }
-    if (i < 64) j->bad_t[i] = bad;
+    j->bad_t[i] = bad;
 }
 
 static void fq_worker(void *arg, int i, int n) {
     fq_job *j = arg;
     if (j->step == 0)
         rotate_share(j, i, n);
-    else
-        group_share(j, i, n);
+    else if (i < 64) /* the groups in at most 64 shares: one report slot each */
+        group_share(j, i, n < 64 ? n : 64);
 }
 
 int g3_cq_fake_quant(const g3_model *m, const cq_codebooks *cb, uint32_t bits, float *w, uint64_t lines,
