@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--layers", type=int, default=0, help="fewer layers (a quick check of this script)")
     a = ap.parse_args()
     import jax
     import jax.numpy as jnp
@@ -52,7 +53,10 @@ def main():
     from needle.model import finetune as F
     from needle.model import quantize as Q
 
-    geom = RELEASED if a.mode == "lora" else DEMO
+    geom = dict(RELEASED if a.mode == "lora" else DEMO)
+    if a.layers:
+        geom.update(num_layers=a.layers, global_layers=(a.layers - 1,),
+                    engram_layers=tuple(i for i in geom["engram_layers"] if i < a.layers) or (0,))
     cfg = A.TransformerConfig(dtype="float32", **geom)
     model = A.SimpleAttentionNetwork(cfg)
     B, T = a.batch, a.tokens

@@ -34,10 +34,17 @@ static float pairwise_sum(const float *a, uint32_t n) {
     return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
 }
 
-/* the nearest level, ties to the lower one (searchsorted left, clamped to [1, n-1]) */
+/* the nearest level, ties to the lower one (searchsorted left, clamped to [1, n-1]); the
+ * first level not below u found by bisection (the levels ascend) */
 static uint32_t nearest(const float *cb, uint32_t n, float u) {
-    uint32_t pos = 0;
-    while (pos < n && cb[pos] < u) pos++;
+    uint32_t pos = 0, hi = n;
+    while (pos < hi) {
+        const uint32_t mid = (pos + hi) / 2;
+        if (cb[mid] < u)
+            pos = mid + 1;
+        else
+            hi = mid;
+    }
     if (pos < 1) pos = 1;
     if (pos > n - 1) pos = n - 1;
     return fabsf(u - cb[pos - 1]) <= fabsf(u - cb[pos]) ? pos - 1 : pos;

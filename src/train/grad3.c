@@ -990,12 +990,10 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
         real *hres = w->hres + (size_t)t * nn;
         const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
         for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
-        real *u = w->u + (size_t)t * D;
-        for (uint32_t c = 0; c < D; c++) {
-            real s = 0;
-            for (uint32_t i = 0; i < n; i++) s += hpre[i] * X[(size_t)i * D + c];
-            u[c] = s;
-        }
+        real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
+        for (uint32_t c = 0; c < D; c++) u[c] = 0;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t c = 0; c < D; c++) u[c] += hpre[i] * X[(size_t)i * D + c];
     }
     block_fwd(m, l, sq, w);
     G3(profile_phase)(m, G3_PH_F_LANE);
@@ -1003,12 +1001,13 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
         const real *X = Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
         real *y = w->y + (size_t)t * D, *Xo = Xout + (size_t)t * nD;
         for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
-        for (uint32_t i = 0; i < n; i++)
-            for (uint32_t c = 0; c < D; c++) {
-                real s = 0;
-                for (uint32_t j = 0; j < n; j++) s += hres[i * n + j] * X[(size_t)j * D + c];
-                Xo[(size_t)i * D + c] = s + hpost[i] * y[c];
-            }
+        for (uint32_t i = 0; i < n; i++) { /* the sums over j in order, c innermost */
+            real *xo = Xo + (size_t)i * D;
+            for (uint32_t c = 0; c < D; c++) xo[c] = 0;
+            for (uint32_t j = 0; j < n; j++)
+                for (uint32_t c = 0; c < D; c++) xo[c] += hres[i * n + j] * X[(size_t)j * D + c];
+            for (uint32_t c = 0; c < D; c++) xo[c] = xo[c] + hpost[i] * y[c];
+        }
     }
     G3(profile_phase)(m, G3_PH_OTHER);
 }
