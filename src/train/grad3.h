@@ -68,7 +68,8 @@ void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), 
 
 /* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
  * max(sum mask[:, 1:], 1); with grads != 0 every tensor's g is overwritten with dloss/dw.
- * ids: [B][T] token ids (< out_vocab or vocab), mask: [B][T]. */
+ * ids: [B][T] token ids (< out_vocab or vocab), mask: [B][T]. The call's work space stays
+ * in m for the next call of the same T (a new T replaces it; g3_model_free frees it). */
 int G3(loss)(G3(model) *m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
             double *loss);
 
