@@ -1,9 +1,13 @@
 /* The Needle 3 forward and backward over full sequences (see grad3.h). Each step names
  * the line of cactus-needle 3.2.8 architecture.py it mirrors; the backward of a step
  * follows its forward in the same block of code. Plain C, sequence by sequence. */
+#ifdef G3_REAL
+#define G3_GENERIC_PRODUCTS /* another precision (the double copy of the op tests): plain loops */
+#endif
 #include "train/grad3.h"
 
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +15,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/nmath.h"
 #include "quant/mt19937.h"
+#include "train/tgemm.h"
 #include "util/error.h"
 
 typedef G3_REAL real;
@@ -72,12 +77,81 @@ struct G3(model) {
     uint32_t nt;
     cpu_pool *pool; /* NULL: one thread */
     int a8; /* quant=True: A8 activations and per-head int8 q/K/V, straight-through */
+    struct g3_prof *prof; /* a pointer: the const model of the ops still charges its time */
+    const tg_level *lv;   /* the SIMD level of the products (tgemm.h) */
+    struct g3_scratch *scr;
+    struct run_ws *ws; /* the loss's work space, kept for the next call of the same T */
+    uint32_t ws_T;
 };
+
+/* Transposed operands of the products, grown as needed and kept across calls and steps
+ * (no allocation per product). */
+struct g3_scratch {
+    float *wt, *xt;
+    size_t wt_cap, xt_cap;
+};
+
+#ifndef G3_GENERIC_PRODUCTS
+static float *scratch_grow(float **p, size_t *cap, size_t n) {
+    if (n > *cap) {
+        float *q = realloc(*p, n * sizeof *q);
+        if (!q) return NULL;
+        *p = q, *cap = n;
+    }
+    return *p;
+}
+#endif
+
+/* ---- the profile (grad3.h) --------------------------------------------------------------- */
+
+struct g3_prof {
+    double sec[G3_PH_COUNT];
+    double last; /* when the current phase began */
+    int cur;
+    int recomp; /* the forward phases are charged to G3_PH_RECOMP */
+};
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int G3(profile_phase)(const G3(model) * m, int phase) {
+    if (!m) return G3_PH_OTHER; /* an op called on its own (the op tests) */
+    struct g3_prof *p = m->prof;
+    if (p->recomp && phase >= G3_PH_F_PROD && phase <= G3_PH_F_ENGRAM) phase = G3_PH_RECOMP;
+    const double now = wall_s();
+    p->sec[p->cur] += now - p->last;
+    p->last = now;
+    const int old = p->cur;
+    p->cur = phase;
+    return old;
+}
+
+void G3(profile_reset)(G3(model) * m) {
+    memset(m->prof, 0, sizeof *m->prof);
+    m->prof->last = wall_s();
+}
+
+const double *G3(profile)(const G3(model) * m) {
+    G3(profile_phase)(m, m->prof->cur);
+    return m->prof->sec;
+}
+
+const char *G3(profile_name)(int phase) {
+    static const char *const names[G3_PH_COUNT] = {
+        "other (norms, residuals, copies)", "CQ quantize (weights)", "LoRA merge / restore",
+        "fwd products", "fwd attention", "fwd Monarch MLP", "fwd mHC lanes", "fwd engram",
+        "logits + CE (fwd+bwd)", "recompute (fwd again)", "bwd products", "bwd attention",
+        "bwd Monarch MLP", "bwd mHC lanes", "bwd engram", "LoRA dA / dB"};
+    return phase >= 0 && phase < G3_PH_COUNT ? names[phase] : "?";
+}
 
 void G3(set_fake_quant)(G3(model) * m, int on) { m->a8 = on != 0; }
 
 void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg) {
-    if (m->pool)
+    if (m && m->pool)
         cpu_pool_run(m->pool, fn, arg);
     else
         fn(arg, 0, 1);
@@ -86,6 +160,7 @@ void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), 
 int G3(set_threads)(G3(model) * m, int n) {
     cpu_pool_free(m->pool);
     m->pool = NULL;
+    m->lv = tg_level_best();
     return n == 1 ? 0 : cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
 }
 
@@ -178,6 +253,33 @@ static void mm_worker(void *arg, int i, int n) {
     if (j->dW) mm_back_w(j, lo, hi);
 }
 
+#ifndef G3_GENERIC_PRODUCTS
+typedef struct tg_job {
+    const tg_level *lv;
+    tg_gemm g;
+} tg_job;
+
+static void tg_worker(void *arg, int i, int n) {
+    const tg_job *j = arg;
+    tg_share(j->lv, &j->g, i, n);
+}
+
+static void run_tg(const G3(model) * m, const tg_gemm *g) {
+    tg_job j = {m->lv, *g};
+    if (m->pool)
+        cpu_pool_run(m->pool, tg_worker, &j);
+    else
+        tg_worker(&j, 0, 1);
+}
+
+/* C[M][N] (+)= A[M][K] B[K][N] with row strides, on the pool */
+static void gemm(const G3(model) * m, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc,
+                 uint32_t M, uint32_t N, uint32_t K, int acc) {
+    const tg_gemm g = {A, B, C, lda, ldb, ldc, M, N, K, acc};
+    run_tg(m, &g);
+}
+#endif
+
 static void run_job(const G3(model) * m, mm_job *j) {
     if (m && m->pool)
         cpu_pool_run(m->pool, mm_worker, j);
@@ -187,15 +289,45 @@ static void run_job(const G3(model) * m, mm_job *j) {
 
 /* y[T][out] = x[T][in] @ W[in][out] */
 static void mm(const G3(model) * m, const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out) {
+    const int was = G3(profile_phase)(m, G3_PH_F_PROD);
+#ifdef G3_GENERIC_PRODUCTS
     mm_job j = {x, W, NULL, y, NULL, NULL, T, in, out, 0};
     run_job(m, &j);
+#else
+    const tg_gemm g = {x, W, y, in, out, out, T, out, in, 0};
+    run_tg(m, &g);
+#endif
+    G3(profile_phase)(m, was);
 }
 
 /* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight) */
 static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
                     uint32_t T, uint32_t in, uint32_t out) {
+    const int was = G3(profile_phase)(m, G3_PH_B_PROD);
+#ifdef G3_GENERIC_PRODUCTS
     mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
     run_job(m, &j);
+#else
+    struct g3_scratch *s = m->scr;
+    float *wt = dx ? scratch_grow(&s->wt, &s->wt_cap, (size_t)in * out) : NULL;
+    float *xt = dW ? scratch_grow(&s->xt, &s->xt_cap, (size_t)in * T) : NULL;
+    if ((dx && !wt) || (dW && !xt)) { /* no memory for a transpose: the plain loops */
+        mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
+        run_job(m, &j);
+    } else {
+        if (dx) { /* dx += dy W^T */
+            tg_transpose(W, out, wt, in, in, out);
+            const tg_gemm g = {dy, wt, dx, out, in, in, T, in, out, 1};
+            run_tg(m, &g);
+        }
+        if (dW) { /* dW += x^T dy */
+            tg_transpose(x, in, xt, T, T, in);
+            const tg_gemm g = {xt, dy, dW, T, out, out, in, out, T, 1};
+            run_tg(m, &g);
+        }
+    }
+#endif
+    G3(profile_phase)(m, was);
 }
 
 static real sigm(real z) { return (real)1 / ((real)1 + exp(-z)); }
@@ -225,6 +357,9 @@ static void zc_back(const real *x, const real *s, uint32_t n, real r, const real
     }
 }
 
+#ifdef G3_GENERIC_PRODUCTS
+/* One token's _kron_apply and its backward: the oracle of the op test (test_train_ops),
+ * whose model-level checks cover kron_all / kron_back_all below. */
 /* architecture._kron_apply: z[a][b] -> A^T z B (A [a][a], B [b][b]) */
 static void kron_fwd(const real *z, const real *A, const real *Bm, uint32_t a, uint32_t b, real *tmp,
                      real *out) {
@@ -287,6 +422,8 @@ static void kron_back(const real *z, const real *A, const real *Bm, uint32_t a, 
         }
 }
 
+#endif
+
 /* ---- per-sequence work space ---------------------------------------------------------- */
 
 typedef struct seq_ws {
@@ -302,7 +439,50 @@ typedef struct seq_ws {
     real *dys, *dus, *dzs;
     real *d1, *d2, *d3, *d4, *d5, *d6, *d7, *tmp;
     real *rope_c, *rope_s;
+    real *k1, *k2, *k3, *k4; /* [T][N] each: the Kronecker products of all tokens */
+    real *dPs, *PT;          /* [T][T] each: one head's dP / dS and a transpose */
 } seq_ws;
+
+/* src [T][r][c] -> dst [T][c][r] */
+static void tok_transpose(const real *src, real *dst, uint32_t T, uint32_t r, uint32_t c) {
+    for (uint32_t t = 0; t < T; t++) {
+        const real *s = src + (size_t)t * r * c;
+        real *d = dst + (size_t)t * r * c;
+        for (uint32_t i = 0; i < r; i++)
+            for (uint32_t j = 0; j < c; j++) d[(size_t)j * r + i] = s[(size_t)i * c + j];
+    }
+}
+
+static void mm(const G3(model) * m, const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out);
+static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
+                    uint32_t T, uint32_t in, uint32_t out);
+
+/* _kron_apply for every token: out_t = A^T z_t B (z, out [T][a][b]) as two products over
+ * all tokens: z B on the T*a rows, then (z B)_t^T A on the T*b rows of the per-token
+ * transposes. k1, k2: [T][a*b] scratch. */
+static void kron_all(const G3(model) * m, const real *z, const real *A, const real *Bm, uint32_t T, real *out,
+                     real *k1, real *k2) {
+    const uint32_t a = m->ba, b = m->bb;
+    mm(m, z, Bm, k1, T * a, b, b);
+    tok_transpose(k1, k2, T, a, b);
+    mm(m, k2, A, k1, T * b, a, a);
+    tok_transpose(k1, out, T, b, a);
+}
+
+/* Backward of kron_all: dz += A dO_t B^T, dA += sum_t (z_t B) dO_t^T, dB += sum_t
+ * (A^T z_t)^T dO_t, as four products over all tokens (scratch w->k1..k4) */
+static void kron_back_all(const G3(model) * m, const real *z, const real *A, const real *Bm, uint32_t T,
+                          const real *dO, real *dz, real *dA, real *dB, seq_ws *w) {
+    const uint32_t a = m->ba, b = m->bb;
+    mm(m, z, Bm, w->k1, T * a, b, b);       /* z B */
+    tok_transpose(w->k1, w->k2, T, a, b);   /* (z B)^T per token: [T*b][a] */
+    tok_transpose(dO, w->k3, T, a, b);      /* dO^T per token */
+    memset(w->k4, 0, (size_t)T * a * b * sizeof *w->k4);
+    mm_back(m, w->k2, A, w->k3, w->k4, dA, T * b, a, a); /* (A dO)^T, dA */
+    tok_transpose(w->k4, w->k1, T, b, a);   /* A dO: [T*a][b] */
+    mm_back(m, z, Bm, w->k1, dz, dB, T * a, b, b);
+}
+
 
 /* ---- the layer ---------------------------------------------------------------------- */
 
@@ -329,6 +509,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd, N = m->N;
     const uint32_t Q = H * qk, K = KV * qk, VV = KV * vd, O = H * vd;
     const int site = site_of(m, l);
+    G3(profile_phase)(m, G3_PH_OTHER);
     /* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev */
     for (uint32_t t = 0; t < T; t++) {
         const real *ut = w->u + (size_t)t * D;
@@ -354,6 +535,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     mm(m, w->a, LW(m, P_WQ, l), w->ql, T, D, Q);
     mm(m, w->a, LW(m, P_WK, l), w->kl, T, D, K);
     mm(m, w->a, LW(m, P_WV, l), w->vl, T, D, VV);
+    G3(profile_phase)(m, G3_PH_F_ATTN);
     const uint32_t nt = m->taps;
     const real *qt = nt ? LW(m, P_QT, l) : NULL, *kt = nt ? LW(m, P_KT, l) : NULL,
                *vt = nt ? LW(m, P_VT, l) : NULL;
@@ -402,6 +584,33 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     /* softmax(q k / sqrt(qk)) v, causal, local layers within the window */
     const uint32_t win = (m->c.sliding_window && !is_global(m, l)) ? m->c.sliding_window : 0;
     const real sc = (real)1 / sqrt((real)qk);
+#ifndef G3_GENERIC_PRODUCTS
+    /* per head: S = q k^T and o = P v as products over the whole sequence (the entries
+     * outside the causal window are computed and then set to 0) */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        real *Ph = w->P + (size_t)h * T * T;
+        if (h % (H / KV) == 0) tg_transpose(w->kr + g * qk, K, w->k1, T, T, qk); /* k^T [qk][T] */
+        gemm(m, w->qr + h * qk, Q, w->k1, T, Ph, T, T, T, qk, 0);
+        for (uint32_t t = 0; t < T; t++) {
+            real *P = Ph + (size_t)t * T;
+            const uint32_t s0 = (win && t + 1 > win) ? t + 1 - win : 0;
+            real mx = -INFINITY;
+            for (uint32_t s = 0; s < T; s++) {
+                if (s < s0 || s > t) {
+                    P[s] = 0;
+                    continue;
+                }
+                P[s] *= sc;
+                if (P[s] > mx) mx = P[s];
+            }
+            real z = 0;
+            for (uint32_t s = s0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+            for (uint32_t s = s0; s <= t; s++) P[s] /= z;
+        }
+        gemm(m, Ph, T, w->v + g * vd, VV, w->o + h * vd, O, T, vd, T, 0);
+    }
+#else
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
         for (uint32_t t = 0; t < T; t++) {
@@ -428,6 +637,8 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
                 for (uint32_t i = 0; i < vd; i++) ot[i] += P[s] * w->v[(size_t)s * VV + g * vd + i];
         }
     }
+#endif
+    G3(profile_phase)(m, G3_PH_OTHER);
     mm(m, w->a, LW(m, P_WG, l), w->gl, T, D, O);
     for (size_t i = 0; i < (size_t)T * O; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
     if (m->a8)
@@ -441,6 +652,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
             w->x1[(size_t)t * D + i] = w->x0[(size_t)t * D + i] + gate * w->pn[(size_t)t * D + i];
         w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
     }
+    G3(profile_phase)(m, G3_PH_F_MLP);
     /* HadamardMLP */
     const real *cv = LW(m, P_CONDV, l), *cu = LW(m, P_CONDU, l);
     const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *b2 = LW(m, P_B2, l), *d3 = LW(m, P_D3, l),
@@ -453,28 +665,30 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
             if (cs[r] > mx) mx = cs[r];
         for (uint32_t r = 0; r < COND_RANK; r++) z += (sm[r] = exp(cs[r] - mx));
         for (uint32_t r = 0; r < COND_RANK; r++) sm[r] /= z;
-        real *cond = w->cond + (size_t)t * N;
-        for (uint32_t j = 0; j < N; j++) {
-            real s = 0;
-            for (uint32_t r = 0; r < COND_RANK; r++) s += sm[r] * cu[(size_t)r * N + j];
-            cond[j] = 1 + s;
-        }
-        real *z0 = w->z0 + (size_t)t * N, *z1 = w->z1 + (size_t)t * N, *z1p = w->z1p + (size_t)t * N;
-        for (uint32_t j = 0; j < N; j++) z0[j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
-        kron_fwd(z0, LW(m, P_W1A, l), LW(m, P_W1B, l), m->ba, m->bb, w->tmp, z1);
+    }
+    /* cond = 1 + softmax(m cond_v) cond_u; the Kronecker factors of every token at once */
+    mm(m, w->csm, cu, w->cond, T, COND_RANK, N);
+    for (size_t i = 0; i < (size_t)T * N; i++) w->cond[i] += 1;
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < N; j++) w->z0[(size_t)t * N + j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
+    kron_all(m, w->z0, LW(m, P_W1A, l), LW(m, P_W1B, l), T, w->z1, w->k1, w->k2);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *z1 = w->z1 + (size_t)t * N, *cond = w->cond + (size_t)t * N;
+        real *z1p = w->z1p + (size_t)t * N, *h = w->h + (size_t)t * N, *hs = w->hs + (size_t)t * N;
         for (uint32_t j = 0; j < N; j++) z1p[j] = z1[m->perm1[j]];
-        real *h = w->h + (size_t)t * N, *hs = w->hs + (size_t)t * N;
         for (uint32_t j = 0; j < N; j++) {
             h[j] = d2[j] * cond[j] * z1p[j] + b2[j];
             hs[j] = h[j] * sigm(h[j]);
         }
-        real *z2 = w->z2 + (size_t)t * N, *z2p = w->z2p + (size_t)t * N, *z3 = w->z3 + (size_t)t * N;
-        kron_fwd(hs, LW(m, P_W2A, l), LW(m, P_W2B, l), m->ba, m->bb, w->tmp, z2);
-        for (uint32_t j = 0; j < N; j++) z2p[j] = d3[j] * z2[m->perm2[j]];
-        kron_fwd(z2p, LW(m, P_W3A, l), LW(m, P_W3B, l), m->ba, m->bb, w->tmp, z3);
-        for (uint32_t i = 0; i < D; i++)
-            w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d4[i] * z3[i];
     }
+    kron_all(m, w->hs, LW(m, P_W2A, l), LW(m, P_W2B, l), T, w->z2, w->k1, w->k2);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < N; j++) w->z2p[(size_t)t * N + j] = d3[j] * w->z2[(size_t)t * N + m->perm2[j]];
+    kron_all(m, w->z2p, LW(m, P_W3A, l), LW(m, P_W3B, l), T, w->z3, w->k1, w->k2);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t i = 0; i < D; i++)
+            w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d4[i] * w->z3[(size_t)t * N + i];
+    G3(profile_phase)(m, G3_PH_OTHER);
 }
 
 /* Backward of block_fwd: dbo[T][D] -> du[T][D] (accumulated), parameter gradients. */
@@ -482,6 +696,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd, N = m->N;
     const uint32_t Q = H * qk, K = KV * qk, VV = KV * vd, O = H * vd;
     const int site = site_of(m, l);
+    G3(profile_phase)(m, G3_PH_B_MLP);
     real *dx1 = w->d1, *dm = w->d2;
     memcpy(dx1, dbo, (size_t)T * D * sizeof *dx1);
     memset(dm, 0, (size_t)T * D * sizeof *dm);
@@ -490,65 +705,60 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *d3 = LW(m, P_D3, l), *d4 = LW(m, P_D4, l);
     real *gd1 = LG(m, P_D1, l), *gd2 = LG(m, P_D2, l), *gb2 = LG(m, P_B2, l), *gd3 = LG(m, P_D3, l),
          *gd4 = LG(m, P_D4, l), *gcu = LG(m, P_CONDU, l);
-    real *dcs = w->d3; /* [T][COND_RANK] */
-    real *va = w->d4, *vb = va + N, *vc = vb + N;
-    for (uint32_t t = 0; t < T; t++) {
-        const real *z3 = w->z3 + (size_t)t * N;
-        real *dz3 = va;
+    /* every token at once: [T][N] gradients in d3..d6, the Kronecker scratch in k1..k4 */
+    real *dz3 = w->d3, *dz2p = w->d4, *dz2 = w->d5, *dhs = w->d3, *dz1 = w->d4, *dcond = w->d5, *dz0 = w->d3;
+    real *dsm = w->d6, *dcs = w->d7; /* [T][COND_RANK] */
+    for (uint32_t t = 0; t < T; t++)
         for (uint32_t j = 0; j < N; j++) {
             const real g = j < D ? dbo[(size_t)t * D + j] : 0;
-            if (j < D) gd4[j] += g * z3[j];
-            dz3[j] = j < D ? g * d4[j] : 0;
+            if (j < D) gd4[j] += g * w->z3[(size_t)t * N + j];
+            dz3[(size_t)t * N + j] = j < D ? g * d4[j] : 0;
         }
-        real *dz2p = vb;
-        memset(dz2p, 0, N * sizeof *dz2p);
-        kron_back(w->z2p + (size_t)t * N, LW(m, P_W3A, l), LW(m, P_W3B, l), m->ba, m->bb, dz3, w->tmp, dz2p,
-                  LG(m, P_W3A, l), LG(m, P_W3B, l));
-        const real *z2 = w->z2 + (size_t)t * N;
-        real *dz2 = vc;
-        memset(dz2, 0, N * sizeof *dz2);
+    memset(dz2p, 0, (size_t)T * N * sizeof *dz2p);
+    kron_back_all(m, w->z2p, LW(m, P_W3A, l), LW(m, P_W3B, l), T, dz3, dz2p, LG(m, P_W3A, l), LG(m, P_W3B, l), w);
+    memset(dz2, 0, (size_t)T * N * sizeof *dz2);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *z2 = w->z2 + (size_t)t * N, *g = dz2p + (size_t)t * N;
+        real *d = dz2 + (size_t)t * N;
         for (uint32_t j = 0; j < N; j++) {
-            gd3[j] += dz2p[j] * z2[m->perm2[j]];
-            dz2[m->perm2[j]] += dz2p[j] * d3[j];
-        }
-        real *dhs = va;
-        memset(dhs, 0, N * sizeof *dhs);
-        kron_back(w->hs + (size_t)t * N, LW(m, P_W2A, l), LW(m, P_W2B, l), m->ba, m->bb, dz2, w->tmp, dhs,
-                  LG(m, P_W2A, l), LG(m, P_W2B, l));
-        const real *h = w->h + (size_t)t * N, *cond = w->cond + (size_t)t * N, *z1p = w->z1p + (size_t)t * N;
-        real *dz1 = vb, *dcond = vc;
-        memset(dz1, 0, N * sizeof *dz1);
-        for (uint32_t j = 0; j < N; j++) {
-            const real sg = sigm(h[j]);
-            const real dh = dhs[j] * (sg + h[j] * sg * (1 - sg));
-            gb2[j] += dh;
-            gd2[j] += dh * cond[j] * z1p[j];
-            dcond[j] = dh * d2[j] * z1p[j];
-            dz1[m->perm1[j]] += dh * d2[j] * cond[j];
-        }
-        /* cond = 1 + softmax(m cond_v) cond_u */
-        const real *sm = w->csm + (size_t)t * COND_RANK;
-        real dsm[COND_RANK], dot = 0;
-        for (uint32_t r = 0; r < COND_RANK; r++) {
-            real s = 0;
-            for (uint32_t j = 0; j < N; j++) {
-                s += dcond[j] * cu[(size_t)r * N + j];
-                gcu[(size_t)r * N + j] += dcond[j] * sm[r];
-            }
-            dsm[r] = s;
-            dot += s * sm[r];
-        }
-        for (uint32_t r = 0; r < COND_RANK; r++) dcs[(size_t)t * COND_RANK + r] = sm[r] * (dsm[r] - dot);
-        real *dz0 = va;
-        memset(dz0, 0, N * sizeof *dz0);
-        kron_back(w->z0 + (size_t)t * N, LW(m, P_W1A, l), LW(m, P_W1B, l), m->ba, m->bb, dz1, w->tmp, dz0,
-                  LG(m, P_W1A, l), LG(m, P_W1B, l));
-        for (uint32_t j = 0; j < D; j++) {
-            gd1[j] += dz0[j] * w->m[(size_t)t * D + j];
-            dm[(size_t)t * D + j] += dz0[j] * d1[j];
+            gd3[j] += g[j] * z2[m->perm2[j]];
+            d[m->perm2[j]] += g[j] * d3[j];
         }
     }
+    memset(dhs, 0, (size_t)T * N * sizeof *dhs);
+    kron_back_all(m, w->hs, LW(m, P_W2A, l), LW(m, P_W2B, l), T, dz2, dhs, LG(m, P_W2A, l), LG(m, P_W2B, l), w);
+    memset(dz1, 0, (size_t)T * N * sizeof *dz1);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *h = w->h + (size_t)t * N, *cond = w->cond + (size_t)t * N, *z1p = w->z1p + (size_t)t * N;
+        const real *g = dhs + (size_t)t * N;
+        real *dc = dcond + (size_t)t * N, *d = dz1 + (size_t)t * N;
+        for (uint32_t j = 0; j < N; j++) {
+            const real sg = sigm(h[j]);
+            const real dh = g[j] * (sg + h[j] * sg * (1 - sg));
+            gb2[j] += dh;
+            gd2[j] += dh * cond[j] * z1p[j];
+            dc[j] = dh * d2[j] * z1p[j];
+            d[m->perm1[j]] += dh * d2[j] * cond[j];
+        }
+    }
+    /* cond = 1 + softmax(m cond_v) cond_u */
+    memset(dsm, 0, (size_t)T * COND_RANK * sizeof *dsm);
+    mm_back(m, w->csm, cu, dcond, dsm, gcu, T, COND_RANK, N);
+    for (uint32_t t = 0; t < T; t++) {
+        const real *sm = w->csm + (size_t)t * COND_RANK, *ds = dsm + (size_t)t * COND_RANK;
+        real dot = 0;
+        for (uint32_t r = 0; r < COND_RANK; r++) dot += ds[r] * sm[r];
+        for (uint32_t r = 0; r < COND_RANK; r++) dcs[(size_t)t * COND_RANK + r] = sm[r] * (ds[r] - dot);
+    }
+    memset(dz0, 0, (size_t)T * N * sizeof *dz0);
+    kron_back_all(m, w->z0, LW(m, P_W1A, l), LW(m, P_W1B, l), T, dz1, dz0, LG(m, P_W1A, l), LG(m, P_W1B, l), w);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < D; j++) {
+            gd1[j] += dz0[(size_t)t * N + j] * w->m[(size_t)t * D + j];
+            dm[(size_t)t * D + j] += dz0[(size_t)t * N + j] * d1[j];
+        }
     mm_back(m, w->m, cv, dcs, dm, LG(m, P_CONDV, l), T, D, COND_RANK);
+    G3(profile_phase)(m, G3_PH_OTHER);
     /* pre_hada_norm, gated residual, post_attn_norm */
     const real gate = sigm(LW(m, P_GATE, l)[0]);
     real *dao = w->d3, *dx0 = w->d5;
@@ -579,6 +789,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
     }
     mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, O);
+    G3(profile_phase)(m, G3_PH_B_ATTN);
     /* attention */
     real *dqr = w->d1, *dkr = w->d6, *dv = w->d7;
     memset(dqr, 0, (size_t)T * Q * sizeof *dqr);
@@ -586,6 +797,31 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     memset(dv, 0, (size_t)T * VV * sizeof *dv);
     const uint32_t win = (m->c.sliding_window && !is_global(m, l)) ? m->c.sliding_window : 0;
     const real sc = (real)1 / sqrt((real)qk);
+#ifndef G3_GENERIC_PRODUCTS
+    /* per head as products: dP = dO v^T, dv += P^T dO, dS, dq += dS k, dk += dS^T q */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        const real *Ph = w->P + (size_t)h * T * T;
+        if (h % (H / KV) == 0) {
+            tg_transpose(w->v + g * vd, VV, w->k2, T, T, vd); /* v^T [vd][T] */
+        }
+        real *dS = w->dPs, *tr = w->PT;
+        gemm(m, dO + h * vd, O, w->k2, T, dS, T, T, T, vd, 0);
+        tg_transpose(Ph, T, tr, T, T, T);
+        gemm(m, tr, T, dO + h * vd, O, dv + g * vd, VV, T, vd, T, 1);
+        for (uint32_t t = 0; t < T; t++) {
+            const real *P = Ph + (size_t)t * T;
+            real *d = dS + (size_t)t * T;
+            const uint32_t s0 = (win && t + 1 > win) ? t + 1 - win : 0;
+            real sum = 0;
+            for (uint32_t s = s0; s <= t; s++) sum += d[s] * P[s];
+            for (uint32_t s = 0; s < T; s++) d[s] = (s < s0 || s > t) ? 0 : P[s] * (d[s] - sum) * sc;
+        }
+        gemm(m, dS, T, w->kr + g * qk, K, dqr + h * qk, Q, T, qk, T, 1);
+        tg_transpose(dS, T, tr, T, T, T);
+        gemm(m, tr, T, w->qr + h * qk, Q, dkr + g * qk, K, T, qk, T, 1);
+    }
+#else
     real *dP = w->tmp;
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
@@ -612,6 +848,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
             }
         }
     }
+#endif
     /* RoPE and q/k norms back to the tapped projections */
     const uint32_t half = qk / 2;
     real *dqc = w->d3, *dkc = w->d5; /* dO is consumed; dx0 moves from d5 to d4 */
@@ -666,6 +903,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         memcpy(bufk, dkc, (size_t)T * K * sizeof *bufk);
         memcpy(bufv, dv, (size_t)T * VV * sizeof *bufv);
     }
+    G3(profile_phase)(m, G3_PH_OTHER);
     mm_back(m, w->a, LW(m, P_WQ, l), bufq, da, LGD(m, P_WQ, l), T, D, Q);
     mm_back(m, w->a, LW(m, P_WK, l), bufk, da, LGD(m, P_WK, l), T, D, K);
     mm_back(m, w->a, LW(m, P_WV, l), bufv, da, LGD(m, P_WV, l), T, D, VV);
@@ -704,21 +942,23 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
     const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
     const real apre = LW(m, P_A_PRE, l)[0], apost = LW(m, P_A_POST, l)[0], ares = LW(m, P_A_RES, l)[0];
     const real *bpre = LW(m, P_B_PRE, l), *bpost = LW(m, P_B_POST, l), *bres = LW(m, P_B_RES, l);
+    G3(profile_phase)(m, G3_PH_F_LANE);
+    for (uint32_t t = 0; t < T; t++) {
+        real *nx = w->nx + (size_t)t * nD;
+        w->nxr[t] = zc_fwd(Xin + (size_t)t * nD, NULL, nD, nx);
+        if (m->a8) fq8(nx, nD); /* nx = _aq(_rms_unit(stream), quant) */
+    }
+    /* the three projections of every token as products, then side by side in prj */
+    real *ppre = w->k1, *ppost = ppre + (size_t)T * n, *pres = ppost + (size_t)T * n;
+    mm(m, w->nx, pp, ppre, T, nD, n);
+    mm(m, w->nx, po, ppost, T, nD, n);
+    mm(m, w->nx, pr, pres, T, nD, nn);
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD;
-        real *nx = w->nx + (size_t)t * nD;
-        w->nxr[t] = zc_fwd(X, NULL, nD, nx);
-        if (m->a8) fq8(nx, nD); /* nx = _aq(_rms_unit(stream), quant) */
         real *prj = w->prj + (size_t)t * (2 * n + nn);
-        for (uint32_t k = 0; k < 2 * n + nn; k++) prj[k] = 0;
-        for (uint32_t c = 0; c < nD; c++) {
-            const real v = nx[c];
-            for (uint32_t i = 0; i < n; i++) {
-                prj[i] += v * pp[(size_t)c * n + i];
-                prj[n + i] += v * po[(size_t)c * n + i];
-            }
-            for (uint32_t k = 0; k < nn; k++) prj[2 * n + k] += v * pr[(size_t)c * nn + k];
-        }
+        memcpy(prj, ppre + (size_t)t * n, n * sizeof *prj);
+        memcpy(prj + n, ppost + (size_t)t * n, n * sizeof *prj);
+        memcpy(prj + 2 * n, pres + (size_t)t * nn, nn * sizeof *prj);
         real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
         for (uint32_t i = 0; i < n; i++) {
             hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
@@ -750,25 +990,26 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
         real *hres = w->hres + (size_t)t * nn;
         const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
         for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
-        real *u = w->u + (size_t)t * D;
-        for (uint32_t c = 0; c < D; c++) {
-            real s = 0;
-            for (uint32_t i = 0; i < n; i++) s += hpre[i] * X[(size_t)i * D + c];
-            u[c] = s;
-        }
+        real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
+        for (uint32_t c = 0; c < D; c++) u[c] = 0;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t c = 0; c < D; c++) u[c] += hpre[i] * X[(size_t)i * D + c];
     }
     block_fwd(m, l, sq, w);
+    G3(profile_phase)(m, G3_PH_F_LANE);
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
         real *y = w->y + (size_t)t * D, *Xo = Xout + (size_t)t * nD;
         for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
-        for (uint32_t i = 0; i < n; i++)
-            for (uint32_t c = 0; c < D; c++) {
-                real s = 0;
-                for (uint32_t j = 0; j < n; j++) s += hres[i * n + j] * X[(size_t)j * D + c];
-                Xo[(size_t)i * D + c] = s + hpost[i] * y[c];
-            }
+        for (uint32_t i = 0; i < n; i++) { /* the sums over j in order, c innermost */
+            real *xo = Xo + (size_t)i * D;
+            for (uint32_t c = 0; c < D; c++) xo[c] = 0;
+            for (uint32_t j = 0; j < n; j++)
+                for (uint32_t c = 0; c < D; c++) xo[c] += hres[i * n + j] * X[(size_t)j * D + c];
+            for (uint32_t c = 0; c < D; c++) xo[c] = xo[c] + hpost[i] * y[c];
+        }
     }
+    G3(profile_phase)(m, G3_PH_OTHER);
 }
 
 /* Backward of lane_fwd (which must have just run for this layer): dXo -> dXi (overwritten). */
@@ -781,6 +1022,7 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
     real *gapre = LG(m, P_A_PRE, l), *gapost = LG(m, P_A_POST, l), *gares = LG(m, P_A_RES, l);
     real *gbpre = LG(m, P_B_PRE, l), *gbpost = LG(m, P_B_POST, l), *gbres = LG(m, P_B_RES, l);
     real *dy = w->dys, *du = w->dus;
+    G3(profile_phase)(m, G3_PH_B_LANE);
     /* the lane write: X' = hres X + hpost y */
     real *dz = w->dzs; /* [T][2n + nn]: d(projection) per token */
     for (uint32_t t = 0; t < T; t++) {
@@ -839,10 +1081,11 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
     /* the block: y = block(u) - u */
     for (size_t i = 0; i < (size_t)T * D; i++) du[i] = -dy[i];
     block_back(m, l, sq, w, dy, du);
+    G3(profile_phase)(m, G3_PH_B_LANE);
     /* the lane read: u = hpre . X, and the projections of nx */
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = du + (size_t)t * D;
-        const real *prj = w->prj + (size_t)t * (2 * n + nn), *nx = w->nx + (size_t)t * nD;
+        const real *prj = w->prj + (size_t)t * (2 * n + nn);
         real *dx = dXi + (size_t)t * nD, *dzt = dz + (size_t)t * (2 * n + nn);
         for (uint32_t i = 0; i < n; i++) {
             real dp = 0;
@@ -855,23 +1098,22 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
             gapre[0] += dzp * prj[i];
             dzt[i] = dzp * apre;
         }
-        real *dnx = w->d1; /* [nD] */
-        for (uint32_t c = 0; c < nD; c++) {
-            real s = 0;
-            const real v = nx[c];
-            for (uint32_t i = 0; i < n; i++) {
-                s += pp[(size_t)c * n + i] * dzt[i] + po[(size_t)c * n + i] * dzt[n + i];
-                gpp[(size_t)c * n + i] += v * dzt[i];
-                gpo[(size_t)c * n + i] += v * dzt[n + i];
-            }
-            for (uint32_t k = 0; k < nn; k++) {
-                s += pr[(size_t)c * nn + k] * dzt[2 * n + k];
-                gpr[(size_t)c * nn + k] += v * dzt[2 * n + k];
-            }
-            dnx[c] = s;
-        }
-        zc_back(X, NULL, nD, w->nxr[t], dnx, dx, NULL);
     }
+    /* the projections' backward for every token as products: dnx [T][nD] in d1 */
+    real *dzpre = w->k1, *dzpost = dzpre + (size_t)T * n, *dzres = dzpost + (size_t)T * n, *dnx = w->d1;
+    for (uint32_t t = 0; t < T; t++) {
+        const real *dzt = dz + (size_t)t * (2 * n + nn);
+        memcpy(dzpre + (size_t)t * n, dzt, n * sizeof *dzt);
+        memcpy(dzpost + (size_t)t * n, dzt + n, n * sizeof *dzt);
+        memcpy(dzres + (size_t)t * nn, dzt + 2 * n, nn * sizeof *dzt);
+    }
+    memset(dnx, 0, (size_t)T * nD * sizeof *dnx);
+    mm_back(m, w->nx, pp, dzpre, dnx, gpp, T, nD, n);
+    mm_back(m, w->nx, po, dzpost, dnx, gpo, T, nD, n);
+    mm_back(m, w->nx, pr, dzres, dnx, gpr, T, nD, nn);
+    for (uint32_t t = 0; t < T; t++)
+        zc_back(Xin + (size_t)t * nD, NULL, nD, w->nxr[t], dnx + (size_t)t * nD, dXi + (size_t)t * nD, NULL);
+    G3(profile_phase)(m, G3_PH_OTHER);
 }
 
 /* ---- engram (Engram.__call__, engram_indices) ----------------------------------------- */
@@ -957,6 +1199,8 @@ static void engram_back(G3(model) * m, const int32_t *ids, uint32_t T, real *e, 
 
 /* ---- the model ------------------------------------------------------------------------- */
 
+static void ws_release(G3(model) * m);
+
 static const char *const FIXED_NAMES[P_FIXED] = {
     "embedding/embedding",
     "stack/final_norm/scale",
@@ -1019,6 +1263,13 @@ void G3(model_free)(G3(model) * m) {
     free(m->t);
     free(m->perm1);
     free(m->perm2);
+    free(m->prof);
+    ws_release(m);
+    if (m->scr) {
+        free(m->scr->wt);
+        free(m->scr->xt);
+    }
+    free(m->scr);
     cpu_pool_free(m->pool);
     free(m);
 }
@@ -1060,11 +1311,14 @@ int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3
     m->tables = c->num_orders * heads;
     m->sub = m->D / (c->num_orders * heads);
     for (uint32_t i = 0; i < c->num_orders; i++) m->dil = c->engram_orders[i] > m->dil ? c->engram_orders[i] : m->dil;
+    m->prof = calloc(1, sizeof *m->prof);
+    m->scr = calloc(1, sizeof *m->scr);
+    m->lv = tg_level_best();
     m->perm1 = malloc(N * sizeof *m->perm1);
     m->perm2 = malloc(N * sizeof *m->perm2);
     m->nt = P_FIXED + E_COUNT * c->num_sites;
     m->t = calloc(m->nt, sizeof *m->t);
-    if (!m->perm1 || !m->perm2 || !m->t) {
+    if (!m->perm1 || !m->perm2 || !m->t || !m->prof || !m->scr) {
         G3(model_free)(m);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -1143,11 +1397,32 @@ int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3
 
 /* ---- work space and the loss ----------------------------------------------------------- */
 
+/* The tensors whose gradient a frozen flag skips (the big ones: DW / LGD above and the
+ * head and embedding rows); the others get theirs whatever the flag says. */
+static int frozen_skipped(uint32_t i) {
+    if (i == P_EMB || (i >= P_WQ && i <= P_WO)) return 1;
+    if (i < P_FIXED) return 0;
+    const uint32_t k = (i - P_FIXED) % E_COUNT;
+    return k == E_TABLE || k == E_KEY || k == E_VALUE;
+}
+
 typedef struct run_ws {
     seq_ws w;
     real *e, *vl, *de, *dvl, *ek, *ev, *dek, *dev, *Xs, *dXa, *dXb, *logits, *xf, *xn, *dxn, *dxf;
+    real *et;   /* [D][OV]: the head's rows transposed, for logits = xn E^T as one product */
+    real *rrow; /* [T]: 1/rms of final_norm per loss row */
     real *block; /* every buffer above lives in this one allocation */
+    uint32_t *rowt; /* [T]: the positions in the loss (mask of the next token != 0) */
 } run_ws;
+
+#define HEAD_ROWS 64 /* loss rows per logits product: [64][OV] floats (2 MB at OV 8192) */
+
+static void ws_release(G3(model) * m) {
+    if (m->ws) free(m->ws->block), free(m->ws->rowt);
+    free(m->ws);
+    m->ws = NULL;
+    m->ws_T = 0;
+}
 
 static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
     const uint32_t D = m->D, n = m->n, nD = n * D, nn = n * n, H = m->H, KV = m->KV;
@@ -1178,68 +1453,29 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
         {&r->w.dys, TD}, {&r->w.dus, TD}, {&r->w.dzs, (size_t)T * pj}, {&r->w.d1, dsz}, {&r->w.d2, dsz},
         {&r->w.d3, dsz}, {&r->w.d4, dsz}, {&r->w.d5, dsz}, {&r->w.d6, dsz}, {&r->w.d7, dsz},
         {&r->w.tmp, dsz + T}, {&r->w.rope_c, (size_t)T * (m->qk / 2)}, {&r->w.rope_s, (size_t)T * (m->qk / 2)},
+        {&r->w.dPs, (size_t)T * T}, {&r->w.PT, (size_t)T * T}, {&r->w.k1, (size_t)T * MX}, {&r->w.k2, (size_t)T * MX}, {&r->w.k3, (size_t)T * N}, {&r->w.k4, (size_t)T * N},
         {&r->e, (size_t)T * E}, {&r->vl, TD}, {&r->de, (size_t)T * E}, {&r->dvl, TD}, {&r->ek, S * TD},
         {&r->ev, S * TD}, {&r->dek, S * TD}, {&r->dev, S * TD}, {&r->Xs, (size_t)(m->L + 1) * T * nD},
-        {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, m->OV}, {&r->xf, TD},
-        {&r->xn, TD}, {&r->dxn, D}, {&r->dxf, D},
+        {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, (size_t)HEAD_ROWS * m->OV}, {&r->xf, TD},
+        {&r->xn, TD}, {&r->dxn, (size_t)HEAD_ROWS * D}, {&r->dxf, D}, {&r->et, (size_t)D * m->OV},
+        {&r->rrow, T},
     };
     const size_t nf = sizeof f / sizeof f[0];
     size_t total = 0;
     for (size_t i = 0; i < nf; i++) total += f[i].n + 1;
     r->block = calloc(total, sizeof *r->block);
-    if (!r->block) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
+    r->rowt = calloc(T, sizeof *r->rowt);
+    if (!r->block || !r->rowt) {
+        free(r->block);
+        free(r->rowt);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
+    }
     size_t off = 0;
     for (size_t i = 0; i < nf; i++) {
         *f[i].p = r->block + off;
         off += f[i].n + 1;
     }
     return 0;
-}
-
-/* The tied output head of one position over the pool: logits[v] = <xn, E[v]> (back = 0);
- * with back = 1 and logits holding dloss/dlogit: dE[v] += g[v] xn (each thread its rows
- * v) and dxn[c] = sum over v of g[v] E[v][c] (each thread its columns c). */
-typedef struct head_job {
-    G3(model) * m;
-    const real *xn;
-    real *logits, *dxn;
-    int back;
-} head_job;
-
-static void head_worker(void *arg, int i, int n) {
-    const head_job *j = arg;
-    const G3(model) *m = j->m;
-    const uint32_t D = m->D;
-    const real *E = m->t[P_EMB].w;
-    uint32_t lo, hi;
-    range_of(m->OV, i, n, &lo, &hi);
-    if (!j->back) {
-        for (uint32_t v = lo; v < hi; v++) {
-            real s = 0;
-            for (uint32_t c = 0; c < D; c++) s += j->xn[c] * E[(size_t)v * D + c];
-            j->logits[v] = s;
-        }
-        return;
-    }
-    for (uint32_t v = m->t[P_EMB].frozen ? hi : lo; v < hi; v++) {
-        real *ge = m->t[P_EMB].g + (size_t)v * D;
-        const real g = j->logits[v];
-        for (uint32_t c = 0; c < D; c++) ge[c] += g * j->xn[c];
-    }
-    range_of(D, i, n, &lo, &hi);
-    for (uint32_t c = lo; c < hi; c++) j->dxn[c] = 0;
-    for (uint32_t v = 0; v < m->OV; v++) {
-        const real g = j->logits[v];
-        for (uint32_t c = lo; c < hi; c++) j->dxn[c] += g * E[(size_t)v * D + c];
-    }
-}
-
-static void run_head(const G3(model) * m, head_job *j, int back) {
-    j->back = back;
-    if (m->pool)
-        cpu_pool_run(m->pool, head_worker, j);
-    else
-        head_worker(j, 0, 1);
 }
 
 int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
@@ -1259,12 +1495,23 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                                    "an output token (out_vocab %u)", ids[(size_t)b * T + t], b, t, m->OV);
         }
     const real denom = (real)(msum > 1 ? msum : 1);
-    run_ws r;
-    const int st = ws_alloc(m, T, &r);
-    if (st) return st;
+    if (!m->ws || m->ws_T != T) { /* a new length: a new work space (kept for the next call) */
+        ws_release(m);
+        m->ws = calloc(1, sizeof *m->ws);
+        m->ws_T = 0;
+        if (!m->ws) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+        const int st = ws_alloc(m, T, m->ws);
+        if (st) {
+            free(m->ws);
+            m->ws = NULL;
+            return st;
+        }
+        m->ws_T = T;
+    }
+    run_ws r = *m->ws;
     if (grads)
         for (uint32_t i = 0; i < m->nt; i++)
-            if (m->t[i].g) memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
+            if (m->t[i].g && !(m->t[i].frozen && frozen_skipped(i))) memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
     const uint32_t D = m->D, n = m->n, nD = n * D, half = m->qk / 2, L = m->L;
     /* precompute_rope_freqs in float32 as the reference */
     for (uint32_t t = 0; t < T; t++)
@@ -1274,13 +1521,21 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             r.w.rope_c[(size_t)t * half + i] = (real)cosf(ang);
             r.w.rope_s[(size_t)t * half + i] = (real)sinf(ang);
         }
+    /* the head's rows transposed once per call (the weights do not change within it) */
+    for (uint32_t v0 = 0; v0 < m->OV; v0 += 32)
+        for (uint32_t c0 = 0; c0 < D; c0 += 32)
+            for (uint32_t v = v0; v < v0 + 32 && v < m->OV; v++)
+                for (uint32_t c = c0; c < c0 + 32 && c < D; c++)
+                    r.et[(size_t)c * m->OV + v] = m->t[P_EMB].w[(size_t)v * D + c];
     const real escale = sqrt((real)D);
     double total = 0;
     for (uint32_t b = 0; b < B; b++) {
         const int32_t *tok = ids + (size_t)b * T;
         const float *mk = mask + (size_t)b * T;
         g3_seq sq = {T, r.ek, r.ev, r.dek, r.dev};
+        G3(profile_phase)(m, G3_PH_F_ENGRAM);
         engram_fwd(m, tok, T, r.e, r.vl, r.ek, r.ev);
+        G3(profile_phase)(m, G3_PH_OTHER);
         for (uint32_t t = 0; t < T; t++)
             for (uint32_t i = 0; i < n; i++)
                 for (uint32_t c = 0; c < D; c++)
@@ -1291,41 +1546,64 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         const real *XL = r.Xs + (size_t)L * T * nD;
         real *dX = r.dXa;
         memset(dX, 0, (size_t)T * nD * sizeof *dX);
-        for (uint32_t t = 0; t + 1 < T; t++) {
-            const real wgt = (real)mk[t + 1];
-            if (wgt == 0) continue;
-            real *xf = r.xf + (size_t)t * D, *xn = r.xn + (size_t)t * D;
+        /* the loss rows, then their logits HEAD_ROWS at a time as products over the pool */
+        G3(profile_phase)(m, G3_PH_HEAD);
+        uint32_t nr = 0;
+        for (uint32_t t = 0; t + 1 < T; t++)
+            if (mk[t + 1] != 0) r.rowt[nr++] = t;
+        for (uint32_t k = 0; k < nr; k++) {
+            const uint32_t t = r.rowt[k];
+            real *xf = r.xf + (size_t)k * D, *xn = r.xn + (size_t)k * D;
             for (uint32_t c = 0; c < D; c++) {
                 real s = 0;
                 for (uint32_t i = 0; i < n; i++) s += XL[(size_t)t * nD + (size_t)i * D + c];
                 xf[c] = s / (real)n;
             }
-            const real rr = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
+            r.rrow[k] = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
             if (m->a8) fq8(xn, D); /* logits = _aq(x, quant) @ head.T */
-            head_job hj = {m, xn, r.logits, r.dxn, 0};
-            run_head(m, &hj, 0);
-            real mx = -INFINITY;
-            for (uint32_t v = 0; v < m->OV; v++) mx = r.logits[v] > mx ? r.logits[v] : mx;
-            real z = 0;
-            for (uint32_t v = 0; v < m->OV; v++) z += exp(r.logits[v] - mx);
-            const real lse = mx + log(z);
-            const uint32_t tgt = (uint32_t)tok[t + 1];
-            total += (double)(wgt * (lse - r.logits[tgt]));
-            if (!grads) continue;
-            for (uint32_t v = 0; v < m->OV; v++) /* dloss/dlogit */
-                r.logits[v] = (exp(r.logits[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
-            run_head(m, &hj, 1);
-            memset(r.dxf, 0, D * sizeof *r.dxf);
-            zc_back(xf, m->t[P_FINAL].w, D, rr, r.dxn, r.dxf, m->t[P_FINAL].g);
-            for (uint32_t i = 0; i < n; i++)
-                for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
         }
+        const uint32_t OV = m->OV;
+        const real *Emb = m->t[P_EMB].w;
+        for (uint32_t k0 = 0; k0 < nr; k0 += HEAD_ROWS) {
+            const uint32_t R = nr - k0 < HEAD_ROWS ? nr - k0 : HEAD_ROWS;
+            const real *xn = r.xn + (size_t)k0 * D;
+            mm(m, xn, r.et, r.logits, R, D, OV);
+            for (uint32_t k = 0; k < R; k++) {
+                const uint32_t t = r.rowt[k0 + k], tgt = (uint32_t)tok[t + 1];
+                const real wgt = (real)mk[t + 1];
+                real *lg = r.logits + (size_t)k * OV;
+                real mx = -INFINITY;
+                for (uint32_t v = 0; v < OV; v++) mx = lg[v] > mx ? lg[v] : mx;
+                real z = 0;
+                for (uint32_t v = 0; v < OV; v++) z += exp(lg[v] - mx);
+                const real lse = mx + log(z);
+                total += (double)(wgt * (lse - lg[tgt]));
+                if (!grads) continue;
+                for (uint32_t v = 0; v < OV; v++) /* dloss/dlogit */
+                    lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
+            }
+            if (!grads) continue;
+            mm(m, r.logits, Emb, r.dxn, R, OV, D); /* dxn = g E */
+            if (!m->t[P_EMB].frozen) /* dE += g^T xn */
+                mm_back(m, r.logits, Emb, xn, NULL, m->t[P_EMB].g, R, OV, D);
+            for (uint32_t k = 0; k < R; k++) {
+                const uint32_t t = r.rowt[k0 + k];
+                memset(r.dxf, 0, D * sizeof *r.dxf);
+                zc_back(r.xf + (size_t)(k0 + k) * D, m->t[P_FINAL].w, D, r.rrow[k0 + k], r.dxn + (size_t)k * D,
+                        r.dxf, m->t[P_FINAL].g);
+                for (uint32_t i = 0; i < n; i++)
+                    for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
+            }
+        }
+        G3(profile_phase)(m, G3_PH_OTHER);
         if (!grads) continue;
         memset(r.dek, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dek);
         memset(r.dev, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dev);
         for (uint32_t l = L; l-- > 0;) {
             const real *Xin = r.Xs + (size_t)l * T * nD;
+            m->prof->recomp = 1;
             lane_fwd(m, l, &sq, &r.w, Xin, r.Xs + (size_t)(l + 1) * T * nD); /* recompute */
+            m->prof->recomp = 0;
             real *dXi = dX == r.dXa ? r.dXb : r.dXa;
             lane_back(m, l, &sq, &r.w, Xin, dX, dXi);
             dX = dXi;
@@ -1338,9 +1616,11 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                 ge[c] += s * escale;
             }
         }
+        G3(profile_phase)(m, G3_PH_B_ENGRAM);
         engram_back(m, tok, T, r.e, r.vl, r.de, r.dvl, r.dek, r.dev);
+        G3(profile_phase)(m, G3_PH_OTHER);
     }
-    free(r.block);
+    G3(profile_phase)(m, G3_PH_OTHER);
     *loss = total / (double)denom;
     return 0;
 }

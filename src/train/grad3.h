@@ -63,13 +63,45 @@ void G3(set_fake_quant)(G3(model) * m, int on);
  * Results are bit-identical for every count. Returns 0 or a negative needle_status. */
 int G3(set_threads)(G3(model) * m, int n);
 
-/* fn(arg, i, n) for i in [0, n) on the model's n threads (n = 1 without a pool) */
+/* fn(arg, i, n) for i in [0, n) on the model's n threads (n = 1 without a pool or m NULL) */
 void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg);
 
 /* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
  * max(sum mask[:, 1:], 1); with grads != 0 every tensor's g is overwritten with dloss/dw.
- * ids: [B][T] token ids (< out_vocab or vocab), mask: [B][T]. */
+ * ids: [B][T] token ids (< out_vocab or vocab), mask: [B][T]. The call's work space stays
+ * in m for the next call of the same T (a new T replaces it; g3_model_free frees it). */
 int G3(loss)(G3(model) *m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
             double *loss);
+
+/* Where a step's time goes: wall seconds per phase since the last reset, each moment
+ * charged to exactly one phase (the products inside the attention, the MLP or the engram
+ * are charged to the products). The forward run again by the backward (recomputation)
+ * is one phase of its own. Costs two clock reads per switch, so it is always on. */
+enum {
+    G3_PH_OTHER,    /* norms, residuals, masks, copies: what no other phase names */
+    G3_PH_QUANT,    /* CQ quantize + dequantize of the weights (lora3) */
+    G3_PH_MERGE,    /* W + scale A B, and putting the base back (lora3) */
+    G3_PH_F_PROD,   /* forward dense products x W */
+    G3_PH_F_ATTN,   /* forward attention, conv taps, q/k norms, RoPE */
+    G3_PH_F_MLP,    /* forward Monarch (Hadamard) MLP without its cond_v product */
+    G3_PH_F_LANE,   /* forward mHC lanes: projections, Sinkhorn, lane mix */
+    G3_PH_F_ENGRAM, /* engram rows, hashing, taps (its products are products) */
+    G3_PH_HEAD,     /* logits, cross-entropy and their backward */
+    G3_PH_RECOMP,   /* the per-layer forward again inside the backward */
+    G3_PH_B_PROD,   /* backward products: dX = dY W^T, dW = X^T dY */
+    G3_PH_B_ATTN,
+    G3_PH_B_MLP,
+    G3_PH_B_LANE,
+    G3_PH_B_ENGRAM,
+    G3_PH_LORA_AB, /* dA = s dW B^T, dB = s A^T dW (lora3) */
+    G3_PH_COUNT
+};
+void G3(profile_reset)(G3(model) * m);
+/* Charges the time since the last switch to the current phase, makes `phase` current and
+ * returns the previous one (to switch back to). */
+int G3(profile_phase)(const G3(model) * m, int phase);
+/* Seconds per phase (G3_PH_COUNT of them), charged up to now. */
+const double *G3(profile)(const G3(model) * m);
+const char *G3(profile_name)(int phase);
 
 #endif

@@ -28,4 +28,21 @@ int g3_cq_weights(g3_model *m, const cq_codebooks *cb);
 int g3_lora_loss(g3_model *m, const train_adapter *ad, const cq_codebooks *cb, const int32_t *ids,
                  const float *mask, uint32_t B, uint32_t T, double *loss, float **dA, float **dB);
 
+/* A LoRA run over base m: what does not change from step to step done once.
+ * g3_lora_prepare checks the adapter's paths and shapes against m, keeps a copy of the
+ * adapted kernels' base values, replaces every other CQ leaf of m by its CQ dequantization
+ * once (cb NULL: float weights, nothing to replace; the 70M engram table values are most
+ * of it) and marks every tensor but the adapted kernels frozen. Each g3_lora_step then
+ * merges W + scale A B into the adapted kernels only, quantizes those (they change with
+ * every update), runs the loss and writes dA / dB, with no allocation of its own after the
+ * first call. Its loss and gradients are bit for bit those of g3_lora_loss on the original
+ * base. g3_lora_finish puts the adapted kernels' base values and the frozen flags back; the
+ * other CQ leaves keep their CQ values (the frozen base of the fine-tuning loss). The
+ * adapter must keep its paths and shapes between prepare and finish; A and B may change. */
+typedef struct g3_lora_prep g3_lora_prep;
+int g3_lora_prepare(g3_model *m, const train_adapter *ad, const cq_codebooks *cb, g3_lora_prep **out);
+int g3_lora_step(g3_lora_prep *p, const train_adapter *ad, const int32_t *ids, const float *mask, uint32_t B,
+                 uint32_t T, double *loss, float **dA, float **dB);
+void g3_lora_finish(g3_lora_prep *p); /* NULL is a no-op */
+
 #endif

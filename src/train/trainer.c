@@ -18,16 +18,37 @@
 
 /* ---- the Needle 3 descriptor ------------------------------------------------------------ */
 
+/* The model and, in a LoRA run, its prepared state (g3_lora_prepare: the frozen CQ leaves
+ * quantized once, so each step re-quantizes only the adapted kernels). */
+typedef struct g3_handle {
+    g3_model *m;
+    g3_lora_prep *prep;
+} g3_handle;
+#define G3M(h) (((g3_handle *)(h))->m)
+
 static int g3d_from_checkpoint(const char *config_json, const st_file *ckpt, void **model) {
     export3_config cfg;
-    const int st = export3_config_parse(config_json, strlen(config_json), &cfg);
+    int st = export3_config_parse(config_json, strlen(config_json), &cfg);
     if (st) return st;
-    return g3_model_from_checkpoint(&cfg, ckpt, (g3_model **)model);
+    g3_handle *h = calloc(1, sizeof *h);
+    if (!h) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    st = g3_model_from_checkpoint(&cfg, ckpt, &h->m);
+    if (st) {
+        free(h);
+        return st;
+    }
+    *model = h;
+    return 0;
 }
-static void g3d_free(void *m) { g3_model_free(m); }
-static uint32_t g3d_count(void *m) { return g3_tensor_count(m); }
-static void g3d_tensor(void *m, uint32_t i, train_param *out) {
-    g3_tensor *t = g3_tensor_at(m, i);
+static void g3d_free(void *h) {
+    if (!h) return;
+    g3_lora_finish(((g3_handle *)h)->prep);
+    g3_model_free(G3M(h));
+    free(h);
+}
+static uint32_t g3d_count(void *h) { return g3_tensor_count(G3M(h)); }
+static void g3d_tensor(void *h, uint32_t i, train_param *out) {
+    g3_tensor *t = g3_tensor_at(G3M(h), i);
     out->name = t->name;
     out->ndim = t->ndim;
     out->shape = t->shape;
@@ -35,19 +56,29 @@ static void g3d_tensor(void *m, uint32_t i, train_param *out) {
     out->w = t->w;
     out->g = t->g;
 }
-static void g3d_set_frozen(void *m, uint32_t i, int frozen) { g3_tensor_at(m, i)->frozen = frozen; }
-static int g3d_loss(void *m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T,
+static void g3d_set_frozen(void *h, uint32_t i, int frozen) { g3_tensor_at(G3M(h), i)->frozen = frozen; }
+static int g3d_loss(void *h, const int32_t *ids, const float *mask, uint32_t B, uint32_t T,
                     int grads, double *loss) {
-    return g3_loss(m, ids, mask, B, T, grads, loss);
+    return g3_loss(G3M(h), ids, mask, B, T, grads, loss);
 }
-static int g3d_lora_loss(void *m, const train_adapter *ad, const cq_codebooks *cb,
+static int g3d_lora_loss(void *h, const train_adapter *ad, const cq_codebooks *cb,
                          const int32_t *ids, const float *mask, uint32_t B, uint32_t T,
                          double *loss, float **dA, float **dB) {
-    return g3_lora_loss(m, ad, cb, ids, mask, B, T, loss, dA, dB);
+    g3_handle *g = h;
+    /* prepared with the same codebooks (the loop passes the same every step) */
+    if (g->prep) return g3_lora_step(g->prep, ad, ids, mask, B, T, loss, dA, dB);
+    return g3_lora_loss(g->m, ad, cb, ids, mask, B, T, loss, dA, dB);
 }
-static int g3d_cq_weights(void *m, const cq_codebooks *cb) { return g3_cq_weights(m, cb); }
-static void g3d_set_quant(void *m, int on) { g3_set_fake_quant(m, on); }
-static int g3d_set_threads(void *m, int n) { return g3_set_threads(m, n); }
+static int g3d_prepare(void *h, const train_adapter *ad, const cq_codebooks *cb) {
+    g3_handle *g = h;
+    if (!ad) return 0; /* full-parameter training: every tensor changes, nothing to keep */
+    g3_lora_finish(g->prep);
+    g->prep = NULL;
+    return g3_lora_prepare(g->m, ad, cb, &g->prep);
+}
+static int g3d_cq_weights(void *h, const cq_codebooks *cb) { return g3_cq_weights(G3M(h), cb); }
+static void g3d_set_quant(void *h, int on) { g3_set_fake_quant(G3M(h), on); }
+static int g3d_set_threads(void *h, int n) { return g3_set_threads(G3M(h), n); }
 
 static const train_generation generation3 = {
     .generation = 3,
@@ -61,7 +92,7 @@ static const train_generation generation3 = {
     .cq_weights = g3d_cq_weights,
     .set_quant = g3d_set_quant,
     .set_threads = g3d_set_threads,
-    .prepare = NULL,
+    .prepare = g3d_prepare,
 };
 
 const train_generation *train_generation_for(int generation) {
