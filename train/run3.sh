@@ -14,12 +14,12 @@
 #                 3.2.8 init, seeded, in the official checkpoint format
 #   4. smoke      the init through `needle export --v3` and `needle run` (answers
 #                 meaningless), once: the chain works before compute is spent on it
-#   5. train      `needle finetune --full` (issue 32's C trainer) from the init, resuming
-#                 from train/work3/ft; its flags are NEEDLE_FINETUNE_ARGS (default below).
-#                 When this build's needle has no `finetune --full` yet the script stops
-#                 here with a message and status 3: stages 1-4 are then ready for it
-#   6. build      models/needle3-default.cact: the trained checkpoint at CQ4 with the
-#                 tokenizer (`needle export --v3`)
+#   5. train      `needle finetune --full` (the C trainer) from the init for MINUTES, then
+#                 SIGINT: the state is saved in train/work3/ft and the script exits 4; the
+#                 next run resumes it. Flags: NEEDLE_FINETUNE_ARGS (default below;
+#                 TRAIN3_EPOCHS, TRAIN3_BATCH, TRAIN3_LR, TRAIN3_MAX_LEN)
+#   6. build      models/needle3-default.cact: built by needle finetune when training ends
+#                 (needle build's code: CQ4, the init's tokenizer)
 #   7. eval       `needle eval` on test2.jsonl and unseen.jsonl (scores by category) and
 #                 the six official environments (tests/official_client/dropin.sh with
 #                 this model)
@@ -84,16 +84,32 @@ if ! "$NEEDLE" help finetune 2>/dev/null | grep -q -- "--full"; then
   echo "  Rerun this script once 'needle help finetune' lists --full."
   exit 3
 fi
-# Provisional flags: the command's interface is being written in issue 32/33; set
-# NEEDLE_FINETUNE_ARGS to what `needle help finetune` documents if they differ.
-read -r -a FT_ARGS <<< "${NEEDLE_FINETUNE_ARGS:---full --checkpoint $WORK/init/init.safetensors \
---data train/data/train3.jsonl --val train/data/test2.jsonl --out $WORK/ft --minutes $MINUTES \
---resume}"
-nice -n 5 "$NEEDLE" finetune "${FT_ARGS[@]}"
+# From scratch: every parameter (--full), float; the data's own 1% held out for the
+# validation loss (the held-out sets of stage 7 are never trained on). The run is bounded
+# by MINUTES: `timeout` sends SIGINT, on which needle finetune saves its state and exits
+# 130; the next run of this script resumes it bit for bit (--resume).
+FT_OUT="$WORK/ft/needle3-full.safetensors"
+mkdir -p "$WORK/ft"
+RESUME=()
+[ -s "$FT_OUT" ] && RESUME=(--resume)
+read -r -a FT_ARGS <<< "${NEEDLE_FINETUNE_ARGS:-train/data/train3.jsonl --full \
+--checkpoint $WORK/init/init.safetensors -w $WORK/init.cact --epochs ${TRAIN3_EPOCHS:-3} \
+--batch-size ${TRAIN3_BATCH:-16} --lr ${TRAIN3_LR:-1e-3} --max-len ${TRAIN3_MAX_LEN:-512} \
+--val-split 0.01 --seed 35 --save-every 10 --no-score -o $FT_OUT --build-out $OUT}"
+set +e
+timeout -s INT "${MINUTES}m" nice -n 5 "$NEEDLE" finetune "${FT_ARGS[@]}" "${RESUME[@]}"
+rc=$?
+set -e
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 130 ]; then
+  echo "run3.sh: stopped after $MINUTES minutes with the state saved in $FT_OUT; rerun to resume"
+  exit 4
+fi
+[ "$rc" -eq 0 ] || exit "$rc"
 
 echo "== 6. build"
-CKPT="${TRAINED_CHECKPOINT:-$WORK/ft/final.safetensors}"
-"$NEEDLE" export "$CKPT" --config "$WORK/init/config.json" --v3 -t "$TOK" -b 4 -o "$OUT"
+# needle finetune built the trained checkpoint into $OUT with needle build's code (CQ4, the
+# init's tokenizer)
+"$NEEDLE" inspect "$OUT" | head -3
 
 echo "== 7. eval"
 for split in test2 unseen; do
