@@ -2,7 +2,7 @@
 # Shared by scripts/fuzz.sh and scripts/fuzz-campaign.sh (sourced, run from the repository
 # root): the build of the libFuzzer targets, their seed directories and their options.
 
-FUZZ_TARGETS=(cact schema regex json_canon chat export hub validation schema_diff openai)
+FUZZ_TARGETS=(cact schema regex json_canon chat export hub validation schema_diff openai train)
 FUZZ_BUILD_DIR=${FUZZ_BUILD:-build-fuzz}
 
 # fuzz_build [TARGET...]: clang, ASan + UBSan, the library instrumented for coverage.
@@ -34,6 +34,23 @@ fuzz_seeds() {
       fi
       echo "$d"
       ;;
+    train)
+      # the training readers' seeds, each file behind its selector byte (fuzz_train.c):
+      # 0 the fine-tuning data lines, 1 small .cact files of both generations, 2 and 3 the
+      # gradient fixtures' Needle 3 and Needle 2 checkpoints
+      local d=$FUZZ_BUILD_DIR/seeds-train i=0 line f
+      mkdir -p "$d"
+      while IFS= read -r line; do
+        i=$((i + 1))
+        { printf '\000'; printf '%s' "$line"; } >"$d/data-$i"
+      done <tests/fixtures/finetune/data.jsonl
+      for f in tests/fixtures/v3/v3c.cact tests/fixtures/tiny_cq2.cact; do
+        { printf '\001'; cat "$f"; } >"$d/cact-$(basename "$f")"
+      done
+      { printf '\002'; cat tests/fixtures/grad_v3/g3b.params.safetensors; } >"$d/ckpt-g3b"
+      { printf '\003'; cat tests/fixtures/grad_v2/g2b.params.safetensors; } >"$d/ckpt-g2b"
+      echo "$d"
+      ;;
     *) echo "tests/fuzz/corpus/$name" ;;
   esac
 }
@@ -45,6 +62,7 @@ fuzz_options() {
     regex) echo "-max_len=256" ;;
     chat) echo "-max_len=2048" ;;
     export) echo "-max_len=16384" ;;
+    train) echo "-max_len=120000" ;;
     schema_diff) echo "-max_len=512" ;;
     *) echo "-max_len=4096" ;;
   esac

@@ -7,7 +7,7 @@
 #                                       whichever comes first); the CI stage, ~2 minutes
 #   scripts/fuzz.sh campaign N [T...]   N executions per target (all targets, or those
 #                                       named: cact schema regex json_canon chat export
-#                                       hub validation schema_diff openai), one
+#                                       hub validation schema_diff openai train), one
 #                                       after the other, growing a working corpus in
 #                                       build-fuzz/corpus/<target>; prints executions,
 #                                       exec/s, coverage and the time taken per target
