@@ -444,7 +444,7 @@ const cli_command cli_finetune = {
     "  -w, --weights FILE      the base .cact: its tokenizer encodes the data and the built\n"
     "                          file carries it (default: $NEEDLE_MODEL, else the cached\n"
     "                          needle3). Without --checkpoint it is also the training base:\n"
-    "                          dequantized (CQ decoded as the official reader does) to OUT's\n"
+    "                          dequantized (every record read as the engine reads it) to OUT's\n"
     "                          .base.safetensors sibling, an official checkpoint\n"
     "  --epochs N              3        --batch-size N   16 (the last batch is the rest)\n"
     "  --lr X                  1e-4     --lora-rank N    16     --lora-alpha X   32\n"

@@ -6,9 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/cq_codebook.h"
-#include "quant/cq_quantize.h"
 #include "quant/mt19937.h"
+#include "train/cact_records.h"
 #include "util/error.h"
 #include "util/fp16.h"
 
@@ -16,7 +15,6 @@
 
 typedef struct builder {
     const cact_file *f;
-    cq_codebooks cb;
     train_checkpoint *ck;
     uint32_t cap;
 } builder;
@@ -72,18 +70,19 @@ static int fp16_into(const cact_tensor *t, float *dst, uint64_t n) {
     return 0;
 }
 
-/* a CQ record [rows][cols] dequantized into dst[rows][cols], or with `transpose` into
- * dst[cols][rows] */
+/* a CQ record [rows][cols] dequantized as the runtime reads it (cq_dequant_row with the
+ * file's codebooks: the base trained on is the network the engine runs) into
+ * dst[rows][cols], or with `transpose` into dst[cols][rows] */
 static int cq_into(builder *b, const cact_tensor *t, uint32_t rows, uint32_t cols, int transpose,
                    float *dst) {
     if (!t) return NEEDLE_ERR_FORMAT;
     if (t->dtype != CACT_CQ || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
         return needle_fail(NEEDLE_ERR_FORMAT, ".cact record %s: want a CQ [%u, %u] matrix", t->name,
                            rows, cols);
-    if (!transpose) return cq_dequantize_matrix(&b->cb, t->data, rows, cols, t->bits, dst);
+    if (!transpose) return cact_record_widen(b->f, t, dst, (uint64_t)rows * cols);
     float *m = malloc((size_t)rows * cols * sizeof *m + 1);
     if (!m) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
-    const int st = cq_dequantize_matrix(&b->cb, t->data, rows, cols, t->bits, m);
+    const int st = cact_record_widen(b->f, t, m, (uint64_t)rows * cols);
     for (uint64_t r = 0; !st && r < rows; r++)
         for (uint64_t c = 0; c < cols; c++) dst[c * rows + r] = m[r * cols + c];
     free(m);
@@ -346,13 +345,7 @@ int train_checkpoint_from_cact(const cact_file *f, train_checkpoint *out) {
     memset(out, 0, sizeof *out);
     if (f->generation != 3) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "not a Needle 3 .cact");
     builder b = {.f = f, .ck = out};
-    int st = cq_codebooks_init(&b.cb, f->group ? f->group : 128);
-    if (st) return st;
-    /* decode with the file's own codebooks (as cact_requantize does) */
-    for (uint32_t bits = 2; bits <= 4; bits++)
-        for (uint32_t k = 0; k < 16; k++) b.cb.levels[bits][k] = f->codebooks[bits][k];
-    b.cb.levels[1][0] = f->codebooks[1][0];
-    b.cb.levels[1][1] = f->codebooks[1][1];
+    int st;
     out->generation = 3;
     out->format_version = TRAIN_CHECKPOINT_FORMAT;
     out->step = -1;

@@ -1,10 +1,10 @@
 /* A Needle 3 .cact as a training base: every record dequantized back to the official
  * checkpoint tensor it was exported from (the inverse of export3_build's naming and
  * layouts: kernels stored [out][in] transposed back to flax's [in][out], the mHC phi
- * matrices back to [L, n*d, lanes], per-layer records stacked into [L, ...]), CQ records
- * decoded with the file's own codebooks as the official reader does
- * (cq_dequantize_matrix), FP16 widened exactly; and the TransformerConfig rebuilt from
- * the header. The probe heads come back too (so a build from it keeps them).
+ * matrices back to [L, n*d, lanes], per-layer records stacked into [L, ...]), every
+ * record read as the runtime reads it (cact_records.h: CQ rows by cq_dequant_row with the
+ * file's codebooks, FP16 widened exactly), so the base trained on is the network the
+ * engine runs; and the TransformerConfig rebuilt from the header. The probe heads come back too (so a build from it keeps them).
  *
  * Refused with a message: a Needle 2 file, a ladder file (its Hadamard permutations
  * split in halves: the training core runs no ladder), a rung whose layers are not all in

@@ -1,10 +1,7 @@
 /* A Needle 3 .cact as the base of the training core: the Needle 3 twin of cact_base2.h.
- * Every record the network reads (the v3 positional layout of docs/spec/NEEDLE3.md §1)
- * widened into the g3 model's float tensors -- CQ records row by row with the runtime's
- * reader (cq_dequant_row), FP16 / FP32 records as the runtime widens them -- and put back
- * in the flax tree's layout (kernels [in][out], mHC phi [L][n*d][m], engram tables
- * [tables][slots][sub]). The Monarch permutations in the file are not read: the model
- * derives the same ones (mt_permutation). The config comes from the header. */
+ * The official checkpoint the file came from (train_checkpoint_from_cact, cact_base.h:
+ * every record read as the runtime reads it, put back in the flax tree's layout), then the
+ * g3 model of it. The config comes from the header. */
 #ifndef NEEDLE_TRAIN_CACT_BASE3_H
 #define NEEDLE_TRAIN_CACT_BASE3_H
 

@@ -8,8 +8,7 @@
 #include "util/error.h"
 #include "util/fp16.h"
 
-/* Every value of record t as the runtime reads it, row-major over its shape, into out. */
-static int widen(const cact_file *f, const cact_tensor *t, float *out, uint64_t numel) {
+int cact_record_widen(const cact_file *f, const cact_tensor *t, float *out, uint64_t numel) {
     uint64_t n = 1;
     for (uint32_t i = 0; i < t->ndim; i++) n *= t->shape[i];
     if (n != numel)
@@ -52,7 +51,7 @@ int cact_record_load(const cact_file *f, uint32_t index, float *dst, uint64_t co
         return needle_fail(NEEDLE_ERR_FORMAT, ".cact record %s: not a stack of %u matrices", t->name, lead);
     float *buf = malloc((count ? count : 1) * sizeof *buf);
     if (!buf) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
-    int st = widen(f, t, buf, count);
+    int st = cact_record_widen(f, t, buf, count);
     if (!st && !transpose) {
         memcpy(dst, buf, count * sizeof *buf);
     } else if (!st) {

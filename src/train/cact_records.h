@@ -1,5 +1,5 @@
 /* Reading one .cact record into float the way the runtime reads it, for the training
- * core's .cact bases (cact_base2.c, cact_base3.c). */
+ * core's .cact bases (cact_base.c, cact_base2.c, cact_base3.c). */
 #ifndef NEEDLE_TRAIN_CACT_RECORDS_H
 #define NEEDLE_TRAIN_CACT_RECORDS_H
 
@@ -13,6 +13,10 @@
  * `lead` stacked blocks of [rows / lead][cols], each written transposed ([cols][rows /
  * lead]: a kernel stored [out][in], mHC phi stored [L*m][n*d]). A record whose size is not
  * `count` is refused (NEEDLE_ERR_FORMAT, naming it). */
+/* Every value of record t of f as the runtime reads it, row-major over its shape, into out
+ * (numel values: anything else is refused with NEEDLE_ERR_FORMAT naming the record). */
+int cact_record_widen(const cact_file *f, const cact_tensor *t, float *out, uint64_t numel);
+
 int cact_record_load(const cact_file *f, uint32_t index, float *dst, uint64_t count, int transpose, uint32_t lead);
 
 #endif
