@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "bench_peak.h"
@@ -32,6 +31,7 @@
 #include "train/grad3.h"
 #include "train/lora3.h"
 #include "train/optim.h"
+#include "util/platform.h"
 
 static const char RELEASED[] =
     "{\"vocab_size\": 8192, \"out_vocab\": 8192, \"d_model\": 768, \"num_heads\": 12, \"num_kv_heads\": 2,"
@@ -244,8 +244,6 @@ int main(int argc, char **argv) {
     if (!full) mac += 3.0 * L * rank * (D * (Q + K + V + O) + O * D);
     const double flop = 2.0 * mac;
     const bench_peak pk = bench_fma_peak(threads > 0 ? threads : 2);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     if (full)
         printf("needle-train-bench: full-parameter training, train/init3.py geometry (d %u, %u layers), float, "
                "batch %dx%d, %d thread(s), %d step(s)\n", cfg.d_model, cfg.num_layers, B, T, threads, steps);
@@ -258,7 +256,7 @@ int main(int argc, char **argv) {
     printf("  CPU time per step (all threads): median %.2f s = %.1f tok per CPU-second\n", med_cpu, tok / med_cpu);
     printf("  dense products ~%.1f GFLOP per step: %.2f GFLOP/s = %.1f%% of the %s FMA peak (%.1f GFLOP/s)\n",
            flop / 1e9, flop / 1e9 / med, 100.0 * flop / 1e9 / med / pk.gflops, pk.isa, pk.gflops);
-    printf("  peak RSS %.0f MiB\n", (double)ru.ru_maxrss / 1024.0);
+    printf("  peak RSS %.0f MiB\n", platform_peak_rss_mb());
     printf("  profile of the last step (wall s, %% of it):\n");
     double in_prof = 0;
     for (int p = 0; p < G3_PH_COUNT; p++) in_prof += prof[p];

@@ -17,6 +17,7 @@
 #include "compat.h"
 #include "train/cact_base.h"
 #include "train/trainer.h"
+#include "util/platform.h"
 
 static volatile sig_atomic_t stop_requested;
 
@@ -168,7 +169,7 @@ static int make_parent_dir(const char *path) {
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     struct stat sb;
     if (stat(dir, &sb) == 0) return 0;
-    if (mkdir(dir, 0777) && errno != EEXIST) {
+    if (platform_mkdir(dir) && errno != EEXIST) {
         fprintf(stderr, "needle: cannot create %s: %s\n", dir, strerror(errno));
         return 1;
     }
