@@ -1,0 +1,119 @@
+/* What the Needle 2 and Needle 3 training cores (grad2.c, grad3.c) share, over the
+ * including file's `real` (float in the library, double in the finite-difference tests
+ * that include a core) and EPS: the A8 fake quantization, the portable dense products with
+ * their work sharing, and the ZC norm with its backward. Static functions, included once by
+ * each core; not a general header. */
+#ifndef NEEDLE_TRAIN_DENSE_REF_H
+#define NEEDLE_TRAIN_DENSE_REF_H
+
+#include <math.h>
+#include <stdint.h>
+
+/* quantize.fake_quant(x, n, 8) in place: symmetric int8 of the n values by their absmax
+ * (round half to even, as jnp.round); the backward is the identity (straight-through) */
+static void fq8(real *x, uint32_t n) {
+    real mx = 0;
+    for (uint32_t i = 0; i < n; i++) mx = fabs(x[i]) > mx ? fabs(x[i]) : mx;
+    const real sc = mx > 0 ? mx / (real)127 : (real)1;
+    for (uint32_t i = 0; i < n; i++) {
+        real q = nearbyint(x[i] / sc);
+        q = q < -128 ? -128 : q > 127 ? 127 : q;
+        x[i] = q * sc;
+    }
+}
+
+/* Work sharing over the model's thread pool (cpu_pool_run): items [0, n) cut into one
+ * contiguous range per thread. Every output element is computed by one thread with the
+ * same operations in the same order as with one thread, so results are bit-identical for
+ * every thread count. */
+typedef struct mm_job {
+    const real *x, *W, *dy;
+    real *y, *dx, *dW;
+    uint32_t T, in, out;
+    int back;
+} mm_job;
+
+static void range_of(uint32_t n, int i, int nt, uint32_t *lo, uint32_t *hi) {
+    *lo = (uint32_t)((uint64_t)n * (uint32_t)i / (uint32_t)nt);
+    *hi = (uint32_t)((uint64_t)n * (uint32_t)(i + 1) / (uint32_t)nt);
+}
+
+/* y[t] = x[t] @ W for t in [t0, t1) */
+static void mm_rows(const mm_job *j, uint32_t t0, uint32_t t1) {
+    for (uint32_t t = t0; t < t1; t++) {
+        real *yt = j->y + (size_t)t * j->out;
+        for (uint32_t o = 0; o < j->out; o++) yt[o] = 0;
+        for (uint32_t i = 0; i < j->in; i++) {
+            const real xi = j->x[(size_t)t * j->in + i];
+            const real *wr = j->W + (size_t)i * j->out;
+            for (uint32_t o = 0; o < j->out; o++) yt[o] += xi * wr[o];
+        }
+    }
+}
+
+/* dx[t] += dy[t] @ W^T for t in [t0, t1) */
+static void mm_back_x(const mm_job *j, uint32_t t0, uint32_t t1) {
+    for (uint32_t t = t0; t < t1; t++) {
+        const real *dyt = j->dy + (size_t)t * j->out;
+        for (uint32_t i = 0; i < j->in; i++) {
+            const real *wr = j->W + (size_t)i * j->out;
+            real acc = 0;
+            for (uint32_t o = 0; o < j->out; o++) acc += dyt[o] * wr[o];
+            j->dx[(size_t)t * j->in + i] += acc;
+        }
+    }
+}
+
+/* dW[i] += sum over t of x[t][i] dy[t] for i in [i0, i1) */
+static void mm_back_w(const mm_job *j, uint32_t i0, uint32_t i1) {
+    for (uint32_t t = 0; t < j->T; t++) {
+        const real *dyt = j->dy + (size_t)t * j->out;
+        for (uint32_t i = i0; i < i1; i++) {
+            const real xi = j->x[(size_t)t * j->in + i];
+            real *dwr = j->dW + (size_t)i * j->out;
+            for (uint32_t o = 0; o < j->out; o++) dwr[o] += xi * dyt[o];
+        }
+    }
+}
+
+static void mm_worker(void *arg, int i, int n) {
+    const mm_job *j = arg;
+    uint32_t lo, hi;
+    range_of(j->T, i, n, &lo, &hi);
+    if (!j->back) {
+        mm_rows(j, lo, hi);
+        return;
+    }
+    if (j->dx) mm_back_x(j, lo, hi);
+    range_of(j->in, i, n, &lo, &hi);
+    if (j->dW) mm_back_w(j, lo, hi);
+}
+
+static real sigm(real z) { return (real)1 / ((real)1 + exp(-z)); }
+
+/* y = (1 + s) * x / sqrt(mean(x^2) + eps) over n (s NULL: rms_unit); returns 1/rms */
+static real zc_fwd(const real *x, const real *s, uint32_t n, real *y) {
+    real ms = 0;
+    for (uint32_t i = 0; i < n; i++) ms += x[i] * x[i];
+    const real r = (real)1 / sqrt(ms / (real)n + (real)EPS);
+    for (uint32_t i = 0; i < n; i++) y[i] = (s ? (real)1 + s[i] : (real)1) * x[i] * r;
+    return r;
+}
+
+/* dx += d(zc)/dx . dy, ds += d/ds (either may be NULL) */
+static void zc_back(const real *x, const real *s, uint32_t n, real r, const real *dy, real *dx, real *ds) {
+    real dot = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const real g = dy[i] * (s ? (real)1 + s[i] : (real)1);
+        dot += g * x[i];
+        if (ds) ds[i] += dy[i] * x[i] * r;
+    }
+    if (!dx) return;
+    const real k = dot * r * r * r / (real)n;
+    for (uint32_t i = 0; i < n; i++) {
+        const real g = dy[i] * (s ? (real)1 + s[i] : (real)1);
+        dx[i] += g * r - x[i] * k;
+    }
+}
+
+#endif
