@@ -111,8 +111,17 @@ static void fq_worker(void *arg, int i, int n) {
         group_share(j, i, n < 64 ? n : 64);
 }
 
+static void run_g3(const void *core, void (*fn)(void *arg, int i, int n), void *arg) {
+    g3_run_parallel(core, fn, arg);
+}
+
 int g3_cq_fake_quant(const g3_model *m, const cq_codebooks *cb, uint32_t bits, float *w, uint64_t lines,
                      uint32_t cols, uint64_t line_stride, uint64_t col_stride) {
+    return train_cq_fake_quant(run_g3, m, cb, bits, w, lines, cols, line_stride, col_stride);
+}
+
+int train_cq_fake_quant(train_run_fn run, const void *m, const cq_codebooks *cb, uint32_t bits, float *w,
+                        uint64_t lines, uint32_t cols, uint64_t line_stride, uint64_t col_stride) {
     const uint32_t G = cb->group, nlev = cq_levels(bits);
     if (!nlev || !G || G > MAX_GROUP || (G & (G - 1)) || G % 8)
         return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "CQ width %u / group %u not supported", bits, G);
@@ -157,10 +166,10 @@ int g3_cq_fake_quant(const g3_model *m, const cq_codebooks *cb, uint32_t bits, f
         j.g = rg;
         if (j.single) memset(rot, 0, groups * G * sizeof *rot);
         j.step = 0;
-        g3_run_parallel(m, fq_worker, &j);
+        run(m, fq_worker, &j);
         for (int i = 0; i < 64; i++) j.bad_t[i] = -1;
         j.step = 1;
-        g3_run_parallel(m, fq_worker, &j);
+        run(m, fq_worker, &j);
         int64_t bad = -1;
         for (int i = 0; i < 64; i++)
             if (j.bad_t[i] >= 0 && (bad < 0 || j.bad_t[i] < bad)) bad = j.bad_t[i];
@@ -175,7 +184,7 @@ int g3_cq_fake_quant(const g3_model *m, const cq_codebooks *cb, uint32_t bits, f
         j.g = dg;
         if (j.single) memset(x, 0, groups * G * sizeof *x);
         j.step = 0;
-        g3_run_parallel(m, fq_worker, &j);
+        run(m, fq_worker, &j);
         for (uint64_t r = 0; r < nl; r++) {
             float *dst = w + (r0 + r) * line_stride;
             const float *src = x + r * pad;

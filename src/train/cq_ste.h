@@ -19,6 +19,12 @@
  * each cut into groups of cb->group along c (the last one zero-padded), replaced in place
  * by their CQ dequantization at `bits`. NEEDLE_ERR_INVALID_ARGUMENT (with the line and
  * column) for a value that is not finite or a group norm beyond float16. */
+/* The same for either core: `run` shares fn(arg, i, n) among the threads of `core`
+ * (g3_run_parallel or g2_run_parallel behind a cast of the core to const void *). */
+typedef void (*train_run_fn)(const void *core, void (*fn)(void *arg, int i, int n), void *arg);
+int train_cq_fake_quant(train_run_fn run, const void *core, const cq_codebooks *cb, uint32_t bits, float *w,
+                        uint64_t lines, uint32_t cols, uint64_t line_stride, uint64_t col_stride);
+
 int g3_cq_fake_quant(const g3_model *m, const cq_codebooks *cb, uint32_t bits, float *w, uint64_t lines,
                      uint32_t cols, uint64_t line_stride, uint64_t col_stride);
 

@@ -5,67 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/cq_quantize.h"
+#include "train/cq_ste.h"
 #include "util/error.h"
 
-/* quantize.cq_quantize of rows x cols (groups along cols) in place, the rows shared among
- * the model's threads (each row is quantized on its own, so the split does not change it) */
-typedef struct cq_job {
-    const cq_codebooks *cb;
-    float *w;
-    uint32_t rows, cols;
-    int st[64];
-} cq_job;
-
-static void cq_worker(void *arg, int i, int n) {
-    cq_job *j = arg;
-    const uint32_t r0 = (uint32_t)((uint64_t)j->rows * (uint32_t)i / (uint32_t)n);
-    const uint32_t r1 = (uint32_t)((uint64_t)j->rows * (uint32_t)(i + 1) / (uint32_t)n);
-    int st = 0;
-    if (r1 > r0) {
-        float *w = j->w + (size_t)r0 * j->cols;
-        const uint64_t bytes = cq_blob_bytes(r1 - r0, j->cols, G2_CQ_WEIGHT_BITS, G2_CQ_GROUP);
-        uint8_t *blob = bytes ? malloc(bytes) : NULL;
-        st = blob ? cq_quantize_matrix(j->cb, w, r1 - r0, j->cols, G2_CQ_WEIGHT_BITS, blob, NULL, NULL)
-                  : NEEDLE_ERR_OUT_OF_MEMORY;
-        if (!st) st = cq_dequantize_matrix(j->cb, blob, r1 - r0, j->cols, G2_CQ_WEIGHT_BITS, w);
-        free(blob);
-    }
-    if (i < 64) j->st[i] = st;
-}
-
-static int cq_rows(const g2_model *m, const cq_codebooks *cb, float *w, uint32_t rows, uint32_t cols) {
-    cq_job j;
-    memset(&j, 0, sizeof j);
-    j.cb = cb, j.w = w, j.rows = rows, j.cols = cols;
-    g2_run_parallel(m, cq_worker, &j);
-    /* a worker's message stays on its thread: say it again here */
-    for (int i = 0; i < 64; i++)
-        if (j.st[i])
-            return i == 0 ? j.st[i]
-                   : j.st[i] == NEEDLE_ERR_OUT_OF_MEMORY
-                       ? needle_fail(j.st[i], "out of memory")
-                       : needle_fail(j.st[i], "CQ quantization of the merged weights failed (a weight that is not "
-                                              "finite, or a group norm beyond float16)");
-    return 0;
+/* CQ fake quantization on the model's threads (train/cq_ste.h, shared with lora3.c) */
+static void run_g2(const void *core, void (*fn)(void *arg, int i, int n), void *arg) {
+    g2_run_parallel(core, fn, arg);
 }
 
 /* [lead][in][out] grouped along `in` (a kernel or mHC phi: _reduces_second_last) */
 static int cq_second_last(const g2_model *m, const cq_codebooks *cb, float *w, uint64_t lead, uint32_t in,
                           uint32_t out) {
-    float *tr = malloc((size_t)in * out * sizeof *tr);
-    if (!tr) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     int st = 0;
-    for (uint64_t l = 0; l < lead && !st; l++) {
-        float *mat = w + l * in * out;
-        for (uint32_t i = 0; i < in; i++)
-            for (uint32_t o = 0; o < out; o++) tr[(size_t)o * in + i] = mat[(size_t)i * out + o];
-        st = cq_rows(m, cb, tr, out, in);
-        for (uint32_t i = 0; i < in && !st; i++)
-            for (uint32_t o = 0; o < out; o++) mat[(size_t)i * out + o] = tr[(size_t)o * in + i];
-    }
-    free(tr);
+    for (uint64_t l = 0; l < lead && !st; l++)
+        st = train_cq_fake_quant(run_g2, m, cb, G2_CQ_WEIGHT_BITS, w + l * in * out, out, in, 1, out);
     return st;
+}
+
+/* rows x cols grouped along cols (the embeddings) */
+static int cq_rows(const g2_model *m, const cq_codebooks *cb, float *w, uint32_t rows, uint32_t cols) {
+    return train_cq_fake_quant(run_g2, m, cb, G2_CQ_WEIGHT_BITS, w, rows, cols, cols, 1);
 }
 
 static int ends_with(const char *s, const char *suffix) {
