@@ -2,14 +2,14 @@
 # The CUDA backend on a machine with an NVIDIA GPU, in one go (about 3-8 minutes):
 #   1. builds with -DNEEDLE_CUDA=ON (build-cuda);
 #   2. `needle devices` (the GPU must be listed and be the default);
-#   3. every CUDA operation against the CPU on random inputs (tests/test_backend_ops.c,
+#   3. every CUDA operation against the CPU on random inputs (tests/kernels/test_backend_ops.c,
 #      tolerances stated there) and the whole forward pass (logits within 1e-3, identical
 #      greedy tokens);
-#   4. the parity suite forced onto CUDA (NEEDLE_BACKEND=cuda tests/test_parity: logits
+#   4. the parity suite forced onto CUDA (NEEDLE_BACKEND=cuda tests/parity/test_parity: logits
 #      within 1e-3 x max|logit| of the official JAX reference at every position, by
 #      prefill and by one-token steps, identical greedy continuations);
 #   5. Needle 3 on CUDA: the v3 ops (attention3, monarch_mlp) against the CPU's and the
-#      whole forward on the v3 fixtures (tests/test_backend_ops3.c), then parity with the
+#      whole forward on the v3 fixtures (tests/kernels/test_backend_ops3.c), then parity with the
 #      official 3.2.8 forward on every v3 model and rung forced onto CUDA (test_v3's
 #      test_parity_gpu; also the released geometry when NEEDLE_V3_PARITY_DIR holds it);
 #   6. the whole ctest suite (auto selection picks CUDA);

@@ -2,7 +2,7 @@
  * (model/build.py) in C: an official Needle 3 checkpoint, optionally with a LoRA adapter
  * merged into it and cut to an N-layer ladder rung, exported as CQ4 with the base
  * archive's tokenizer and the KV-budget window; byte-identical to the official build of
- * the same inputs (tests/test_build.c, fixtures from tests/reference/make_build_fixtures).
+ * the same inputs (tests/parity/test_build.c, fixtures from tests/reference/make_build_fixtures).
  *
  * Where the official build downloads "the published base archive" (for its tokenizer,
  * and as the output when there is nothing to merge or cut), this one takes it from

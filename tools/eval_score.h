@@ -1,6 +1,6 @@
 /* eval_score.h: the model-free half of `needle eval`: reading one example of the
  * fine-tuning data format (spec §7) and scoring predicted tool calls against the
- * expected ones. No engine calls here, so tests/test_eval.c checks every metric on
+ * expected ones. No engine calls here, so tests/unit/test_eval.c checks every metric on
  * hand-made pairs.
  *
  * An example is one JSON object per line:

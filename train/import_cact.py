@@ -10,7 +10,7 @@ train.py writes) and OUT/tok.model. The weights are dequantized as the runtime d
 point of the CQ quantizer (see cq_weights), FP16 tensors widened, and mapped back into
 the tree the official exporter's `_tensors` reads them from (the inverse of its
 transposes and reshapes). Re-exported with the rebuilt tokenizer, the result is the
-same bytes as the input (tests/test_import_cact.py checks it on models/needle-demo.cact).
+same bytes as the input (tests/integration/test_import_cact.py checks it on models/needle-demo.cact).
 
 The tokenizer blob keeps pieces, scores and types; the SentencePiece model is rebuilt
 with the trainer settings of train_tokenizer.py (BPE, identity normalization, dummy

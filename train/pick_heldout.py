@@ -1,4 +1,4 @@
-"""Picks the held-out cases of tests/test_demo.c: lines of the test split that the
+"""Picks the held-out cases of tests/integration/test_demo.c: lines of the test split that the
 shipped model answers exactly through the engine, chosen to cover every kind of answer
 (refusals, two calls, copied strings, converted numbers, enums and booleans).
 

@@ -14,7 +14,7 @@ TOOLS and ANSWERS are compact JSON (no spaces after , and :) with non-ASCII char
 written as themselves; the system and reasoning blocks appear only when their stripped
 text is not empty. The engine builds the same prompt at inference (src/agent/prompt.c:
 prompt_prefix_ids writes the system block, then the user turn up to </tools>), and
-tests/test_render3.py checks this renderer against the official one byte for byte.
+tests/parity/test_render3.py checks this renderer against the official one byte for byte.
 
     python train/render3.py DATA.jsonl [--limit N]   # prints prompt and target of each
 """

@@ -43,6 +43,6 @@ cp train/data/tools.json models/needle-demo.tools.json
 for split in test test2 unseen; do
   ./build/needle eval --weights models/needle-demo.cact "train/data/$split.jsonl"
 done
-# the end-to-end cases of tests/test_demo.c: held-out queries this model answers exactly
+# the end-to-end cases of tests/integration/test_demo.c: held-out queries this model answers exactly
 "$PY" train/pick_heldout.py --needle build/needle --weights models/needle-demo.cact \
   --data train/data/test2.jsonl

@@ -47,7 +47,7 @@ typedef uint32_t nm_u32;
  * IEEE operation per statement, no a*b+c in one expression (so no compiler fuses it into an
  * fma: GCC does not contract in ISO C mode, clang only within an expression), bit
  * manipulation for the powers of two. Cody-Waite reduction and minimax polynomials in the
- * style of Cephes; the bounds are checked in tests/test_lanes.c. CUDA and Metal keep their
+ * style of Cephes; the bounds are checked in tests/kernels/test_lanes.c. CUDA and Metal keep their
  * native exp/log (NM_LSE_EXP/NM_LSE_LOG below). */
 #if !defined(__METAL_VERSION__) && !defined(__CUDACC__)
 typedef union nm_bits {

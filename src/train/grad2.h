@@ -9,7 +9,7 @@
  * Memory: the forward keeps only the lane stream at each layer boundary (per sequence);
  * the backward recomputes one layer at a time (activation checkpointing).
  *
- * Compiled for float (the library) and, by tests/test_train_ops2.c, for double through
+ * Compiled for float (the library) and, by tests/kernels/test_train_ops2.c, for double through
  * the G2_REAL / G2 macros (finite differences need double). */
 #ifndef NEEDLE_TRAIN_GRAD2_H
 #define NEEDLE_TRAIN_GRAD2_H

@@ -8,7 +8,7 @@
  * lane stream at each layer boundary (per sequence); the backward recomputes one layer at
  * a time (activation checkpointing), so activations are O(L*T*n*D + one layer).
  *
- * Compiled for float (the library) and, by tests/test_train_ops.c, for double through the
+ * Compiled for float (the library) and, by tests/kernels/test_train_ops.c, for double through the
  * G3_REAL / G3 macros (finite differences need double). */
 #ifndef NEEDLE_TRAIN_GRAD3_H
 #define NEEDLE_TRAIN_GRAD3_H

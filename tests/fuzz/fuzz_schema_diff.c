@@ -1,9 +1,9 @@
-/* libFuzzer target: the differential schema fuzzer (tests/schema_diff.c) steered by the
+/* libFuzzer target: the differential schema fuzzer (tests/common/schema_diff.c) steered by the
  * input. The input's bytes are the random choices (then a stream seeded from them): which
  * keywords a schema gets, the values of its enums, which byte or piece each walk step
  * takes and where the walk stops. A refusal must name the tool and the path; an accepted
  * schema must never trap a walk, and every completed call must satisfy its schema by the
- * independent validator of tests/schema_check.c. A finding aborts with its tools JSON and
+ * independent validator of tests/common/schema_check.c. A finding aborts with its tools JSON and
  * text on stderr. */
 #include <locale.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/) from the
-existing test cases: the value tables of tests/test_grammar.c (schema + values that must
+existing test cases: the value tables of tests/unit/test_grammar.c (schema + values that must
 be accepted), the held-out demo examples (tools, query, answers) and the json_canon cases.
 Rerun after changing those tests; files are named by the SHA-1 of their content, as
 libFuzzer names the inputs it adds."""

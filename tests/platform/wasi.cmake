@@ -10,16 +10,7 @@ file(GENERATE OUTPUT ${NEEDLE_TEST_CLI}
                    WORLD_READ WORLD_EXECUTE)
 set(NEEDLE_WASI_TESTS test_format3 test_tokenizer test_kernels test_simd test_parity)
 foreach(name ${NEEDLE_WASI_TESTS})
-  add_executable(${name} ${name}.c harness.c)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
-  target_compile_options(${name} PRIVATE ${NEEDLE_WARNINGS})
-  target_compile_definitions(${name} PRIVATE _POSIX_C_SOURCE=200809L
-                             NEEDLE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-  target_link_libraries(${name} PRIVATE needle_static PkgConfig::CJSON)
-  if(name STREQUAL "test_simd")
-    # the simd128 kernels (NEEDLE_WASM_SIMD) against the portable ones
-    target_sources(${name} PRIVATE cq_test_matrix.c)
-  endif()
+  needle_test_executable(${name}) # test_simd: the simd128 kernels against the portable ones
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS platform TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "NEEDLE_FIXTURES=${CMAKE_CURRENT_SOURCE_DIR}/fixtures;NEEDLE_PARITY_SKIP=full_")

@@ -11,7 +11,7 @@ functions return on seeded token sequences:
 
 in float32 on CPU, with W the header's kv_window (sequences both shorter and longer than
 it), no sinks, no PAD tokens. Output: tests/fixtures/heads/<model>.json (a folder of its
-own: tests/test_parity.c reads every .json directly in tests/fixtures as a model fixture).
+own: tests/parity/test_parity.c reads every .json directly in tests/fixtures as a model fixture).
 
 Usage: make_head_fixtures.py [FIXTURE_DIR] [--models tinyb_mixed,tiny_mixed,...]
 """

@@ -1,5 +1,5 @@
 """Writes tests/fixtures/train3/tok4096.cases: texts and the ids SentencePiece gives them
-with train/data/needle3-tok4096.model, for tests/test_tokenizer3_data.c (needle's C
+with train/data/needle3-tok4096.model, for tests/parity/test_tokenizer3_data.c (needle's C
 tokenizer must give the same ids). One JSON array [text, [ids...]] a line. The texts:
 rendered prompts and targets of composed training examples and of the held-out sets,
 every non-ASCII answer value of test2/unseen, the tokenizer's alphabet lines and a few

@@ -2,7 +2,7 @@
 vocabulary contributes to the text, one token id per line, hex-encoded. U+2581 becomes a
 space, byte pieces <0xNN> their byte; control, unknown and marker pieces (ids 0-13) are
 empty, because the grammar mask must never let a marker into the call JSON.
-Used by tests/test_grammar_walk.c (mask versus brute force, mask timing).
+Used by tests/unit/test_grammar_walk.c (mask versus brute force, mask timing).
 Run: python3 -m venv /tmp/spv && /tmp/spv/bin/pip install sentencepiece &&
      /tmp/spv/bin/python tests/reference/make_token_bytes.py [path/to/needle-bpe8192.model]"""
 import os

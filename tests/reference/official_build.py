@@ -4,7 +4,7 @@ the "published base archive" it would download is BASE instead.
 
     official_build.py CHECKPOINT ADAPTER|- BASE OUT [LAYERS]
 
-Used by tests/test_build.c (under the pinned venv tests/reference/.venv3; skipped
+Used by tests/parity/test_build.c (under the pinned venv tests/reference/.venv3; skipped
 without it) to build adapters written by this project with the official code."""
 import argparse
 import os

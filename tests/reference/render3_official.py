@@ -1,5 +1,5 @@
 """Renders examples with the official 3.x fine-tuner's render_example (cactus-needle 3.2.8)
-for tests/test_render3.py: JSON lines of examples on stdin, JSON lines of
+for tests/parity/test_render3.py: JSON lines of examples on stdin, JSON lines of
 {"prompt", "target"} on stdout. Run with the reference venv's python (tests/reference/.venv3).
 """
 import json

@@ -1,6 +1,6 @@
 /* The CPU backend's operations (backend.h): plain C float32 over host memory, CQ products
  * through the session's thread pool and the dispatch table of kernels/cpu. This is the
- * reference: every other backend is tested against these (tests/test_backend_ops.c), and
+ * reference: every other backend is tested against these (tests/kernels/test_backend_ops.c), and
  * the arithmetic is exactly that of the original single-file forward pass.
  *
  * Threads. Besides the CQ products, the per-token ops of a prefill chunk (lane norm, read

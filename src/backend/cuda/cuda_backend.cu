@@ -22,7 +22,7 @@
  *                 k_monarch (a block per token, the Kronecker products in shared memory;
  *                 the permutations uploaded with the weights).
  * Reductions run in a different order than the CPU, so results agree to float rounding
- * (tests/test_backend_ops.c states the tolerances).
+ * (tests/kernels/test_backend_ops.c states the tolerances).
  *
  * Errors: kernels launch asynchronously; a failure is remembered in the session and
  * reported by ops->finish at the end of the forward pass (NEEDLE_ERR_BACKEND).

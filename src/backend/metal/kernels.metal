@@ -1,7 +1,7 @@
 // The Metal kernels: one `kernel` per function of nk_kernels.h, one thread per item.
 //
 // The arithmetic is in nk_kernels.h, written in the common subset of MSL and C
-// (metal_compat.h), so it is compiled and tested as C on Linux (tests/test_backend_ops.c,
+// (metal_compat.h), so it is compiled and tested as C on Linux (tests/kernels/test_backend_ops.c,
 // "metal-c"). This file only binds buffers: the argument block at index 0, b0..b8 at
 // 1..9, the model's float tensors at 10. The host (metal_backend.m) compiles the three
 // files as one source, embedded at build time, with fast math off.

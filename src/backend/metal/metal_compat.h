@@ -5,7 +5,7 @@
  * (`ulong` where a KV-cache offset may pass 2^32), math through NK_* wrappers. Under the
  * Metal compiler (__METAL_VERSION__ defined) the macros expand to MSL; anywhere else to C,
  * so the very same functions are compiled and tested on Linux against the CPU backend
- * (metal_emu.c, tests/test_backend_ops.c). The Metal library must be built without fast
+ * (metal_emu.c, tests/kernels/test_backend_ops.c). The Metal library must be built without fast
  * math (MTLCompileOptions.mathMode = safe) for the two to agree to float rounding. */
 #ifndef NEEDLE_METAL_COMPAT_H
 #define NEEDLE_METAL_COMPAT_H

@@ -1,7 +1,7 @@
 /* The device layer of metal_ops.h in plain C, for Linux: "session memory" is host memory
  * and a dispatch runs the kernel function of nk_kernels.h for gid = 0 .. n_items - 1 in a
  * loop, which is what the GPU runs one thread per item. Built only into
- * tests/test_backend_ops.c ("metal-c"), where it is compared with the CPU backend, so the
+ * tests/kernels/test_backend_ops.c ("metal-c"), where it is compared with the CPU backend, so the
  * Metal kernels' arithmetic is tested on machines without Metal. */
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
 /* The Metal backend's operations (backend.h) as dispatches of the kernels in nk_kernels.h
  * through the device layer (metal_ops.h). Shared by the real Metal build (macOS) and the
- * C build of the kernels that tests/test_backend_ops.c checks against the CPU on Linux.
+ * C build of the kernels that tests/kernels/test_backend_ops.c checks against the CPU on Linux.
  *
  * Order: the device layer runs dispatches in the order they are queued. Host-visible
  * staging buffers (token ids, engram slots, RoPE angles, logits) are only written or read

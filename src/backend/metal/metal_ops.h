@@ -3,7 +3,7 @@
  *                   (shared: the same file drives the GPU on macOS and the C build of the
  *                   kernels on Linux);
  *   the device layer, below: metal_backend.m (Objective-C, Metal) on macOS, or
- *                   metal_emu.c (runs nk_kernels.h in C loops) in tests/test_backend_ops.c.
+ *                   metal_emu.c (runs nk_kernels.h in C loops) in tests/kernels/test_backend_ops.c.
  * Every pointer metal_ops.c hands the device layer is a host-visible address: session
  * memory from nk_dev_alloc (shared-storage buffers on Apple GPUs), the model's mapped
  * image, its float arena or its codebooks; the device layer maps each to a buffer and an

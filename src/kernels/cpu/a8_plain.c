@@ -1,5 +1,5 @@
 /* Portable W·A8 kernels (see a8.h), the level selection, and the threaded batch driver.
- * Every SIMD level is tested bit for bit against these (tests/test_a8.c). */
+ * Every SIMD level is tested bit for bit against these (tests/kernels/test_a8.c). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>

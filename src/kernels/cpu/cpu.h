@@ -12,7 +12,7 @@
  * before its table is handed out. cpu_kernels_best() picks the best level once, which
  * the environment variable NEEDLE_CPU=scalar|avx2|avx512|neon can lower (an unsupported or
  * unknown request falls back to the best supported level). Every SIMD kernel is tested
- * against the plain one (tests/test_simd.c).
+ * against the plain one (tests/kernels/test_simd.c).
  *
  * Threads. A `cpu_pool` owns n-1 worker threads; the caller of cpu_pool_run is thread
  * 0. Workers spin briefly after each run and then sleep on a condition variable, so

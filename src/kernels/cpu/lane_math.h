@@ -3,7 +3,7 @@
  * Hadamard MLP (§3.7).
  *
  * Same operations as nm_sinkhorn with nm_exp_poly / nm_log_poly (kernels/nmath.h), lane by
- * lane, so the results are bit-identical to it (tests/test_lanes.c): a row step is the
+ * lane, so the results are bit-identical to it (tests/kernels/test_lanes.c): a row step is the
  * column step on the transposed matrix, and a column step reduces the four row vectors
  * element-wise in the order the scalar loop sums its rows. Only baseline instructions
  * (SSE2 on x86-64, NEON on aarch64): no run-time dispatch, and no fma anywhere (the scalar

@@ -6,7 +6,7 @@
  * exactly the bits of the portable code (nm_sinkhorn, nm_rms_unit, and the loops of
  * backend/cpu/ops.c): the same multiplies and adds in the same order, no fma, so a token's
  * lanes do not depend on the kernel level's batch, the chunking or the thread count
- * (tests/test_lanes.c compares them bit for bit). */
+ * (tests/kernels/test_lanes.c compares them bit for bit). */
 #ifndef NEEDLE_KERNELS_CPU_LANE_WIDE_H
 #define NEEDLE_KERNELS_CPU_LANE_WIDE_H
 

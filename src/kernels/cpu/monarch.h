@@ -6,7 +6,7 @@
  * Arithmetic: the plain kernels sum each output's terms in index order with a separate
  * multiply and add (what the original loops computed); the SIMD ones use fused
  * multiply-adds in the same order, so they agree with the plain ones to float rounding
- * (tests/test_monarch_kernels.c) and depend only on their inputs. */
+ * (tests/kernels/test_monarch_kernels.c) and depend only on their inputs. */
 #ifndef NEEDLE_KERNELS_CPU_MONARCH_H
 #define NEEDLE_KERNELS_CPU_MONARCH_H
 

@@ -15,7 +15,7 @@
   synthetic tool named like an unseen or official-environment tool, every new kind of
   example present (synthetic tools, near misses, negations), determinism by seed.
 
-    python3 tests/test_gen_data.py
+    python3 tests/integration/test_gen_data.py
 """
 import json
 import os
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "train"))
 import gen_data as G  # noqa: E402
 import compose as C  # noqa: E402

@@ -1,5 +1,5 @@
 /* The Needle 2 forward pass of spec §3 in one plain function: the oracle of
- * tests/test_backend_ops.c.
+ * tests/kernels/test_backend_ops.c.
  *
  * Read top to bottom it is the spec: token by token, each through every layer; float32;
  * no chunks, no threads, no backend, no ring buffers (the whole K/V history and engram

@@ -9,14 +9,14 @@
   reasoning, tools and answers given as JSON text, `function_calls`) render exactly as
   the official function renders them right now. Reported as skipped without the venv.
 
-    python3 tests/test_render3.py [--write-fixture]
+    python3 tests/parity/test_render3.py [--write-fixture]
 """
 import json
 import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "train"))
 import compose3 as C3  # noqa: E402
 import encode3 as E  # noqa: E402

@@ -8,7 +8,7 @@ a request with it (answers meaningless: the weights are random).
 Needs the 3.2.8 reference venv (tests/reference/.venv3): exits 77 (skipped) without it.
 About 2 minutes on 2 shared cores (two inits, mostly XLA compiles).
 
-    python3 tests/test_init3.py [BUILD_DIR]
+    python3 tests/integration/test_init3.py [BUILD_DIR]
 """
 import json
 import os
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_PY = os.path.join(ROOT, "tests", "reference", ".venv3", "bin", "python")
 INIT = os.path.join(ROOT, "train", "init3.py")
 TOK = os.path.join(ROOT, "train", "data", "needle3-tok4096.model")

@@ -3,7 +3,7 @@ tokenizer, exported again by `needle export`, give models/needle-demo.cact byte 
 and the rebuilt SentencePiece model encodes text (non-ASCII, chat markers, digits) as
 the official reference encoder of the .cact's own tokenizer blob does.
 
-    python tests/test_import_cact.py BUILD_DIR
+    python tests/integration/test_import_cact.py BUILD_DIR
 
 Needs the reference venv (cactus-needle 2.0.15, numpy, sentencepiece; made by
 scripts/reference-venv.sh): run with its python, or this script re-runs itself with
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_PY = os.path.join(ROOT, "tests", "reference", ".venv", "bin", "python")
 MODEL = os.path.join(ROOT, "models", "needle-demo.cact")
 TEXTS = ["set a timer for an hour and a half", "text Łukasz: żółć 😊 at 19:30",

@@ -1,4 +1,4 @@
-/* What tests/grad3_fixture.h and grad2_fixture.h share: the gradient fixtures' files
+/* What tests/common/grad3_fixture.h and grad2_fixture.h share: the gradient fixtures' files
  * (safetensors checkpoints and gradients, batch JSONL) read from the fixture directory. */
 #ifndef NEEDLE_TESTS_GRAD_FIXTURE_FILES_H
 #define NEEDLE_TESTS_GRAD_FIXTURE_FILES_H

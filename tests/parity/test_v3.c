@@ -9,7 +9,7 @@
  * parent file equals the official rung export's reference. Prints the worst relative
  * error per fixture (the figures of the parity claim). The same parity runs through the
  * Metal kernels compiled as C (metal_ops.c over metal_emu.c) and through every compiled-in
- * GPU backend that finds a device (tests/test_backend_ops3.c checks their ops). */
+ * GPU backend that finds a device (tests/kernels/test_backend_ops3.c checks their ops). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
