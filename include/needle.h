@@ -609,26 +609,6 @@ NEEDLE_API int needle_validate_calls(const char *tools_json, const char *system,
                                      int32_t turn, const char *calls_json, char *out, size_t cap,
                                      size_t *len);
 
-/* ------------------------------------------------------------------------------------ */
-/* The official engine's process-global ABI (cactus-needle's ctypes client), implemented  */
-/* over one default model and session guarded by a lock.                                 */
-/* (NEEDLE_NO_OFFICIAL_ABI leaves it out: libneedle3's 3.x ABI, needle3.h, reuses names.) */
-#ifndef NEEDLE_NO_OFFICIAL_ABI
-
-/* Loads a .cact image as needle_model_open_blob does: a 64-byte aligned image is used in
- * place and must stay valid (the Python client keeps it alive), a misaligned one is
- * copied. Replaces the default model. Returns 0 or a negative status. */
-NEEDLE_API int needle_load(const char *blob, uint64_t size);
-/* Binds system facts and tools to the default session (loading the model named by
- * NEEDLE_MODEL, or models/needle-demo.cact, if needle_load was never called).
- * tool_index_path (may be NULL) caches the tool embeddings of retrieval. < 0 on failure. */
-NEEDLE_API int needle_init(const char *system, const char *tools_json, const char *tool_index_path);
-/* One turn into `out` (NUL-terminated envelope). < 0 on failure; never truncated JSON. */
-NEEDLE_API int needle_complete(const char *text, int max_new_tokens, char *out, int out_size);
-/* Rewinds the default conversation to the cached tools prefix. */
-NEEDLE_API void needle_reset(void);
-#endif /* NEEDLE_NO_OFFICIAL_ABI */
-
 #ifdef __cplusplus
 }
 #endif

@@ -25,7 +25,7 @@ LAYERS = [
     ("model",),               # weights binding, session, forward schedule
     ("grammar",),             # JSON-schema -> grammar compiler and recognizer
     ("agent",),               # prompt template, constrained turn, envelope
-    ("api", "abi3"),          # the public C API, the official ABI (abi3: libneedle3's)
+    ("api", "compat"),        # the public C API; the official engines' ABIs over it (compat)
     # not in libneedle: the exporter library (needle_export) that `needle export` and
     # `needle quantize` link; quant depends on util only, export on format and quant
     ("quant",),               # CQ codebooks, quantizer, bits maps
@@ -128,6 +128,7 @@ def check(root):
                 errors.append(f'{rel}: #include "{name}" is not in the tree')
                 continue
             if target in (os.path.join("include", "needle.h"),
+                          os.path.join("include", "needle2.h"),
                           os.path.join("include", "needle3.h")):
                 continue
             dst = folder_of(target)

@@ -11,6 +11,7 @@
 
 #include "harness.h"
 #include "needle.h"
+#include "needle2.h"
 
 static char model_path[1024];
 static needle_model *model;

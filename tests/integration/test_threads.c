@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "needle.h"
+#include "needle2.h"
 
 #define CLIENTS 4
 #define TURNS 3

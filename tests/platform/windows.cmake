@@ -23,7 +23,8 @@ file(GENERATE OUTPUT ${NEEDLE_TEST_CLI}
 
 find_program(NEEDLE_MINGW_OBJDUMP NAMES ${NEEDLE_CROSS_TRIPLE}-objdump objdump)
 add_test(NAME dll_exports COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/check_dll_exports.sh
-         ${NEEDLE_MINGW_OBJDUMP} $<TARGET_FILE:needle_shared> ${PROJECT_SOURCE_DIR}/include/needle.h)
+         ${NEEDLE_MINGW_OBJDUMP} $<TARGET_FILE:needle_shared> ${PROJECT_SOURCE_DIR}/include/needle.h
+         ${PROJECT_SOURCE_DIR}/include/needle2.h)
 add_test(NAME platform_tool_call COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/tool_call.sh)
 add_test(NAME utf8_args COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/platform/utf8_args.sh ${PROJECT_SOURCE_DIR})
 add_executable(win_utf8_open platform/win_utf8_open.c)

@@ -4,8 +4,7 @@
  * static libneedle, whose 2.x ABI object is then never pulled in.
  *
  * One process-global model and conversation behind a mutex, as in the 2.x ABI
- * (src/api/official_abi.c): the official engine is not re-entrant either. */
-#define NEEDLE_NO_OFFICIAL_ABI 1
+ * (src/compat/official_abi2.c): the official engine is not re-entrant either. */
 
 #include <pthread.h>
 #include <stdio.h>

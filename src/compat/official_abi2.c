@@ -9,7 +9,7 @@
  * official engine's built-in weights. */
 #include <pthread.h>
 
-#include "needle.h"
+#include "needle2.h"
 #include "util/error.h"
 
 static pthread_mutex_t abi_lock = PTHREAD_MUTEX_INITIALIZER;
