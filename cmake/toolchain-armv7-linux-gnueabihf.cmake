@@ -8,8 +8,9 @@
 #
 # The target that matters here is the 32-bit one: size_t and pointers of 4 bytes while
 # the .cact file's offsets and sizes are 64-bit, so the loader's range checks are what
-# this build tests. The NEON kernels use AArch64-only intrinsics (vfmaq_laneq_f32,
-# vaddvq_f32, ...), so on ARMv7 the CPU backend runs the portable kernels.
+# this build tests. The library is built for the armhf baseline (no NEON); the NEON
+# kernels are built for NEON + VFPv4 (CMakeLists.txt) and chosen at run time when the CPU
+# has both (kernels/cpu/neon.h; qemu-arm's default CPU does).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR armv7l)
 

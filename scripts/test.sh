@@ -68,7 +68,8 @@ cmake --build build-aarch64 -j "$jobs"
 # through the CLI, set_timer 25 as natively); the full suite stays native and aarch64.
 # Times measured on the shared 2-core x86-64 machine at load average ~7-10 (other builds
 # running), so wall times are several times an idle machine's; CPU times are given too.
-# armv7: build ~65 s; suite 184 s wall (-j2), 127 s CPU, of which the tool call 132 s wall.
+# armv7: build ~65 s; suite 184 s wall (-j2), 127 s CPU, of which the tool call 132 s wall,
+# before the NEON level's suites (test_simd, test_attention, test_a8: ~130 s CPU more).
 # The NEON kernels are AArch64-only, so the portable kernels run (the 32-bit target tests
 # the loader's 64-bit sizes on a 32-bit size_t).
 echo "== armv7 (32-bit ARM) cross build, trimmed suite under qemu-user =="

@@ -86,7 +86,7 @@ typedef struct a8_kernels {
 
 extern const a8_kernels a8_kernels_scalar;
 const a8_kernels *a8_kernels_avx2(void); /* NULL without AVX2 (build or CPU) */
-const a8_kernels *a8_kernels_neon(void); /* NULL off aarch64 */
+const a8_kernels *a8_kernels_neon(void); /* NULL where the NEON level does not run */
 
 /* The level called `name`, or NULL if unknown or unsupported here. A session takes the
  * level of its float kernel table (so NEEDLE_CPU lowers both alike). */

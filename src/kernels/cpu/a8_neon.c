@@ -12,11 +12,9 @@
 
 #include "kernels/cpu/a8.h"
 #include "util/fp16.h"
+#include "kernels/cpu/neon.h"
 
-#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__ORDER_LITTLE_ENDIAN__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-
-#include <arm_neon.h>
+#if NEEDLE_NEON
 
 static const uint16_t sel2[2][8] = {{1 << 0, 1 << 2, 1 << 4, 1 << 6, 1 << 8, 1 << 10, 1 << 12, 1 << 14},
                                     {1 << 1, 1 << 3, 1 << 5, 1 << 7, 1 << 9, 1 << 11, 1 << 13, 1 << 15}};

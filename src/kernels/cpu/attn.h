@@ -81,7 +81,7 @@ void attn_avx512(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const
                  uint32_t nq, uint32_t hd, float scale, const float *gate, float *w,
                  size_t ld_w, float *o, float *tmp);
 
-/* The NEON kernel (attn_neon.c), defined on little-endian aarch64 only. */
+/* The NEON kernel (attn_neon.c), defined where kernels/cpu/neon.h says NEEDLE_NEON. */
 void attn_neon(const attn_kv *kv, const attn_run *runs, uint32_t n_runs, const float *q,
                uint32_t nq, uint32_t hd, float scale, const float *gate, float *w, size_t ld_w,
                float *o, float *tmp);

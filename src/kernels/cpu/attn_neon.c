@@ -14,14 +14,12 @@
 
 #include "kernels/cpu/attn.h"
 #include "needle.h"
+#include "kernels/cpu/neon.h"
 
 /* int8 heads up to 8 * ATTN_MAX_BLOCKS columns take the SIMD path */
 #define ATTN_MAX_BLOCKS 64
 
-#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__ORDER_LITTLE_ENDIAN__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-
-#include <arm_neon.h>
+#if NEEDLE_NEON
 
 #define NEON_INLINE static inline __attribute__((always_inline))
 

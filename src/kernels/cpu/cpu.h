@@ -1,15 +1,14 @@
 /* The CPU backend: a dispatch table of CQ kernels and a persistent thread pool.
  *
  * Kernels. `cpu_kernels` is one struct of function pointers per instruction-set level:
- * the plain C reference ("scalar"), AVX2 and AVX-512 on x86-64 and NEON on aarch64. Every
- * SIMD file
- * is compiled on every architecture and reduces to a stub returning NULL on the others.
- * The AVX2 file uses per-function target attributes and a CPUID probe, so one x86 binary
- * runs everywhere; NEON (AdvSIMD with FMA) is part of every aarch64 CPU, so it needs no
- * probe. The NEON kernels use no optional extension (in particular not the SDOT/UDOT
- * dot product, which multiplies int8 and so does not apply to float activations); one
- * that did would need a run-time probe (getauxval(AT_HWCAP) on Linux, sysctl on Apple)
- * before its table is handed out. cpu_kernels_best() picks the best level once, which
+ * the plain C reference ("scalar"), AVX2 and AVX-512 on x86-64 and NEON on aarch64 and
+ * 32-bit ARM. Every SIMD file is compiled on every architecture and reduces to a stub
+ * returning NULL on the others. The AVX2 file uses per-function target attributes and a
+ * CPUID probe, so one x86 binary runs everywhere; NEON (AdvSIMD with FMA) is part of every
+ * aarch64 CPU, so it needs no probe there, while on 32-bit ARM NEON and VFPv4 are optional
+ * and asked of the kernel (getauxval(AT_HWCAP), kernels/cpu/neon.h). The NEON kernels use
+ * no other optional extension (in particular not the SDOT/UDOT dot product, which
+ * multiplies int8 and so does not apply to float activations). cpu_kernels_best() picks the best level once, which
  * the environment variable NEEDLE_CPU=scalar|avx2|avx512|neon can lower (an unsupported or
  * unknown request falls back to the best supported level). Every SIMD kernel is tested
  * against the plain one (tests/kernels/test_simd.c).
@@ -75,7 +74,7 @@ const cpu_kernels *cpu_kernels_avx2(void);
  * NULL if this build or this CPU (or its OS, for the ZMM state) lacks them. */
 const cpu_kernels *cpu_kernels_avx512(void);
 
-/* The NEON table on (little-endian) aarch64, else NULL. */
+/* The NEON table where NEEDLE_NEON (kernels/cpu/neon.h) and the CPU has it, else NULL. */
 const cpu_kernels *cpu_kernels_neon(void);
 
 /* The WebAssembly SIMD128 table (kernels/cpu/cq_wasm.c) in builds compiled with

@@ -34,11 +34,9 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/neon.h"
 
-#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__ORDER_LITTLE_ENDIAN__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-
-#include <arm_neon.h>
+#if NEEDLE_NEON
 
 /* ---- weight decoding ---------------------------------------------------------------- */
 
@@ -425,7 +423,19 @@ static const cpu_kernels neon_table = {
     .attend = attn_neon,
 };
 
-const cpu_kernels *cpu_kernels_neon(void) { return &neon_table; }
+#if defined(__aarch64__)
+int neon_available(void) { return 1; }
+#else
+/* ARMv7: NEON and VFPv4 (fused multiply-add) are optional; Linux reports them in
+ * AT_HWCAP (HWCAP_NEON, HWCAP_VFPv4 of asm/hwcap.h). */
+#include <sys/auxv.h>
+int neon_available(void) {
+    const unsigned long need = (1ul << 12) | (1ul << 16);
+    return (getauxval(AT_HWCAP) & need) == need;
+}
+#endif
+
+const cpu_kernels *cpu_kernels_neon(void) { return neon_available() ? &neon_table : NULL; }
 
 #else
 

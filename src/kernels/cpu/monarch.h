@@ -45,7 +45,7 @@ void monarch_avx2_combine(float *out, const float *c, size_t c_ld, const float *
                           uint32_t w);
 void monarch_avx2_mul_add(float *out, const float *a, const float *b, uint32_t n);
 
-/* The NEON table (monarch_neon.c) on little-endian aarch64, else NULL. */
+/* The NEON table (monarch_neon.c) where the NEON level runs (kernels/cpu/neon.h), else NULL. */
 const monarch_kernels *monarch_kernels_neon(void);
 
 /* The table of the level called `name` ("scalar", "avx2", "avx512", "neon"), or NULL if unknown or

@@ -6,11 +6,9 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/monarch.h"
+#include "kernels/cpu/neon.h"
 
-#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__ORDER_LITTLE_ENDIAN__) && \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-
-#include <arm_neon.h>
+#if NEEDLE_NEON
 
 static inline __attribute__((always_inline)) void
 combine_block(float *out, const float *c, size_t c_ld, const float *x, uint32_t n, uint32_t w,
