@@ -70,8 +70,8 @@ cmake --build build-aarch64 -j "$jobs"
 # running), so wall times are several times an idle machine's; CPU times are given too.
 # armv7: build ~65 s; suite 184 s wall (-j2), 127 s CPU, of which the tool call 132 s wall,
 # before the NEON level's suites (test_simd, test_attention, test_a8: ~130 s CPU more).
-# The NEON kernels are AArch64-only, so the portable kernels run (the 32-bit target tests
-# the loader's 64-bit sizes on a 32-bit size_t).
+# The NEON level runs (qemu-arm's CPU has NEON + VFPv4; kernels/cpu/neon.h), and the 32-bit
+# target tests the loader's 64-bit sizes on a 32-bit size_t.
 echo "== armv7 (32-bit ARM) cross build, trimmed suite under qemu-user =="
 cmake -S . -B build-armv7 -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-armv7-linux-gnueabihf.cmake \
   -DCMAKE_BUILD_TYPE=Release -DNEEDLE_WERROR=ON -DNEEDLE_CUDA=OFF >/dev/null
