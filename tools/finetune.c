@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "compat.h"
 #include "train/cact_base.h"
+#include "train/cact_base2.h"
 #include "train/trainer.h"
 #include "util/platform.h"
 
@@ -176,7 +177,8 @@ static int make_parent_dir(const char *path) {
     return 0;
 }
 
-/* the .cact at `path` as an official checkpoint at `out` (train/cact_base.h) */
+/* the .cact at `path` as a checkpoint at `out`: Needle 3 an official one
+ * (train/cact_base.h), Needle 2 ours with the config in the metadata (train/cact_base2.h) */
 static int dequantize_base(const char *path, const char *out) {
     size_t size = 0;
     uint8_t *img = cli_read_file(path, &size);
@@ -188,7 +190,7 @@ static int dequantize_base(const char *path, const char *out) {
         return cli_lib_error(path, st);
     }
     train_checkpoint ck;
-    st = train_checkpoint_from_cact(&f, &ck);
+    st = f.generation == 2 ? train_checkpoint_from_cact2(img, size, &ck) : train_checkpoint_from_cact(&f, &ck);
     if (!st) {
         st = train_checkpoint_write(out, &ck);
         train_checkpoint_release(&ck);
@@ -204,7 +206,7 @@ static int dequantize_base(const char *path, const char *out) {
 
 static int run_finetune(const cli_command *self, int argc, char **argv) {
     const char *data_path = NULL, *ckpt_path = NULL, *weights = NULL, *out_path = NULL,
-               *ckpt_dir = "checkpoints";
+               *ckpt_dir = "checkpoints", *config_path = NULL;
     const char *build_out = NULL;
     long epochs = 3, batch = 16, rank = 16, max_len = 1024, layers = 0, threads = 0, max_steps = 0;
     double lr = 1e-4, alpha = 32, val_split = 0.1, every = 10;
@@ -215,6 +217,7 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     const char *llm_model = NULL;
     const cli_option opts[] = {{"--checkpoint", "-c", CLI_TEXT, &ckpt_path, 0, 0, NULL},
                                {"--weights", "-w", CLI_TEXT, &weights, 0, 0, NULL},
+                               {"--config", NULL, CLI_TEXT, &config_path, 0, 0, NULL},
                                {"--epochs", NULL, CLI_LONG, &epochs, 1, 1000000, NULL},
                                {"--batch-size", NULL, CLI_LONG, &batch, 1, 1 << 20, NULL},
                                {"--lr", NULL, CLI_REAL, &lr, 0, 0, NULL},
@@ -259,6 +262,9 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
         return cli_usage_error(
             self, "--checkpoint takes the float checkpoint (.safetensors); the .cact goes "
                   "to --weights (its tokenizer encodes the data, and the built file carries it)");
+    if (config_path && !ckpt_path)
+        return cli_usage_error(self, "--config goes with --checkpoint (a Needle 2 checkpoint; a .cact "
+                                     "carries its config)");
     /* the official default base, finetune.DEFAULT_BASE, unless a .cact was named */
     if (!ckpt_path && !weights && access("checkpoints/needle3.safetensors", R_OK) == 0)
         ckpt_path = "checkpoints/needle3.safetensors";
@@ -296,20 +302,30 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     train_result res;
     memset(&res, 0, sizeof res);
     uint8_t *image = NULL;
+    char *config_json = NULL;
     cact_file bf;
     int have_bf = 0;
     rc = 1;
     if (!data || !base || !arch || (!full && !state_path) || !cact_path || !heldout_path) goto done;
+    size_t config_size = 0;
+    if (config_path && !(config_json = (char *)cli_read_file(config_path, &config_size))) goto done;
     int st = cact_parse(arch, arch_size, &bf);
     if (st) {
         rc = cli_lib_error(weights, st);
         goto done;
     }
     have_bf = 1;
-    if (bf.generation != 3 || bf.tokenizer_index < 0) {
+    if ((bf.generation != 3 && bf.generation != 2) || bf.tokenizer_index < 0) {
         fprintf(stderr,
-                "needle: %s is not a Needle 3 .cact with a tokenizer (the base archive of the "
-                "checkpoint)\n",
+                "needle: %s is not a Needle 2 or 3 .cact with a tokenizer (the base archive of "
+                "the checkpoint)\n",
+                weights);
+        goto done;
+    }
+    if (config_path && bf.generation != 2) {
+        fprintf(stderr,
+                "needle: --config is for a Needle 2 checkpoint; %s is Needle 3 (a 3.x checkpoint "
+                "has its config in its metadata)\n",
                 weights);
         goto done;
     }
@@ -325,10 +341,11 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     if (!full) printf("  %-9s rank %ld  alpha %g\n", "lora", rank, alpha);
     progress_state ps = {
         .tty = isatty(STDOUT_FILENO), .data_path = data_path, .start_ms = start_ms};
-    const train_options o = {.gen = train_generation_for(3),
+    const train_options o = {.gen = train_generation_for(bf.generation),
                              .base_path = ckpt_path,
                              .base_image = base,
                              .base_size = base_size,
+                             .config_json = config_json,
                              .tokenizer = tok_model,
                              .data = data,
                              .data_len = data_len,
@@ -377,6 +394,9 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     const cact_tensor *tok = &bf.tensors[bf.tokenizer_index];
     const build_job job = {.ckpt_path = full ? out_path : ckpt_path,
                            .out_path = cact_path,
+                           .generation = bf.generation,
+                           /* a full run's checkpoint carries the config in its metadata */
+                           .config_json = full ? NULL : config_json,
                            .adapter = full ? NULL : &res.adapter,
                            .layers = layers,
                            .bits = &bits,
@@ -386,9 +406,10 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     size_t image_size = 0;
     if (build_image(&job, &image, &image_size)) goto done;
     if (cli_write_file_atomically(cact_path, image, image_size)) goto done;
-    printf("  %-9s %s  %.2f MB  (= needle build %s%s%s -w %s)\n", "built", cact_path,
+    printf("  %-9s %s  %.2f MB  (= needle build %s%s%s -w %s%s%s)\n", "built", cact_path,
            (double)image_size / 1e6, full ? out_path : ckpt_path, full ? "" : " --lora ",
-           full ? "" : out_path, weights);
+           full ? "" : out_path, weights, config_path && !full ? " --config " : "",
+           config_path && !full ? config_path : "");
     if (no_score || !res.n_val) {
         rc = 0;
         goto done;
@@ -404,6 +425,7 @@ done:
     else if (!base) fprintf(stderr, "needle: cannot read %s\n", ckpt_path);
     else if (!arch) fprintf(stderr, "needle: cannot read %s\n", weights);
     free(image);
+    free(config_json);
     train_result_release(&res);
     needle_model_free(tok_model);
     if (have_bf) cact_release(&bf);
