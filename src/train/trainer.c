@@ -655,7 +655,8 @@ int train_run(const train_options *o, train_result *res) {
     const char *cj = st ? NULL : o->config_json ? o->config_json : st_meta_get(&r.base, "config");
     if (!st && !cj)
         st = needle_fail(NEEDLE_ERR_FORMAT,
-                         "%s has no `config` metadata (not an official checkpoint)",
+                         "%s has no `config` metadata (an official 3.x checkpoint has it; a "
+                         "Needle 2 checkpoint needs its config: --config CONFIG.json)",
                          o->base_path ? o->base_path : "the base");
     if (!st && !(r.config = strdup(cj))) st = oom();
     if (!st) st = g->from_checkpoint(r.config, &r.base, &r.model);
