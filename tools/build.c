@@ -1,5 +1,5 @@
 /* build.c: `needle build`, the official `needle build` of cactus-needle 3.2.8
- * (model/build.py) in C: an official Needle 3 checkpoint, optionally with a LoRA adapter
+ * (model/build.py) in C (and of 2.0.15 for a Needle 2 base: build_image_v2): an official Needle 3 checkpoint, optionally with a LoRA adapter
  * merged into it and cut to an N-layer ladder rung, exported as CQ4 with the base
  * archive's tokenizer and the KV-budget window; byte-identical to the official build of
  * the same inputs (tests/test_build.c, fixtures from tests/reference/make_build_fixtures).
@@ -323,9 +323,9 @@ done:
 }
 
 const cli_command cli_build = {
-    "build", "merge a LoRA adapter into a Needle 3 checkpoint and write the .cact (official build)",
+    "build", "merge a LoRA adapter into a Needle 2 or 3 checkpoint and write the .cact (official build)",
     "usage: needle build [CHECKPOINT.safetensors] [--lora ADAPTER.safetensors] [--layers N]\n"
-    "                    [--weights BASE.cact] [--bits 4] --out OUT.cact\n"
+    "                    [--weights BASE.cact] [--config CONFIG.json] [--bits 4] --out OUT.cact\n"
     "\n"
     "What the official `needle build` (cactus-needle 3.2.8) writes, byte for byte: the\n"
     "checkpoint (the official format: config and format_version in the safetensors\n"
@@ -336,6 +336,12 @@ const cli_command cli_build = {
     "--layers (or --layers equal to the base's depth) the output is a copy of the base\n"
     "archive, as the official build does.\n"
     "\n"
+    "Needle 2 (the base archive is a Needle 2 .cact, e.g. the demo model; 2.0.15's build):\n"
+    "the checkpoint (config in its metadata, as `needle finetune -w` writes it, or --config)\n"
+    "with the adapter merged, exported by `needle export`'s code (byte-identical to the\n"
+    "official write_export) with the base's tokenizer and the KV-budget window capped by the\n"
+    "config's kv_window; every head kept (2.0.15 drops none); no --layers.\n"
+    "\n"
     "A .cact is not accepted as CHECKPOINT: the merge needs the float weights (merging\n"
     "into CQ weights would quantize twice); `needle quantize FILE --depth N` cuts a rung\n"
     "of a .cact.\n"
@@ -344,6 +350,8 @@ const cli_command cli_build = {
     "                          that file exists, else checkpoints/needle3.safetensors)\n"
     "  --lora FILE             an adapter in the official format (needle finetune's)\n"
     "  --layers N              the depth-N rung of the ladder (2 .. the checkpoint's depth)\n"
+    "  --config FILE           Needle 2: the TransformerConfig (JSON) of a checkpoint without\n"
+    "                          `config` metadata\n"
     "  -w, --weights FILE      the base .cact whose tokenizer the output carries (the\n"
     "                          official build downloads the published needle3; default:\n"
     "                          $NEEDLE_MODEL, else the newest cached needle3)\n"

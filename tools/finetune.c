@@ -1,5 +1,6 @@
 /* `needle finetune`: the official `needle finetune` of cactus-needle 3.2.8 (LoRA on an
- * official Needle 3 checkpoint) in C, over the training loop of src/train/trainer.h, and
+ * official Needle 3 checkpoint) and of 2.0.15 (Needle 2: the base .cact's generation picks
+ * the descriptor) in C, over the training loop of src/train/trainer.h, and
  * then what the official does not: the adapter is built into the .cact `needle build`
  * would write (same code path, tools/build.c) and the held-out split is scored through
  * the engine on that file by `needle eval`'s own code, so the number printed is the
@@ -440,13 +441,15 @@ done:
 }
 
 const cli_command cli_finetune = {
-    "finetune", "fine-tune Needle 3 on your tools (LoRA or full), build the .cact and score it",
-    "usage: needle finetune DATA.jsonl [--checkpoint C.safetensors] [-w BASE.cact] [--epochs 3]\n"
+    "finetune", "fine-tune Needle 2 or 3 on your tools (LoRA or full), build the .cact and score it",
+    "usage: needle finetune DATA.jsonl [--checkpoint C.safetensors [--config CONFIG.json]]\n"
+    "                       [-w BASE.cact] [--epochs 3]\n"
     "                       [--batch-size 16] [--lr 1e-4] [--lora-rank 16] [--lora-alpha 32]\n"
     "                       [--max-len 1024] [--val-split 0.1] [--seed 0] [--layers N]\n"
     "                       [--out checkpoints/needle_lora.safetensors] [--resume] [--full]\n"
     "\n"
-    "The official `needle finetune` (cactus-needle 3.2.8) without Python or JAX: DATA lines\n"
+    "The official `needle finetune` (cactus-needle 3.2.8 for a Needle 3 base, 2.0.15 for a\n"
+    "Needle 2 one such as the demo model) without Python or JAX: DATA lines\n"
     "{query, tools, answers | function_calls, reasoning?, system?} or single-turn chat format\n"
     "(messages + OpenAI-form tools), rendered and encoded as the official (loss on the\n"
     "target and EOS; one length, the power of two from 128 that holds the longest, capped\n"
@@ -464,7 +467,10 @@ const cli_command cli_finetune = {
     "  -c, --checkpoint FILE   the official Needle 3 checkpoint to train from (default\n"
     "                          checkpoints/needle3.safetensors when -w is not given, the\n"
     "                          official default)\n"
-    "  -w, --weights FILE      the base .cact: its tokenizer encodes the data and the built\n"
+    "  --config FILE           the Needle 2 TransformerConfig (JSON) of a --checkpoint that\n"
+    "                          has no `config` metadata (as `needle export` takes it)\n"
+    "  -w, --weights FILE      the base .cact (Needle 2 or 3; its generation picks the\n"
+    "                          network): its tokenizer encodes the data and the built\n"
     "                          file carries it (default: $NEEDLE_MODEL, else the cached\n"
     "                          needle3). Without --checkpoint it is also the training base:\n"
     "                          dequantized (every record read as the engine reads it) to OUT's\n"
@@ -494,5 +500,7 @@ const cli_command cli_finetune = {
     "Files: OUT, OUT's .state.safetensors (LoRA), .cact (built) and .heldout.jsonl (the\n"
     "held-out lines, what was scored: `needle eval -w OUT.cact OUT.heldout.jsonl` prints\n"
     "the same numbers). The initial adapter is drawn from --seed by our own generator, not\n"
-    "jax.random: the same seed gives another start than the official.\n",
+    "jax.random: the same seed gives another start than the official. Needle 2: the 2.0.15\n"
+    "numerics (CQ W4 STE + A8, no int8 K/V); the adapter is this safetensors format (2.0.15\n"
+    "writes a pickle, which this build neither writes nor reads); no --layers.\n",
     run_finetune};
