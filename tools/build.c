@@ -1,5 +1,5 @@
 /* build.c: `needle build`, the official `needle build` of cactus-needle 3.2.8
- * (model/build.py) in C: an official Needle 3 checkpoint, optionally with a LoRA adapter
+ * (model/build.py) in C (and of 2.0.15 for a Needle 2 base: build_image_v2): an official Needle 3 checkpoint, optionally with a LoRA adapter
  * merged into it and cut to an N-layer ladder rung, exported as CQ4 with the base
  * archive's tokenizer and the KV-budget window; byte-identical to the official build of
  * the same inputs (tests/parity/test_build.c, fixtures from tests/reference/make_build_fixtures).
@@ -16,6 +16,7 @@
 #include "build.h"
 #include "cli.h"
 #include "export/cact_write.h"
+#include "export/export_model.h"
 #include "export/export_model_v3.h"
 #include "export/requantize.h"
 #include "export/rung.h"
@@ -43,8 +44,76 @@ static int input_error(const char *path) {
     return 1;
 }
 
+static uint32_t tokenizer_pieces(const build_job *job) {
+    return job->tokenizer_size >= 4 ? (uint32_t)job->tokenizer[0] | (uint32_t)job->tokenizer[1] << 8 |
+                                          (uint32_t)job->tokenizer[2] << 16 | (uint32_t)job->tokenizer[3] << 24
+                                    : 0;
+}
+
+/* Needle 2: checkpoint (+ adapter) -> merged view -> export_build -> checked image */
+static int build_image_v2(const build_job *job, uint8_t **image, size_t *size) {
+    if (job->layers) {
+        fprintf(stderr, "needle: --layers: a Needle 2 model has no ladder rungs (2.0.15's build has no --layers)\n");
+        return 1;
+    }
+    size_t ck_size;
+    uint8_t *ck_image = cli_read_file(job->ckpt_path, &ck_size);
+    if (!ck_image) return 1;
+    st_file ck = {0};
+    lora_view view = {0};
+    cact_writer w;
+    cw_init(&w);
+    export_config cfg;
+    cq_codebooks cb;
+    int rc = 1, st;
+    const char *cj = NULL;
+    if ((st = st_parse(ck_image, ck_size, &ck))) {
+        rc = input_error(job->ckpt_path);
+        goto done;
+    }
+    cj = job->config_json ? job->config_json : st_meta_get(&ck, "config");
+    if (!cj) {
+        fprintf(stderr, "needle: %s has no `config` metadata: give the Needle 2 config with --config CONFIG.json\n",
+                job->ckpt_path);
+        goto done;
+    }
+    if ((st = export_config_parse(cj, strlen(cj), &cfg)) || (st = lora_view_build_v2(&ck, job->adapter, &view))) {
+        rc = input_error(job->ckpt_path);
+        goto done;
+    }
+    if (job->adapter && !job->quiet)
+        printf("  %-9s %u weight groups  scale %g\n", "merged", job->adapter->n, job->adapter->scale);
+    if ((st = cq_codebooks_init(&cb, 128))) {
+        rc = cli_lib_error("codebooks", st);
+        goto done;
+    }
+    const export_options opt = {.bits = job->bits,
+                                .kv_window = export_effective_kv_window(&cfg),
+                                .tokenizer = job->tokenizer,
+                                .tokenizer_size = job->tokenizer_size,
+                                .tokenizer_pieces = tokenizer_pieces(job)};
+    if ((st = export_build(&view.st, &cfg, &cb, &opt, &w)) || (st = cw_serialize(&w, image, size))) {
+        rc = input_error(job->ckpt_path);
+        goto done;
+    }
+    if ((st = cact_check_image(*image, *size))) {
+        free(*image);
+        *image = NULL;
+        rc = cli_lib_error("the file to write does not load (nothing written)", st);
+        goto done;
+    }
+    rc = 0;
+done:
+    cw_release(&w);
+    lora_view_release(&view);
+    st_release(&ck);
+    free(ck_image);
+    return rc;
+}
+
 /* checkpoint (+ adapter) -> merged view -> export (-> rung) -> checked image */
 int build_image(const build_job *job, uint8_t **image, size_t *size) {
+    if (job->generation == 2) return build_image_v2(job, image, size);
     size_t ck_size;
     uint8_t *ck_image = cli_read_file(job->ckpt_path, &ck_size);
     if (!ck_image) return 1;
@@ -85,10 +154,7 @@ int build_image(const build_job *job, uint8_t **image, size_t *size) {
         rc = cli_lib_error("codebooks", st);
         goto done;
     }
-    const uint32_t pieces = job->tokenizer_size >= 4 ? (uint32_t)job->tokenizer[0] | (uint32_t)job->tokenizer[1] << 8 |
-                                                           (uint32_t)job->tokenizer[2] << 16 |
-                                                           (uint32_t)job->tokenizer[3] << 24
-                                                     : 0;
+    const uint32_t pieces = tokenizer_pieces(job);
     const export_options opt = {.bits = job->bits,
                                 .kv_window = export3_effective_kv_window(&cfg),
                                 .tokenizer = job->tokenizer,
@@ -135,9 +201,11 @@ done:
 
 static int run_build(const cli_command *self, int argc, char **argv) {
     const char *ckpt_path = NULL, *lora_path = NULL, *weights = NULL, *out_path = NULL, *bits = "4";
+    const char *config_path = NULL;
     long layers = 0;
     int quiet = 0;
     const cli_option opts[] = {{"--lora", NULL, CLI_TEXT, &lora_path, 0, 0, NULL},
+                               {"--config", NULL, CLI_TEXT, &config_path, 0, 0, NULL},
                                {"--layers", NULL, CLI_LONG, &layers, 2, CACT3_MAX_LAYERS, NULL},
                                {"--bits", "-b", CLI_TEXT, &bits, 0, 0, NULL},
                                {"--weights", "-w", CLI_TEXT, &weights, 0, 0, NULL},
@@ -173,13 +241,20 @@ static int run_build(const cli_command *self, int argc, char **argv) {
     memset(&adapter, 0, sizeof adapter);
     uint8_t *image = NULL;
     size_t image_size = 0;
-    if (bf.generation != 3) {
-        fprintf(stderr, "needle: %s is not a Needle 3 .cact (needle build makes Needle 3 files; pass the "
-                "needle3 base with --weights)\n", weights);
+    char *config_json = NULL;
+    if (bf.generation != 3 && bf.generation != 2) {
+        fprintf(stderr, "needle: %s is neither a Needle 2 nor a Needle 3 .cact\n", weights);
         goto done;
     }
+    if (config_path && bf.generation != 2) {
+        rc = cli_usage_error(self, "--config is for a Needle 2 checkpoint (a Needle 3 one has its config in its "
+                             "metadata)");
+        goto done;
+    }
+    size_t config_size = 0;
+    if (config_path && !(config_json = (char *)cli_read_file(config_path, &config_size))) goto done;
     if (!quiet) printf("  %-9s %s  %.2f MB\n", "base", weights, (double)base_size / 1e6);
-    if (!lora_path && (!layers || layers == (long)bf.h3.num_layers)) {
+    if (bf.generation == 3 && !lora_path && (!layers || layers == (long)bf.h3.num_layers)) {
         /* as the official build: nothing to merge or cut, the output is the base archive */
         if (!out_path) {
             rc = cli_usage_error(self, "pass --out OUT.cact");
@@ -210,7 +285,8 @@ static int run_build(const cli_command *self, int argc, char **argv) {
         if (!ckpt_path && adapter.base && access(adapter.base, R_OK) == 0) ckpt_path = adapter.base;
     }
     /* the official default, finetune.DEFAULT_BASE (which it downloads when absent) */
-    if (!ckpt_path && access("checkpoints/needle3.safetensors", R_OK) == 0) ckpt_path = "checkpoints/needle3.safetensors";
+    if (!ckpt_path && bf.generation == 3 && access("checkpoints/needle3.safetensors", R_OK) == 0)
+        ckpt_path = "checkpoints/needle3.safetensors";
     if (!ckpt_path) {
         rc = cli_usage_error(self, "which checkpoint? (the official Needle 3 .safetensors checkpoint: "
                              "`needle download checkpoints/needle3.safetensors` fetches it and prints its path)");
@@ -226,6 +302,8 @@ static int run_build(const cli_command *self, int argc, char **argv) {
     const cact_tensor *tok = &bf.tensors[bf.tokenizer_index];
     const build_job job = {.ckpt_path = ckpt_path,
                            .out_path = out_path,
+                           .generation = bf.generation,
+                           .config_json = config_json,
                            .adapter = lora_path ? &adapter : NULL,
                            .layers = layers,
                            .bits = &map,
@@ -237,6 +315,7 @@ static int run_build(const cli_command *self, int argc, char **argv) {
         printf("  %-9s %s  %.2f MB  W%sA8\n", "wrote", out_path, (double)image_size / 1e6, bits);
 done:
     free(image);
+    free(config_json);
     train_adapter_release(&adapter);
     cact_release(&bf);
     free(base);
@@ -244,9 +323,9 @@ done:
 }
 
 const cli_command cli_build = {
-    "build", "merge a LoRA adapter into a Needle 3 checkpoint and write the .cact (official build)",
+    "build", "merge a LoRA adapter into a Needle 2 or 3 checkpoint and write the .cact (official build)",
     "usage: needle build [CHECKPOINT.safetensors] [--lora ADAPTER.safetensors] [--layers N]\n"
-    "                    [--weights BASE.cact] [--bits 4] --out OUT.cact\n"
+    "                    [--weights BASE.cact] [--config CONFIG.json] [--bits 4] --out OUT.cact\n"
     "\n"
     "What the official `needle build` (cactus-needle 3.2.8) writes, byte for byte: the\n"
     "checkpoint (the official format: config and format_version in the safetensors\n"
@@ -257,6 +336,12 @@ const cli_command cli_build = {
     "--layers (or --layers equal to the base's depth) the output is a copy of the base\n"
     "archive, as the official build does.\n"
     "\n"
+    "Needle 2 (the base archive is a Needle 2 .cact, e.g. the demo model; 2.0.15's build):\n"
+    "the checkpoint (config in its metadata, as `needle finetune -w` writes it, or --config)\n"
+    "with the adapter merged, exported by `needle export`'s code (byte-identical to the\n"
+    "official write_export) with the base's tokenizer and the KV-budget window capped by the\n"
+    "config's kv_window; every head kept (2.0.15 drops none); no --layers.\n"
+    "\n"
     "A .cact is not accepted as CHECKPOINT: the merge needs the float weights (merging\n"
     "into CQ weights would quantize twice); `needle quantize FILE --depth N` cuts a rung\n"
     "of a .cact.\n"
@@ -265,6 +350,8 @@ const cli_command cli_build = {
     "                          that file exists, else checkpoints/needle3.safetensors)\n"
     "  --lora FILE             an adapter in the official format (needle finetune's)\n"
     "  --layers N              the depth-N rung of the ladder (2 .. the checkpoint's depth)\n"
+    "  --config FILE           Needle 2: the TransformerConfig (JSON) of a checkpoint without\n"
+    "                          `config` metadata\n"
     "  -w, --weights FILE      the base .cact whose tokenizer the output carries (the\n"
     "                          official build downloads the published needle3; default:\n"
     "                          $NEEDLE_MODEL, else the newest cached needle3)\n"

@@ -11,6 +11,9 @@
 
 typedef struct build_job {
     const char *ckpt_path, *out_path;
+    int generation;               /* 2 or 3 (0: 3); the base archive's */
+    const char *config_json;      /* Needle 2: the config when the checkpoint's metadata has
+                                   * none (NULL: its `config`) */
     const train_adapter *adapter; /* NULL: none */
     long layers;                  /* 0: the checkpoint's depth */
     const bits_map *bits;
@@ -20,7 +23,10 @@ typedef struct build_job {
 } build_job;
 
 /* The checkpoint with the adapter merged, cut to the rung and exported (official build):
- * *image (malloc'd) and *size. Returns 0, or 1 after printing the error. */
+ * *image (malloc'd) and *size. Returns 0, or 1 after printing the error.
+ * Needle 2 (2.0.15 build_main): merged, nothing dropped, no rungs, exported by `needle
+ * export`'s code (export_build) with the base archive's tokenizer and the KV-budget window
+ * capped by the config's kv_window. */
 int build_image(const build_job *job, uint8_t **image, size_t *size);
 
 #endif

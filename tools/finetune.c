@@ -1,5 +1,6 @@
 /* `needle finetune`: the official `needle finetune` of cactus-needle 3.2.8 (LoRA on an
- * official Needle 3 checkpoint) in C, over the training loop of src/train/trainer.h, and
+ * official Needle 3 checkpoint) and of 2.0.15 (Needle 2: the base .cact's generation picks
+ * the descriptor) in C, over the training loop of src/train/trainer.h, and
  * then what the official does not: the adapter is built into the .cact `needle build`
  * would write (same code path, tools/build.c) and the held-out split is scored through
  * the engine on that file by `needle eval`'s own code, so the number printed is the
@@ -16,6 +17,7 @@
 #include "cli.h"
 #include "compat.h"
 #include "train/cact_base.h"
+#include "train/cact_base2.h"
 #include "train/trainer.h"
 #include "util/platform.h"
 
@@ -176,7 +178,8 @@ static int make_parent_dir(const char *path) {
     return 0;
 }
 
-/* the .cact at `path` as an official checkpoint at `out` (train/cact_base.h) */
+/* the .cact at `path` as a checkpoint at `out`: Needle 3 an official one
+ * (train/cact_base.h), Needle 2 ours with the config in the metadata (train/cact_base2.h) */
 static int dequantize_base(const char *path, const char *out) {
     size_t size = 0;
     uint8_t *img = cli_read_file(path, &size);
@@ -188,7 +191,7 @@ static int dequantize_base(const char *path, const char *out) {
         return cli_lib_error(path, st);
     }
     train_checkpoint ck;
-    st = train_checkpoint_from_cact(&f, &ck);
+    st = f.generation == 2 ? train_checkpoint_from_cact2(img, size, &ck) : train_checkpoint_from_cact(&f, &ck);
     if (!st) {
         st = train_checkpoint_write(out, &ck);
         train_checkpoint_release(&ck);
@@ -204,7 +207,7 @@ static int dequantize_base(const char *path, const char *out) {
 
 static int run_finetune(const cli_command *self, int argc, char **argv) {
     const char *data_path = NULL, *ckpt_path = NULL, *weights = NULL, *out_path = NULL,
-               *ckpt_dir = "checkpoints";
+               *ckpt_dir = "checkpoints", *config_path = NULL;
     const char *build_out = NULL;
     long epochs = 3, batch = 16, rank = 16, max_len = 1024, layers = 0, threads = 0, max_steps = 0;
     double lr = 1e-4, alpha = 32, val_split = 0.1, every = 10;
@@ -215,6 +218,7 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     const char *llm_model = NULL;
     const cli_option opts[] = {{"--checkpoint", "-c", CLI_TEXT, &ckpt_path, 0, 0, NULL},
                                {"--weights", "-w", CLI_TEXT, &weights, 0, 0, NULL},
+                               {"--config", NULL, CLI_TEXT, &config_path, 0, 0, NULL},
                                {"--epochs", NULL, CLI_LONG, &epochs, 1, 1000000, NULL},
                                {"--batch-size", NULL, CLI_LONG, &batch, 1, 1 << 20, NULL},
                                {"--lr", NULL, CLI_REAL, &lr, 0, 0, NULL},
@@ -259,6 +263,9 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
         return cli_usage_error(
             self, "--checkpoint takes the float checkpoint (.safetensors); the .cact goes "
                   "to --weights (its tokenizer encodes the data, and the built file carries it)");
+    if (config_path && !ckpt_path)
+        return cli_usage_error(self, "--config goes with --checkpoint (a Needle 2 checkpoint; a .cact "
+                                     "carries its config)");
     /* the official default base, finetune.DEFAULT_BASE, unless a .cact was named */
     if (!ckpt_path && !weights && access("checkpoints/needle3.safetensors", R_OK) == 0)
         ckpt_path = "checkpoints/needle3.safetensors";
@@ -296,20 +303,30 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     train_result res;
     memset(&res, 0, sizeof res);
     uint8_t *image = NULL;
+    char *config_json = NULL;
     cact_file bf;
     int have_bf = 0;
     rc = 1;
     if (!data || !base || !arch || (!full && !state_path) || !cact_path || !heldout_path) goto done;
+    size_t config_size = 0;
+    if (config_path && !(config_json = (char *)cli_read_file(config_path, &config_size))) goto done;
     int st = cact_parse(arch, arch_size, &bf);
     if (st) {
         rc = cli_lib_error(weights, st);
         goto done;
     }
     have_bf = 1;
-    if (bf.generation != 3 || bf.tokenizer_index < 0) {
+    if ((bf.generation != 3 && bf.generation != 2) || bf.tokenizer_index < 0) {
         fprintf(stderr,
-                "needle: %s is not a Needle 3 .cact with a tokenizer (the base archive of the "
-                "checkpoint)\n",
+                "needle: %s is not a Needle 2 or 3 .cact with a tokenizer (the base archive of "
+                "the checkpoint)\n",
+                weights);
+        goto done;
+    }
+    if (config_path && bf.generation != 2) {
+        fprintf(stderr,
+                "needle: --config is for a Needle 2 checkpoint; %s is Needle 3 (a 3.x checkpoint "
+                "has its config in its metadata)\n",
                 weights);
         goto done;
     }
@@ -325,10 +342,11 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     if (!full) printf("  %-9s rank %ld  alpha %g\n", "lora", rank, alpha);
     progress_state ps = {
         .tty = isatty(STDOUT_FILENO), .data_path = data_path, .start_ms = start_ms};
-    const train_options o = {.gen = train_generation_for(3),
+    const train_options o = {.gen = train_generation_for(bf.generation),
                              .base_path = ckpt_path,
                              .base_image = base,
                              .base_size = base_size,
+                             .config_json = config_json,
                              .tokenizer = tok_model,
                              .data = data,
                              .data_len = data_len,
@@ -377,6 +395,9 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     const cact_tensor *tok = &bf.tensors[bf.tokenizer_index];
     const build_job job = {.ckpt_path = full ? out_path : ckpt_path,
                            .out_path = cact_path,
+                           .generation = bf.generation,
+                           /* a full run's checkpoint carries the config in its metadata */
+                           .config_json = full ? NULL : config_json,
                            .adapter = full ? NULL : &res.adapter,
                            .layers = layers,
                            .bits = &bits,
@@ -386,9 +407,10 @@ static int run_finetune(const cli_command *self, int argc, char **argv) {
     size_t image_size = 0;
     if (build_image(&job, &image, &image_size)) goto done;
     if (cli_write_file_atomically(cact_path, image, image_size)) goto done;
-    printf("  %-9s %s  %.2f MB  (= needle build %s%s%s -w %s)\n", "built", cact_path,
+    printf("  %-9s %s  %.2f MB  (= needle build %s%s%s -w %s%s%s)\n", "built", cact_path,
            (double)image_size / 1e6, full ? out_path : ckpt_path, full ? "" : " --lora ",
-           full ? "" : out_path, weights);
+           full ? "" : out_path, weights, config_path && !full ? " --config " : "",
+           config_path && !full ? config_path : "");
     if (no_score || !res.n_val) {
         rc = 0;
         goto done;
@@ -404,6 +426,7 @@ done:
     else if (!base) fprintf(stderr, "needle: cannot read %s\n", ckpt_path);
     else if (!arch) fprintf(stderr, "needle: cannot read %s\n", weights);
     free(image);
+    free(config_json);
     train_result_release(&res);
     needle_model_free(tok_model);
     if (have_bf) cact_release(&bf);
@@ -418,13 +441,15 @@ done:
 }
 
 const cli_command cli_finetune = {
-    "finetune", "fine-tune Needle 3 on your tools (LoRA or full), build the .cact and score it",
-    "usage: needle finetune DATA.jsonl [--checkpoint C.safetensors] [-w BASE.cact] [--epochs 3]\n"
+    "finetune", "fine-tune Needle 2 or 3 on your tools (LoRA or full), build the .cact and score it",
+    "usage: needle finetune DATA.jsonl [--checkpoint C.safetensors [--config CONFIG.json]]\n"
+    "                       [-w BASE.cact] [--epochs 3]\n"
     "                       [--batch-size 16] [--lr 1e-4] [--lora-rank 16] [--lora-alpha 32]\n"
     "                       [--max-len 1024] [--val-split 0.1] [--seed 0] [--layers N]\n"
     "                       [--out checkpoints/needle_lora.safetensors] [--resume] [--full]\n"
     "\n"
-    "The official `needle finetune` (cactus-needle 3.2.8) without Python or JAX: DATA lines\n"
+    "The official `needle finetune` (cactus-needle 3.2.8 for a Needle 3 base, 2.0.15 for a\n"
+    "Needle 2 one such as the demo model) without Python or JAX: DATA lines\n"
     "{query, tools, answers | function_calls, reasoning?, system?} or single-turn chat format\n"
     "(messages + OpenAI-form tools), rendered and encoded as the official (loss on the\n"
     "target and EOS; one length, the power of two from 128 that holds the longest, capped\n"
@@ -442,7 +467,10 @@ const cli_command cli_finetune = {
     "  -c, --checkpoint FILE   the official Needle 3 checkpoint to train from (default\n"
     "                          checkpoints/needle3.safetensors when -w is not given, the\n"
     "                          official default)\n"
-    "  -w, --weights FILE      the base .cact: its tokenizer encodes the data and the built\n"
+    "  --config FILE           the Needle 2 TransformerConfig (JSON) of a --checkpoint that\n"
+    "                          has no `config` metadata (as `needle export` takes it)\n"
+    "  -w, --weights FILE      the base .cact (Needle 2 or 3; its generation picks the\n"
+    "                          network): its tokenizer encodes the data and the built\n"
     "                          file carries it (default: $NEEDLE_MODEL, else the cached\n"
     "                          needle3). Without --checkpoint it is also the training base:\n"
     "                          dequantized (every record read as the engine reads it) to OUT's\n"
@@ -472,5 +500,7 @@ const cli_command cli_finetune = {
     "Files: OUT, OUT's .state.safetensors (LoRA), .cact (built) and .heldout.jsonl (the\n"
     "held-out lines, what was scored: `needle eval -w OUT.cact OUT.heldout.jsonl` prints\n"
     "the same numbers). The initial adapter is drawn from --seed by our own generator, not\n"
-    "jax.random: the same seed gives another start than the official.\n",
+    "jax.random: the same seed gives another start than the official. Needle 2: the 2.0.15\n"
+    "numerics (CQ W4 STE + A8, no int8 K/V); the adapter is this safetensors format (2.0.15\n"
+    "writes a pickle, which this build neither writes nor reads); no --layers.\n",
     run_finetune};

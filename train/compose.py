@@ -388,6 +388,113 @@ def chatter2(p):
             return q
 
 
+# --------------------------------------------------------------------------------------
+# Training data for the unseen tools (the README's fine-tuning example): the same six
+# schemas, with phrasings, items and categories of their own (none of the templates or
+# value lists of the UNSEEN_PHRASES above, which made unseen.jsonl), the training side of
+# every shared pool (cities, dates, amounts, rooms, openers, fillers, closers) and known
+# tools as distractors. Composed from parts, no LLM. The held-out set stays held out:
+# make_unseen_train drops any query that unseen.jsonl has.
+# --------------------------------------------------------------------------------------
+
+def _flight_t(p):
+    a, b, d = p.city(), p.city(), p.date()
+    t = p.r.choice(["reserve a seat on a plane from {a} to {b}, {d}",
+                    "book me a flight {a} -> {b} departing {d}",
+                    "can you get a flight out of {a} into {b} on {d}",
+                    "{d}: flight from {a} to {b} please",
+                    "I have to fly {a} to {b} on {d}, book it"])
+    return t.format(a=a, b=b, d=d), {"origin": a, "destination": b, "date": d}
+
+
+def _shopping_t(p):
+    item = p.r.choice(["almond milk", "butter", "pasta", "apples", "coffee beans", "yogurt",
+                       "toilet paper", "garlic", "brown bread", "spinach", "cheddar",
+                       "lemons", "ground coffee", "paper towels", "honey", "oatmeal"])
+    if p.r.random() < 0.5:
+        n = p.int_in(2, 12)
+        t = p.r.choice(["shopping list, add {n} {i}", "{n} {i} on the grocery list please",
+                        "remember to buy {n} {i}, put it on the list"])
+        return t.format(n=n, i=item), {"item": item, "quantity": n}
+    t = p.r.choice(["put {i} on the grocery list", "we ran out of {i}, add it to the list",
+                    "add {i} to my list for the store", "grocery list: add {i}"])
+    return t.format(i=item), {"item": item}
+
+
+def _workout_t(p):
+    act = p.r.choice(["running", "cycling", "swimming", "yoga", "walking"])
+    m = p.r.choice([5, 12, 25, 35, 40, 50, 75, 120])
+    d = p.duration(m)
+    t = p.r.choice(["log a {a} workout, {d}", "time my {a} session for {d}",
+                    "starting {a} now for {d}", "workout tracker: {a}, {d}"])
+    return t.format(a=act, d=d), {"activity": act, "minutes": m}
+
+
+def _expense_t(p):
+    amt = p.amount()
+    cat = p.r.choice(["coffee", "fuel", "clothes", "insurance", "pets", "travel",
+                      "entertainment", "phone bill"])
+    t = p.r.choice(["add an expense: {a} on {c}", "note that I paid {a} for {c}",
+                    "{c} cost me {a}, log it", "track {a} under {c}"])
+    return t.format(a=amt, c=cat), {"amount": amt, "category": cat}
+
+
+def _fan_t(p):
+    room, v = p.value(G.ROOMS), p.r.randint(0, 5)
+    t = p.r.choice(["{r} fan on speed {v}", "put the ceiling fan in the {r} at {v}",
+                    "change the fan speed in the {r} to {v}"])
+    return t.format(r=room, v=v), {"room": room, "speed": v}
+
+
+def _recipe_t(p):
+    dish = p.r.choice(["lasagna", "tikka masala", "goulash", "falafel", "risotto", "tacos",
+                       "banana bread", "miso soup", "paneer curry", "gnocchi", "chili",
+                       "dumplings"])
+    t = p.r.choice(["show me how to cook {d}", "search recipes: {d}", "I want to cook {d} tonight",
+                    "get a {d} recipe"])
+    return t.format(d=dish), {"dish": dish}
+
+
+UNSEEN_TRAIN_PHRASES = {"book_flight": _flight_t, "add_to_shopping_list": _shopping_t,
+                        "start_workout": _workout_t, "log_expense": _expense_t,
+                        "set_fan_speed": _fan_t, "find_recipe": _recipe_t}
+
+
+def example_unseen_train(p, names):
+    """example_unseen's mix (12% refusals with the requested tool undeclared, 18% two
+    calls) over the training phrasings."""
+    new = sorted(UNSEEN_TOOLS)
+    r = p.r.random()
+    if r < 0.12:
+        want = p.r.choice(new)
+        frag, _ = UNSEEN_TRAIN_PHRASES[want](p)
+        return p.dress(frag, []), p.r.sample(names, p.tool_count(1, 4)), []
+    called = p.r.sample(new, 2 if r < 0.3 else 1)
+    frags, calls = [], []
+    for n in called:
+        frag, args = UNSEEN_TRAIN_PHRASES[n](p)
+        frags.append(frag)
+        calls.append({"name": n, "arguments": args})
+    q = frags[0]
+    for f in frags[1:]:
+        q += p.pick(RUNON) + f
+    declared = called + p.r.sample(names, max(0, p.tool_count(len(called), 5) - len(called)))
+    p.r.shuffle(declared)
+    return p.dress(q, calls), declared, calls
+
+
+def make_unseen_train(n, seed, heldout_queries=()):
+    """n training examples for the unseen tools (the training side of every pool), none
+    of whose queries is in heldout_queries."""
+    banned = set(heldout_queries)
+    rows = []
+    while len(rows) < n:
+        more = make_split2("train", n - len(rows), seed, make=example_unseen_train)
+        rows += [x for x in more if x["query"] not in banned]
+        seed += 1
+    return rows[:n]
+
+
 def make_split2(split, n, seed, names=None, make=example2):
     rng = random.Random(seed)
     p = Pools2(split, rng)

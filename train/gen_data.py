@@ -960,9 +960,20 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--gen1", action="store_true",
                     help="the first generation's training split (the shipped model's stage 2)")
+    ap.add_argument("--unseen-train", type=int, default=0, metavar="N",
+                    help="write only unseen_train.jsonl: N training examples for the six "
+                    "unseen tools (compose.make_unseen_train), none of unseen.jsonl's queries")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     import compose as C
+    if a.unseen_train:
+        held = os.path.join(os.path.dirname(__file__), "data", "unseen.jsonl")
+        with open(held, encoding="utf-8") as f:
+            queries = [json.loads(line)["query"] for line in f if line.strip()]
+        rows = C.make_unseen_train(a.unseen_train, a.seed + 4000, queries)
+        write_jsonl(os.path.join(a.out, "unseen_train.jsonl"), rows)
+        print(f"wrote {len(rows)} unseen-tool training examples to {a.out}")
+        return
     if a.gen1:
         train = make_split("train", a.train, a.seed)
     else:

@@ -95,3 +95,17 @@ def test_finetune(tmp_path):
     with pytest.raises(needle.NeedleError, match="--resume"):
         needle.finetune(data, checkpoint=base, weights=BASE, epochs=2, batch_size=4, lr=2e-2, lora_rank=4,
                         max_len=128, val_split=0.25, out=tmp_path / "a.safetensors", resume=True)
+
+
+def test_finetune_needle2(tmp_path):
+    # a Needle 2 .cact alone as the base (the demo model's generation; here the tiny one)
+    tools = [{"name": "timer", "parameters": {"type": "object", "properties": {"m": {"type": "integer"}}}}]
+    rows = [{"query": f"timer {m}", "tools": tools, "answers": [{"name": "timer", "arguments": {"m": m}}]}
+            for m in (1, 2, 3, 4)] * 3
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = needle.finetune(data, weights=os.path.join(FIXTURES, "tiny_cq4.cact"), epochs=2, batch_size=4,
+                          lr=1e-2, lora_rank=4, max_len=128, val_split=0.25, out=tmp_path / "n2.safetensors",
+                          threads=2)
+    assert os.path.exists(got["cact"]) and got["steps"] == 6 and len(got["val_loss"]) == 2
+    assert got["scores"]["examples"] == 3

@@ -1,6 +1,7 @@
 /* A Needle 2 .cact read into the Needle 2 training core (see cact_base2.h). */
 #include "train/cact_base2.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,4 +95,67 @@ int g2_model_from_cact(const uint8_t *data, size_t size, export_config *cfg_out,
     if (cfg_out) *cfg_out = c;
     *out = m;
     return 0;
+}
+
+static cJSON *u32_list(const uint32_t *v, uint32_t n) {
+    cJSON *a = cJSON_CreateArray();
+    for (uint32_t i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+char *g2_config_json(const export_config *c) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    const struct {
+        const char *key;
+        uint32_t v;
+    } fields[] = {{"vocab_size", c->vocab_size},     {"d_model", c->d_model},
+                  {"attn_dim", c->attn_dim},         {"num_heads", c->num_heads},
+                  {"num_kv_heads", c->num_kv_heads}, {"num_layers", c->num_layers},
+                  {"max_seq_len", c->max_seq_len},   {"engram_heads", c->engram_heads},
+                  {"engram_slots", c->engram_slots}, {"mhc_lanes", c->mhc_lanes},
+                  {"kv_window", c->kv_window},       {"kv_bits", c->kv_bits}};
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        cJSON_AddNumberToObject(j, fields[i].key, fields[i].v);
+    /* a float32 value: its double prints back to the same float */
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    cJSON_AddItemToObject(j, "engram_orders", u32_list(c->engram_orders, c->num_orders));
+    cJSON_AddItemToObject(j, "engram_layers", u32_list(c->engram_layers, c->num_sites));
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return text;
+}
+
+int train_checkpoint_from_cact2(const uint8_t *data, size_t size, train_checkpoint *out) {
+    memset(out, 0, sizeof *out);
+    export_config cfg;
+    g2_model *m = NULL;
+    int st = g2_model_from_cact(data, size, &cfg, &m);
+    if (st) return st;
+    out->generation = 2;
+    out->format_version = TRAIN_CHECKPOINT_FORMAT;
+    out->step = -1;
+    out->config = g2_config_json(&cfg);
+    out->run = strdup("{}");
+    const uint32_t n = g2_tensor_count(m);
+    out->tensors = calloc(n ? n : 1, sizeof *out->tensors);
+    if (!out->config || !out->run || !out->tensors) st = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (uint32_t i = 0; !st && i < n; i++) {
+        const g2_tensor *t = g2_tensor_at(m, i);
+        train_tensor *d = &out->tensors[out->n];
+        d->name = strdup(t->name);
+        d->data = malloc(t->numel ? t->numel * sizeof(float) : 1);
+        out->n++;
+        if (!d->name || !d->data) {
+            st = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        d->ndim = t->ndim;
+        for (uint32_t k = 0; k < t->ndim; k++) d->shape[k] = t->shape[k];
+        d->numel = t->numel;
+        memcpy(d->data, t->w, t->numel * sizeof(float));
+    }
+    g2_model_free(m);
+    if (st) train_checkpoint_release(out);
+    return st;
 }

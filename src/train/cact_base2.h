@@ -12,10 +12,22 @@
 #include <stdint.h>
 
 #include "export/export_model.h"
+#include "train/checkpoint.h"
 #include "train/grad2.h"
 
 /* The model of the .cact image [data, data + size) and its config (cfg may be NULL).
  * A Needle 3 file or a malformed one is refused with a needle error and a message. */
 int g2_model_from_cact(const uint8_t *data, size_t size, export_config *cfg, g2_model **out);
+
+/* The config as the JSON text export_config_parse reads back to the same struct (the
+ * fields a Needle 2 TransformerConfig needs for grad2 and the exporter; malloc'd, NULL when
+ * out of memory). */
+char *g2_config_json(const export_config *cfg);
+
+/* The .cact as a Needle 2 checkpoint (`needle finetune -w` trains from it, `needle build`
+ * merges into it): every tensor of the g2 model (F32, owned), generation 2, the config in
+ * the metadata (g2_config_json) with format_version 2, as our 3.x checkpoints carry it
+ * (the official 2.0.15 checkpoints are pickles, which we do not write). */
+int train_checkpoint_from_cact2(const uint8_t *data, size_t size, train_checkpoint *out);
 
 #endif

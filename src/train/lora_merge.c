@@ -146,7 +146,8 @@ void lora_view_release(lora_view *v) {
     memset(v, 0, sizeof *v);
 }
 
-int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, int *dropped_confidence) {
+static int view_build(const st_file *ck, const train_adapter *ad, int drop_confidence, lora_view *out,
+                      int *dropped_confidence) {
     memset(out, 0, sizeof *out);
     *dropped_confidence = 0;
     out->st.tensors = malloc((ck->n + 1) * sizeof *out->st.tensors);
@@ -158,7 +159,7 @@ int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, 
     for (uint32_t i = 0; i < ck->n; i++) {
         const st_tensor *t = &ck->tensors[i];
         if (!strncmp(t->name, "mtp_", 4)) continue; /* run.load_checkpoint: training-only heads */
-        if (ad && !strncmp(t->name, "confidence_head/", 16)) {
+        if (ad && drop_confidence && !strncmp(t->name, "confidence_head/", 16)) {
             *dropped_confidence = 1;
             continue;
         }
@@ -182,4 +183,13 @@ int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, 
         out->n_owned++;
     }
     return 0;
+}
+
+int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, int *dropped_confidence) {
+    return view_build(ck, ad, 1, out, dropped_confidence);
+}
+
+int lora_view_build_v2(const st_file *ck, const train_adapter *ad, lora_view *out) {
+    int dropped = 0;
+    return view_build(ck, ad, 0, out, &dropped);
 }

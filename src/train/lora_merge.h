@@ -42,6 +42,9 @@ typedef struct lora_view {
 /* Builds the view of `ck`: mtp_* dropped; with an adapter (may be NULL), every group
  * merged and the confidence head dropped (*dropped_confidence set when there was one). */
 int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, int *dropped_confidence);
+/* The same for a Needle 2 checkpoint (cactus-needle 2.0.15 build_main): the heads are kept
+ * after a merge (2.0.15 drops nothing; its exporter ignores mtp_* by name). */
+int lora_view_build_v2(const st_file *ck, const train_adapter *ad, lora_view *out);
 void lora_view_release(lora_view *v);
 
 #endif

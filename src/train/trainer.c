@@ -8,8 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export/export_model.h"
 #include "export/export_model_v3.h"
+#include "train/grad2.h"
 #include "train/grad3.h"
+#include "train/lora2.h"
 #include "train/lora3.h"
 #include "train/np_pcg64.h"
 #include "train/optim.h"
@@ -95,8 +98,76 @@ static const train_generation generation3 = {
     .prepare = g3d_prepare,
 };
 
+/* ---- the Needle 2 descriptor ------------------------------------------------------------ */
+
+/* cactus-needle 2.0.15 finetune_local runs the loop of 3.2.8 (the same template, _encode,
+ * fit_max_len buckets, default_rng split and per-epoch permutations, min(int(n * split),
+ * n - 1) held out, warm-up min(max(1, total // 20), total - 1), cosine to 0, clip 1.0,
+ * AdamW defaults, mean of the held-out batches' losses). Where it differs, the loop
+ * follows 2.0.15 through this descriptor or needs nothing:
+ *   - the loss: grad2/lora2 (CQ W4 STE + A8 with no K/V quantization: its
+ *     configure_deploy(kv_bits=8) turns K/V quantization off; grad2.h);
+ *   - LoRA targets: 2.0.15 also requires a `stack` path component; every g2 kernel under
+ *     layers/ is under stack/, so train_is_lora_target picks the same kernels;
+ *   - its data reader skips lines without `query` (it has no chat format); ours converts
+ *     single-turn chat lines as 3.2.8 does (a superset: an official file reads the same);
+ *   - its adapter is a pickle ({lora, scale, base, rank, qat_bits, qat_bits_map, seed});
+ *     ours is the safetensors adapter of 3.2.8 (train/checkpoint.h), no pickle written;
+ *   - no resume, no periodic saves, no Ctrl-C save there: ours as for Needle 3. */
+static int g2d_from_checkpoint(const char *config_json, const st_file *ckpt, void **model) {
+    export_config cfg;
+    int st = export_config_parse(config_json, strlen(config_json), &cfg);
+    if (st) return st;
+    if (cfg.weight_bits[0])
+        /* finetune_local then fake-quantizes by the mixed map (cq_ste_mixed_params) */
+        return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT,
+                           "the config has weight_bits \"%s\": the Needle 2 trainer does the CQ W4 "
+                           "default only",
+                           cfg.weight_bits);
+    return g2_model_from_checkpoint(&cfg, ckpt, (g2_model **)model);
+}
+static void g2d_free(void *m) { g2_model_free(m); }
+static uint32_t g2d_count(void *m) { return g2_tensor_count(m); }
+static void g2d_tensor(void *m, uint32_t i, train_param *out) {
+    g2_tensor *t = g2_tensor_at(m, i);
+    out->name = t->name;
+    out->ndim = t->ndim;
+    out->shape = t->shape;
+    out->numel = t->numel;
+    out->w = t->w;
+    out->g = t->g;
+}
+static void g2d_set_frozen(void *m, uint32_t i, int frozen) { g2_tensor_at(m, i)->frozen = frozen; }
+static int g2d_loss(void *m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T,
+                    int grads, double *loss) {
+    return g2_loss(m, ids, mask, B, T, grads, loss);
+}
+static int g2d_lora_loss(void *m, const train_adapter *ad, const cq_codebooks *cb,
+                         const int32_t *ids, const float *mask, uint32_t B, uint32_t T,
+                         double *loss, float **dA, float **dB) {
+    return g2_lora_loss(m, ad, cb, ids, mask, B, T, loss, dA, dB);
+}
+static int g2d_cq_weights(void *m, const cq_codebooks *cb) { return g2_cq_weights(m, cb); }
+static void g2d_set_quant(void *m, int on) { g2_set_fake_quant(m, on); }
+static int g2d_set_threads(void *m, int n) { return g2_set_threads(m, n); }
+
+static const train_generation generation2 = {
+    .generation = 2,
+    .from_checkpoint = g2d_from_checkpoint,
+    .free = g2d_free,
+    .tensor_count = g2d_count,
+    .tensor = g2d_tensor,
+    .set_frozen = g2d_set_frozen,
+    .loss = g2d_loss,
+    .lora_loss = g2d_lora_loss,
+    .cq_weights = g2d_cq_weights,
+    .set_quant = g2d_set_quant,
+    .set_threads = g2d_set_threads,
+    .prepare = NULL, /* lora2 has no prepared form: every step quantizes the merged tree */
+};
+
 const train_generation *train_generation_for(int generation) {
-    return generation == 3 ? &generation3 : NULL;
+    return generation == 3 ? &generation3 : generation == 2 ? &generation2 : NULL;
 }
 
 /* ---- helpers -------------------------------------------------------------------------------- */
@@ -581,10 +652,11 @@ int train_run(const train_options *o, train_result *res) {
     r.quant = o->quant < 0 ? !o->full : o->quant != 0;
     const train_generation *g = o->gen;
     int st = st_parse(o->base_image, o->base_size, &r.base);
-    const char *cj = st ? NULL : st_meta_get(&r.base, "config");
+    const char *cj = st ? NULL : o->config_json ? o->config_json : st_meta_get(&r.base, "config");
     if (!st && !cj)
         st = needle_fail(NEEDLE_ERR_FORMAT,
-                         "%s has no `config` metadata (not an official checkpoint)",
+                         "%s has no `config` metadata (an official 3.x checkpoint has it; a "
+                         "Needle 2 checkpoint needs its config: --config CONFIG.json)",
                          o->base_path ? o->base_path : "the base");
     if (!st && !(r.config = strdup(cj))) st = oom();
     if (!st) st = g->from_checkpoint(r.config, &r.base, &r.model);
@@ -644,7 +716,8 @@ int train_run(const train_options *o, train_result *res) {
         else
             for (uint32_t i = 0; i < r.n; i++) r.rows[i] = i;
     }
-    if (!st && r.quant) st = cq_codebooks_init(&r.cb, G3_CQ_GROUP);
+    if (!st && r.quant)
+        st = cq_codebooks_init(&r.cb, g->generation == 2 ? G2_CQ_GROUP : G3_CQ_GROUP);
     if (!st) g->set_quant(r.model, r.quant);
     if (!st && !o->full) st = init_adapter(&r);
     if (!st) st = init_slots(&r);

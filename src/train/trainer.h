@@ -26,8 +26,9 @@
  * another initial adapter; everything after initialization follows the official. The
  * loop prints nothing: progress goes through a callback.
  *
- * Each network generation plugs in through a train_generation descriptor (the Needle 3
- * one is train_generation_for(3)). */
+ * Each network generation plugs in through a train_generation descriptor:
+ * train_generation_for(3) (3.2.8 over grad3/lora3) and train_generation_for(2) (2.0.15 over
+ * grad2/lora2; what 2.0.15 does differently is listed in trainer.c). */
 #ifndef NEEDLE_TRAIN_TRAINER_H
 #define NEEDLE_TRAIN_TRAINER_H
 
@@ -103,6 +104,9 @@ typedef struct train_options {
     const char *base_path;     /* the base checkpoint's path (the adapter's `base`) */
     const uint8_t *base_image; /* its safetensors image and size */
     size_t base_size;
+    /* the config (JSON text) when the base's metadata has none (a Needle 2 checkpoint with
+     * its config beside it); NULL: the metadata's `config` */
+    const char *config_json;
     const needle_model *tokenizer; /* a model whose tokenizer encodes the data */
     const char *data;
     size_t data_len;

@@ -1,0 +1,40 @@
+#!/bin/sh
+# The README's worked example (train/finetune_example.sh) CI-sized, so its commands cannot
+# rot: 16 composed examples, 2 LoRA steps of 4 rows on the demo model, 4 eval lines per
+# set; checks that every stage ran and wrote its report. About 40 s on 2 shared cores.
+# usage: sh tests/finetune_example.sh PROJECT_ROOT   (NEEDLE_CLI: the CLI to run)
+set -eu
+root=$1
+work=$(mktemp -d /tmp/needle_finetune_example_XXXXXX)
+cli=${NEEDLE_CLI:-$root/build/needle}
+case $cli in /*) ;; *) cli=$(pwd)/$cli ;; esac
+out=$work/log.txt
+if ! NEEDLE="$cli" EXAMPLES=16 BATCH=4 MAX_STEPS=2 EVAL_LIMIT=4 THREADS=2 \
+    sh "$root/train/finetune_example.sh" "$work/run" > "$out" 2>&1; then
+    cat "$out"
+    echo "FAIL: train/finetune_example.sh exited non-zero"
+    exit 1
+fi
+fail=0
+for want in "wrote 16 unseen-tool training examples" "data      16 examples" \
+    "stopped   at step 2/" "fine-tune wall time:" "unseen  before  exact match" \
+    "unseen  after   exact match" "test2   before  exact match" "test2   after   exact match"; do
+    if ! grep -q "$want" "$out"; then
+        echo "FAIL: no \"$want\" in the output"
+        fail=1
+    fi
+done
+# the composed data uses only the six unseen tools in its answers
+if grep -o '"answers": \[{"name": "[a-z_]*"' "$work/run/unseen_train.jsonl" |
+    grep -v -E 'book_flight|add_to_shopping_list|start_workout|log_expense|set_fan_speed|find_recipe' |
+    grep -q .; then
+    echo "FAIL: an answer calls a tool outside the six"
+    fail=1
+fi
+[ -s "$work/run/unseen_lora.cact" ] || { echo "FAIL: no built .cact"; fail=1; }
+if [ $fail -ne 0 ]; then
+    cat "$out"
+    exit 1
+fi
+rm -rf "$work"
+echo "ok: the worked example ran CI-sized"
