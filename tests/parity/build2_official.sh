@@ -4,7 +4,7 @@
 # that scripts/reference-venv.sh makes): a 4-step LoRA fine-tune of the tiny Needle 2
 # archive (tests/fixtures/tiny_cq4.cact), then both builds must be the same bytes. Skipped
 # (77) without the venv. About 20 s (jax import and tracing).
-# usage: sh tests/build2_official.sh PROJECT_ROOT   (NEEDLE_CLI: the CLI to run)
+# usage: sh tests/parity/build2_official.sh PROJECT_ROOT   (NEEDLE_CLI: the CLI to run)
 set -eu
 root=$1
 py=$root/tests/reference/.venv/bin/python

@@ -2,7 +2,7 @@
 # The README's worked example (train/finetune_example.sh) CI-sized, so its commands cannot
 # rot: 16 composed examples, 2 LoRA steps of 4 rows on the demo model, 4 eval lines per
 # set; checks that every stage ran and wrote its report. About 40 s on 2 shared cores.
-# usage: sh tests/finetune_example.sh PROJECT_ROOT   (NEEDLE_CLI: the CLI to run)
+# usage: sh tests/integration/finetune_example.sh PROJECT_ROOT   (NEEDLE_CLI: the CLI to run)
 set -eu
 root=$1
 work=$(mktemp -d /tmp/needle_finetune_example_XXXXXX)
