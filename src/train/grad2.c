@@ -4,6 +4,9 @@
  * structure (work sharing, lanes, engram, head, loss) follows grad3.c, the Needle 3 core;
  * the block differs: no conv taps, one head width, no sliding window, no q/K/V int8, and
  * the Hadamard MLP (two dense Walsh products) in place of the Monarch MLP. */
+#ifdef G2_REAL
+#define G2_GENERIC_PRODUCTS /* another precision (the double copy of the op tests): plain loops */
+#endif
 #include "train/grad2.h"
 
 #include <math.h>
@@ -13,6 +16,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/nmath.h"
+#include "train/tgemm.h"
 #include "util/error.h"
 
 typedef G2_REAL real;
@@ -60,7 +64,29 @@ struct G2(model) {
     uint32_t nt;
     cpu_pool *pool; /* NULL: one thread */
     int a8; /* quant=True: A8 activations, straight-through */
+    const tg_level *lv; /* the SIMD level of the products (tgemm.h) */
+    struct g2_scratch *scr;
+    struct run_ws *ws; /* the loss's work space, kept for the next call of the same T */
+    uint32_t ws_T;
 };
+
+/* Transposed operands of the products, grown as needed and kept across calls and steps
+ * (no allocation per product). */
+struct g2_scratch {
+    float *wt, *xt;
+    size_t wt_cap, xt_cap;
+};
+
+#ifndef G2_GENERIC_PRODUCTS
+static float *scratch_grow(float **p, size_t *cap, size_t n) {
+    if (n > *cap) {
+        float *q = realloc(*p, n * sizeof *q);
+        if (!q) return NULL;
+        *p = q, *cap = n;
+    }
+    return *p;
+}
+#endif
 
 void G2(set_fake_quant)(G2(model) * m, int on) { m->a8 = on != 0; }
 
@@ -74,6 +100,7 @@ void G2(run_parallel)(const G2(model) * m, void (*fn)(void *arg, int i, int n), 
 int G2(set_threads)(G2(model) * m, int n) {
     cpu_pool_free(m->pool);
     m->pool = NULL;
+    m->lv = tg_level_best();
     return n == 1 ? 0 : cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
 }
 
@@ -90,6 +117,33 @@ int G2(set_threads)(G2(model) * m, int n) {
 
 /* ---- small dense helpers ------------------------------------------------------------ */
 
+#ifndef G2_GENERIC_PRODUCTS
+typedef struct tg_job {
+    const tg_level *lv;
+    tg_gemm g;
+} tg_job;
+
+static void tg_worker(void *arg, int i, int n) {
+    const tg_job *j = arg;
+    tg_share(j->lv, &j->g, i, n);
+}
+
+static void run_tg(const G2(model) * m, const tg_gemm *g) {
+    tg_job j = {m->lv, *g};
+    if (m->pool)
+        cpu_pool_run(m->pool, tg_worker, &j);
+    else
+        tg_worker(&j, 0, 1);
+}
+
+/* C[M][N] (+)= A[M][K] B[K][N] with row strides, on the pool */
+static void gemm(const G2(model) * m, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc,
+                 uint32_t M, uint32_t N, uint32_t K, int acc) {
+    const tg_gemm g = {A, B, C, lda, ldb, ldc, M, N, K, acc};
+    run_tg(m, &g);
+}
+#endif
+
 static void run_job(const G2(model) * m, mm_job *j) {
     if (m && m->pool)
         cpu_pool_run(m->pool, mm_worker, j);
@@ -99,15 +153,41 @@ static void run_job(const G2(model) * m, mm_job *j) {
 
 /* y[T][out] = x[T][in] @ W[in][out] */
 static void mm(const G2(model) * m, const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out) {
+#ifdef G2_GENERIC_PRODUCTS
     mm_job j = {x, W, NULL, y, NULL, NULL, T, in, out, 0};
     run_job(m, &j);
+#else
+    const tg_gemm g = {x, W, y, in, out, out, T, out, in, 0};
+    run_tg(m, &g);
+#endif
 }
 
 /* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight) */
 static void mm_back(const G2(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
                     uint32_t T, uint32_t in, uint32_t out) {
+#ifdef G2_GENERIC_PRODUCTS
     mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
     run_job(m, &j);
+#else
+    struct g2_scratch *s = m->scr;
+    float *wt = dx ? scratch_grow(&s->wt, &s->wt_cap, (size_t)in * out) : NULL;
+    float *xt = dW ? scratch_grow(&s->xt, &s->xt_cap, (size_t)in * T) : NULL;
+    if ((dx && !wt) || (dW && !xt)) { /* no memory for a transpose: the plain loops */
+        mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
+        run_job(m, &j);
+        return;
+    }
+    if (dx) { /* dx += dy W^T */
+        tg_transpose(W, out, wt, in, in, out);
+        const tg_gemm g = {dy, wt, dx, out, in, in, T, in, out, 1};
+        run_tg(m, &g);
+    }
+    if (dW) { /* dW += x^T dy */
+        tg_transpose(x, in, xt, T, T, in);
+        const tg_gemm g = {xt, dy, dW, T, out, out, in, out, T, 1};
+        run_tg(m, &g);
+    }
+#endif
 }
 
 /* ---- per-sequence work space ---------------------------------------------------------- */
@@ -125,6 +205,8 @@ typedef struct seq_ws {
     real *dys, *dus, *dzs;
     real *d1, *d2, *d3, *d4, *d5, *d6, *d7, *tmp;
     real *rope_c, *rope_s;
+    real *k1, *k2; /* [T][max(width, 2n + n*n)] each: transposed k / v, the lane projections */
+    real *dPs, *PT; /* [T][T] each: one head's dP / dS and a transpose */
 } seq_ws;
 
 /* ---- the layer ---------------------------------------------------------------------- */
@@ -192,6 +274,32 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
     }
     /* dot_product_attention: softmax(q k / sqrt(hd)) v, causal, KV heads shared in groups */
     const real sc = (real)1 / sqrt((real)hd);
+#ifndef G2_GENERIC_PRODUCTS
+    /* per head: S = q k^T and o = P v as products over the whole sequence (the entries
+     * above the diagonal are computed and then set to 0) */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        real *Ph = w->P + (size_t)h * T * T;
+        if (h % (H / KV) == 0) tg_transpose(w->kr + g * hd, K, w->k1, T, T, hd); /* k^T [hd][T] */
+        gemm(m, w->qr + h * hd, Q, w->k1, T, Ph, T, T, T, hd, 0);
+        for (uint32_t t = 0; t < T; t++) {
+            real *P = Ph + (size_t)t * T;
+            real mx = -INFINITY;
+            for (uint32_t s = 0; s < T; s++) {
+                if (s > t) {
+                    P[s] = 0;
+                    continue;
+                }
+                P[s] *= sc;
+                if (P[s] > mx) mx = P[s];
+            }
+            real z = 0;
+            for (uint32_t s = 0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+            for (uint32_t s = 0; s <= t; s++) P[s] /= z;
+        }
+        gemm(m, Ph, T, w->v + g * hd, K, w->o + h * hd, Q, T, hd, T, 0);
+    }
+#else
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
         for (uint32_t t = 0; t < T; t++) {
@@ -217,6 +325,7 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
                 for (uint32_t i = 0; i < hd; i++) ot[i] += P[s] * w->v[(size_t)s * K + g * hd + i];
         }
     }
+#endif
     mm(m, w->a, LW(m, P_WG, l), w->gl, T, D, Q);
     for (size_t i = 0; i < (size_t)T * Q; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
     if (m->a8)
@@ -263,8 +372,12 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
             if (j < D) gd3[j] += g * w->z2[(size_t)t * N + j];
             dz2[(size_t)t * N + j] = j < D ? g * d3[j] : 0;
         }
+#ifdef G2_GENERIC_PRODUCTS
     memset(dhs, 0, (size_t)T * N * sizeof *dhs);
     mm_back(m, NULL, m->walsh, dz2, dhs, NULL, T, N, N);
+#else
+    mm(m, dz2, m->walsh, dhs, T, N, N); /* dz2 H^T = dz2 H: no transpose */
+#endif
     real *dz1 = dz2; /* dz2 is consumed */
     for (size_t i = 0; i < (size_t)T * N; i++) {
         const real hv = w->h[i], sg = sigm(hv);
@@ -272,8 +385,12 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
         gd2[i % N] += dh * w->z1[i];
         dz1[i] = dh * d2[i % N];
     }
+#ifdef G2_GENERIC_PRODUCTS
     memset(dz0, 0, (size_t)T * N * sizeof *dz0);
     mm_back(m, NULL, m->walsh, dz1, dz0, NULL, T, N, N);
+#else
+    mm(m, dz1, m->walsh, dz0, T, N, N);
+#endif
     for (uint32_t t = 0; t < T; t++)
         for (uint32_t j = 0; j < D; j++) {
             gd1[j] += dz0[(size_t)t * N + j] * w->m[(size_t)t * D + j];
@@ -315,6 +432,28 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
     memset(dkr, 0, (size_t)T * K * sizeof *dkr);
     memset(dv, 0, (size_t)T * K * sizeof *dv);
     const real sc = (real)1 / sqrt((real)hd);
+#ifndef G2_GENERIC_PRODUCTS
+    /* per head as products: dP = dO v^T, dv += P^T dO, dS, dq += dS k, dk += dS^T q */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        const real *Ph = w->P + (size_t)h * T * T;
+        if (h % (H / KV) == 0) tg_transpose(w->v + g * hd, K, w->k2, T, T, hd); /* v^T [hd][T] */
+        real *dS = w->dPs, *tr = w->PT;
+        gemm(m, dO + h * hd, Q, w->k2, T, dS, T, T, T, hd, 0);
+        tg_transpose(Ph, T, tr, T, T, T);
+        gemm(m, tr, T, dO + h * hd, Q, dv + g * hd, K, T, hd, T, 1);
+        for (uint32_t t = 0; t < T; t++) {
+            const real *P = Ph + (size_t)t * T;
+            real *d = dS + (size_t)t * T;
+            real sum = 0;
+            for (uint32_t s = 0; s <= t; s++) sum += d[s] * P[s];
+            for (uint32_t s = 0; s < T; s++) d[s] = s > t ? 0 : P[s] * (d[s] - sum) * sc;
+        }
+        gemm(m, dS, T, w->kr + g * hd, K, dqr + h * hd, Q, T, hd, T, 1);
+        tg_transpose(dS, T, tr, T, T, T);
+        gemm(m, tr, T, w->qr + h * hd, Q, dkr + g * hd, K, T, hd, T, 1);
+    }
+#else
     real *dP = w->tmp;
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
@@ -340,6 +479,7 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
             }
         }
     }
+#endif
     /* RoPE and q/k norms back to the projections */
     const uint32_t half = hd / 2;
     real *dq = w->d3, *dk = w->d5; /* dO is consumed; dx0 moves from d5 to d4 */
@@ -402,20 +542,19 @@ static void lane_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *
     const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
     const real apre = LW(m, P_A_PRE, l)[0], apost = LW(m, P_A_POST, l)[0], ares = LW(m, P_A_RES, l)[0];
     const real *bpre = LW(m, P_B_PRE, l), *bpost = LW(m, P_B_POST, l), *bres = LW(m, P_B_RES, l);
+    for (uint32_t t = 0; t < T; t++) /* _rms_unit (2.0.15 applies no A8 here) */
+        w->nxr[t] = zc_fwd(Xin + (size_t)t * nD, NULL, nD, w->nx + (size_t)t * nD);
+    /* the three projections of every token as products, then side by side in prj */
+    real *ppre = w->k1, *ppost = ppre + (size_t)T * n, *pres = ppost + (size_t)T * n;
+    mm(m, w->nx, pp, ppre, T, nD, n);
+    mm(m, w->nx, po, ppost, T, nD, n);
+    mm(m, w->nx, pr, pres, T, nD, nn);
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD;
-        real *nx = w->nx + (size_t)t * nD;
-        w->nxr[t] = zc_fwd(X, NULL, nD, nx); /* _rms_unit (2.0.15 applies no A8 here) */
         real *prj = w->prj + (size_t)t * (2 * n + nn);
-        for (uint32_t k = 0; k < 2 * n + nn; k++) prj[k] = 0;
-        for (uint32_t c = 0; c < nD; c++) {
-            const real v = nx[c];
-            for (uint32_t i = 0; i < n; i++) {
-                prj[i] += v * pp[(size_t)c * n + i];
-                prj[n + i] += v * po[(size_t)c * n + i];
-            }
-            for (uint32_t k = 0; k < nn; k++) prj[2 * n + k] += v * pr[(size_t)c * nn + k];
-        }
+        memcpy(prj, ppre + (size_t)t * n, n * sizeof *prj);
+        memcpy(prj + n, ppost + (size_t)t * n, n * sizeof *prj);
+        memcpy(prj + 2 * n, pres + (size_t)t * nn, nn * sizeof *prj);
         real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
         for (uint32_t i = 0; i < n; i++) {
             hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
@@ -447,24 +586,23 @@ static void lane_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *
         real *hres = w->hres + (size_t)t * nn;
         const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
         for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
-        real *u = w->u + (size_t)t * D;
-        for (uint32_t c = 0; c < D; c++) {
-            real s = 0;
-            for (uint32_t i = 0; i < n; i++) s += hpre[i] * X[(size_t)i * D + c];
-            u[c] = s;
-        }
+        real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
+        for (uint32_t c = 0; c < D; c++) u[c] = 0;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t c = 0; c < D; c++) u[c] += hpre[i] * X[(size_t)i * D + c];
     }
     block_fwd(m, l, sq, w);
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
         real *y = w->y + (size_t)t * D, *Xo = Xout + (size_t)t * nD;
         for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
-        for (uint32_t i = 0; i < n; i++)
-            for (uint32_t c = 0; c < D; c++) {
-                real s = 0;
-                for (uint32_t j = 0; j < n; j++) s += hres[i * n + j] * X[(size_t)j * D + c];
-                Xo[(size_t)i * D + c] = s + hpost[i] * y[c];
-            }
+        for (uint32_t i = 0; i < n; i++) { /* the sums over j in order, c innermost */
+            real *xo = Xo + (size_t)i * D;
+            for (uint32_t c = 0; c < D; c++) xo[c] = 0;
+            for (uint32_t j = 0; j < n; j++)
+                for (uint32_t c = 0; c < D; c++) xo[c] += hres[i * n + j] * X[(size_t)j * D + c];
+            for (uint32_t c = 0; c < D; c++) xo[c] = xo[c] + hpost[i] * y[c];
+        }
     }
 }
 
@@ -539,7 +677,7 @@ static void lane_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, co
     /* the lane read: u = hpre . X, and the projections of nx */
     for (uint32_t t = 0; t < T; t++) {
         const real *X = Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = du + (size_t)t * D;
-        const real *prj = w->prj + (size_t)t * (2 * n + nn), *nx = w->nx + (size_t)t * nD;
+        const real *prj = w->prj + (size_t)t * (2 * n + nn);
         real *dx = dXi + (size_t)t * nD, *dzt = dz + (size_t)t * (2 * n + nn);
         for (uint32_t i = 0; i < n; i++) {
             real dp = 0;
@@ -552,23 +690,21 @@ static void lane_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, co
             gapre[0] += dzp * prj[i];
             dzt[i] = dzp * apre;
         }
-        real *dnx = w->d1; /* [nD] */
-        for (uint32_t c = 0; c < nD; c++) {
-            real s = 0;
-            const real v = nx[c];
-            for (uint32_t i = 0; i < n; i++) {
-                s += pp[(size_t)c * n + i] * dzt[i] + po[(size_t)c * n + i] * dzt[n + i];
-                gpp[(size_t)c * n + i] += v * dzt[i];
-                gpo[(size_t)c * n + i] += v * dzt[n + i];
-            }
-            for (uint32_t k = 0; k < nn; k++) {
-                s += pr[(size_t)c * nn + k] * dzt[2 * n + k];
-                gpr[(size_t)c * nn + k] += v * dzt[2 * n + k];
-            }
-            dnx[c] = s;
-        }
-        zc_back(X, NULL, nD, w->nxr[t], dnx, dx, NULL);
     }
+    /* the projections' backward for every token as products: dnx [T][nD] in d1 */
+    real *dzpre = w->k1, *dzpost = dzpre + (size_t)T * n, *dzres = dzpost + (size_t)T * n, *dnx = w->d1;
+    for (uint32_t t = 0; t < T; t++) {
+        const real *dzt = dz + (size_t)t * (2 * n + nn);
+        memcpy(dzpre + (size_t)t * n, dzt, n * sizeof *dzt);
+        memcpy(dzpost + (size_t)t * n, dzt + n, n * sizeof *dzt);
+        memcpy(dzres + (size_t)t * nn, dzt + 2 * n, nn * sizeof *dzt);
+    }
+    memset(dnx, 0, (size_t)T * nD * sizeof *dnx);
+    mm_back(m, w->nx, pp, dzpre, dnx, gpp, T, nD, n);
+    mm_back(m, w->nx, po, dzpost, dnx, gpo, T, nD, n);
+    mm_back(m, w->nx, pr, dzres, dnx, gpr, T, nD, nn);
+    for (uint32_t t = 0; t < T; t++)
+        zc_back(Xin + (size_t)t * nD, NULL, nD, w->nxr[t], dnx + (size_t)t * nD, dXi + (size_t)t * nD, NULL);
 }
 
 /* ---- engram (Engram.__call__, engram_indices) ----------------------------------------- */
@@ -653,6 +789,8 @@ static void engram_back(G2(model) * m, const int32_t *ids, uint32_t T, real *e, 
 
 /* ---- the model ------------------------------------------------------------------------- */
 
+static void ws_release(G2(model) * m);
+
 static const char *const FIXED_NAMES[P_FIXED] = {
     "embedding/embedding",
     "stack/final_norm/scale",
@@ -700,6 +838,12 @@ void G2(model_free)(G2(model) * m) {
     }
     free(m->t);
     free(m->walsh);
+    ws_release(m);
+    if (m->scr) {
+        free(m->scr->wt);
+        free(m->scr->xt);
+    }
+    free(m->scr);
     cpu_pool_free(m->pool);
     free(m);
 }
@@ -751,9 +895,11 @@ int G2(model_from_checkpoint)(const export_config *cfg, const st_file *ckpt, G2(
     m->dil = 0;
     for (uint32_t i = 0; i < c->num_orders; i++) m->dil = c->engram_orders[i] > m->dil ? c->engram_orders[i] : m->dil;
     m->walsh = malloc((size_t)N * N * sizeof *m->walsh);
+    m->scr = calloc(1, sizeof *m->scr);
+    m->lv = tg_level_best();
     m->nt = P_FIXED + E_COUNT * c->num_sites;
     m->t = calloc(m->nt, sizeof *m->t);
-    if (!m->walsh || !m->t) {
+    if (!m->walsh || !m->t || !m->scr) {
         G2(model_free)(m);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -830,11 +976,32 @@ int G2(model_from_checkpoint)(const export_config *cfg, const st_file *ckpt, G2(
 
 /* ---- work space and the loss ----------------------------------------------------------- */
 
+/* The tensors whose gradient a frozen flag skips (the big ones: DW / LGD above and the
+ * head and embedding rows); the others get theirs whatever the flag says. */
+static int frozen_skipped(uint32_t i) {
+    if (i == P_EMB || (i >= P_WQ && i <= P_WO)) return 1;
+    if (i < P_FIXED) return 0;
+    const uint32_t k = (i - P_FIXED) % E_COUNT;
+    return k == E_TABLE || k == E_KEY || k == E_VALUE;
+}
+
 typedef struct run_ws {
     seq_ws w;
     real *e, *vl, *de, *dvl, *ek, *ev, *dek, *dev, *Xs, *dXa, *dXb, *logits, *xf, *xn, *dxn, *dxf;
+    real *et;   /* [D][V]: the head's rows transposed, for logits = xn E^T as one product */
+    real *rrow; /* [T]: 1/rms of final_norm per loss row */
     real *block; /* every buffer above lives in this one allocation */
+    uint32_t *rowt; /* [T]: the positions in the loss (mask of the next token != 0) */
 } run_ws;
+
+#define HEAD_ROWS 64 /* loss rows per logits product: [64][V] */
+
+static void ws_release(G2(model) * m) {
+    if (m->ws) free(m->ws->block), free(m->ws->rowt);
+    free(m->ws);
+    m->ws = NULL;
+    m->ws_T = 0;
+}
 
 static int ws_alloc(const G2(model) * m, uint32_t T, run_ws *r) {
     const uint32_t D = m->D, n = m->n, nD = n * D, nn = n * n, H = m->H, KV = m->KV;
@@ -844,6 +1011,7 @@ static int ws_alloc(const G2(model) * m, uint32_t T, run_ws *r) {
     const uint32_t cand[] = {Q, K, N, nD};
     for (uint32_t i = 0; i < 4; i++) MX = cand[i] > MX ? cand[i] : MX;
     const size_t TD = (size_t)T * D, TN = (size_t)T * N, dsz = (size_t)T * MX + 2 * (size_t)D;
+    const size_t kw = (size_t)T * (MX > pj ? MX : pj);
     struct {
         real **p;
         size_t n;
@@ -862,68 +1030,29 @@ static int ws_alloc(const G2(model) * m, uint32_t T, run_ws *r) {
         {&r->w.dys, TD}, {&r->w.dus, TD}, {&r->w.dzs, (size_t)T * pj}, {&r->w.d1, dsz}, {&r->w.d2, dsz},
         {&r->w.d3, dsz}, {&r->w.d4, dsz}, {&r->w.d5, dsz}, {&r->w.d6, dsz}, {&r->w.d7, dsz},
         {&r->w.tmp, dsz + T}, {&r->w.rope_c, (size_t)T * (m->hd / 2)}, {&r->w.rope_s, (size_t)T * (m->hd / 2)},
+        {&r->w.k1, kw}, {&r->w.k2, kw}, {&r->w.dPs, (size_t)T * T}, {&r->w.PT, (size_t)T * T},
         {&r->e, (size_t)T * E}, {&r->vl, TD}, {&r->de, (size_t)T * E}, {&r->dvl, TD}, {&r->ek, S * TD},
         {&r->ev, S * TD}, {&r->dek, S * TD}, {&r->dev, S * TD}, {&r->Xs, (size_t)(m->L + 1) * T * nD},
-        {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, m->V}, {&r->xf, TD},
-        {&r->xn, TD}, {&r->dxn, D}, {&r->dxf, D},
+        {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, (size_t)HEAD_ROWS * m->V},
+        {&r->xf, TD}, {&r->xn, TD}, {&r->dxn, (size_t)HEAD_ROWS * D}, {&r->dxf, D}, {&r->et, (size_t)D * m->V},
+        {&r->rrow, T},
     };
     const size_t nf = sizeof f / sizeof f[0];
     size_t total = 0;
     for (size_t i = 0; i < nf; i++) total += f[i].n + 1;
     r->block = calloc(total, sizeof *r->block);
-    if (!r->block) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
+    r->rowt = calloc(T, sizeof *r->rowt);
+    if (!r->block || !r->rowt) {
+        free(r->block);
+        free(r->rowt);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
+    }
     size_t off = 0;
     for (size_t i = 0; i < nf; i++) {
         *f[i].p = r->block + off;
         off += f[i].n + 1;
     }
     return 0;
-}
-
-/* The tied output head of one position over the pool: logits[v] = <xn, E[v]> (back = 0);
- * with back = 1 and logits holding dloss/dlogit: dE[v] += g[v] xn (each thread its rows
- * v) and dxn[c] = sum over v of g[v] E[v][c] (each thread its columns c). */
-typedef struct head_job {
-    G2(model) * m;
-    const real *xn;
-    real *logits, *dxn;
-    int back;
-} head_job;
-
-static void head_worker(void *arg, int i, int n) {
-    const head_job *j = arg;
-    const G2(model) *m = j->m;
-    const uint32_t D = m->D;
-    const real *E = m->t[P_EMB].w;
-    uint32_t lo, hi;
-    range_of(m->V, i, n, &lo, &hi);
-    if (!j->back) {
-        for (uint32_t v = lo; v < hi; v++) {
-            real s = 0;
-            for (uint32_t c = 0; c < D; c++) s += j->xn[c] * E[(size_t)v * D + c];
-            j->logits[v] = s;
-        }
-        return;
-    }
-    for (uint32_t v = m->t[P_EMB].frozen ? hi : lo; v < hi; v++) {
-        real *ge = m->t[P_EMB].g + (size_t)v * D;
-        const real g = j->logits[v];
-        for (uint32_t c = 0; c < D; c++) ge[c] += g * j->xn[c];
-    }
-    range_of(D, i, n, &lo, &hi);
-    for (uint32_t c = lo; c < hi; c++) j->dxn[c] = 0;
-    for (uint32_t v = 0; v < m->V; v++) {
-        const real g = j->logits[v];
-        for (uint32_t c = lo; c < hi; c++) j->dxn[c] += g * E[(size_t)v * D + c];
-    }
-}
-
-static void run_head(const G2(model) * m, head_job *j, int back) {
-    j->back = back;
-    if (m->pool)
-        cpu_pool_run(m->pool, head_worker, j);
-    else
-        head_worker(j, 0, 1);
 }
 
 int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
@@ -938,12 +1067,24 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
     for (uint32_t b = 0; b < B; b++)
         for (uint32_t t = 1; t < T; t++) msum += mask[(size_t)b * T + t];
     const real denom = (real)(msum > 1 ? msum : 1);
-    run_ws r;
-    const int st = ws_alloc(m, T, &r);
-    if (st) return st;
+    if (!m->ws || m->ws_T != T) { /* a new length: a new work space (kept for the next call) */
+        ws_release(m);
+        m->ws = calloc(1, sizeof *m->ws);
+        m->ws_T = 0;
+        if (!m->ws) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+        const int st = ws_alloc(m, T, m->ws);
+        if (st) {
+            free(m->ws);
+            m->ws = NULL;
+            return st;
+        }
+        m->ws_T = T;
+    }
+    run_ws r = *m->ws;
     if (grads)
         for (uint32_t i = 0; i < m->nt; i++)
-            if (m->t[i].g) memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
+            if (m->t[i].g && !(m->t[i].frozen && frozen_skipped(i)))
+                memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
     const uint32_t D = m->D, n = m->n, nD = n * D, half = m->hd / 2, L = m->L;
     /* precompute_rope_freqs in float32 as the reference */
     for (uint32_t t = 0; t < T; t++)
@@ -953,6 +1094,12 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             r.w.rope_c[(size_t)t * half + i] = (real)cosf(ang);
             r.w.rope_s[(size_t)t * half + i] = (real)sinf(ang);
         }
+    /* the head's rows transposed once per call (the weights do not change within it) */
+    for (uint32_t v0 = 0; v0 < m->V; v0 += 32)
+        for (uint32_t c0 = 0; c0 < D; c0 += 32)
+            for (uint32_t v = v0; v < v0 + 32 && v < m->V; v++)
+                for (uint32_t c = c0; c < c0 + 32 && c < D; c++)
+                    r.et[(size_t)c * m->V + v] = m->t[P_EMB].w[(size_t)v * D + c];
     const real escale = sqrt((real)D);
     double total = 0;
     for (uint32_t b = 0; b < B; b++) {
@@ -970,34 +1117,53 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         const real *XL = r.Xs + (size_t)L * T * nD;
         real *dX = r.dXa;
         memset(dX, 0, (size_t)T * nD * sizeof *dX);
-        for (uint32_t t = 0; t + 1 < T; t++) {
-            const real wgt = (real)mk[t + 1];
-            if (wgt == 0) continue;
-            real *xf = r.xf + (size_t)t * D, *xn = r.xn + (size_t)t * D;
+        /* the loss rows, then their logits HEAD_ROWS at a time as products over the pool */
+        uint32_t nr = 0;
+        for (uint32_t t = 0; t + 1 < T; t++)
+            if (mk[t + 1] != 0) r.rowt[nr++] = t;
+        for (uint32_t k = 0; k < nr; k++) {
+            const uint32_t t = r.rowt[k];
+            real *xf = r.xf + (size_t)k * D, *xn = r.xn + (size_t)k * D;
             for (uint32_t c = 0; c < D; c++) {
                 real s = 0;
                 for (uint32_t i = 0; i < n; i++) s += XL[(size_t)t * nD + (size_t)i * D + c];
                 xf[c] = s / (real)n;
             }
-            const real rr = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
+            r.rrow[k] = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
             if (m->a8) fq8(xn, D); /* logits = _aq(x, quant) @ head.T */
-            head_job hj = {m, xn, r.logits, r.dxn, 0};
-            run_head(m, &hj, 0);
-            real mx = -INFINITY;
-            for (uint32_t v = 0; v < m->V; v++) mx = r.logits[v] > mx ? r.logits[v] : mx;
-            real z = 0;
-            for (uint32_t v = 0; v < m->V; v++) z += exp(r.logits[v] - mx);
-            const real lse = mx + log(z);
-            const uint32_t tgt = (uint32_t)tok[t + 1];
-            total += (double)(wgt * (lse - r.logits[tgt]));
+        }
+        const uint32_t V = m->V;
+        const real *Emb = m->t[P_EMB].w;
+        for (uint32_t k0 = 0; k0 < nr; k0 += HEAD_ROWS) {
+            const uint32_t R = nr - k0 < HEAD_ROWS ? nr - k0 : HEAD_ROWS;
+            const real *xn = r.xn + (size_t)k0 * D;
+            mm(m, xn, r.et, r.logits, R, D, V);
+            for (uint32_t k = 0; k < R; k++) {
+                const uint32_t t = r.rowt[k0 + k], tgt = (uint32_t)tok[t + 1];
+                const real wgt = (real)mk[t + 1];
+                real *lg = r.logits + (size_t)k * V;
+                real mx = -INFINITY;
+                for (uint32_t v = 0; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+                real z = 0;
+                for (uint32_t v = 0; v < V; v++) z += exp(lg[v] - mx);
+                const real lse = mx + log(z);
+                total += (double)(wgt * (lse - lg[tgt]));
+                if (!grads) continue;
+                for (uint32_t v = 0; v < V; v++) /* dloss/dlogit */
+                    lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
+            }
             if (!grads) continue;
-            for (uint32_t v = 0; v < m->V; v++) /* dloss/dlogit */
-                r.logits[v] = (exp(r.logits[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
-            run_head(m, &hj, 1);
-            memset(r.dxf, 0, D * sizeof *r.dxf);
-            zc_back(xf, m->t[P_FINAL].w, D, rr, r.dxn, r.dxf, m->t[P_FINAL].g);
-            for (uint32_t i = 0; i < n; i++)
-                for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
+            mm(m, r.logits, Emb, r.dxn, R, V, D); /* dxn = g E */
+            if (!m->t[P_EMB].frozen) /* dE += g^T xn */
+                mm_back(m, r.logits, Emb, xn, NULL, m->t[P_EMB].g, R, V, D);
+            for (uint32_t k = 0; k < R; k++) {
+                const uint32_t t = r.rowt[k0 + k];
+                memset(r.dxf, 0, D * sizeof *r.dxf);
+                zc_back(r.xf + (size_t)(k0 + k) * D, m->t[P_FINAL].w, D, r.rrow[k0 + k], r.dxn + (size_t)k * D,
+                        r.dxf, m->t[P_FINAL].g);
+                for (uint32_t i = 0; i < n; i++)
+                    for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
+            }
         }
         if (!grads) continue;
         memset(r.dek, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dek);
@@ -1019,7 +1185,6 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         }
         engram_back(m, tok, T, r.e, r.vl, r.de, r.dvl, r.dek, r.dev);
     }
-    free(r.block);
     *loss = total / (double)denom;
     return 0;
 }
