@@ -69,7 +69,8 @@ struct g2_lora_prep {
     float **base;          /* their base values */
     int *was_frozen;       /* every tensor's flag before prepare */
     float *bt, *at;        /* transposed B and A of one layer (the dA / dB products) */
-    size_t bt_cap, at_cap;
+    float *ab;             /* A @ B of one layer (the merge) */
+    size_t bt_cap, at_cap, ab_cap;
 };
 
 static int is_cq_leaf(const g2_tensor *t) {
@@ -102,6 +103,7 @@ void g2_lora_finish(g2_lora_prep *p) {
     free(p->was_frozen);
     free(p->bt);
     free(p->at);
+    free(p->ab);
     free(p);
 }
 
@@ -187,22 +189,26 @@ int g2_lora_step(g2_lora_prep *p, const train_adapter *ad, const int32_t *ids, c
     g2_model *m = p->m;
     if (ad->n != p->n) return needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "adapter: not the one prepared");
     int st = 0;
-    /* merge: W = W0 + scale * A @ B per leading index, then CQ of the adapted kernels */
-    for (uint32_t k = 0; k < ad->n; k++) {
+    /* merge: W = W0 + scale * (A @ B) per leading index (the product on tgemm), then CQ of
+     * the adapted kernels */
+    for (uint32_t k = 0; k < ad->n && !st; k++) {
         const train_lora *lo = &ad->lora[k];
         g2_tensor *t = p->kern[k];
         const uint32_t nd = lo->a.ndim;
-        const uint64_t in = lo->a.shape[nd - 2], r = lo->a.shape[nd - 1], out = lo->b.shape[nd - 1];
-        const uint64_t lead = t->numel / (in * out);
+        const uint32_t in = (uint32_t)lo->a.shape[nd - 2], r = (uint32_t)lo->a.shape[nd - 1],
+                       out = (uint32_t)lo->b.shape[nd - 1];
+        const uint64_t lead = t->numel / ((uint64_t)in * out);
+        float *ab = grow(&p->ab, &p->ab_cap, (size_t)in * out);
+        if (!ab) {
+            st = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        const float sc = (float)ad->scale;
         for (uint64_t l = 0; l < lead; l++) {
             const float *A = lo->a.data + l * in * r, *Bm = lo->b.data + l * r * out, *W0 = p->base[k] + l * in * out;
             float *W = t->w + l * in * out;
-            for (uint64_t i = 0; i < in; i++)
-                for (uint64_t o = 0; o < out; o++) {
-                    float s = 0;
-                    for (uint64_t q = 0; q < r; q++) s += A[i * r + q] * Bm[q * out + o];
-                    W[i * out + o] = W0[i * out + o] + (float)ad->scale * s;
-                }
+            product(m, A, Bm, ab, in, out, r);
+            for (size_t q = 0; q < (size_t)in * out; q++) W[q] = W0[q] + sc * ab[q];
         }
     }
     for (uint32_t k = 0; k < ad->n && p->cb && !st; k++) st = cq_leaf(m, p->cb, p->kern[k]);
