@@ -537,11 +537,184 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
 /* ---- the mHC lane step around the block (_ScanBody.__call__) -------------------------- */
 
 /* Xin[T][n][D] -> Xout; keeps nx, the h's, the Sinkhorn steps, u and y in w. */
-static void lane_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, const real *Xin, real *Xout) {
-    const uint32_t T = sq->T, n = m->n, D = m->D, nD = n * D, nn = n * n, own = l % n;
-    const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
+/* The per-token steps of the lane step, run over the pool in token ranges: each token's
+ * outputs are its own rows, computed with the same operations in the same order whatever
+ * the split (the sums over tokens into shared gradients are left to the caller, in token
+ * order), so results are bit-identical for every thread count. */
+enum { LANE_PRE, LANE_POST, LANE_BACK_WRITE, LANE_BACK_READ, LANE_BACK_NORM };
+
+typedef struct lane_job {
+    const G2(model) * m;
+    uint32_t l, T;
+    seq_ws *w;
+    const real *Xin, *dXo;
+    real *Xout, *dXi;
+    int step;
+} lane_job;
+
+/* lane_fwd before the block for token t: hpre, hpost, the Sinkhorn steps, hres, u */
+static void lane_pre_tok(const lane_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t l = j->l, n = m->n, D = m->D, nD = n * D, nn = n * n, own = l % n;
     const real apre = LW(m, P_A_PRE, l)[0], apost = LW(m, P_A_POST, l)[0], ares = LW(m, P_A_RES, l)[0];
     const real *bpre = LW(m, P_B_PRE, l), *bpost = LW(m, P_B_POST, l), *bres = LW(m, P_B_RES, l);
+    const real *X = j->Xin + (size_t)t * nD, *prj = w->prj + (size_t)t * (2 * n + nn);
+    real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
+    for (uint32_t i = 0; i < n; i++) {
+        hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
+        hpost[i] = 2 * sigm(apost * prj[n + i] + bpost[i] + (real)nm_lane_post_offset(i, own));
+    }
+    /* _sinkhorn: 20 x (rows then columns) in log space, then exp */
+    real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
+    for (uint32_t k = 0; k < nn; k++) sk[k] = ares * prj[2 * n + k] + bres[k];
+    for (uint32_t it = 0; it < SINKHORN_ITERS; it++) {
+        const real *S = sk + (size_t)(2 * it) * nn;
+        real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+        for (uint32_t i = 0; i < n; i++) {
+            real mx = S[i * n];
+            for (uint32_t jj = 1; jj < n; jj++) mx = S[i * n + jj] > mx ? S[i * n + jj] : mx;
+            real z = 0;
+            for (uint32_t jj = 0; jj < n; jj++) z += exp(S[i * n + jj] - mx);
+            const real lse = mx + log(z);
+            for (uint32_t jj = 0; jj < n; jj++) A[i * n + jj] = S[i * n + jj] - lse;
+        }
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real mx = A[jj];
+            for (uint32_t i = 1; i < n; i++) mx = A[i * n + jj] > mx ? A[i * n + jj] : mx;
+            real z = 0;
+            for (uint32_t i = 0; i < n; i++) z += exp(A[i * n + jj] - mx);
+            const real lse = mx + log(z);
+            for (uint32_t i = 0; i < n; i++) S2[i * n + jj] = A[i * n + jj] - lse;
+        }
+    }
+    real *hres = w->hres + (size_t)t * nn;
+    const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
+    for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
+    real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
+    for (uint32_t c = 0; c < D; c++) u[c] = 0;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t c = 0; c < D; c++) u[c] += hpre[i] * X[(size_t)i * D + c];
+}
+
+/* lane_fwd after the block for token t: y = block(u) - u, X' = hres X + hpost y */
+static void lane_post_tok(const lane_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *X = j->Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
+    real *y = w->y + (size_t)t * D, *Xo = j->Xout + (size_t)t * nD;
+    for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
+    for (uint32_t i = 0; i < n; i++) { /* the sums over jj in order, c innermost */
+        real *xo = Xo + (size_t)i * D;
+        for (uint32_t c = 0; c < D; c++) xo[c] = 0;
+        for (uint32_t jj = 0; jj < n; jj++)
+            for (uint32_t c = 0; c < D; c++) xo[c] += hres[i * n + jj] * X[(size_t)jj * D + c];
+        for (uint32_t c = 0; c < D; c++) xo[c] = xo[c] + hpost[i] * y[c];
+    }
+}
+
+/* lane_back of the lane write for token t: dX (set), dy, and into dz the unscaled
+ * d(post projection) and d(res projection) (the Sinkhorn backward) */
+static void lane_back_write_tok(const lane_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *X = j->Xin + (size_t)t * nD, *g = j->dXo + (size_t)t * nD, *hres = w->hres + (size_t)t * nn;
+    const real *hpost = w->hpost + (size_t)t * n, *y = w->y + (size_t)t * D;
+    real *dx = j->dXi + (size_t)t * nD, *dyt = w->dys + (size_t)t * D, *dzt = w->dzs + (size_t)t * (2 * n + nn);
+    for (uint32_t c = 0; c < nD; c++) dx[c] = 0;
+    for (uint32_t c = 0; c < D; c++) dyt[c] = 0;
+    real dh[64];
+    for (uint32_t i = 0; i < n; i++) {
+        real dp = 0;
+        for (uint32_t c = 0; c < D; c++) {
+            dp += g[(size_t)i * D + c] * y[c];
+            dyt[c] += hpost[i] * g[(size_t)i * D + c];
+        }
+        const real s = hpost[i] / 2;
+        dzt[n + i] = dp * 2 * s * (1 - s);
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real d = 0;
+            for (uint32_t c = 0; c < D; c++) {
+                d += g[(size_t)i * D + c] * X[(size_t)jj * D + c];
+                dx[(size_t)jj * D + c] += hres[i * n + jj] * g[(size_t)i * D + c];
+            }
+            dh[i * n + jj] = d;
+        }
+    }
+    /* Sinkhorn backward */
+    const real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
+    real dS[64], dA[64];
+    for (uint32_t k = 0; k < nn; k++) dS[k] = dh[k] * hres[k];
+    for (int it = SINKHORN_ITERS - 1; it >= 0; it--) {
+        const real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real s = 0;
+            for (uint32_t i = 0; i < n; i++) s += dS[i * n + jj];
+            for (uint32_t i = 0; i < n; i++) dA[i * n + jj] = dS[i * n + jj] - exp(S2[i * n + jj]) * s;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            real s = 0;
+            for (uint32_t jj = 0; jj < n; jj++) s += dA[i * n + jj];
+            for (uint32_t jj = 0; jj < n; jj++) dS[i * n + jj] = dA[i * n + jj] - exp(A[i * n + jj]) * s;
+        }
+    }
+    memcpy(dzt + 2 * n, dS, nn * sizeof *dS);
+}
+
+/* lane_back of the lane read u = hpre . X for token t: dX += hpre du, and into dz the
+ * unscaled d(pre projection) */
+static void lane_back_read_tok(const lane_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *X = j->Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = w->dus + (size_t)t * D;
+    real *dx = j->dXi + (size_t)t * nD, *dzt = w->dzs + (size_t)t * (2 * n + nn);
+    for (uint32_t i = 0; i < n; i++) {
+        real dp = 0;
+        for (uint32_t c = 0; c < D; c++) {
+            dp += dut[c] * X[(size_t)i * D + c];
+            dx[(size_t)i * D + c] += hpre[i] * dut[c];
+        }
+        dzt[i] = dp * hpre[i] * (1 - hpre[i]);
+    }
+}
+
+static void lane_worker(void *arg, int i, int n) {
+    const lane_job *j = arg;
+    const G2(model) *m = j->m;
+    const uint32_t nD = m->n * m->D;
+    uint32_t lo, hi;
+    range_of(j->T, i, n, &lo, &hi);
+    for (uint32_t t = lo; t < hi; t++) switch (j->step) {
+        case LANE_PRE:
+            lane_pre_tok(j, t);
+            break;
+        case LANE_POST:
+            lane_post_tok(j, t);
+            break;
+        case LANE_BACK_WRITE:
+            lane_back_write_tok(j, t);
+            break;
+        case LANE_BACK_READ:
+            lane_back_read_tok(j, t);
+            break;
+        default: /* LANE_BACK_NORM: _rms_unit's backward, dnx in d1 */
+            zc_back(j->Xin + (size_t)t * nD, NULL, nD, j->w->nxr[t], j->w->d1 + (size_t)t * nD,
+                    j->dXi + (size_t)t * nD, NULL);
+    }
+}
+
+static void run_lane(const G2(model) * m, lane_job *j, int step) {
+    j->step = step;
+    G2(run_parallel)(m, lane_worker, j);
+}
+
+/* Xin[T][n][D] -> Xout; keeps nx, the h's, the Sinkhorn steps, u and y in w. */
+static void lane_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, const real *Xin, real *Xout) {
+    const uint32_t T = sq->T, n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
     for (uint32_t t = 0; t < T; t++) /* _rms_unit (2.0.15 applies no A8 here) */
         w->nxr[t] = zc_fwd(Xin + (size_t)t * nD, NULL, nD, w->nx + (size_t)t * nD);
     /* the three projections of every token as products, then side by side in prj */
@@ -550,60 +723,15 @@ static void lane_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *
     mm(m, w->nx, po, ppost, T, nD, n);
     mm(m, w->nx, pr, pres, T, nD, nn);
     for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD;
         real *prj = w->prj + (size_t)t * (2 * n + nn);
         memcpy(prj, ppre + (size_t)t * n, n * sizeof *prj);
         memcpy(prj + n, ppost + (size_t)t * n, n * sizeof *prj);
         memcpy(prj + 2 * n, pres + (size_t)t * nn, nn * sizeof *prj);
-        real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
-        for (uint32_t i = 0; i < n; i++) {
-            hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
-            hpost[i] = 2 * sigm(apost * prj[n + i] + bpost[i] + (real)nm_lane_post_offset(i, own));
-        }
-        /* _sinkhorn: 20 x (rows then columns) in log space, then exp */
-        real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
-        for (uint32_t k = 0; k < nn; k++) sk[k] = ares * prj[2 * n + k] + bres[k];
-        for (uint32_t it = 0; it < SINKHORN_ITERS; it++) {
-            const real *S = sk + (size_t)(2 * it) * nn;
-            real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
-            for (uint32_t i = 0; i < n; i++) {
-                real mx = S[i * n];
-                for (uint32_t j = 1; j < n; j++) mx = S[i * n + j] > mx ? S[i * n + j] : mx;
-                real z = 0;
-                for (uint32_t j = 0; j < n; j++) z += exp(S[i * n + j] - mx);
-                const real lse = mx + log(z);
-                for (uint32_t j = 0; j < n; j++) A[i * n + j] = S[i * n + j] - lse;
-            }
-            for (uint32_t j = 0; j < n; j++) {
-                real mx = A[j];
-                for (uint32_t i = 1; i < n; i++) mx = A[i * n + j] > mx ? A[i * n + j] : mx;
-                real z = 0;
-                for (uint32_t i = 0; i < n; i++) z += exp(A[i * n + j] - mx);
-                const real lse = mx + log(z);
-                for (uint32_t i = 0; i < n; i++) S2[i * n + j] = A[i * n + j] - lse;
-            }
-        }
-        real *hres = w->hres + (size_t)t * nn;
-        const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
-        for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
-        real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
-        for (uint32_t c = 0; c < D; c++) u[c] = 0;
-        for (uint32_t i = 0; i < n; i++)
-            for (uint32_t c = 0; c < D; c++) u[c] += hpre[i] * X[(size_t)i * D + c];
     }
+    lane_job j = {m, l, T, w, Xin, NULL, Xout, NULL, 0};
+    run_lane(m, &j, LANE_PRE);
     block_fwd(m, l, sq, w);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
-        real *y = w->y + (size_t)t * D, *Xo = Xout + (size_t)t * nD;
-        for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
-        for (uint32_t i = 0; i < n; i++) { /* the sums over j in order, c innermost */
-            real *xo = Xo + (size_t)i * D;
-            for (uint32_t c = 0; c < D; c++) xo[c] = 0;
-            for (uint32_t j = 0; j < n; j++)
-                for (uint32_t c = 0; c < D; c++) xo[c] += hres[i * n + j] * X[(size_t)j * D + c];
-            for (uint32_t c = 0; c < D; c++) xo[c] = xo[c] + hpost[i] * y[c];
-        }
-    }
+    run_lane(m, &j, LANE_POST);
 }
 
 /* Backward of lane_fwd (which must have just run for this layer): dXo -> dXi (overwritten). */
@@ -616,54 +744,19 @@ static void lane_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, co
     real *gapre = LG(m, P_A_PRE, l), *gapost = LG(m, P_A_POST, l), *gares = LG(m, P_A_RES, l);
     real *gbpre = LG(m, P_B_PRE, l), *gbpost = LG(m, P_B_POST, l), *gbres = LG(m, P_B_RES, l);
     real *dy = w->dys, *du = w->dus;
-    /* the lane write: X' = hres X + hpost y */
     real *dz = w->dzs; /* [T][2n + nn]: d(projection) per token */
+    lane_job j = {m, l, T, w, Xin, dXo, NULL, dXi, 0};
+    /* the lane write: X' = hres X + hpost y, per token; then the gradients of the gates'
+     * parameters summed over the tokens in order */
+    run_lane(m, &j, LANE_BACK_WRITE);
     for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD, *g = dXo + (size_t)t * nD, *hres = w->hres + (size_t)t * nn;
-        const real *hpost = w->hpost + (size_t)t * n, *y = w->y + (size_t)t * D;
-        real *dx = dXi + (size_t)t * nD, *dyt = dy + (size_t)t * D, *dzt = dz + (size_t)t * (2 * n + nn);
-        for (uint32_t c = 0; c < nD; c++) dx[c] = 0;
-        for (uint32_t c = 0; c < D; c++) dyt[c] = 0;
-        real dh[64];
-        for (uint32_t i = 0; i < n; i++) {
-            real dp = 0;
-            for (uint32_t c = 0; c < D; c++) {
-                dp += g[(size_t)i * D + c] * y[c];
-                dyt[c] += hpost[i] * g[(size_t)i * D + c];
-            }
-            const real s = hpost[i] / 2;
-            dzt[n + i] = dp * 2 * s * (1 - s);
-            for (uint32_t j = 0; j < n; j++) {
-                real d = 0;
-                for (uint32_t c = 0; c < D; c++) {
-                    d += g[(size_t)i * D + c] * X[(size_t)j * D + c];
-                    dx[(size_t)j * D + c] += hres[i * n + j] * g[(size_t)i * D + c];
-                }
-                dh[i * n + j] = d;
-            }
-        }
-        /* Sinkhorn backward */
-        const real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
-        real dS[64], dA[64];
-        for (uint32_t k = 0; k < nn; k++) dS[k] = dh[k] * hres[k];
-        for (int it = SINKHORN_ITERS - 1; it >= 0; it--) {
-            const real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
-            for (uint32_t j = 0; j < n; j++) {
-                real s = 0;
-                for (uint32_t i = 0; i < n; i++) s += dS[i * n + j];
-                for (uint32_t i = 0; i < n; i++) dA[i * n + j] = dS[i * n + j] - exp(S2[i * n + j]) * s;
-            }
-            for (uint32_t i = 0; i < n; i++) {
-                real s = 0;
-                for (uint32_t j = 0; j < n; j++) s += dA[i * n + j];
-                for (uint32_t j = 0; j < n; j++) dS[i * n + j] = dA[i * n + j] - exp(A[i * n + j]) * s;
-            }
-        }
         const real *prj = w->prj + (size_t)t * (2 * n + nn);
+        real *dzt = dz + (size_t)t * (2 * n + nn);
         for (uint32_t k = 0; k < nn; k++) {
-            gbres[k] += dS[k];
-            gares[0] += dS[k] * prj[2 * n + k];
-            dzt[2 * n + k] = dS[k] * ares;
+            const real dS = dzt[2 * n + k];
+            gbres[k] += dS;
+            gares[0] += dS * prj[2 * n + k];
+            dzt[2 * n + k] = dS * ares;
         }
         for (uint32_t i = 0; i < n; i++) {
             gbpost[i] += dzt[n + i];
@@ -675,17 +768,12 @@ static void lane_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, co
     for (size_t i = 0; i < (size_t)T * D; i++) du[i] = -dy[i];
     block_back(m, l, sq, w, dy, du);
     /* the lane read: u = hpre . X, and the projections of nx */
+    run_lane(m, &j, LANE_BACK_READ);
     for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = du + (size_t)t * D;
         const real *prj = w->prj + (size_t)t * (2 * n + nn);
-        real *dx = dXi + (size_t)t * nD, *dzt = dz + (size_t)t * (2 * n + nn);
+        real *dzt = dz + (size_t)t * (2 * n + nn);
         for (uint32_t i = 0; i < n; i++) {
-            real dp = 0;
-            for (uint32_t c = 0; c < D; c++) {
-                dp += dut[c] * X[(size_t)i * D + c];
-                dx[(size_t)i * D + c] += hpre[i] * dut[c];
-            }
-            const real dzp = dp * hpre[i] * (1 - hpre[i]);
+            const real dzp = dzt[i];
             gbpre[i] += dzp;
             gapre[0] += dzp * prj[i];
             dzt[i] = dzp * apre;
@@ -703,8 +791,7 @@ static void lane_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, co
     mm_back(m, w->nx, pp, dzpre, dnx, gpp, T, nD, n);
     mm_back(m, w->nx, po, dzpost, dnx, gpo, T, nD, n);
     mm_back(m, w->nx, pr, dzres, dnx, gpr, T, nD, nn);
-    for (uint32_t t = 0; t < T; t++)
-        zc_back(Xin + (size_t)t * nD, NULL, nD, w->nxr[t], dnx + (size_t)t * nD, dXi + (size_t)t * nD, NULL);
+    run_lane(m, &j, LANE_BACK_NORM);
 }
 
 /* ---- engram (Engram.__call__, engram_indices) ----------------------------------------- */
