@@ -143,11 +143,15 @@ int train_cq_fake_quant(train_run_fn run, const void *m, const cq_codebooks *cb,
     int st = 0;
     for (uint64_t r0 = 0; r0 < lines && !st; r0 += chunk) {
         const uint64_t nl = lines - r0 < chunk ? lines - r0 : chunk;
+        /* lines along the columns of a row-major matrix (a kernel grouped along its input
+         * axis): a blocked transpose instead of one strided column per line */
+        const int by_column = line_stride == 1 && col_stride != 1;
+        if (by_column) tg_transpose(w + r0, col_stride, x, pad, cols, (uint32_t)nl);
         for (uint64_t r = 0; r < nl && !st; r++) {
             const float *src = w + (r0 + r) * line_stride;
             float *dst = x + r * pad;
             for (uint32_t c = 0; c < cols; c++) {
-                dst[c] = src[(uint64_t)c * col_stride];
+                if (!by_column) dst[c] = src[(uint64_t)c * col_stride];
                 if (!isfinite(dst[c]))
                     st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "value %g at line %llu column %u is not finite",
                                      (double)dst[c], (unsigned long long)(r0 + r), c);
@@ -184,6 +188,10 @@ int train_cq_fake_quant(train_run_fn run, const void *m, const cq_codebooks *cb,
         if (j.single) memset(x, 0, groups * G * sizeof *x);
         j.step = 0;
         run(m, fq_worker, &j);
+        if (by_column) {
+            tg_transpose(x, pad, w + r0, col_stride, (uint32_t)nl, cols);
+            continue;
+        }
         for (uint64_t r = 0; r < nl; r++) {
             float *dst = w + (r0 + r) * line_stride;
             const float *src = x + r * pad;
