@@ -223,20 +223,30 @@ static int site_of(const G2(model) * m, uint32_t l) {
     return -1;
 }
 
-/* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
-static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w) {
-    const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, N = m->N;
-    const uint32_t Q = H * hd, K = KV * hd;
-    const int site = site_of(m, l);
-    /* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev */
-    for (uint32_t t = 0; t < T; t++) {
-        const real *ut = w->u + (size_t)t * D;
-        real *xt = w->x0 + (size_t)t * D;
-        if (site < 0) {
-            memcpy(xt, ut, D * sizeof *xt);
-            continue;
-        }
-        const real *ek = sq->ek + ((size_t)site * T + t) * D, *ev = sq->ev + ((size_t)site * T + t) * D;
+/* The per-token steps of block_fwd, run over the pool in token ranges (each token's
+ * outputs are its own rows, computed as with one thread: bit-identical for every count). */
+enum { BF_IN, BF_ROPE, BF_SOFTMAX, BF_GATE, BF_NORMS, BF_SILU, BF_OUT };
+
+typedef struct blk_job {
+    const G2(model) * m;
+    uint32_t l, h;
+    const g2_seq *sq;
+    seq_ws *w;
+    int step;
+} blk_job;
+
+/* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev; the block's input norm */
+static void bf_in_tok(const blk_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->sq->T, D = m->D;
+    const int site = site_of(m, j->l);
+    const real *ut = w->u + (size_t)t * D;
+    real *xt = w->x0 + (size_t)t * D;
+    if (site < 0) {
+        memcpy(xt, ut, D * sizeof *xt);
+    } else {
+        const real *ek = j->sq->ek + ((size_t)site * T + t) * D, *ev = j->sq->ev + ((size_t)site * T + t) * D;
         w->ru[t] = zc_fwd(ut, NULL, D, w->uu + (size_t)t * D);
         w->rk[t] = zc_fwd(ek, NULL, D, w->ku + (size_t)t * D);
         real dot = 0;
@@ -245,35 +255,130 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
         w->alpha[t] = al;
         for (uint32_t i = 0; i < D; i++) xt[i] = ut[i] + al * ev[i];
     }
-    for (uint32_t t = 0; t < T; t++) {
-        w->ar[t] = zc_fwd(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->a + (size_t)t * D);
-        if (m->a8) fq8(w->a + (size_t)t * D, D); /* MultiHeadAttention: x = _aq(x, quant) */
+    w->ar[t] = zc_fwd(xt, LW(m, P_NORM_IN, j->l), D, w->a + (size_t)t * D);
+    if (m->a8) fq8(w->a + (size_t)t * D, D); /* MultiHeadAttention: x = _aq(x, quant) */
+}
+
+/* q_norm / k_norm per head, RoPE (rotate-half) */
+static void bf_rope_tok(const blk_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t H = m->H, KV = m->KV, hd = m->hd, Q = H * hd, K = KV * hd, half = hd / 2;
+    const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
+    for (uint32_t h = 0; h < H + KV; h++) {
+        const int isq = h < H;
+        const uint32_t hh = isq ? h : h - H;
+        const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
+        real *nn = (isq ? w->qn : w->kn) + off, *rr = (isq ? w->qr : w->kr) + off;
+        const real r = zc_fwd((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, j->l), hd, nn);
+        if (isq)
+            w->qnr[(size_t)t * H + hh] = r;
+        else
+            w->knr[(size_t)t * KV + hh] = r;
+        for (uint32_t i = 0; i < half; i++) {
+            rr[i] = nn[i] * c[i] - nn[i + half] * sn[i];
+            rr[i + half] = nn[i + half] * c[i] + nn[i] * sn[i];
+        }
     }
+}
+
+/* row t of head h's scores (q k / sqrt(hd), computed over the whole row) -> causal softmax */
+static void bf_softmax_tok(const blk_job *j, uint32_t t) {
+    const uint32_t T = j->sq->T;
+    const real sc = (real)1 / sqrt((real)j->m->hd);
+    real *P = j->w->P + ((size_t)j->h * T + t) * T;
+    real mx = -INFINITY;
+    for (uint32_t s = 0; s < T; s++) {
+        if (s > t) {
+            P[s] = 0;
+            continue;
+        }
+        P[s] *= sc;
+        if (P[s] > mx) mx = P[s];
+    }
+    real z = 0;
+    for (uint32_t s = 0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+    for (uint32_t s = 0; s <= t; s++) P[s] /= z;
+}
+
+/* the attention's gate: out = o * sigmoid(gate_proj x), A8 */
+static void bf_gate_tok(const blk_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t Q = m->H * m->hd;
+    for (size_t i = (size_t)t * Q; i < (size_t)(t + 1) * Q; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
+    if (m->a8) fq8(w->go + (size_t)t * Q, Q); /* out = _aq(out, quant) */
+}
+
+/* post_attn_norm, gated residual, pre_hada_norm, the MLP's first scale and padding */
+static void bf_norms_tok(const blk_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t D = m->D, N = m->N, l = j->l;
+    const real gate = sigm(LW(m, P_GATE, l)[0]), *d1 = LW(m, P_D1, l);
+    w->pnr[t] = zc_fwd(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pn + (size_t)t * D);
+    for (uint32_t i = 0; i < D; i++)
+        w->x1[(size_t)t * D + i] = w->x0[(size_t)t * D + i] + gate * w->pn[(size_t)t * D + i];
+    w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
+    for (uint32_t i = 0; i < N; i++) w->z0[(size_t)t * N + i] = i < D ? d1[i] * w->m[(size_t)t * D + i] : 0;
+}
+
+static void bf_worker(void *arg, int i, int n) {
+    const blk_job *j = arg;
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t D = m->D, N = m->N;
+    uint32_t lo, hi;
+    range_of(j->sq->T, i, n, &lo, &hi);
+    for (uint32_t t = lo; t < hi; t++) switch (j->step) {
+        case BF_IN:
+            bf_in_tok(j, t);
+            break;
+        case BF_ROPE:
+            bf_rope_tok(j, t);
+            break;
+        case BF_SOFTMAX:
+            bf_softmax_tok(j, t);
+            break;
+        case BF_GATE:
+            bf_gate_tok(j, t);
+            break;
+        case BF_NORMS:
+            bf_norms_tok(j, t);
+            break;
+        case BF_SILU: {
+            const real *d2 = LW(m, P_D2, j->l);
+            for (size_t k = (size_t)t * N; k < (size_t)(t + 1) * N; k++) {
+                w->h[k] = d2[k % N] * w->z1[k];
+                w->hs[k] = w->h[k] * sigm(w->h[k]);
+            }
+            break;
+        }
+        default: { /* BF_OUT: out = x1 + (d3 z)[:D] */
+            const real *d3 = LW(m, P_D3, j->l);
+            for (uint32_t k = 0; k < D; k++)
+                w->bo[(size_t)t * D + k] = w->x1[(size_t)t * D + k] + d3[k] * w->z2[(size_t)t * N + k];
+        }
+    }
+}
+
+static void run_bf(const G2(model) * m, blk_job *j, int step) {
+    j->step = step;
+    G2(run_parallel)(m, bf_worker, j);
+}
+
+/* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
+static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w) {
+    const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, N = m->N;
+    const uint32_t Q = H * hd, K = KV * hd;
+    blk_job j = {m, l, 0, sq, w, 0};
+    run_bf(m, &j, BF_IN); /* engram, input norm */
     /* MultiHeadAttention: q/k/v, q_norm / k_norm per head, RoPE (rotate-half) */
     mm(m, w->a, LW(m, P_WQ, l), w->q, T, D, Q);
     mm(m, w->a, LW(m, P_WK, l), w->k, T, D, K);
     mm(m, w->a, LW(m, P_WV, l), w->v, T, D, K);
-    const uint32_t half = hd / 2;
-    for (uint32_t t = 0; t < T; t++) {
-        const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
-        for (uint32_t h = 0; h < H + KV; h++) {
-            const int isq = h < H;
-            const uint32_t hh = isq ? h : h - H;
-            const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
-            real *nn = (isq ? w->qn : w->kn) + off, *rr = (isq ? w->qr : w->kr) + off;
-            const real r = zc_fwd((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, l), hd, nn);
-            if (isq)
-                w->qnr[(size_t)t * H + hh] = r;
-            else
-                w->knr[(size_t)t * KV + hh] = r;
-            for (uint32_t i = 0; i < half; i++) {
-                rr[i] = nn[i] * c[i] - nn[i + half] * sn[i];
-                rr[i + half] = nn[i + half] * c[i] + nn[i] * sn[i];
-            }
-        }
-    }
+    run_bf(m, &j, BF_ROPE);
     /* dot_product_attention: softmax(q k / sqrt(hd)) v, causal, KV heads shared in groups */
-    const real sc = (real)1 / sqrt((real)hd);
 #ifndef G2_GENERIC_PRODUCTS
     /* per head: S = q k^T and o = P v as products over the whole sequence (the entries
      * above the diagonal are computed and then set to 0) */
@@ -282,24 +387,12 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
         real *Ph = w->P + (size_t)h * T * T;
         if (h % (H / KV) == 0) tg_transpose(w->kr + g * hd, K, w->k1, T, T, hd); /* k^T [hd][T] */
         gemm(m, w->qr + h * hd, Q, w->k1, T, Ph, T, T, T, hd, 0);
-        for (uint32_t t = 0; t < T; t++) {
-            real *P = Ph + (size_t)t * T;
-            real mx = -INFINITY;
-            for (uint32_t s = 0; s < T; s++) {
-                if (s > t) {
-                    P[s] = 0;
-                    continue;
-                }
-                P[s] *= sc;
-                if (P[s] > mx) mx = P[s];
-            }
-            real z = 0;
-            for (uint32_t s = 0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
-            for (uint32_t s = 0; s <= t; s++) P[s] /= z;
-        }
+        j.h = h;
+        run_bf(m, &j, BF_SOFTMAX);
         gemm(m, Ph, T, w->v + g * hd, K, w->o + h * hd, Q, T, hd, T, 0);
     }
 #else
+    const real sc = (real)1 / sqrt((real)hd);
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
         for (uint32_t t = 0; t < T; t++) {
@@ -327,31 +420,15 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
     }
 #endif
     mm(m, w->a, LW(m, P_WG, l), w->gl, T, D, Q);
-    for (size_t i = 0; i < (size_t)T * Q; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
-    if (m->a8)
-        for (uint32_t t = 0; t < T; t++) fq8(w->go + (size_t)t * Q, Q); /* out = _aq(out, quant) */
+    run_bf(m, &j, BF_GATE);
     mm(m, w->go, LW(m, P_WO, l), w->ao, T, Q, D);
-    /* post_attn_norm, gated residual, pre_hada_norm */
-    const real gate = sigm(LW(m, P_GATE, l)[0]);
-    for (uint32_t t = 0; t < T; t++) {
-        w->pnr[t] = zc_fwd(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pn + (size_t)t * D);
-        for (uint32_t i = 0; i < D; i++)
-            w->x1[(size_t)t * D + i] = w->x0[(size_t)t * D + i] + gate * w->pn[(size_t)t * D + i];
-        w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
-    }
-    /* HadamardMLP: z = pad(x); z = (d1 z) @ H; z = silu(d2 z) @ H; out = (d3 z)[:D] */
-    const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *d3 = LW(m, P_D3, l);
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < N; j++) w->z0[(size_t)t * N + j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
+    /* post_attn_norm, gated residual, pre_hada_norm; HadamardMLP: z = pad(x); z = (d1 z) @ H;
+     * z = silu(d2 z) @ H; out = (d3 z)[:D] */
+    run_bf(m, &j, BF_NORMS);
     mm(m, w->z0, m->walsh, w->z1, T, N, N);
-    for (size_t i = 0; i < (size_t)T * N; i++) {
-        w->h[i] = d2[i % N] * w->z1[i];
-        w->hs[i] = w->h[i] * sigm(w->h[i]);
-    }
+    run_bf(m, &j, BF_SILU);
     mm(m, w->hs, m->walsh, w->z2, T, N, N);
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t i = 0; i < D; i++)
-            w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d3[i] * w->z2[(size_t)t * N + i];
+    run_bf(m, &j, BF_OUT);
 }
 
 /* Backward of block_fwd: dbo[T][D] -> du[T][D] (accumulated), parameter gradients. */
