@@ -431,64 +431,225 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
     run_bf(m, &j, BF_OUT);
 }
 
+/* The per-token steps of block_back, run over the pool: the BB_ steps in token ranges (each
+ * token's rows its own), the BC_ steps in column ranges (a parameter's gradient summed over
+ * the tokens in order, each column by one thread): bit-identical for every thread count. */
+enum { BB_SOFTMAX, BB_GATE, BB_NORMS, BB_ROPE, BB_NORM_IN, BB_ENGRAM, BC_D3, BC_D2, BC_D1, BC_NORMS, BC_QK, BC_NORM_IN };
+
+typedef struct bb_job {
+    G2(model) * m;
+    uint32_t l, h;
+    const g2_seq *sq;
+    seq_ws *w;
+    const real *dbo;
+    real *du, *dx1, *dm, *dz0, *dz1, *dz2, *dhs, *dao, *dx0, *dpn, *dgo, *dO, *dgl, *dqr, *dkr, *dq, *dk, *da;
+    int step;
+} bb_job;
+
+#define COL_BLOCK 16 /* columns per pass over the tokens (the sums over t stay in order) */
+
+/* ds[i] += dy[r][i] x[r][i] rr[r] over rows r in order, for i in [c0, c1): the scale's
+ * gradient of zc_back, summed as zc_back sums it row by row */
+static void ds_cols(const real *dy, const real *x, const real *rr, uint32_t rows, uint32_t width, real *ds,
+                    uint32_t c0, uint32_t c1) {
+    for (uint32_t jb = c0; jb < c1; jb += COL_BLOCK) {
+        const uint32_t je = jb + COL_BLOCK < c1 ? jb + COL_BLOCK : c1;
+        for (uint32_t r = 0; r < rows; r++) {
+            const real *dyr = dy + (size_t)r * width, *xr = x + (size_t)r * width;
+            for (uint32_t i = jb; i < je; i++) ds[i] += dyr[i] * xr[i] * rr[r];
+        }
+    }
+}
+
+/* the Hadamard MLP's elementwise backward for columns [c0, c1) of every token */
+static void bc_mlp(const bb_job *j, uint32_t c0, uint32_t c1) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->sq->T, D = m->D, N = m->N, l = j->l;
+    for (uint32_t jb = c0; jb < c1; jb += COL_BLOCK) {
+        const uint32_t je = jb + COL_BLOCK < c1 ? jb + COL_BLOCK : c1;
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t c = jb; c < je; c++) {
+                const size_t k = (size_t)t * N + c;
+                if (j->step == BC_D3) { /* out = x1 + (d3 z2)[:D] */
+                    const real g = c < D ? j->dbo[(size_t)t * D + c] : 0;
+                    if (c < D) LG(m, P_D3, l)[c] += g * w->z2[k];
+                    j->dz2[k] = c < D ? g * LW(m, P_D3, l)[c] : 0;
+                } else if (j->step == BC_D2) { /* hs = silu(d2 z1) */
+                    const real hv = w->h[k], sg = sigm(hv);
+                    const real dh = j->dhs[k] * (sg + hv * sg * (1 - sg));
+                    LG(m, P_D2, l)[c] += dh * w->z1[k];
+                    j->dz1[k] = dh * LW(m, P_D2, l)[c];
+                } else { /* BC_D1: z0 = pad(d1 m), c < D */
+                    LG(m, P_D1, l)[c] += j->dz0[k] * w->m[(size_t)t * D + c];
+                    j->dm[(size_t)t * D + c] += j->dz0[k] * LW(m, P_D1, l)[c];
+                }
+            }
+    }
+}
+
+static void bb_tok(const bb_job *j, uint32_t t) {
+    G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, Q = H * hd, K = KV * hd, l = j->l;
+    switch (j->step) {
+    case BB_SOFTMAX: { /* row t of head h: dS = P (dP - <dP, P>) / sqrt(hd), 0 above the diagonal */
+        const real sc = (real)1 / sqrt((real)hd);
+        const real *P = w->P + ((size_t)j->h * T + t) * T;
+        real *d = w->dPs + (size_t)t * T;
+        real sum = 0;
+        for (uint32_t s = 0; s <= t; s++) sum += d[s] * P[s];
+        for (uint32_t s = 0; s < T; s++) d[s] = s > t ? 0 : P[s] * (d[s] - sum) * sc;
+        break;
+    }
+    case BB_GATE: /* out = o * sigmoid(gl) */
+        for (size_t i = (size_t)t * Q; i < (size_t)(t + 1) * Q; i++) {
+            const real sg = sigm(w->gl[i]);
+            j->dO[i] = j->dgo[i] * sg;
+            j->dgl[i] = j->dgo[i] * w->o[i] * sg * (1 - sg);
+        }
+        break;
+    case BB_NORMS: { /* pre_hada_norm, gated residual, post_attn_norm: the inputs' part */
+        const real gate = sigm(LW(m, P_GATE, l)[0]);
+        real *dx1 = j->dx1 + (size_t)t * D, *dpn = j->dpn + (size_t)t * D;
+        zc_back(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->mr[t], j->dm + (size_t)t * D, dx1, NULL);
+        for (uint32_t i = 0; i < D; i++) {
+            j->dx0[(size_t)t * D + i] = dx1[i];
+            dpn[i] = dx1[i] * gate;
+        }
+        zc_back(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pnr[t], dpn, j->dao + (size_t)t * D, NULL);
+        break;
+    }
+    case BB_ROPE: { /* RoPE and q/k norms back to the projections; dn kept for BC_QK */
+        const uint32_t half = hd / 2;
+        const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
+        for (uint32_t h = 0; h < H + KV; h++) {
+            const int isq = h < H;
+            const uint32_t hh = isq ? h : h - H;
+            const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
+            const real *dr = (isq ? j->dqr : j->dkr) + off;
+            real *dn = (isq ? w->k2 : w->k1) + off;
+            for (uint32_t i = 0; i < half; i++) {
+                dn[i] = dr[i] * c[i] + dr[i + half] * sn[i];
+                dn[i + half] = -dr[i] * sn[i] + dr[i + half] * c[i];
+            }
+            zc_back((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, l), hd,
+                    isq ? w->qnr[(size_t)t * H + hh] : w->knr[(size_t)t * KV + hh], dn, (isq ? j->dq : j->dk) + off,
+                    NULL);
+        }
+        break;
+    }
+    case BB_NORM_IN:
+        zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], j->da + (size_t)t * D,
+                j->dx0 + (size_t)t * D, NULL);
+        break;
+    default: { /* BB_ENGRAM */
+        const int site = site_of(m, l);
+        const real *g = j->dx0 + (size_t)t * D;
+        real *du = j->du + (size_t)t * D;
+        for (uint32_t i = 0; i < D; i++) du[i] += g[i];
+        if (site < 0) break;
+        const g2_seq *sq = j->sq;
+        const size_t eo = ((size_t)site * T + t) * D;
+        const real *ev = sq->ev + eo, al = w->alpha[t];
+        real dal = 0;
+        for (uint32_t i = 0; i < D; i++) {
+            dal += g[i] * ev[i];
+            sq->dev[eo + i] += al * g[i];
+        }
+        const real dz = dal * al * (1 - al) / sqrt((real)D);
+        real *duu = w->k1 + (size_t)t * D, *dku = w->k2 + (size_t)t * D;
+        for (uint32_t i = 0; i < D; i++) {
+            duu[i] = dz * w->ku[(size_t)t * D + i];
+            dku[i] = dz * w->uu[(size_t)t * D + i];
+        }
+        zc_back(w->u + (size_t)t * D, NULL, D, w->ru[t], duu, du, NULL);
+        zc_back(sq->ek + eo, NULL, D, w->rk[t], dku, sq->dek + eo, NULL);
+    }
+    }
+}
+
+static void bb_worker(void *arg, int i, int n) {
+    const bb_job *j = arg;
+    G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, l = j->l;
+    uint32_t lo, hi;
+    if (j->step < BC_D3) {
+        range_of(T, i, n, &lo, &hi);
+        for (uint32_t t = lo; t < hi; t++) bb_tok(j, t);
+        return;
+    }
+    switch (j->step) {
+    case BC_D3:
+    case BC_D2:
+        range_of(m->N, i, n, &lo, &hi);
+        bc_mlp(j, lo, hi);
+        break;
+    case BC_D1:
+        range_of(D, i, n, &lo, &hi);
+        bc_mlp(j, lo, hi);
+        break;
+    case BC_NORMS:
+        range_of(D, i, n, &lo, &hi);
+        ds_cols(j->dm, w->x1, w->mr, T, D, LG(m, P_PRE_HADA, l), lo, hi);
+        ds_cols(j->dpn, w->ao, w->pnr, T, D, LG(m, P_POST_NORM, l), lo, hi);
+        break;
+    case BC_QK:
+        range_of(hd, i, n, &lo, &hi);
+        ds_cols(w->k2, w->q, w->qnr, T * H, hd, LG(m, P_QN, l), lo, hi);
+        ds_cols(w->k1, w->k, w->knr, T * KV, hd, LG(m, P_KN, l), lo, hi);
+        break;
+    default: /* BC_NORM_IN */
+        range_of(D, i, n, &lo, &hi);
+        ds_cols(j->da, w->x0, w->ar, T, D, LG(m, P_NORM_IN, l), lo, hi);
+    }
+}
+
+static void run_bb(const G2(model) * m, bb_job *j, int step) {
+    j->step = step;
+    G2(run_parallel)(m, bb_worker, j);
+}
+
 /* Backward of block_fwd: dbo[T][D] -> du[T][D] (accumulated), parameter gradients. */
 static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, const real *dbo, real *du) {
     const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, N = m->N;
     const uint32_t Q = H * hd, K = KV * hd;
-    const int site = site_of(m, l);
+    bb_job j;
+    memset(&j, 0, sizeof j);
+    j.m = m, j.l = l, j.sq = sq, j.w = w, j.dbo = dbo, j.du = du;
     real *dx1 = w->d1, *dm = w->d2;
     memcpy(dx1, dbo, (size_t)T * D * sizeof *dx1);
     memset(dm, 0, (size_t)T * D * sizeof *dm);
     /* HadamardMLP (the Walsh matrix is symmetric: the backward of z @ H is dz @ H) */
-    const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *d3 = LW(m, P_D3, l);
-    real *gd1 = LG(m, P_D1, l), *gd2 = LG(m, P_D2, l), *gd3 = LG(m, P_D3, l);
     real *dz2 = w->d3, *dhs = w->d4, *dz0 = w->d5;
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < N; j++) {
-            const real g = j < D ? dbo[(size_t)t * D + j] : 0;
-            if (j < D) gd3[j] += g * w->z2[(size_t)t * N + j];
-            dz2[(size_t)t * N + j] = j < D ? g * d3[j] : 0;
-        }
+    j.dx1 = dx1, j.dm = dm, j.dz2 = dz2, j.dhs = dhs, j.dz0 = dz0, j.dz1 = dz2; /* dz2 is consumed by dz1 */
+    run_bb(m, &j, BC_D3);
 #ifdef G2_GENERIC_PRODUCTS
     memset(dhs, 0, (size_t)T * N * sizeof *dhs);
     mm_back(m, NULL, m->walsh, dz2, dhs, NULL, T, N, N);
 #else
     mm(m, dz2, m->walsh, dhs, T, N, N); /* dz2 H^T = dz2 H: no transpose */
 #endif
-    real *dz1 = dz2; /* dz2 is consumed */
-    for (size_t i = 0; i < (size_t)T * N; i++) {
-        const real hv = w->h[i], sg = sigm(hv);
-        const real dh = dhs[i] * (sg + hv * sg * (1 - sg));
-        gd2[i % N] += dh * w->z1[i];
-        dz1[i] = dh * d2[i % N];
-    }
+    real *dz1 = dz2;
+    run_bb(m, &j, BC_D2);
 #ifdef G2_GENERIC_PRODUCTS
     memset(dz0, 0, (size_t)T * N * sizeof *dz0);
     mm_back(m, NULL, m->walsh, dz1, dz0, NULL, T, N, N);
 #else
     mm(m, dz1, m->walsh, dz0, T, N, N);
 #endif
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < D; j++) {
-            gd1[j] += dz0[(size_t)t * N + j] * w->m[(size_t)t * D + j];
-            dm[(size_t)t * D + j] += dz0[(size_t)t * N + j] * d1[j];
-        }
-    /* pre_hada_norm, gated residual, post_attn_norm */
+    run_bb(m, &j, BC_D1);
+    /* pre_hada_norm, gated residual, post_attn_norm: the inputs per token, the scales per
+     * column, the gate's gradient in order */
     const real gate = sigm(LW(m, P_GATE, l)[0]);
     real *dao = w->d3, *dx0 = w->d5;
     memset(dao, 0, (size_t)T * D * sizeof *dao);
+    j.dao = dao, j.dx0 = dx0, j.dpn = w->d4; /* dhs is consumed */
+    run_bb(m, &j, BB_NORMS);
+    run_bb(m, &j, BC_NORMS);
     real dgate = 0;
-    for (uint32_t t = 0; t < T; t++) {
-        zc_back(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->mr[t], dm + (size_t)t * D, dx1 + (size_t)t * D,
-                LG(m, P_PRE_HADA, l));
-        for (uint32_t i = 0; i < D; i++) {
-            dgate += dx1[(size_t)t * D + i] * w->pn[(size_t)t * D + i];
-            dx0[(size_t)t * D + i] = dx1[(size_t)t * D + i];
-            w->d4[i] = dx1[(size_t)t * D + i] * gate;
-        }
-        zc_back(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pnr[t], w->d4, dao + (size_t)t * D,
-                LG(m, P_POST_NORM, l));
-    }
+    for (size_t i = 0; i < (size_t)T * D; i++) dgate += dx1[i] * w->pn[i];
     LG(m, P_GATE, l)[0] += dgate * gate * (1 - gate);
     /* out_proj, gate_proj */
     real *dgo = w->d1; /* dx1 is consumed */
@@ -497,18 +658,14 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
     memset(da, 0, (size_t)T * D * sizeof *da);
     mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LGD(m, P_WO, l), T, Q, D);
     real *dO = w->d3, *dgl = w->d6;
-    for (size_t i = 0; i < (size_t)T * Q; i++) {
-        const real sg = sigm(w->gl[i]);
-        dO[i] = dgo[i] * sg;
-        dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
-    }
+    j.dgo = dgo, j.dO = dO, j.dgl = dgl;
+    run_bb(m, &j, BB_GATE);
     mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, Q);
     /* attention */
     real *dqr = w->d1, *dkr = w->d6, *dv = w->d7;
     memset(dqr, 0, (size_t)T * Q * sizeof *dqr);
     memset(dkr, 0, (size_t)T * K * sizeof *dkr);
     memset(dv, 0, (size_t)T * K * sizeof *dv);
-    const real sc = (real)1 / sqrt((real)hd);
 #ifndef G2_GENERIC_PRODUCTS
     /* per head as products: dP = dO v^T, dv += P^T dO, dS, dq += dS k, dk += dS^T q */
     for (uint32_t h = 0; h < H; h++) {
@@ -519,18 +676,14 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
         gemm(m, dO + h * hd, Q, w->k2, T, dS, T, T, T, hd, 0);
         tg_transpose(Ph, T, tr, T, T, T);
         gemm(m, tr, T, dO + h * hd, Q, dv + g * hd, K, T, hd, T, 1);
-        for (uint32_t t = 0; t < T; t++) {
-            const real *P = Ph + (size_t)t * T;
-            real *d = dS + (size_t)t * T;
-            real sum = 0;
-            for (uint32_t s = 0; s <= t; s++) sum += d[s] * P[s];
-            for (uint32_t s = 0; s < T; s++) d[s] = s > t ? 0 : P[s] * (d[s] - sum) * sc;
-        }
+        j.h = h;
+        run_bb(m, &j, BB_SOFTMAX);
         gemm(m, dS, T, w->kr + g * hd, K, dqr + h * hd, Q, T, hd, T, 1);
         tg_transpose(dS, T, tr, T, T, T);
         gemm(m, tr, T, w->qr + h * hd, Q, dkr + g * hd, K, T, hd, T, 1);
     }
 #else
+    const real sc = (real)1 / sqrt((real)hd);
     real *dP = w->tmp;
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
@@ -558,62 +711,23 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
     }
 #endif
     /* RoPE and q/k norms back to the projections */
-    const uint32_t half = hd / 2;
     real *dq = w->d3, *dk = w->d5; /* dO is consumed; dx0 moves from d5 to d4 */
     memcpy(w->d4, dx0, (size_t)T * D * sizeof *dx0);
     dx0 = w->d4;
     memset(dq, 0, (size_t)T * Q * sizeof *dq);
     memset(dk, 0, (size_t)T * K * sizeof *dk);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
-        for (uint32_t h = 0; h < H + KV; h++) {
-            const int isq = h < H;
-            const uint32_t hh = isq ? h : h - H;
-            const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
-            const real *dr = (isq ? dqr : dkr) + off;
-            real *dn = w->tmp;
-            for (uint32_t i = 0; i < half; i++) {
-                dn[i] = dr[i] * c[i] + dr[i + half] * sn[i];
-                dn[i + half] = -dr[i] * sn[i] + dr[i + half] * c[i];
-            }
-            zc_back((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, l), hd,
-                    isq ? w->qnr[(size_t)t * H + hh] : w->knr[(size_t)t * KV + hh], dn, (isq ? dq : dk) + off,
-                    LG(m, isq ? P_QN : P_KN, l));
-        }
-    }
+    j.dqr = dqr, j.dkr = dkr, j.dq = dq, j.dk = dk, j.dx0 = dx0, j.da = da;
+    run_bb(m, &j, BB_ROPE);
+    run_bb(m, &j, BC_QK);
     mm_back(m, w->a, LW(m, P_WQ, l), dq, da, LGD(m, P_WQ, l), T, D, Q);
     mm_back(m, w->a, LW(m, P_WK, l), dk, da, LGD(m, P_WK, l), T, D, K);
     mm_back(m, w->a, LW(m, P_WV, l), dv, da, LGD(m, P_WV, l), T, D, K);
-    /* norm in */
-    for (uint32_t t = 0; t < T; t++)
-        zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
-                dx0 + (size_t)t * D, LG(m, P_NORM_IN, l));
-    /* engram */
-    for (uint32_t t = 0; t < T; t++) {
-        const real *g = dx0 + (size_t)t * D;
-        for (uint32_t i = 0; i < D; i++) du[(size_t)t * D + i] += g[i];
-        if (site < 0) continue;
-        const size_t eo = ((size_t)site * T + t) * D;
-        const real *ev = sq->ev + eo, al = w->alpha[t];
-        real dal = 0;
-        for (uint32_t i = 0; i < D; i++) {
-            dal += g[i] * ev[i];
-            sq->dev[eo + i] += al * g[i];
-        }
-        const real dz = dal * al * (1 - al) / sqrt((real)D);
-        real *duu = w->d5, *dku = w->d5 + D;
-        for (uint32_t i = 0; i < D; i++) {
-            duu[i] = dz * w->ku[(size_t)t * D + i];
-            dku[i] = dz * w->uu[(size_t)t * D + i];
-        }
-        zc_back(w->u + (size_t)t * D, NULL, D, w->ru[t], duu, du + (size_t)t * D, NULL);
-        zc_back(sq->ek + eo, NULL, D, w->rk[t], dku, sq->dek + eo, NULL);
-    }
+    /* norm in, then the engram and du += dx0 */
+    run_bb(m, &j, BB_NORM_IN);
+    run_bb(m, &j, BC_NORM_IN);
+    run_bb(m, &j, BB_ENGRAM);
 }
 
-/* ---- the mHC lane step around the block (_ScanBody.__call__) -------------------------- */
-
-/* Xin[T][n][D] -> Xout; keeps nx, the h's, the Sinkhorn steps, u and y in w. */
 /* The per-token steps of the lane step, run over the pool in token ranges: each token's
  * outputs are its own rows, computed with the same operations in the same order whatever
  * the split (the sums over tokens into shared gradients are left to the caller, in token
