@@ -8,7 +8,8 @@
  *
  * Default: models/needle-demo.cact (the demo geometry), full-parameter training (every
  * tensor), float numerics, batch 4 x 256, 2 steps, each timed alone. --lora R: a rank-R adapter on the official targets
- * (A ~ N(0, 1) / R, B small and non-zero), only A and B updated; --quant: the exact 2.0.15
+ * (A ~ N(0, 1) / R, B small and non-zero), only A and B updated, run as `needle finetune`
+ * would: g2_lora_prepare once (timed alone), then g2_lora_step per step; --quant: the exact 2.0.15
  * fine-tuning numerics (CQ W4 straight-through on the merged weights, A8). Random token ids.
  * Figures only, no assertion. */
 #include <stdio.h>
@@ -165,10 +166,16 @@ int main(int argc, char **argv) {
     printf("  trainable %llu values", (unsigned long long)trainable);
     if (rank) printf(" (rank %d)", rank);
     printf("\n");
+    g2_lora_prep *prep = NULL;
+    if (rank) {
+        const double t0 = now();
+        if (g2_lora_prepare(m, &ad, quant ? &cb : NULL, &prep)) return fail("prepare");
+        printf("  once per run: the frozen CQ leaves quantized (g2_lora_prepare) %.2f s\n", now() - t0);
+    }
     for (int s = 0; s < steps; s++) {
         double loss = 0;
         const double t0 = now();
-        int st = rank ? g2_lora_loss(m, &ad, quant ? &cb : NULL, ids, mask, (uint32_t)B, (uint32_t)T, &loss, dA, dB)
+        int st = rank ? g2_lora_step(prep, &ad, ids, mask, (uint32_t)B, (uint32_t)T, &loss, dA, dB)
                       : g2_loss(m, ids, mask, (uint32_t)B, (uint32_t)T, 1, &loss);
         const double t1 = now();
         train_step_info info;
@@ -180,6 +187,7 @@ int main(int argc, char **argv) {
                s + 1, loss, t1 - t0, t2 - t1, (double)B * T / (t2 - t0), flop / 1e9, flop / 1e9 / (t1 - t0),
                100.0 * flop / 1e9 / (t1 - t0) / pk.gflops, pk.isa, pk.gflops);
     }
+    g2_lora_finish(prep);
     train_optim_release(&opt);
     for (int k = 0; rank && k < 5; k++) {
         free(dA[k]);

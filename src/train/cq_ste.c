@@ -34,22 +34,6 @@ static float pairwise_sum(const float *a, uint32_t n) {
     return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
 }
 
-/* the nearest level, ties to the lower one (searchsorted left, clamped to [1, n-1]); the
- * first level not below u found by bisection (the levels ascend) */
-static uint32_t nearest(const float *cb, uint32_t n, float u) {
-    uint32_t pos = 0, hi = n;
-    while (pos < hi) {
-        const uint32_t mid = (pos + hi) / 2;
-        if (cb[mid] < u)
-            pos = mid + 1;
-        else
-            hi = mid;
-    }
-    if (pos < 1) pos = 1;
-    if (pos > n - 1) pos = n - 1;
-    return fabsf(u - cb[pos - 1]) <= fabsf(u - cb[pos]) ? pos - 1 : pos;
-}
-
 typedef struct fq_job {
     const tg_level *lv;
     tg_gemm g;
@@ -98,7 +82,22 @@ static void group_share(fq_job *j, int i, int n) {
         }
         const float denom = norm > 1e-12f ? norm : 1e-12f;
         const float nf = fp16_to_f32(f32_to_fp16(norm));
-        for (uint32_t k = 0; k < G; k++) s[k] = j->levels[nearest(j->levels, j->nlev, rot[k] / denom)] * nf;
+        /* the nearest level, ties to the lower one (searchsorted left, clamped to [1, n-1]),
+         * for the whole group without branches (it vectorizes): in the ascending levels the
+         * first one not below u is at the count of levels below u */
+        float u[MAX_GROUP];
+        uint32_t pos[MAX_GROUP];
+        for (uint32_t k = 0; k < G; k++) u[k] = rot[k] / denom, pos[k] = 0;
+        for (uint32_t l = 0; l < j->nlev; l++) {
+            const float lv = j->levels[l];
+            for (uint32_t k = 0; k < G; k++) pos[k] += lv < u[k];
+        }
+        const uint32_t top = j->nlev - 1;
+        for (uint32_t k = 0; k < G; k++) {
+            const uint32_t p = pos[k] < 1 ? 1 : pos[k] > top ? top : pos[k];
+            const float below = j->levels[p - 1], above = j->levels[p];
+            s[k] = (fabsf(u[k] - below) <= fabsf(u[k] - above) ? below : above) * nf;
+        }
     }
     j->bad_t[i] = bad;
 }
@@ -144,11 +143,15 @@ int train_cq_fake_quant(train_run_fn run, const void *m, const cq_codebooks *cb,
     int st = 0;
     for (uint64_t r0 = 0; r0 < lines && !st; r0 += chunk) {
         const uint64_t nl = lines - r0 < chunk ? lines - r0 : chunk;
+        /* lines along the columns of a row-major matrix (a kernel grouped along its input
+         * axis): a blocked transpose instead of one strided column per line */
+        const int by_column = line_stride == 1 && col_stride != 1;
+        if (by_column) tg_transpose(w + r0, col_stride, x, pad, cols, (uint32_t)nl);
         for (uint64_t r = 0; r < nl && !st; r++) {
             const float *src = w + (r0 + r) * line_stride;
             float *dst = x + r * pad;
             for (uint32_t c = 0; c < cols; c++) {
-                dst[c] = src[(uint64_t)c * col_stride];
+                if (!by_column) dst[c] = src[(uint64_t)c * col_stride];
                 if (!isfinite(dst[c]))
                     st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "value %g at line %llu column %u is not finite",
                                      (double)dst[c], (unsigned long long)(r0 + r), c);
@@ -185,6 +188,10 @@ int train_cq_fake_quant(train_run_fn run, const void *m, const cq_codebooks *cb,
         if (j.single) memset(x, 0, groups * G * sizeof *x);
         j.step = 0;
         run(m, fq_worker, &j);
+        if (by_column) {
+            tg_transpose(x, pad, w + r0, col_stride, (uint32_t)nl, cols);
+            continue;
+        }
         for (uint64_t r = 0; r < nl; r++) {
             float *dst = w + (r0 + r) * line_stride;
             const float *src = x + r * pad;

@@ -4,6 +4,9 @@
  * structure (work sharing, lanes, engram, head, loss) follows grad3.c, the Needle 3 core;
  * the block differs: no conv taps, one head width, no sliding window, no q/K/V int8, and
  * the Hadamard MLP (two dense Walsh products) in place of the Monarch MLP. */
+#ifdef G2_REAL
+#define G2_GENERIC_PRODUCTS /* another precision (the double copy of the op tests): plain loops */
+#endif
 #include "train/grad2.h"
 
 #include <math.h>
@@ -13,6 +16,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/nmath.h"
+#include "train/tgemm.h"
 #include "util/error.h"
 
 typedef G2_REAL real;
@@ -60,7 +64,29 @@ struct G2(model) {
     uint32_t nt;
     cpu_pool *pool; /* NULL: one thread */
     int a8; /* quant=True: A8 activations, straight-through */
+    const tg_level *lv; /* the SIMD level of the products (tgemm.h) */
+    struct g2_scratch *scr;
+    struct run_ws *ws; /* the loss's work space, kept for the next call of the same T */
+    uint32_t ws_T;
 };
+
+/* Transposed operands of the products, grown as needed and kept across calls and steps
+ * (no allocation per product). */
+struct g2_scratch {
+    float *wt, *xt;
+    size_t wt_cap, xt_cap;
+};
+
+#ifndef G2_GENERIC_PRODUCTS
+static float *scratch_grow(float **p, size_t *cap, size_t n) {
+    if (n > *cap) {
+        float *q = realloc(*p, n * sizeof *q);
+        if (!q) return NULL;
+        *p = q, *cap = n;
+    }
+    return *p;
+}
+#endif
 
 void G2(set_fake_quant)(G2(model) * m, int on) { m->a8 = on != 0; }
 
@@ -74,6 +100,7 @@ void G2(run_parallel)(const G2(model) * m, void (*fn)(void *arg, int i, int n), 
 int G2(set_threads)(G2(model) * m, int n) {
     cpu_pool_free(m->pool);
     m->pool = NULL;
+    m->lv = tg_level_best();
     return n == 1 ? 0 : cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
 }
 
@@ -90,6 +117,33 @@ int G2(set_threads)(G2(model) * m, int n) {
 
 /* ---- small dense helpers ------------------------------------------------------------ */
 
+#ifndef G2_GENERIC_PRODUCTS
+typedef struct tg_job {
+    const tg_level *lv;
+    tg_gemm g;
+} tg_job;
+
+static void tg_worker(void *arg, int i, int n) {
+    const tg_job *j = arg;
+    tg_share(j->lv, &j->g, i, n);
+}
+
+static void run_tg(const G2(model) * m, const tg_gemm *g) {
+    tg_job j = {m->lv, *g};
+    if (m->pool)
+        cpu_pool_run(m->pool, tg_worker, &j);
+    else
+        tg_worker(&j, 0, 1);
+}
+
+/* C[M][N] (+)= A[M][K] B[K][N] with row strides, on the pool */
+static void gemm(const G2(model) * m, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc,
+                 uint32_t M, uint32_t N, uint32_t K, int acc) {
+    const tg_gemm g = {A, B, C, lda, ldb, ldc, M, N, K, acc};
+    run_tg(m, &g);
+}
+#endif
+
 static void run_job(const G2(model) * m, mm_job *j) {
     if (m && m->pool)
         cpu_pool_run(m->pool, mm_worker, j);
@@ -99,15 +153,41 @@ static void run_job(const G2(model) * m, mm_job *j) {
 
 /* y[T][out] = x[T][in] @ W[in][out] */
 static void mm(const G2(model) * m, const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out) {
+#ifdef G2_GENERIC_PRODUCTS
     mm_job j = {x, W, NULL, y, NULL, NULL, T, in, out, 0};
     run_job(m, &j);
+#else
+    const tg_gemm g = {x, W, y, in, out, out, T, out, in, 0};
+    run_tg(m, &g);
+#endif
 }
 
 /* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight) */
 static void mm_back(const G2(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
                     uint32_t T, uint32_t in, uint32_t out) {
+#ifdef G2_GENERIC_PRODUCTS
     mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
     run_job(m, &j);
+#else
+    struct g2_scratch *s = m->scr;
+    float *wt = dx ? scratch_grow(&s->wt, &s->wt_cap, (size_t)in * out) : NULL;
+    float *xt = dW ? scratch_grow(&s->xt, &s->xt_cap, (size_t)in * T) : NULL;
+    if ((dx && !wt) || (dW && !xt)) { /* no memory for a transpose: the plain loops */
+        mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
+        run_job(m, &j);
+        return;
+    }
+    if (dx) { /* dx += dy W^T */
+        tg_transpose(W, out, wt, in, in, out);
+        const tg_gemm g = {dy, wt, dx, out, in, in, T, in, out, 1};
+        run_tg(m, &g);
+    }
+    if (dW) { /* dW += x^T dy */
+        tg_transpose(x, in, xt, T, T, in);
+        const tg_gemm g = {xt, dy, dW, T, out, out, in, out, T, 1};
+        run_tg(m, &g);
+    }
+#endif
 }
 
 /* ---- per-sequence work space ---------------------------------------------------------- */
@@ -125,6 +205,8 @@ typedef struct seq_ws {
     real *dys, *dus, *dzs;
     real *d1, *d2, *d3, *d4, *d5, *d6, *d7, *tmp;
     real *rope_c, *rope_s;
+    real *k1, *k2; /* [T][max(width, 2n + n*n)] each: transposed k / v, the lane projections */
+    real *dPs, *PT; /* [T][T] each: one head's dP / dS and a transpose */
 } seq_ws;
 
 /* ---- the layer ---------------------------------------------------------------------- */
@@ -141,20 +223,30 @@ static int site_of(const G2(model) * m, uint32_t l) {
     return -1;
 }
 
-/* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
-static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w) {
-    const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, N = m->N;
-    const uint32_t Q = H * hd, K = KV * hd;
-    const int site = site_of(m, l);
-    /* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev */
-    for (uint32_t t = 0; t < T; t++) {
-        const real *ut = w->u + (size_t)t * D;
-        real *xt = w->x0 + (size_t)t * D;
-        if (site < 0) {
-            memcpy(xt, ut, D * sizeof *xt);
-            continue;
-        }
-        const real *ek = sq->ek + ((size_t)site * T + t) * D, *ev = sq->ev + ((size_t)site * T + t) * D;
+/* The per-token steps of block_fwd, run over the pool in token ranges (each token's
+ * outputs are its own rows, computed as with one thread: bit-identical for every count). */
+enum { BF_IN, BF_ROPE, BF_SOFTMAX, BF_GATE, BF_NORMS, BF_SILU, BF_OUT };
+
+typedef struct blk_job {
+    const G2(model) * m;
+    uint32_t l, h;
+    const g2_seq *sq;
+    seq_ws *w;
+    int step;
+} blk_job;
+
+/* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev; the block's input norm */
+static void bf_in_tok(const blk_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->sq->T, D = m->D;
+    const int site = site_of(m, j->l);
+    const real *ut = w->u + (size_t)t * D;
+    real *xt = w->x0 + (size_t)t * D;
+    if (site < 0) {
+        memcpy(xt, ut, D * sizeof *xt);
+    } else {
+        const real *ek = j->sq->ek + ((size_t)site * T + t) * D, *ev = j->sq->ev + ((size_t)site * T + t) * D;
         w->ru[t] = zc_fwd(ut, NULL, D, w->uu + (size_t)t * D);
         w->rk[t] = zc_fwd(ek, NULL, D, w->ku + (size_t)t * D);
         real dot = 0;
@@ -163,34 +255,143 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
         w->alpha[t] = al;
         for (uint32_t i = 0; i < D; i++) xt[i] = ut[i] + al * ev[i];
     }
-    for (uint32_t t = 0; t < T; t++) {
-        w->ar[t] = zc_fwd(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->a + (size_t)t * D);
-        if (m->a8) fq8(w->a + (size_t)t * D, D); /* MultiHeadAttention: x = _aq(x, quant) */
+    w->ar[t] = zc_fwd(xt, LW(m, P_NORM_IN, j->l), D, w->a + (size_t)t * D);
+    if (m->a8) fq8(w->a + (size_t)t * D, D); /* MultiHeadAttention: x = _aq(x, quant) */
+}
+
+/* q_norm / k_norm per head, RoPE (rotate-half) */
+static void bf_rope_tok(const blk_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t H = m->H, KV = m->KV, hd = m->hd, Q = H * hd, K = KV * hd, half = hd / 2;
+    const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
+    for (uint32_t h = 0; h < H + KV; h++) {
+        const int isq = h < H;
+        const uint32_t hh = isq ? h : h - H;
+        const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
+        real *nn = (isq ? w->qn : w->kn) + off, *rr = (isq ? w->qr : w->kr) + off;
+        const real r = zc_fwd((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, j->l), hd, nn);
+        if (isq)
+            w->qnr[(size_t)t * H + hh] = r;
+        else
+            w->knr[(size_t)t * KV + hh] = r;
+        for (uint32_t i = 0; i < half; i++) {
+            rr[i] = nn[i] * c[i] - nn[i + half] * sn[i];
+            rr[i + half] = nn[i + half] * c[i] + nn[i] * sn[i];
+        }
     }
+}
+
+/* row t of head h's scores (q k / sqrt(hd), computed over the whole row) -> causal softmax */
+static void bf_softmax_tok(const blk_job *j, uint32_t t) {
+    const uint32_t T = j->sq->T;
+    const real sc = (real)1 / sqrt((real)j->m->hd);
+    real *P = j->w->P + ((size_t)j->h * T + t) * T;
+    real mx = -INFINITY;
+    for (uint32_t s = 0; s < T; s++) {
+        if (s > t) {
+            P[s] = 0;
+            continue;
+        }
+        P[s] *= sc;
+        if (P[s] > mx) mx = P[s];
+    }
+    real z = 0;
+    for (uint32_t s = 0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+    for (uint32_t s = 0; s <= t; s++) P[s] /= z;
+}
+
+/* the attention's gate: out = o * sigmoid(gate_proj x), A8 */
+static void bf_gate_tok(const blk_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t Q = m->H * m->hd;
+    for (size_t i = (size_t)t * Q; i < (size_t)(t + 1) * Q; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
+    if (m->a8) fq8(w->go + (size_t)t * Q, Q); /* out = _aq(out, quant) */
+}
+
+/* post_attn_norm, gated residual, pre_hada_norm, the MLP's first scale and padding */
+static void bf_norms_tok(const blk_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t D = m->D, N = m->N, l = j->l;
+    const real gate = sigm(LW(m, P_GATE, l)[0]), *d1 = LW(m, P_D1, l);
+    w->pnr[t] = zc_fwd(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pn + (size_t)t * D);
+    for (uint32_t i = 0; i < D; i++)
+        w->x1[(size_t)t * D + i] = w->x0[(size_t)t * D + i] + gate * w->pn[(size_t)t * D + i];
+    w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
+    for (uint32_t i = 0; i < N; i++) w->z0[(size_t)t * N + i] = i < D ? d1[i] * w->m[(size_t)t * D + i] : 0;
+}
+
+static void bf_worker(void *arg, int i, int n) {
+    const blk_job *j = arg;
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t D = m->D, N = m->N;
+    uint32_t lo, hi;
+    range_of(j->sq->T, i, n, &lo, &hi);
+    for (uint32_t t = lo; t < hi; t++) switch (j->step) {
+        case BF_IN:
+            bf_in_tok(j, t);
+            break;
+        case BF_ROPE:
+            bf_rope_tok(j, t);
+            break;
+        case BF_SOFTMAX:
+            bf_softmax_tok(j, t);
+            break;
+        case BF_GATE:
+            bf_gate_tok(j, t);
+            break;
+        case BF_NORMS:
+            bf_norms_tok(j, t);
+            break;
+        case BF_SILU: {
+            const real *d2 = LW(m, P_D2, j->l);
+            for (size_t k = (size_t)t * N; k < (size_t)(t + 1) * N; k++) {
+                w->h[k] = d2[k % N] * w->z1[k];
+                w->hs[k] = w->h[k] * sigm(w->h[k]);
+            }
+            break;
+        }
+        default: { /* BF_OUT: out = x1 + (d3 z)[:D] */
+            const real *d3 = LW(m, P_D3, j->l);
+            for (uint32_t k = 0; k < D; k++)
+                w->bo[(size_t)t * D + k] = w->x1[(size_t)t * D + k] + d3[k] * w->z2[(size_t)t * N + k];
+        }
+    }
+}
+
+static void run_bf(const G2(model) * m, blk_job *j, int step) {
+    j->step = step;
+    G2(run_parallel)(m, bf_worker, j);
+}
+
+/* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
+static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w) {
+    const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, N = m->N;
+    const uint32_t Q = H * hd, K = KV * hd;
+    blk_job j = {m, l, 0, sq, w, 0};
+    run_bf(m, &j, BF_IN); /* engram, input norm */
     /* MultiHeadAttention: q/k/v, q_norm / k_norm per head, RoPE (rotate-half) */
     mm(m, w->a, LW(m, P_WQ, l), w->q, T, D, Q);
     mm(m, w->a, LW(m, P_WK, l), w->k, T, D, K);
     mm(m, w->a, LW(m, P_WV, l), w->v, T, D, K);
-    const uint32_t half = hd / 2;
-    for (uint32_t t = 0; t < T; t++) {
-        const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
-        for (uint32_t h = 0; h < H + KV; h++) {
-            const int isq = h < H;
-            const uint32_t hh = isq ? h : h - H;
-            const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
-            real *nn = (isq ? w->qn : w->kn) + off, *rr = (isq ? w->qr : w->kr) + off;
-            const real r = zc_fwd((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, l), hd, nn);
-            if (isq)
-                w->qnr[(size_t)t * H + hh] = r;
-            else
-                w->knr[(size_t)t * KV + hh] = r;
-            for (uint32_t i = 0; i < half; i++) {
-                rr[i] = nn[i] * c[i] - nn[i + half] * sn[i];
-                rr[i + half] = nn[i + half] * c[i] + nn[i] * sn[i];
-            }
-        }
-    }
+    run_bf(m, &j, BF_ROPE);
     /* dot_product_attention: softmax(q k / sqrt(hd)) v, causal, KV heads shared in groups */
+#ifndef G2_GENERIC_PRODUCTS
+    /* per head: S = q k^T and o = P v as products over the whole sequence (the entries
+     * above the diagonal are computed and then set to 0) */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        real *Ph = w->P + (size_t)h * T * T;
+        if (h % (H / KV) == 0) tg_transpose(w->kr + g * hd, K, w->k1, T, T, hd); /* k^T [hd][T] */
+        gemm(m, w->qr + h * hd, Q, w->k1, T, Ph, T, T, T, hd, 0);
+        j.h = h;
+        run_bf(m, &j, BF_SOFTMAX);
+        gemm(m, Ph, T, w->v + g * hd, K, w->o + h * hd, Q, T, hd, T, 0);
+    }
+#else
     const real sc = (real)1 / sqrt((real)hd);
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
@@ -217,84 +418,238 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
                 for (uint32_t i = 0; i < hd; i++) ot[i] += P[s] * w->v[(size_t)s * K + g * hd + i];
         }
     }
+#endif
     mm(m, w->a, LW(m, P_WG, l), w->gl, T, D, Q);
-    for (size_t i = 0; i < (size_t)T * Q; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
-    if (m->a8)
-        for (uint32_t t = 0; t < T; t++) fq8(w->go + (size_t)t * Q, Q); /* out = _aq(out, quant) */
+    run_bf(m, &j, BF_GATE);
     mm(m, w->go, LW(m, P_WO, l), w->ao, T, Q, D);
-    /* post_attn_norm, gated residual, pre_hada_norm */
-    const real gate = sigm(LW(m, P_GATE, l)[0]);
-    for (uint32_t t = 0; t < T; t++) {
-        w->pnr[t] = zc_fwd(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pn + (size_t)t * D);
-        for (uint32_t i = 0; i < D; i++)
-            w->x1[(size_t)t * D + i] = w->x0[(size_t)t * D + i] + gate * w->pn[(size_t)t * D + i];
-        w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
-    }
-    /* HadamardMLP: z = pad(x); z = (d1 z) @ H; z = silu(d2 z) @ H; out = (d3 z)[:D] */
-    const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *d3 = LW(m, P_D3, l);
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < N; j++) w->z0[(size_t)t * N + j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
+    /* post_attn_norm, gated residual, pre_hada_norm; HadamardMLP: z = pad(x); z = (d1 z) @ H;
+     * z = silu(d2 z) @ H; out = (d3 z)[:D] */
+    run_bf(m, &j, BF_NORMS);
     mm(m, w->z0, m->walsh, w->z1, T, N, N);
-    for (size_t i = 0; i < (size_t)T * N; i++) {
-        w->h[i] = d2[i % N] * w->z1[i];
-        w->hs[i] = w->h[i] * sigm(w->h[i]);
-    }
+    run_bf(m, &j, BF_SILU);
     mm(m, w->hs, m->walsh, w->z2, T, N, N);
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t i = 0; i < D; i++)
-            w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d3[i] * w->z2[(size_t)t * N + i];
+    run_bf(m, &j, BF_OUT);
+}
+
+/* The per-token steps of block_back, run over the pool: the BB_ steps in token ranges (each
+ * token's rows its own), the BC_ steps in column ranges (a parameter's gradient summed over
+ * the tokens in order, each column by one thread): bit-identical for every thread count. */
+enum { BB_SOFTMAX, BB_GATE, BB_NORMS, BB_ROPE, BB_NORM_IN, BB_ENGRAM, BC_D3, BC_D2, BC_D1, BC_NORMS, BC_QK, BC_NORM_IN };
+
+typedef struct bb_job {
+    G2(model) * m;
+    uint32_t l, h;
+    const g2_seq *sq;
+    seq_ws *w;
+    const real *dbo;
+    real *du, *dx1, *dm, *dz0, *dz1, *dz2, *dhs, *dao, *dx0, *dpn, *dgo, *dO, *dgl, *dqr, *dkr, *dq, *dk, *da;
+    int step;
+} bb_job;
+
+#define COL_BLOCK 16 /* columns per pass over the tokens (the sums over t stay in order) */
+
+/* ds[i] += dy[r][i] x[r][i] rr[r] over rows r in order, for i in [c0, c1): the scale's
+ * gradient of zc_back, summed as zc_back sums it row by row */
+static void ds_cols(const real *dy, const real *x, const real *rr, uint32_t rows, uint32_t width, real *ds,
+                    uint32_t c0, uint32_t c1) {
+    for (uint32_t jb = c0; jb < c1; jb += COL_BLOCK) {
+        const uint32_t je = jb + COL_BLOCK < c1 ? jb + COL_BLOCK : c1;
+        for (uint32_t r = 0; r < rows; r++) {
+            const real *dyr = dy + (size_t)r * width, *xr = x + (size_t)r * width;
+            for (uint32_t i = jb; i < je; i++) ds[i] += dyr[i] * xr[i] * rr[r];
+        }
+    }
+}
+
+/* the Hadamard MLP's elementwise backward for columns [c0, c1) of every token */
+static void bc_mlp(const bb_job *j, uint32_t c0, uint32_t c1) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->sq->T, D = m->D, N = m->N, l = j->l;
+    for (uint32_t jb = c0; jb < c1; jb += COL_BLOCK) {
+        const uint32_t je = jb + COL_BLOCK < c1 ? jb + COL_BLOCK : c1;
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t c = jb; c < je; c++) {
+                const size_t k = (size_t)t * N + c;
+                if (j->step == BC_D3) { /* out = x1 + (d3 z2)[:D] */
+                    const real g = c < D ? j->dbo[(size_t)t * D + c] : 0;
+                    if (c < D) LG(m, P_D3, l)[c] += g * w->z2[k];
+                    j->dz2[k] = c < D ? g * LW(m, P_D3, l)[c] : 0;
+                } else if (j->step == BC_D2) { /* hs = silu(d2 z1) */
+                    const real hv = w->h[k], sg = sigm(hv);
+                    const real dh = j->dhs[k] * (sg + hv * sg * (1 - sg));
+                    LG(m, P_D2, l)[c] += dh * w->z1[k];
+                    j->dz1[k] = dh * LW(m, P_D2, l)[c];
+                } else { /* BC_D1: z0 = pad(d1 m), c < D */
+                    LG(m, P_D1, l)[c] += j->dz0[k] * w->m[(size_t)t * D + c];
+                    j->dm[(size_t)t * D + c] += j->dz0[k] * LW(m, P_D1, l)[c];
+                }
+            }
+    }
+}
+
+static void bb_tok(const bb_job *j, uint32_t t) {
+    G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, Q = H * hd, K = KV * hd, l = j->l;
+    switch (j->step) {
+    case BB_SOFTMAX: { /* row t of head h: dS = P (dP - <dP, P>) / sqrt(hd), 0 above the diagonal */
+        const real sc = (real)1 / sqrt((real)hd);
+        const real *P = w->P + ((size_t)j->h * T + t) * T;
+        real *d = w->dPs + (size_t)t * T;
+        real sum = 0;
+        for (uint32_t s = 0; s <= t; s++) sum += d[s] * P[s];
+        for (uint32_t s = 0; s < T; s++) d[s] = s > t ? 0 : P[s] * (d[s] - sum) * sc;
+        break;
+    }
+    case BB_GATE: /* out = o * sigmoid(gl) */
+        for (size_t i = (size_t)t * Q; i < (size_t)(t + 1) * Q; i++) {
+            const real sg = sigm(w->gl[i]);
+            j->dO[i] = j->dgo[i] * sg;
+            j->dgl[i] = j->dgo[i] * w->o[i] * sg * (1 - sg);
+        }
+        break;
+    case BB_NORMS: { /* pre_hada_norm, gated residual, post_attn_norm: the inputs' part */
+        const real gate = sigm(LW(m, P_GATE, l)[0]);
+        real *dx1 = j->dx1 + (size_t)t * D, *dpn = j->dpn + (size_t)t * D;
+        zc_back(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->mr[t], j->dm + (size_t)t * D, dx1, NULL);
+        for (uint32_t i = 0; i < D; i++) {
+            j->dx0[(size_t)t * D + i] = dx1[i];
+            dpn[i] = dx1[i] * gate;
+        }
+        zc_back(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pnr[t], dpn, j->dao + (size_t)t * D, NULL);
+        break;
+    }
+    case BB_ROPE: { /* RoPE and q/k norms back to the projections; dn kept for BC_QK */
+        const uint32_t half = hd / 2;
+        const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
+        for (uint32_t h = 0; h < H + KV; h++) {
+            const int isq = h < H;
+            const uint32_t hh = isq ? h : h - H;
+            const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
+            const real *dr = (isq ? j->dqr : j->dkr) + off;
+            real *dn = (isq ? w->k2 : w->k1) + off;
+            for (uint32_t i = 0; i < half; i++) {
+                dn[i] = dr[i] * c[i] + dr[i + half] * sn[i];
+                dn[i + half] = -dr[i] * sn[i] + dr[i + half] * c[i];
+            }
+            zc_back((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, l), hd,
+                    isq ? w->qnr[(size_t)t * H + hh] : w->knr[(size_t)t * KV + hh], dn, (isq ? j->dq : j->dk) + off,
+                    NULL);
+        }
+        break;
+    }
+    case BB_NORM_IN:
+        zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], j->da + (size_t)t * D,
+                j->dx0 + (size_t)t * D, NULL);
+        break;
+    default: { /* BB_ENGRAM */
+        const int site = site_of(m, l);
+        const real *g = j->dx0 + (size_t)t * D;
+        real *du = j->du + (size_t)t * D;
+        for (uint32_t i = 0; i < D; i++) du[i] += g[i];
+        if (site < 0) break;
+        const g2_seq *sq = j->sq;
+        const size_t eo = ((size_t)site * T + t) * D;
+        const real *ev = sq->ev + eo, al = w->alpha[t];
+        real dal = 0;
+        for (uint32_t i = 0; i < D; i++) {
+            dal += g[i] * ev[i];
+            sq->dev[eo + i] += al * g[i];
+        }
+        const real dz = dal * al * (1 - al) / sqrt((real)D);
+        real *duu = w->k1 + (size_t)t * D, *dku = w->k2 + (size_t)t * D;
+        for (uint32_t i = 0; i < D; i++) {
+            duu[i] = dz * w->ku[(size_t)t * D + i];
+            dku[i] = dz * w->uu[(size_t)t * D + i];
+        }
+        zc_back(w->u + (size_t)t * D, NULL, D, w->ru[t], duu, du, NULL);
+        zc_back(sq->ek + eo, NULL, D, w->rk[t], dku, sq->dek + eo, NULL);
+    }
+    }
+}
+
+static void bb_worker(void *arg, int i, int n) {
+    const bb_job *j = arg;
+    G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, l = j->l;
+    uint32_t lo, hi;
+    if (j->step < BC_D3) {
+        range_of(T, i, n, &lo, &hi);
+        for (uint32_t t = lo; t < hi; t++) bb_tok(j, t);
+        return;
+    }
+    switch (j->step) {
+    case BC_D3:
+    case BC_D2:
+        range_of(m->N, i, n, &lo, &hi);
+        bc_mlp(j, lo, hi);
+        break;
+    case BC_D1:
+        range_of(D, i, n, &lo, &hi);
+        bc_mlp(j, lo, hi);
+        break;
+    case BC_NORMS:
+        range_of(D, i, n, &lo, &hi);
+        ds_cols(j->dm, w->x1, w->mr, T, D, LG(m, P_PRE_HADA, l), lo, hi);
+        ds_cols(j->dpn, w->ao, w->pnr, T, D, LG(m, P_POST_NORM, l), lo, hi);
+        break;
+    case BC_QK:
+        range_of(hd, i, n, &lo, &hi);
+        ds_cols(w->k2, w->q, w->qnr, T * H, hd, LG(m, P_QN, l), lo, hi);
+        ds_cols(w->k1, w->k, w->knr, T * KV, hd, LG(m, P_KN, l), lo, hi);
+        break;
+    default: /* BC_NORM_IN */
+        range_of(D, i, n, &lo, &hi);
+        ds_cols(j->da, w->x0, w->ar, T, D, LG(m, P_NORM_IN, l), lo, hi);
+    }
+}
+
+static void run_bb(const G2(model) * m, bb_job *j, int step) {
+    j->step = step;
+    G2(run_parallel)(m, bb_worker, j);
 }
 
 /* Backward of block_fwd: dbo[T][D] -> du[T][D] (accumulated), parameter gradients. */
 static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, const real *dbo, real *du) {
     const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, hd = m->hd, N = m->N;
     const uint32_t Q = H * hd, K = KV * hd;
-    const int site = site_of(m, l);
+    bb_job j;
+    memset(&j, 0, sizeof j);
+    j.m = m, j.l = l, j.sq = sq, j.w = w, j.dbo = dbo, j.du = du;
     real *dx1 = w->d1, *dm = w->d2;
     memcpy(dx1, dbo, (size_t)T * D * sizeof *dx1);
     memset(dm, 0, (size_t)T * D * sizeof *dm);
     /* HadamardMLP (the Walsh matrix is symmetric: the backward of z @ H is dz @ H) */
-    const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *d3 = LW(m, P_D3, l);
-    real *gd1 = LG(m, P_D1, l), *gd2 = LG(m, P_D2, l), *gd3 = LG(m, P_D3, l);
     real *dz2 = w->d3, *dhs = w->d4, *dz0 = w->d5;
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < N; j++) {
-            const real g = j < D ? dbo[(size_t)t * D + j] : 0;
-            if (j < D) gd3[j] += g * w->z2[(size_t)t * N + j];
-            dz2[(size_t)t * N + j] = j < D ? g * d3[j] : 0;
-        }
+    j.dx1 = dx1, j.dm = dm, j.dz2 = dz2, j.dhs = dhs, j.dz0 = dz0, j.dz1 = dz2; /* dz2 is consumed by dz1 */
+    run_bb(m, &j, BC_D3);
+#ifdef G2_GENERIC_PRODUCTS
     memset(dhs, 0, (size_t)T * N * sizeof *dhs);
     mm_back(m, NULL, m->walsh, dz2, dhs, NULL, T, N, N);
-    real *dz1 = dz2; /* dz2 is consumed */
-    for (size_t i = 0; i < (size_t)T * N; i++) {
-        const real hv = w->h[i], sg = sigm(hv);
-        const real dh = dhs[i] * (sg + hv * sg * (1 - sg));
-        gd2[i % N] += dh * w->z1[i];
-        dz1[i] = dh * d2[i % N];
-    }
+#else
+    mm(m, dz2, m->walsh, dhs, T, N, N); /* dz2 H^T = dz2 H: no transpose */
+#endif
+    real *dz1 = dz2;
+    run_bb(m, &j, BC_D2);
+#ifdef G2_GENERIC_PRODUCTS
     memset(dz0, 0, (size_t)T * N * sizeof *dz0);
     mm_back(m, NULL, m->walsh, dz1, dz0, NULL, T, N, N);
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < D; j++) {
-            gd1[j] += dz0[(size_t)t * N + j] * w->m[(size_t)t * D + j];
-            dm[(size_t)t * D + j] += dz0[(size_t)t * N + j] * d1[j];
-        }
-    /* pre_hada_norm, gated residual, post_attn_norm */
+#else
+    mm(m, dz1, m->walsh, dz0, T, N, N);
+#endif
+    run_bb(m, &j, BC_D1);
+    /* pre_hada_norm, gated residual, post_attn_norm: the inputs per token, the scales per
+     * column, the gate's gradient in order */
     const real gate = sigm(LW(m, P_GATE, l)[0]);
     real *dao = w->d3, *dx0 = w->d5;
     memset(dao, 0, (size_t)T * D * sizeof *dao);
+    j.dao = dao, j.dx0 = dx0, j.dpn = w->d4; /* dhs is consumed */
+    run_bb(m, &j, BB_NORMS);
+    run_bb(m, &j, BC_NORMS);
     real dgate = 0;
-    for (uint32_t t = 0; t < T; t++) {
-        zc_back(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->mr[t], dm + (size_t)t * D, dx1 + (size_t)t * D,
-                LG(m, P_PRE_HADA, l));
-        for (uint32_t i = 0; i < D; i++) {
-            dgate += dx1[(size_t)t * D + i] * w->pn[(size_t)t * D + i];
-            dx0[(size_t)t * D + i] = dx1[(size_t)t * D + i];
-            w->d4[i] = dx1[(size_t)t * D + i] * gate;
-        }
-        zc_back(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pnr[t], w->d4, dao + (size_t)t * D,
-                LG(m, P_POST_NORM, l));
-    }
+    for (size_t i = 0; i < (size_t)T * D; i++) dgate += dx1[i] * w->pn[i];
     LG(m, P_GATE, l)[0] += dgate * gate * (1 - gate);
     /* out_proj, gate_proj */
     real *dgo = w->d1; /* dx1 is consumed */
@@ -303,17 +658,31 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
     memset(da, 0, (size_t)T * D * sizeof *da);
     mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LGD(m, P_WO, l), T, Q, D);
     real *dO = w->d3, *dgl = w->d6;
-    for (size_t i = 0; i < (size_t)T * Q; i++) {
-        const real sg = sigm(w->gl[i]);
-        dO[i] = dgo[i] * sg;
-        dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
-    }
+    j.dgo = dgo, j.dO = dO, j.dgl = dgl;
+    run_bb(m, &j, BB_GATE);
     mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, Q);
     /* attention */
     real *dqr = w->d1, *dkr = w->d6, *dv = w->d7;
     memset(dqr, 0, (size_t)T * Q * sizeof *dqr);
     memset(dkr, 0, (size_t)T * K * sizeof *dkr);
     memset(dv, 0, (size_t)T * K * sizeof *dv);
+#ifndef G2_GENERIC_PRODUCTS
+    /* per head as products: dP = dO v^T, dv += P^T dO, dS, dq += dS k, dk += dS^T q */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint32_t g = h / (H / KV);
+        const real *Ph = w->P + (size_t)h * T * T;
+        if (h % (H / KV) == 0) tg_transpose(w->v + g * hd, K, w->k2, T, T, hd); /* v^T [hd][T] */
+        real *dS = w->dPs, *tr = w->PT;
+        gemm(m, dO + h * hd, Q, w->k2, T, dS, T, T, T, hd, 0);
+        tg_transpose(Ph, T, tr, T, T, T);
+        gemm(m, tr, T, dO + h * hd, Q, dv + g * hd, K, T, hd, T, 1);
+        j.h = h;
+        run_bb(m, &j, BB_SOFTMAX);
+        gemm(m, dS, T, w->kr + g * hd, K, dqr + h * hd, Q, T, hd, T, 1);
+        tg_transpose(dS, T, tr, T, T, T);
+        gemm(m, tr, T, w->qr + h * hd, Q, dkr + g * hd, K, T, hd, T, 1);
+    }
+#else
     const real sc = (real)1 / sqrt((real)hd);
     real *dP = w->tmp;
     for (uint32_t h = 0; h < H; h++) {
@@ -340,132 +709,220 @@ static void block_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, c
             }
         }
     }
+#endif
     /* RoPE and q/k norms back to the projections */
-    const uint32_t half = hd / 2;
     real *dq = w->d3, *dk = w->d5; /* dO is consumed; dx0 moves from d5 to d4 */
     memcpy(w->d4, dx0, (size_t)T * D * sizeof *dx0);
     dx0 = w->d4;
     memset(dq, 0, (size_t)T * Q * sizeof *dq);
     memset(dk, 0, (size_t)T * K * sizeof *dk);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
-        for (uint32_t h = 0; h < H + KV; h++) {
-            const int isq = h < H;
-            const uint32_t hh = isq ? h : h - H;
-            const size_t off = isq ? (size_t)t * Q + hh * hd : (size_t)t * K + hh * hd;
-            const real *dr = (isq ? dqr : dkr) + off;
-            real *dn = w->tmp;
-            for (uint32_t i = 0; i < half; i++) {
-                dn[i] = dr[i] * c[i] + dr[i + half] * sn[i];
-                dn[i + half] = -dr[i] * sn[i] + dr[i + half] * c[i];
-            }
-            zc_back((isq ? w->q : w->k) + off, LW(m, isq ? P_QN : P_KN, l), hd,
-                    isq ? w->qnr[(size_t)t * H + hh] : w->knr[(size_t)t * KV + hh], dn, (isq ? dq : dk) + off,
-                    LG(m, isq ? P_QN : P_KN, l));
-        }
-    }
+    j.dqr = dqr, j.dkr = dkr, j.dq = dq, j.dk = dk, j.dx0 = dx0, j.da = da;
+    run_bb(m, &j, BB_ROPE);
+    run_bb(m, &j, BC_QK);
     mm_back(m, w->a, LW(m, P_WQ, l), dq, da, LGD(m, P_WQ, l), T, D, Q);
     mm_back(m, w->a, LW(m, P_WK, l), dk, da, LGD(m, P_WK, l), T, D, K);
     mm_back(m, w->a, LW(m, P_WV, l), dv, da, LGD(m, P_WV, l), T, D, K);
-    /* norm in */
-    for (uint32_t t = 0; t < T; t++)
-        zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
-                dx0 + (size_t)t * D, LG(m, P_NORM_IN, l));
-    /* engram */
-    for (uint32_t t = 0; t < T; t++) {
-        const real *g = dx0 + (size_t)t * D;
-        for (uint32_t i = 0; i < D; i++) du[(size_t)t * D + i] += g[i];
-        if (site < 0) continue;
-        const size_t eo = ((size_t)site * T + t) * D;
-        const real *ev = sq->ev + eo, al = w->alpha[t];
-        real dal = 0;
-        for (uint32_t i = 0; i < D; i++) {
-            dal += g[i] * ev[i];
-            sq->dev[eo + i] += al * g[i];
+    /* norm in, then the engram and du += dx0 */
+    run_bb(m, &j, BB_NORM_IN);
+    run_bb(m, &j, BC_NORM_IN);
+    run_bb(m, &j, BB_ENGRAM);
+}
+
+/* The per-token steps of the lane step, run over the pool in token ranges: each token's
+ * outputs are its own rows, computed with the same operations in the same order whatever
+ * the split (the sums over tokens into shared gradients are left to the caller, in token
+ * order), so results are bit-identical for every thread count. */
+enum { LANE_PRE, LANE_POST, LANE_BACK_WRITE, LANE_BACK_READ, LANE_BACK_NORM };
+
+typedef struct lane_job {
+    const G2(model) * m;
+    uint32_t l, T;
+    seq_ws *w;
+    const real *Xin, *dXo;
+    real *Xout, *dXi;
+    int step;
+} lane_job;
+
+/* lane_fwd before the block for token t: hpre, hpost, the Sinkhorn steps, hres, u */
+static void lane_pre_tok(const lane_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t l = j->l, n = m->n, D = m->D, nD = n * D, nn = n * n, own = l % n;
+    const real apre = LW(m, P_A_PRE, l)[0], apost = LW(m, P_A_POST, l)[0], ares = LW(m, P_A_RES, l)[0];
+    const real *bpre = LW(m, P_B_PRE, l), *bpost = LW(m, P_B_POST, l), *bres = LW(m, P_B_RES, l);
+    const real *X = j->Xin + (size_t)t * nD, *prj = w->prj + (size_t)t * (2 * n + nn);
+    real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
+    for (uint32_t i = 0; i < n; i++) {
+        hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
+        hpost[i] = 2 * sigm(apost * prj[n + i] + bpost[i] + (real)nm_lane_post_offset(i, own));
+    }
+    /* _sinkhorn: 20 x (rows then columns) in log space, then exp */
+    real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
+    for (uint32_t k = 0; k < nn; k++) sk[k] = ares * prj[2 * n + k] + bres[k];
+    for (uint32_t it = 0; it < SINKHORN_ITERS; it++) {
+        const real *S = sk + (size_t)(2 * it) * nn;
+        real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+        for (uint32_t i = 0; i < n; i++) {
+            real mx = S[i * n];
+            for (uint32_t jj = 1; jj < n; jj++) mx = S[i * n + jj] > mx ? S[i * n + jj] : mx;
+            real z = 0;
+            for (uint32_t jj = 0; jj < n; jj++) z += exp(S[i * n + jj] - mx);
+            const real lse = mx + log(z);
+            for (uint32_t jj = 0; jj < n; jj++) A[i * n + jj] = S[i * n + jj] - lse;
         }
-        const real dz = dal * al * (1 - al) / sqrt((real)D);
-        real *duu = w->d5, *dku = w->d5 + D;
-        for (uint32_t i = 0; i < D; i++) {
-            duu[i] = dz * w->ku[(size_t)t * D + i];
-            dku[i] = dz * w->uu[(size_t)t * D + i];
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real mx = A[jj];
+            for (uint32_t i = 1; i < n; i++) mx = A[i * n + jj] > mx ? A[i * n + jj] : mx;
+            real z = 0;
+            for (uint32_t i = 0; i < n; i++) z += exp(A[i * n + jj] - mx);
+            const real lse = mx + log(z);
+            for (uint32_t i = 0; i < n; i++) S2[i * n + jj] = A[i * n + jj] - lse;
         }
-        zc_back(w->u + (size_t)t * D, NULL, D, w->ru[t], duu, du + (size_t)t * D, NULL);
-        zc_back(sq->ek + eo, NULL, D, w->rk[t], dku, sq->dek + eo, NULL);
+    }
+    real *hres = w->hres + (size_t)t * nn;
+    const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
+    for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
+    real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
+    for (uint32_t c = 0; c < D; c++) u[c] = 0;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t c = 0; c < D; c++) u[c] += hpre[i] * X[(size_t)i * D + c];
+}
+
+/* lane_fwd after the block for token t: y = block(u) - u, X' = hres X + hpost y */
+static void lane_post_tok(const lane_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *X = j->Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
+    real *y = w->y + (size_t)t * D, *Xo = j->Xout + (size_t)t * nD;
+    for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
+    for (uint32_t i = 0; i < n; i++) { /* the sums over jj in order, c innermost */
+        real *xo = Xo + (size_t)i * D;
+        for (uint32_t c = 0; c < D; c++) xo[c] = 0;
+        for (uint32_t jj = 0; jj < n; jj++)
+            for (uint32_t c = 0; c < D; c++) xo[c] += hres[i * n + jj] * X[(size_t)jj * D + c];
+        for (uint32_t c = 0; c < D; c++) xo[c] = xo[c] + hpost[i] * y[c];
     }
 }
 
-/* ---- the mHC lane step around the block (_ScanBody.__call__) -------------------------- */
+/* lane_back of the lane write for token t: dX (set), dy, and into dz the unscaled
+ * d(post projection) and d(res projection) (the Sinkhorn backward) */
+static void lane_back_write_tok(const lane_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *X = j->Xin + (size_t)t * nD, *g = j->dXo + (size_t)t * nD, *hres = w->hres + (size_t)t * nn;
+    const real *hpost = w->hpost + (size_t)t * n, *y = w->y + (size_t)t * D;
+    real *dx = j->dXi + (size_t)t * nD, *dyt = w->dys + (size_t)t * D, *dzt = w->dzs + (size_t)t * (2 * n + nn);
+    for (uint32_t c = 0; c < nD; c++) dx[c] = 0;
+    for (uint32_t c = 0; c < D; c++) dyt[c] = 0;
+    real dh[64];
+    for (uint32_t i = 0; i < n; i++) {
+        real dp = 0;
+        for (uint32_t c = 0; c < D; c++) {
+            dp += g[(size_t)i * D + c] * y[c];
+            dyt[c] += hpost[i] * g[(size_t)i * D + c];
+        }
+        const real s = hpost[i] / 2;
+        dzt[n + i] = dp * 2 * s * (1 - s);
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real d = 0;
+            for (uint32_t c = 0; c < D; c++) {
+                d += g[(size_t)i * D + c] * X[(size_t)jj * D + c];
+                dx[(size_t)jj * D + c] += hres[i * n + jj] * g[(size_t)i * D + c];
+            }
+            dh[i * n + jj] = d;
+        }
+    }
+    /* Sinkhorn backward */
+    const real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
+    real dS[64], dA[64];
+    for (uint32_t k = 0; k < nn; k++) dS[k] = dh[k] * hres[k];
+    for (int it = SINKHORN_ITERS - 1; it >= 0; it--) {
+        const real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real s = 0;
+            for (uint32_t i = 0; i < n; i++) s += dS[i * n + jj];
+            for (uint32_t i = 0; i < n; i++) dA[i * n + jj] = dS[i * n + jj] - exp(S2[i * n + jj]) * s;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            real s = 0;
+            for (uint32_t jj = 0; jj < n; jj++) s += dA[i * n + jj];
+            for (uint32_t jj = 0; jj < n; jj++) dS[i * n + jj] = dA[i * n + jj] - exp(A[i * n + jj]) * s;
+        }
+    }
+    memcpy(dzt + 2 * n, dS, nn * sizeof *dS);
+}
+
+/* lane_back of the lane read u = hpre . X for token t: dX += hpre du, and into dz the
+ * unscaled d(pre projection) */
+static void lane_back_read_tok(const lane_job *j, uint32_t t) {
+    const G2(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *X = j->Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = w->dus + (size_t)t * D;
+    real *dx = j->dXi + (size_t)t * nD, *dzt = w->dzs + (size_t)t * (2 * n + nn);
+    for (uint32_t i = 0; i < n; i++) {
+        real dp = 0;
+        for (uint32_t c = 0; c < D; c++) {
+            dp += dut[c] * X[(size_t)i * D + c];
+            dx[(size_t)i * D + c] += hpre[i] * dut[c];
+        }
+        dzt[i] = dp * hpre[i] * (1 - hpre[i]);
+    }
+}
+
+static void lane_worker(void *arg, int i, int n) {
+    const lane_job *j = arg;
+    const G2(model) *m = j->m;
+    const uint32_t nD = m->n * m->D;
+    uint32_t lo, hi;
+    range_of(j->T, i, n, &lo, &hi);
+    for (uint32_t t = lo; t < hi; t++) switch (j->step) {
+        case LANE_PRE:
+            lane_pre_tok(j, t);
+            break;
+        case LANE_POST:
+            lane_post_tok(j, t);
+            break;
+        case LANE_BACK_WRITE:
+            lane_back_write_tok(j, t);
+            break;
+        case LANE_BACK_READ:
+            lane_back_read_tok(j, t);
+            break;
+        default: /* LANE_BACK_NORM: _rms_unit's backward, dnx in d1 */
+            zc_back(j->Xin + (size_t)t * nD, NULL, nD, j->w->nxr[t], j->w->d1 + (size_t)t * nD,
+                    j->dXi + (size_t)t * nD, NULL);
+    }
+}
+
+static void run_lane(const G2(model) * m, lane_job *j, int step) {
+    j->step = step;
+    G2(run_parallel)(m, lane_worker, j);
+}
 
 /* Xin[T][n][D] -> Xout; keeps nx, the h's, the Sinkhorn steps, u and y in w. */
 static void lane_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, const real *Xin, real *Xout) {
-    const uint32_t T = sq->T, n = m->n, D = m->D, nD = n * D, nn = n * n, own = l % n;
+    const uint32_t T = sq->T, n = m->n, D = m->D, nD = n * D, nn = n * n;
     const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
-    const real apre = LW(m, P_A_PRE, l)[0], apost = LW(m, P_A_POST, l)[0], ares = LW(m, P_A_RES, l)[0];
-    const real *bpre = LW(m, P_B_PRE, l), *bpost = LW(m, P_B_POST, l), *bres = LW(m, P_B_RES, l);
+    for (uint32_t t = 0; t < T; t++) /* _rms_unit (2.0.15 applies no A8 here) */
+        w->nxr[t] = zc_fwd(Xin + (size_t)t * nD, NULL, nD, w->nx + (size_t)t * nD);
+    /* the three projections of every token as products, then side by side in prj */
+    real *ppre = w->k1, *ppost = ppre + (size_t)T * n, *pres = ppost + (size_t)T * n;
+    mm(m, w->nx, pp, ppre, T, nD, n);
+    mm(m, w->nx, po, ppost, T, nD, n);
+    mm(m, w->nx, pr, pres, T, nD, nn);
     for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD;
-        real *nx = w->nx + (size_t)t * nD;
-        w->nxr[t] = zc_fwd(X, NULL, nD, nx); /* _rms_unit (2.0.15 applies no A8 here) */
         real *prj = w->prj + (size_t)t * (2 * n + nn);
-        for (uint32_t k = 0; k < 2 * n + nn; k++) prj[k] = 0;
-        for (uint32_t c = 0; c < nD; c++) {
-            const real v = nx[c];
-            for (uint32_t i = 0; i < n; i++) {
-                prj[i] += v * pp[(size_t)c * n + i];
-                prj[n + i] += v * po[(size_t)c * n + i];
-            }
-            for (uint32_t k = 0; k < nn; k++) prj[2 * n + k] += v * pr[(size_t)c * nn + k];
-        }
-        real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
-        for (uint32_t i = 0; i < n; i++) {
-            hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
-            hpost[i] = 2 * sigm(apost * prj[n + i] + bpost[i] + (real)nm_lane_post_offset(i, own));
-        }
-        /* _sinkhorn: 20 x (rows then columns) in log space, then exp */
-        real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
-        for (uint32_t k = 0; k < nn; k++) sk[k] = ares * prj[2 * n + k] + bres[k];
-        for (uint32_t it = 0; it < SINKHORN_ITERS; it++) {
-            const real *S = sk + (size_t)(2 * it) * nn;
-            real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
-            for (uint32_t i = 0; i < n; i++) {
-                real mx = S[i * n];
-                for (uint32_t j = 1; j < n; j++) mx = S[i * n + j] > mx ? S[i * n + j] : mx;
-                real z = 0;
-                for (uint32_t j = 0; j < n; j++) z += exp(S[i * n + j] - mx);
-                const real lse = mx + log(z);
-                for (uint32_t j = 0; j < n; j++) A[i * n + j] = S[i * n + j] - lse;
-            }
-            for (uint32_t j = 0; j < n; j++) {
-                real mx = A[j];
-                for (uint32_t i = 1; i < n; i++) mx = A[i * n + j] > mx ? A[i * n + j] : mx;
-                real z = 0;
-                for (uint32_t i = 0; i < n; i++) z += exp(A[i * n + j] - mx);
-                const real lse = mx + log(z);
-                for (uint32_t i = 0; i < n; i++) S2[i * n + j] = A[i * n + j] - lse;
-            }
-        }
-        real *hres = w->hres + (size_t)t * nn;
-        const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
-        for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
-        real *u = w->u + (size_t)t * D;
-        for (uint32_t c = 0; c < D; c++) {
-            real s = 0;
-            for (uint32_t i = 0; i < n; i++) s += hpre[i] * X[(size_t)i * D + c];
-            u[c] = s;
-        }
+        memcpy(prj, ppre + (size_t)t * n, n * sizeof *prj);
+        memcpy(prj + n, ppost + (size_t)t * n, n * sizeof *prj);
+        memcpy(prj + 2 * n, pres + (size_t)t * nn, nn * sizeof *prj);
     }
+    lane_job j = {m, l, T, w, Xin, NULL, Xout, NULL, 0};
+    run_lane(m, &j, LANE_PRE);
     block_fwd(m, l, sq, w);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
-        real *y = w->y + (size_t)t * D, *Xo = Xout + (size_t)t * nD;
-        for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
-        for (uint32_t i = 0; i < n; i++)
-            for (uint32_t c = 0; c < D; c++) {
-                real s = 0;
-                for (uint32_t j = 0; j < n; j++) s += hres[i * n + j] * X[(size_t)j * D + c];
-                Xo[(size_t)i * D + c] = s + hpost[i] * y[c];
-            }
-    }
+    run_lane(m, &j, LANE_POST);
 }
 
 /* Backward of lane_fwd (which must have just run for this layer): dXo -> dXi (overwritten). */
@@ -478,54 +935,19 @@ static void lane_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, co
     real *gapre = LG(m, P_A_PRE, l), *gapost = LG(m, P_A_POST, l), *gares = LG(m, P_A_RES, l);
     real *gbpre = LG(m, P_B_PRE, l), *gbpost = LG(m, P_B_POST, l), *gbres = LG(m, P_B_RES, l);
     real *dy = w->dys, *du = w->dus;
-    /* the lane write: X' = hres X + hpost y */
     real *dz = w->dzs; /* [T][2n + nn]: d(projection) per token */
+    lane_job j = {m, l, T, w, Xin, dXo, NULL, dXi, 0};
+    /* the lane write: X' = hres X + hpost y, per token; then the gradients of the gates'
+     * parameters summed over the tokens in order */
+    run_lane(m, &j, LANE_BACK_WRITE);
     for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD, *g = dXo + (size_t)t * nD, *hres = w->hres + (size_t)t * nn;
-        const real *hpost = w->hpost + (size_t)t * n, *y = w->y + (size_t)t * D;
-        real *dx = dXi + (size_t)t * nD, *dyt = dy + (size_t)t * D, *dzt = dz + (size_t)t * (2 * n + nn);
-        for (uint32_t c = 0; c < nD; c++) dx[c] = 0;
-        for (uint32_t c = 0; c < D; c++) dyt[c] = 0;
-        real dh[64];
-        for (uint32_t i = 0; i < n; i++) {
-            real dp = 0;
-            for (uint32_t c = 0; c < D; c++) {
-                dp += g[(size_t)i * D + c] * y[c];
-                dyt[c] += hpost[i] * g[(size_t)i * D + c];
-            }
-            const real s = hpost[i] / 2;
-            dzt[n + i] = dp * 2 * s * (1 - s);
-            for (uint32_t j = 0; j < n; j++) {
-                real d = 0;
-                for (uint32_t c = 0; c < D; c++) {
-                    d += g[(size_t)i * D + c] * X[(size_t)j * D + c];
-                    dx[(size_t)j * D + c] += hres[i * n + j] * g[(size_t)i * D + c];
-                }
-                dh[i * n + j] = d;
-            }
-        }
-        /* Sinkhorn backward */
-        const real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
-        real dS[64], dA[64];
-        for (uint32_t k = 0; k < nn; k++) dS[k] = dh[k] * hres[k];
-        for (int it = SINKHORN_ITERS - 1; it >= 0; it--) {
-            const real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
-            for (uint32_t j = 0; j < n; j++) {
-                real s = 0;
-                for (uint32_t i = 0; i < n; i++) s += dS[i * n + j];
-                for (uint32_t i = 0; i < n; i++) dA[i * n + j] = dS[i * n + j] - exp(S2[i * n + j]) * s;
-            }
-            for (uint32_t i = 0; i < n; i++) {
-                real s = 0;
-                for (uint32_t j = 0; j < n; j++) s += dA[i * n + j];
-                for (uint32_t j = 0; j < n; j++) dS[i * n + j] = dA[i * n + j] - exp(A[i * n + j]) * s;
-            }
-        }
         const real *prj = w->prj + (size_t)t * (2 * n + nn);
+        real *dzt = dz + (size_t)t * (2 * n + nn);
         for (uint32_t k = 0; k < nn; k++) {
-            gbres[k] += dS[k];
-            gares[0] += dS[k] * prj[2 * n + k];
-            dzt[2 * n + k] = dS[k] * ares;
+            const real dS = dzt[2 * n + k];
+            gbres[k] += dS;
+            gares[0] += dS * prj[2 * n + k];
+            dzt[2 * n + k] = dS * ares;
         }
         for (uint32_t i = 0; i < n; i++) {
             gbpost[i] += dzt[n + i];
@@ -537,38 +959,30 @@ static void lane_back(G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws *w, co
     for (size_t i = 0; i < (size_t)T * D; i++) du[i] = -dy[i];
     block_back(m, l, sq, w, dy, du);
     /* the lane read: u = hpre . X, and the projections of nx */
+    run_lane(m, &j, LANE_BACK_READ);
     for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = du + (size_t)t * D;
-        const real *prj = w->prj + (size_t)t * (2 * n + nn), *nx = w->nx + (size_t)t * nD;
-        real *dx = dXi + (size_t)t * nD, *dzt = dz + (size_t)t * (2 * n + nn);
+        const real *prj = w->prj + (size_t)t * (2 * n + nn);
+        real *dzt = dz + (size_t)t * (2 * n + nn);
         for (uint32_t i = 0; i < n; i++) {
-            real dp = 0;
-            for (uint32_t c = 0; c < D; c++) {
-                dp += dut[c] * X[(size_t)i * D + c];
-                dx[(size_t)i * D + c] += hpre[i] * dut[c];
-            }
-            const real dzp = dp * hpre[i] * (1 - hpre[i]);
+            const real dzp = dzt[i];
             gbpre[i] += dzp;
             gapre[0] += dzp * prj[i];
             dzt[i] = dzp * apre;
         }
-        real *dnx = w->d1; /* [nD] */
-        for (uint32_t c = 0; c < nD; c++) {
-            real s = 0;
-            const real v = nx[c];
-            for (uint32_t i = 0; i < n; i++) {
-                s += pp[(size_t)c * n + i] * dzt[i] + po[(size_t)c * n + i] * dzt[n + i];
-                gpp[(size_t)c * n + i] += v * dzt[i];
-                gpo[(size_t)c * n + i] += v * dzt[n + i];
-            }
-            for (uint32_t k = 0; k < nn; k++) {
-                s += pr[(size_t)c * nn + k] * dzt[2 * n + k];
-                gpr[(size_t)c * nn + k] += v * dzt[2 * n + k];
-            }
-            dnx[c] = s;
-        }
-        zc_back(X, NULL, nD, w->nxr[t], dnx, dx, NULL);
     }
+    /* the projections' backward for every token as products: dnx [T][nD] in d1 */
+    real *dzpre = w->k1, *dzpost = dzpre + (size_t)T * n, *dzres = dzpost + (size_t)T * n, *dnx = w->d1;
+    for (uint32_t t = 0; t < T; t++) {
+        const real *dzt = dz + (size_t)t * (2 * n + nn);
+        memcpy(dzpre + (size_t)t * n, dzt, n * sizeof *dzt);
+        memcpy(dzpost + (size_t)t * n, dzt + n, n * sizeof *dzt);
+        memcpy(dzres + (size_t)t * nn, dzt + 2 * n, nn * sizeof *dzt);
+    }
+    memset(dnx, 0, (size_t)T * nD * sizeof *dnx);
+    mm_back(m, w->nx, pp, dzpre, dnx, gpp, T, nD, n);
+    mm_back(m, w->nx, po, dzpost, dnx, gpo, T, nD, n);
+    mm_back(m, w->nx, pr, dzres, dnx, gpr, T, nD, nn);
+    run_lane(m, &j, LANE_BACK_NORM);
 }
 
 /* ---- engram (Engram.__call__, engram_indices) ----------------------------------------- */
@@ -653,6 +1067,8 @@ static void engram_back(G2(model) * m, const int32_t *ids, uint32_t T, real *e, 
 
 /* ---- the model ------------------------------------------------------------------------- */
 
+static void ws_release(G2(model) * m);
+
 static const char *const FIXED_NAMES[P_FIXED] = {
     "embedding/embedding",
     "stack/final_norm/scale",
@@ -700,6 +1116,12 @@ void G2(model_free)(G2(model) * m) {
     }
     free(m->t);
     free(m->walsh);
+    ws_release(m);
+    if (m->scr) {
+        free(m->scr->wt);
+        free(m->scr->xt);
+    }
+    free(m->scr);
     cpu_pool_free(m->pool);
     free(m);
 }
@@ -751,9 +1173,11 @@ int G2(model_from_checkpoint)(const export_config *cfg, const st_file *ckpt, G2(
     m->dil = 0;
     for (uint32_t i = 0; i < c->num_orders; i++) m->dil = c->engram_orders[i] > m->dil ? c->engram_orders[i] : m->dil;
     m->walsh = malloc((size_t)N * N * sizeof *m->walsh);
+    m->scr = calloc(1, sizeof *m->scr);
+    m->lv = tg_level_best();
     m->nt = P_FIXED + E_COUNT * c->num_sites;
     m->t = calloc(m->nt, sizeof *m->t);
-    if (!m->walsh || !m->t) {
+    if (!m->walsh || !m->t || !m->scr) {
         G2(model_free)(m);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -830,11 +1254,32 @@ int G2(model_from_checkpoint)(const export_config *cfg, const st_file *ckpt, G2(
 
 /* ---- work space and the loss ----------------------------------------------------------- */
 
+/* The tensors whose gradient a frozen flag skips (the big ones: DW / LGD above and the
+ * head and embedding rows); the others get theirs whatever the flag says. */
+static int frozen_skipped(uint32_t i) {
+    if (i == P_EMB || (i >= P_WQ && i <= P_WO)) return 1;
+    if (i < P_FIXED) return 0;
+    const uint32_t k = (i - P_FIXED) % E_COUNT;
+    return k == E_TABLE || k == E_KEY || k == E_VALUE;
+}
+
 typedef struct run_ws {
     seq_ws w;
     real *e, *vl, *de, *dvl, *ek, *ev, *dek, *dev, *Xs, *dXa, *dXb, *logits, *xf, *xn, *dxn, *dxf;
+    real *et;   /* [D][V]: the head's rows transposed, for logits = xn E^T as one product */
+    real *rrow; /* [T]: 1/rms of final_norm per loss row */
     real *block; /* every buffer above lives in this one allocation */
+    uint32_t *rowt; /* [T]: the positions in the loss (mask of the next token != 0) */
 } run_ws;
+
+#define HEAD_ROWS 64 /* loss rows per logits product: [64][V] */
+
+static void ws_release(G2(model) * m) {
+    if (m->ws) free(m->ws->block), free(m->ws->rowt);
+    free(m->ws);
+    m->ws = NULL;
+    m->ws_T = 0;
+}
 
 static int ws_alloc(const G2(model) * m, uint32_t T, run_ws *r) {
     const uint32_t D = m->D, n = m->n, nD = n * D, nn = n * n, H = m->H, KV = m->KV;
@@ -844,6 +1289,7 @@ static int ws_alloc(const G2(model) * m, uint32_t T, run_ws *r) {
     const uint32_t cand[] = {Q, K, N, nD};
     for (uint32_t i = 0; i < 4; i++) MX = cand[i] > MX ? cand[i] : MX;
     const size_t TD = (size_t)T * D, TN = (size_t)T * N, dsz = (size_t)T * MX + 2 * (size_t)D;
+    const size_t kw = (size_t)T * (MX > pj ? MX : pj);
     struct {
         real **p;
         size_t n;
@@ -862,68 +1308,29 @@ static int ws_alloc(const G2(model) * m, uint32_t T, run_ws *r) {
         {&r->w.dys, TD}, {&r->w.dus, TD}, {&r->w.dzs, (size_t)T * pj}, {&r->w.d1, dsz}, {&r->w.d2, dsz},
         {&r->w.d3, dsz}, {&r->w.d4, dsz}, {&r->w.d5, dsz}, {&r->w.d6, dsz}, {&r->w.d7, dsz},
         {&r->w.tmp, dsz + T}, {&r->w.rope_c, (size_t)T * (m->hd / 2)}, {&r->w.rope_s, (size_t)T * (m->hd / 2)},
+        {&r->w.k1, kw}, {&r->w.k2, kw}, {&r->w.dPs, (size_t)T * T}, {&r->w.PT, (size_t)T * T},
         {&r->e, (size_t)T * E}, {&r->vl, TD}, {&r->de, (size_t)T * E}, {&r->dvl, TD}, {&r->ek, S * TD},
         {&r->ev, S * TD}, {&r->dek, S * TD}, {&r->dev, S * TD}, {&r->Xs, (size_t)(m->L + 1) * T * nD},
-        {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, m->V}, {&r->xf, TD},
-        {&r->xn, TD}, {&r->dxn, D}, {&r->dxf, D},
+        {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, (size_t)HEAD_ROWS * m->V},
+        {&r->xf, TD}, {&r->xn, TD}, {&r->dxn, (size_t)HEAD_ROWS * D}, {&r->dxf, D}, {&r->et, (size_t)D * m->V},
+        {&r->rrow, T},
     };
     const size_t nf = sizeof f / sizeof f[0];
     size_t total = 0;
     for (size_t i = 0; i < nf; i++) total += f[i].n + 1;
     r->block = calloc(total, sizeof *r->block);
-    if (!r->block) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
+    r->rowt = calloc(T, sizeof *r->rowt);
+    if (!r->block || !r->rowt) {
+        free(r->block);
+        free(r->rowt);
+        return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
+    }
     size_t off = 0;
     for (size_t i = 0; i < nf; i++) {
         *f[i].p = r->block + off;
         off += f[i].n + 1;
     }
     return 0;
-}
-
-/* The tied output head of one position over the pool: logits[v] = <xn, E[v]> (back = 0);
- * with back = 1 and logits holding dloss/dlogit: dE[v] += g[v] xn (each thread its rows
- * v) and dxn[c] = sum over v of g[v] E[v][c] (each thread its columns c). */
-typedef struct head_job {
-    G2(model) * m;
-    const real *xn;
-    real *logits, *dxn;
-    int back;
-} head_job;
-
-static void head_worker(void *arg, int i, int n) {
-    const head_job *j = arg;
-    const G2(model) *m = j->m;
-    const uint32_t D = m->D;
-    const real *E = m->t[P_EMB].w;
-    uint32_t lo, hi;
-    range_of(m->V, i, n, &lo, &hi);
-    if (!j->back) {
-        for (uint32_t v = lo; v < hi; v++) {
-            real s = 0;
-            for (uint32_t c = 0; c < D; c++) s += j->xn[c] * E[(size_t)v * D + c];
-            j->logits[v] = s;
-        }
-        return;
-    }
-    for (uint32_t v = m->t[P_EMB].frozen ? hi : lo; v < hi; v++) {
-        real *ge = m->t[P_EMB].g + (size_t)v * D;
-        const real g = j->logits[v];
-        for (uint32_t c = 0; c < D; c++) ge[c] += g * j->xn[c];
-    }
-    range_of(D, i, n, &lo, &hi);
-    for (uint32_t c = lo; c < hi; c++) j->dxn[c] = 0;
-    for (uint32_t v = 0; v < m->V; v++) {
-        const real g = j->logits[v];
-        for (uint32_t c = lo; c < hi; c++) j->dxn[c] += g * E[(size_t)v * D + c];
-    }
-}
-
-static void run_head(const G2(model) * m, head_job *j, int back) {
-    j->back = back;
-    if (m->pool)
-        cpu_pool_run(m->pool, head_worker, j);
-    else
-        head_worker(j, 0, 1);
 }
 
 int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
@@ -938,12 +1345,24 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
     for (uint32_t b = 0; b < B; b++)
         for (uint32_t t = 1; t < T; t++) msum += mask[(size_t)b * T + t];
     const real denom = (real)(msum > 1 ? msum : 1);
-    run_ws r;
-    const int st = ws_alloc(m, T, &r);
-    if (st) return st;
+    if (!m->ws || m->ws_T != T) { /* a new length: a new work space (kept for the next call) */
+        ws_release(m);
+        m->ws = calloc(1, sizeof *m->ws);
+        m->ws_T = 0;
+        if (!m->ws) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+        const int st = ws_alloc(m, T, m->ws);
+        if (st) {
+            free(m->ws);
+            m->ws = NULL;
+            return st;
+        }
+        m->ws_T = T;
+    }
+    run_ws r = *m->ws;
     if (grads)
         for (uint32_t i = 0; i < m->nt; i++)
-            if (m->t[i].g) memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
+            if (m->t[i].g && !(m->t[i].frozen && frozen_skipped(i)))
+                memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
     const uint32_t D = m->D, n = m->n, nD = n * D, half = m->hd / 2, L = m->L;
     /* precompute_rope_freqs in float32 as the reference */
     for (uint32_t t = 0; t < T; t++)
@@ -953,6 +1372,12 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             r.w.rope_c[(size_t)t * half + i] = (real)cosf(ang);
             r.w.rope_s[(size_t)t * half + i] = (real)sinf(ang);
         }
+    /* the head's rows transposed once per call (the weights do not change within it) */
+    for (uint32_t v0 = 0; v0 < m->V; v0 += 32)
+        for (uint32_t c0 = 0; c0 < D; c0 += 32)
+            for (uint32_t v = v0; v < v0 + 32 && v < m->V; v++)
+                for (uint32_t c = c0; c < c0 + 32 && c < D; c++)
+                    r.et[(size_t)c * m->V + v] = m->t[P_EMB].w[(size_t)v * D + c];
     const real escale = sqrt((real)D);
     double total = 0;
     for (uint32_t b = 0; b < B; b++) {
@@ -970,34 +1395,53 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         const real *XL = r.Xs + (size_t)L * T * nD;
         real *dX = r.dXa;
         memset(dX, 0, (size_t)T * nD * sizeof *dX);
-        for (uint32_t t = 0; t + 1 < T; t++) {
-            const real wgt = (real)mk[t + 1];
-            if (wgt == 0) continue;
-            real *xf = r.xf + (size_t)t * D, *xn = r.xn + (size_t)t * D;
+        /* the loss rows, then their logits HEAD_ROWS at a time as products over the pool */
+        uint32_t nr = 0;
+        for (uint32_t t = 0; t + 1 < T; t++)
+            if (mk[t + 1] != 0) r.rowt[nr++] = t;
+        for (uint32_t k = 0; k < nr; k++) {
+            const uint32_t t = r.rowt[k];
+            real *xf = r.xf + (size_t)k * D, *xn = r.xn + (size_t)k * D;
             for (uint32_t c = 0; c < D; c++) {
                 real s = 0;
                 for (uint32_t i = 0; i < n; i++) s += XL[(size_t)t * nD + (size_t)i * D + c];
                 xf[c] = s / (real)n;
             }
-            const real rr = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
+            r.rrow[k] = zc_fwd(xf, m->t[P_FINAL].w, D, xn);
             if (m->a8) fq8(xn, D); /* logits = _aq(x, quant) @ head.T */
-            head_job hj = {m, xn, r.logits, r.dxn, 0};
-            run_head(m, &hj, 0);
-            real mx = -INFINITY;
-            for (uint32_t v = 0; v < m->V; v++) mx = r.logits[v] > mx ? r.logits[v] : mx;
-            real z = 0;
-            for (uint32_t v = 0; v < m->V; v++) z += exp(r.logits[v] - mx);
-            const real lse = mx + log(z);
-            const uint32_t tgt = (uint32_t)tok[t + 1];
-            total += (double)(wgt * (lse - r.logits[tgt]));
+        }
+        const uint32_t V = m->V;
+        const real *Emb = m->t[P_EMB].w;
+        for (uint32_t k0 = 0; k0 < nr; k0 += HEAD_ROWS) {
+            const uint32_t R = nr - k0 < HEAD_ROWS ? nr - k0 : HEAD_ROWS;
+            const real *xn = r.xn + (size_t)k0 * D;
+            mm(m, xn, r.et, r.logits, R, D, V);
+            for (uint32_t k = 0; k < R; k++) {
+                const uint32_t t = r.rowt[k0 + k], tgt = (uint32_t)tok[t + 1];
+                const real wgt = (real)mk[t + 1];
+                real *lg = r.logits + (size_t)k * V;
+                real mx = -INFINITY;
+                for (uint32_t v = 0; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+                real z = 0;
+                for (uint32_t v = 0; v < V; v++) z += exp(lg[v] - mx);
+                const real lse = mx + log(z);
+                total += (double)(wgt * (lse - lg[tgt]));
+                if (!grads) continue;
+                for (uint32_t v = 0; v < V; v++) /* dloss/dlogit */
+                    lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
+            }
             if (!grads) continue;
-            for (uint32_t v = 0; v < m->V; v++) /* dloss/dlogit */
-                r.logits[v] = (exp(r.logits[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
-            run_head(m, &hj, 1);
-            memset(r.dxf, 0, D * sizeof *r.dxf);
-            zc_back(xf, m->t[P_FINAL].w, D, rr, r.dxn, r.dxf, m->t[P_FINAL].g);
-            for (uint32_t i = 0; i < n; i++)
-                for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
+            mm(m, r.logits, Emb, r.dxn, R, V, D); /* dxn = g E */
+            if (!m->t[P_EMB].frozen) /* dE += g^T xn */
+                mm_back(m, r.logits, Emb, xn, NULL, m->t[P_EMB].g, R, V, D);
+            for (uint32_t k = 0; k < R; k++) {
+                const uint32_t t = r.rowt[k0 + k];
+                memset(r.dxf, 0, D * sizeof *r.dxf);
+                zc_back(r.xf + (size_t)(k0 + k) * D, m->t[P_FINAL].w, D, r.rrow[k0 + k], r.dxn + (size_t)k * D,
+                        r.dxf, m->t[P_FINAL].g);
+                for (uint32_t i = 0; i < n; i++)
+                    for (uint32_t c = 0; c < D; c++) dX[(size_t)t * nD + (size_t)i * D + c] = r.dxf[c] / (real)n;
+            }
         }
         if (!grads) continue;
         memset(r.dek, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dek);
@@ -1019,7 +1463,6 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         }
         engram_back(m, tok, T, r.e, r.vl, r.de, r.dvl, r.dek, r.dev);
     }
-    free(r.block);
     *loss = total / (double)denom;
     return 0;
 }

@@ -29,4 +29,18 @@ int g2_cq_weights(g2_model *m, const cq_codebooks *cb);
 int g2_lora_loss(g2_model *m, const train_adapter *ad, const cq_codebooks *cb, const int32_t *ids,
                  const float *mask, uint32_t B, uint32_t T, double *loss, float **dA, float **dB);
 
+/* A LoRA run over base m, the twin of g3_lora_prepare / step / finish (lora3.h): prepare
+ * checks the adapter against m, keeps the adapted kernels' base values, replaces every other
+ * CQ leaf by its CQ dequantization once (cb NULL: nothing to replace) and marks every tensor
+ * but the adapted kernels frozen; each step merges W + scale A B into the adapted kernels,
+ * quantizes those, runs the loss and writes dA / dB, bit for bit what g2_lora_loss gives on
+ * the original base; finish puts the adapted kernels and the frozen flags back (the other
+ * CQ leaves keep their CQ values). The adapter keeps its paths and shapes in between; A and
+ * B may change. */
+typedef struct g2_lora_prep g2_lora_prep;
+int g2_lora_prepare(g2_model *m, const train_adapter *ad, const cq_codebooks *cb, g2_lora_prep **out);
+int g2_lora_step(g2_lora_prep *p, const train_adapter *ad, const int32_t *ids, const float *mask, uint32_t B,
+                 uint32_t T, double *loss, float **dA, float **dB);
+void g2_lora_finish(g2_lora_prep *p); /* NULL is a no-op */
+
 #endif

@@ -457,6 +457,114 @@ static void test_threads_bit_identical(void) {
     fx_batch_free(&b);
 }
 
+/* The prepared LoRA run (g2_lora_prepare / g2_lora_step / g2_lora_finish: the frozen CQ
+ * leaves quantized once, the work space kept) gives bit for bit what g2_lora_loss gives on
+ * the original base, over two steps with the adapter changed between them; finish puts
+ * the adapted kernels back; an adapter path the model lacks is refused. */
+static void test_lora_prepared_steps(void) {
+    g2_model *m = NULL;
+    fx_batch b;
+    train_adapter ad;
+    CHECK(fx_model("grad_v2/g2a", &m) == 0);
+    CHECK(fx_batch_load(fixture_path("grad_v2/g2a.batch.jsonl"), &b) == 0);
+    const int ad_ok = train_adapter_read(fixture_path("grad_v2/g2a.lora.safetensors"), &ad) == 0;
+    CHECK(ad_ok);
+    if (!m || !b.B || !ad_ok) {
+        g2_model_free(m);
+        return;
+    }
+    g2_set_fake_quant(m, 1);
+    CHECK(g2_set_threads(m, 2) == 0);
+    cq_codebooks cb;
+    CHECK(cq_codebooks_init(&cb, G2_CQ_GROUP) == 0);
+    uint64_t n_ab = 0;
+    for (uint32_t i = 0; i < ad.n; i++) n_ab += ad.lora[i].a.numel + ad.lora[i].b.numel;
+    float **dA = calloc(ad.n, sizeof *dA), **dB = calloc(ad.n, sizeof *dB);
+    for (uint32_t i = 0; i < ad.n; i++) {
+        dA[i] = calloc(ad.lora[i].a.numel, sizeof **dA);
+        dB[i] = calloc(ad.lora[i].b.numel, sizeof **dB);
+    }
+    float *want[2], *a0 = malloc(n_ab * sizeof *a0);
+    double want_loss[2];
+    want[0] = malloc(n_ab * sizeof(float)), want[1] = malloc(n_ab * sizeof(float));
+    const g2_tensor *k0 = g2_find(m, ad.lora[0].path);
+    float *kern0 = malloc(k0->numel * sizeof *kern0);
+    memcpy(kern0, k0->w, k0->numel * sizeof *kern0);
+    const g2_tensor *emb = g2_find(m, "embedding/embedding");
+    float *emb0 = malloc(emb->numel * sizeof *emb0);
+    memcpy(emb0, emb->w, emb->numel * sizeof *emb0);
+#define EACH_AB(body)                                                                           \
+    do {                                                                                        \
+        uint64_t off_ = 0;                                                                      \
+        for (uint32_t i = 0; i < ad.n; i++)                                                     \
+            for (int k = 0; k < 2; k++) {                                                       \
+                train_tensor *t = k ? &ad.lora[i].b : &ad.lora[i].a;                            \
+                float *g = k ? dB[i] : dA[i];                                                   \
+                (void)g;                                                                        \
+                body;                                                                           \
+                off_ += t->numel;                                                               \
+            }                                                                                   \
+    } while (0)
+    EACH_AB(memcpy(a0 + off_, t->data, t->numel * sizeof(float)));
+    /* step 2's adapter: every A and B moved a little (as an update would) */
+#define MOVE_AB() EACH_AB(for (uint64_t q = 0; q < t->numel; q++) t->data[q] += 0.01f * (float)sin((double)(q + off_)))
+    for (int step = 0; step < 2; step++) {
+        if (step) MOVE_AB();
+        CHECK(g2_lora_loss(m, &ad, &cb, b.ids, b.mask, b.B, b.T, &want_loss[step], dA, dB) == 0);
+        EACH_AB(memcpy(want[step] + off_, g, t->numel * sizeof(float)));
+    }
+    /* g2_lora_loss leaves the base as it was (its CQ leaves included) */
+    CHECK(memcmp(emb0, emb->w, emb->numel * sizeof *emb0) == 0);
+    CHECK(memcmp(kern0, k0->w, k0->numel * sizeof *kern0) == 0);
+    EACH_AB(memcpy(t->data, a0 + off_, t->numel * sizeof(float)));
+    g2_lora_prep *p = NULL;
+    CHECK_MSG(g2_lora_prepare(m, &ad, &cb, &p) == 0, "prepare: %s", needle_last_error());
+    for (int step = 0; step < 2 && p; step++) {
+        if (step) MOVE_AB();
+        double loss = 0;
+        CHECK(g2_lora_step(p, &ad, b.ids, b.mask, b.B, b.T, &loss, dA, dB) == 0);
+        uint64_t differ = 0;
+        EACH_AB(differ += memcmp(want[step] + off_, g, t->numel * sizeof(float)) != 0);
+        CHECK_MSG(loss == want_loss[step] && differ == 0, "step %d: loss %.9g vs %.9g, %llu tensors differ", step,
+                  loss, want_loss[step], (unsigned long long)differ);
+    }
+    g2_lora_finish(p);
+    CHECK_MSG(memcmp(kern0, k0->w, k0->numel * sizeof *kern0) == 0, "finish did not put %s back", k0->name);
+    for (uint32_t i = 0; i < g2_tensor_count(m); i++) CHECK(!g2_tensor_at(m, i)->frozen);
+    /* bad input: a path the model does not have, an adapter that is not the prepared one */
+    char *path0 = ad.lora[0].path;
+    ad.lora[0].path = (char *)"stack/layers/block/self_attn/nope/kernel";
+    p = NULL;
+    CHECK(g2_lora_prepare(m, &ad, &cb, &p) == NEEDLE_ERR_INVALID_ARGUMENT && p == NULL);
+    CHECK(strstr(needle_last_error(), "nope") != NULL);
+    ad.lora[0].path = path0;
+    for (uint32_t i = 0; i < g2_tensor_count(m); i++) CHECK(!g2_tensor_at(m, i)->frozen);
+    CHECK(g2_lora_prepare(m, &ad, NULL, &p) == 0 && p != NULL);
+    if (p) {
+        train_adapter fewer = ad;
+        fewer.n = ad.n - 1;
+        double loss = 0;
+        CHECK(g2_lora_step(p, &fewer, b.ids, b.mask, b.B, b.T, &loss, dA, dB) == NEEDLE_ERR_INVALID_ARGUMENT);
+        g2_lora_finish(p);
+    }
+#undef MOVE_AB
+#undef EACH_AB
+    for (uint32_t i = 0; i < ad.n; i++) {
+        free(dA[i]);
+        free(dB[i]);
+    }
+    free(dA);
+    free(dB);
+    free(want[0]);
+    free(want[1]);
+    free(a0);
+    free(kern0);
+    free(emb0);
+    train_adapter_release(&ad);
+    g2_model_free(m);
+    fx_batch_free(&b);
+}
+
 static void test_float_gradients(void) {
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) check_float(MODELS[i]);
 }
@@ -469,5 +577,6 @@ int main(void) {
     RUN(test_cact_base);
     RUN(test_cact_base_v3);
     RUN(test_threads_bit_identical);
+    RUN(test_lora_prepared_steps);
     return test_summary();
 }
