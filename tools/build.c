@@ -287,6 +287,12 @@ static int run_build(const cli_command *self, int argc, char **argv) {
     /* the official default, finetune.DEFAULT_BASE (which it downloads when absent) */
     if (!ckpt_path && bf.generation == 3 && access("checkpoints/needle3.safetensors", R_OK) == 0)
         ckpt_path = "checkpoints/needle3.safetensors";
+    if (!ckpt_path && bf.generation == 2) {
+        rc = cli_usage_error(self, "which checkpoint? (%s is a Needle 2 base: give the Needle 2 checkpoint the "
+                             "adapter was trained on; `needle finetune -w BASE.cact` writes it beside the "
+                             "adapter as OUT.base.safetensors)", weights);
+        goto done;
+    }
     if (!ckpt_path) {
         rc = cli_usage_error(self, "which checkpoint? (the official Needle 3 .safetensors checkpoint: "
                              "`needle download checkpoints/needle3.safetensors` fetches it and prints its path)");

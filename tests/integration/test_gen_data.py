@@ -230,6 +230,30 @@ def check_third_generation(test2, unseen):
     check(nonascii > 0.12, f"share of answers with non-ASCII values {nonascii:.2f}")
 
 
+def check_unseen_train(unseen):
+    """gen_data.py --unseen-train (the README's fine-tuning example): answers call only the
+    six unseen tools, examples are consistent with their tools, and none of the held-out
+    unseen.jsonl's queries, templates or item/dish/category values is used."""
+    rows = C.make_unseen_train(400, 11, [ex["query"] for ex in unseen])
+    check(len(rows) == 400, "unseen_train size")
+    held_queries = {ex["query"] for ex in unseen}
+    six = set(C.UNSEEN_TOOLS)
+    for i, ex in enumerate(rows):
+        check(ex["query"] not in held_queries, f"unseen_train line {i + 1} is a held-out query")
+        check(all(c["name"] in six for c in ex["answers"]), f"unseen_train line {i + 1}: a call "
+              "outside the six tools")
+        why = consistent(ex)
+        check(why is None, f"unseen_train line {i + 1}: {why}")
+    check(sum(not ex["answers"] for ex in rows) > 20, "unseen_train has refusals")
+    # the held-out set's string values of the free-text slots never appear in training
+    slots = ("item", "dish", "category")
+    held = {str(c["arguments"][k]) for ex in unseen for c in ex["answers"] for k in slots
+            if k in c["arguments"]}
+    mine = {str(c["arguments"][k]) for ex in rows for c in ex["answers"] for k in slots
+            if k in c["arguments"]}
+    check(not (held & mine), f"unseen_train shares held-out values: {sorted(held & mine)[:5]}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, os.path.join(ROOT, "train", "gen_data.py"),
@@ -277,6 +301,7 @@ def main():
 
     check_second_generation(train, test2, unseen)
     check_third_generation(test2, unseen)
+    check_unseen_train(unseen)
 
     print("test_gen_data:", "ok" if failures == 0 else f"{failures} failure(s)")
     return 1 if failures else 0

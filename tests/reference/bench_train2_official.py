@@ -49,8 +49,9 @@ def main():
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--full", action="store_true")
+    ap.add_argument("--demo", action="store_true", help="the LoRA step on the demo geometry")
     a = ap.parse_args()
-    geom = DEMO if a.full else RELEASED
+    geom = DEMO if a.full or a.demo else RELEASED
     cfg = A.TransformerConfig(dtype="float32", **geom)
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32),
                           V2.random_params(cfg, 7, emb_std=0.02, heads=False))
@@ -96,7 +97,8 @@ def main():
         times.append(time.time() - t0)
     sec = sum(times) / len(times)
     what = ("float full-parameter loss + gradient, demo geometry" if a.full else
-            f"LoRA r={a.rank} step (CQ W4 STE + A8, loss + gradient), released Needle 2 geometry")
+            f"LoRA r={a.rank} step (CQ W4 STE + A8, loss + gradient), "
+            f"{'demo' if a.demo else 'released Needle 2'} geometry")
     print(f"official 2.0.15 {what}, batch {a.batch}x{a.tokens}: compile {compile_s:.1f} s, "
           f"step {sec:.2f} s, {a.batch * a.tokens / sec:.1f} tok/s, loss {float(loss):.4f}")
 
