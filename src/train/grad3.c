@@ -82,6 +82,7 @@ struct G3(model) {
     struct g3_scratch *scr;
     struct run_ws *ws; /* the loss's work space, kept for the next call of the same T */
     uint32_t ws_T;
+    size_t keep_budget; /* bytes of layer activations kept instead of recomputed */
 };
 
 /* Transposed operands of the products, grown as needed and kept across calls and steps
@@ -148,7 +149,18 @@ const char *G3(profile_name)(int phase) {
     return phase >= 0 && phase < G3_PH_COUNT ? names[phase] : "?";
 }
 
+static void ws_release(G3(model) * m);
+static uint32_t kept_layers(const G3(model) * m, uint32_t T);
+
 void G3(set_fake_quant)(G3(model) * m, int on) { m->a8 = on != 0; }
+
+void G3(set_keep_budget)(G3(model) * m, size_t bytes) {
+    if (bytes == m->keep_budget) return;
+    m->keep_budget = bytes;
+    ws_release(m); /* the work space is laid out for the old budget */
+}
+
+uint32_t G3(kept_layers)(const G3(model) * m, uint32_t T) { return T ? kept_layers(m, T) : 0; }
 
 void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg) {
     if (m && m->pool)
@@ -1095,7 +1107,6 @@ static void engram_back(G3(model) * m, const int32_t *ids, uint32_t T, real *e, 
 
 /* ---- the model ------------------------------------------------------------------------- */
 
-static void ws_release(G3(model) * m);
 
 static const char *const FIXED_NAMES[P_FIXED] = {
     "embedding/embedding",
@@ -1210,6 +1221,7 @@ int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3
     m->prof = calloc(1, sizeof *m->prof);
     m->scr = calloc(1, sizeof *m->scr);
     m->lv = tg_level_best();
+    m->keep_budget = G3_KEEP_DEFAULT;
     m->perm1 = malloc(N * sizeof *m->perm1);
     m->perm2 = malloc(N * sizeof *m->perm2);
     m->nt = P_FIXED + E_COUNT * c->num_sites;
@@ -1308,13 +1320,66 @@ typedef struct run_ws {
     real *et;   /* [D][OV]: the head's rows transposed, for logits = xn E^T as one product */
     real *rrow; /* [T]: 1/rms of final_norm per loss row */
     real *block; /* every buffer above lives in this one allocation */
+    seq_ws *lw;  /* [L]: layer l's buffers: its own for the kept layers, else the one recomputed */
+    uint32_t keep; /* layers [0, keep) keep their activations (kept_layers) */
     uint32_t *rowt; /* [T]: the positions in the loss (mask of the next token != 0) */
 } run_ws;
+
+typedef struct ws_field {
+    real **p;
+    size_t n;
+} ws_field;
+
+/* The buffers lane_fwd writes for one layer and lane_back reads back: what keeping a
+ * layer's activations keeps (the backward's scratch and the sequence's buffers are
+ * shared). Fills f (at most 64 entries) and returns their count. */
+static size_t layer_fields(const G3(model) * m, uint32_t T, seq_ws *w, ws_field *f) {
+    const uint32_t D = m->D, n = m->n, nD = n * D, nn = n * n, H = m->H, KV = m->KV;
+    const uint32_t Q = H * m->qk, K = KV * m->qk, VV = KV * m->vd, O = H * m->vd, N = m->N, pj = 2 * n + nn;
+    const size_t TD = (size_t)T * D;
+    const ws_field l[] = {
+        {&w->nx, (size_t)T * nD}, {&w->nxr, T}, {&w->hpre, (size_t)T * n}, {&w->hpost, (size_t)T * n},
+        {&w->hres, (size_t)T * nn}, {&w->sk, (size_t)T * (2 * SINKHORN_ITERS + 1) * nn}, {&w->u, TD},
+        {&w->y, TD}, {&w->prj, (size_t)T * pj}, {&w->x0, TD}, {&w->alpha, T}, {&w->ru, T},
+        {&w->rk, T}, {&w->uu, TD}, {&w->ku, TD}, {&w->a, TD}, {&w->ar, T},
+        {&w->ql, (size_t)T * Q}, {&w->kl, (size_t)T * K}, {&w->vl, (size_t)T * VV},
+        {&w->qc, (size_t)T * Q}, {&w->kc, (size_t)T * K}, {&w->v, (size_t)T * VV},
+        {&w->qn, (size_t)T * Q}, {&w->kn, (size_t)T * K}, {&w->qnr, (size_t)T * H},
+        {&w->knr, (size_t)T * KV}, {&w->qr, (size_t)T * Q}, {&w->kr, (size_t)T * K},
+        {&w->P, (size_t)H * T * T}, {&w->o, (size_t)T * O}, {&w->gl, (size_t)T * O},
+        {&w->go, (size_t)T * O}, {&w->ao, TD}, {&w->pn, TD}, {&w->pnr, T}, {&w->x1, TD},
+        {&w->m, TD}, {&w->mr, T}, {&w->cs, (size_t)T * COND_RANK}, {&w->csm, (size_t)T * COND_RANK},
+        {&w->cond, (size_t)T * N}, {&w->z0, (size_t)T * N}, {&w->z1, (size_t)T * N},
+        {&w->z1p, (size_t)T * N}, {&w->h, (size_t)T * N}, {&w->hs, (size_t)T * N},
+        {&w->z2, (size_t)T * N}, {&w->z2p, (size_t)T * N}, {&w->z3, (size_t)T * N}, {&w->bo, TD},
+    };
+    const size_t nl = sizeof l / sizeof l[0];
+    for (size_t i = 0; i < nl; i++) f[i] = l[i];
+    return nl;
+}
+
+/* Bytes of one layer's activations at length T (the + 1 per buffer: ws_alloc's spacing). */
+static size_t layer_bytes(const G3(model) * m, uint32_t T) {
+    seq_ws w;
+    ws_field f[64];
+    const size_t nf = layer_fields(m, T, &w, f);
+    size_t total = 0;
+    for (size_t i = 0; i < nf; i++) total += f[i].n + 1;
+    return total * sizeof(real);
+}
+
+/* How many layers keep their activations from the forward to the backward (not
+ * recomputed) within the model's budget: the first ones, as many as fit. */
+static uint32_t kept_layers(const G3(model) * m, uint32_t T) {
+    const size_t per = layer_bytes(m, T);
+    const size_t fit = per ? m->keep_budget / per : 0;
+    return fit < m->L ? (uint32_t)fit : m->L;
+}
 
 #define HEAD_ROWS 64 /* loss rows per logits product: [64][OV] floats (2 MB at OV 8192) */
 
 static void ws_release(G3(model) * m) {
-    if (m->ws) free(m->ws->block), free(m->ws->rowt);
+    if (m->ws) free(m->ws->block), free(m->ws->rowt), free(m->ws->lw);
     free(m->ws);
     m->ws = NULL;
     m->ws_T = 0;
@@ -1328,24 +1393,9 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
     const uint32_t cand[] = {Q, K, VV, O, N, nD};
     for (uint32_t i = 0; i < 6; i++) MX = cand[i] > MX ? cand[i] : MX;
     const size_t TD = (size_t)T * D, dsz = (size_t)T * MX + 3 * (size_t)N + 2 * (size_t)D;
-    struct {
-        real **p;
-        size_t n;
-    } f[] = {
-        {&r->w.nx, (size_t)T * nD}, {&r->w.nxr, T}, {&r->w.hpre, (size_t)T * n}, {&r->w.hpost, (size_t)T * n},
-        {&r->w.hres, (size_t)T * nn}, {&r->w.sk, (size_t)T * (2 * SINKHORN_ITERS + 1) * nn}, {&r->w.u, TD},
-        {&r->w.y, TD}, {&r->w.prj, (size_t)T * pj}, {&r->w.x0, TD}, {&r->w.alpha, T}, {&r->w.ru, T},
-        {&r->w.rk, T}, {&r->w.uu, TD}, {&r->w.ku, TD}, {&r->w.a, TD}, {&r->w.ar, T},
-        {&r->w.ql, (size_t)T * Q}, {&r->w.kl, (size_t)T * K}, {&r->w.vl, (size_t)T * VV},
-        {&r->w.qc, (size_t)T * Q}, {&r->w.kc, (size_t)T * K}, {&r->w.v, (size_t)T * VV},
-        {&r->w.qn, (size_t)T * Q}, {&r->w.kn, (size_t)T * K}, {&r->w.qnr, (size_t)T * H},
-        {&r->w.knr, (size_t)T * KV}, {&r->w.qr, (size_t)T * Q}, {&r->w.kr, (size_t)T * K},
-        {&r->w.P, (size_t)H * T * T}, {&r->w.o, (size_t)T * O}, {&r->w.gl, (size_t)T * O},
-        {&r->w.go, (size_t)T * O}, {&r->w.ao, TD}, {&r->w.pn, TD}, {&r->w.pnr, T}, {&r->w.x1, TD},
-        {&r->w.m, TD}, {&r->w.mr, T}, {&r->w.cs, (size_t)T * COND_RANK}, {&r->w.csm, (size_t)T * COND_RANK},
-        {&r->w.cond, (size_t)T * N}, {&r->w.z0, (size_t)T * N}, {&r->w.z1, (size_t)T * N},
-        {&r->w.z1p, (size_t)T * N}, {&r->w.h, (size_t)T * N}, {&r->w.hs, (size_t)T * N},
-        {&r->w.z2, (size_t)T * N}, {&r->w.z2p, (size_t)T * N}, {&r->w.z3, (size_t)T * N}, {&r->w.bo, TD},
+    ws_field f[96];
+    size_t nf = 0;
+    const ws_field shared[] = {
         {&r->w.dys, TD}, {&r->w.dus, TD}, {&r->w.dzs, (size_t)T * pj}, {&r->w.d1, dsz}, {&r->w.d2, dsz},
         {&r->w.d3, dsz}, {&r->w.d4, dsz}, {&r->w.d5, dsz}, {&r->w.d6, dsz}, {&r->w.d7, dsz},
         {&r->w.tmp, dsz + T}, {&r->w.rope_c, (size_t)T * (m->qk / 2)}, {&r->w.rope_s, (size_t)T * (m->qk / 2)},
@@ -1356,20 +1406,37 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
         {&r->xn, TD}, {&r->dxn, (size_t)HEAD_ROWS * D}, {&r->dxf, D}, {&r->et, (size_t)D * m->OV},
         {&r->rrow, T},
     };
-    const size_t nf = sizeof f / sizeof f[0];
+    for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) f[nf++] = shared[i];
+    /* one copy of a layer's activations for the layers recomputed (none when all are kept) */
+    const uint32_t keep = kept_layers(m, T);
+    if (keep < m->L) nf += layer_fields(m, T, &r->w, f + nf);
     size_t total = 0;
     for (size_t i = 0; i < nf; i++) total += f[i].n + 1;
-    r->block = calloc(total, sizeof *r->block);
+    const size_t per = layer_bytes(m, T) / sizeof(real);
+    r->block = calloc(total + (size_t)keep * per, sizeof *r->block);
     r->rowt = calloc(T, sizeof *r->rowt);
-    if (!r->block || !r->rowt) {
+    r->lw = calloc(m->L, sizeof *r->lw);
+    if (!r->block || !r->rowt || !r->lw) {
         free(r->block);
         free(r->rowt);
+        free(r->lw);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
     }
     size_t off = 0;
     for (size_t i = 0; i < nf; i++) {
         *f[i].p = r->block + off;
         off += f[i].n + 1;
+    }
+    r->keep = keep;
+    for (uint32_t l = 0; l < m->L; l++) {
+        r->lw[l] = r->w; /* the shared buffers, and the recomputed layer's */
+        if (l >= keep) continue;
+        ws_field lf[64];
+        const size_t nl = layer_fields(m, T, &r->lw[l], lf);
+        for (size_t i = 0; i < nl; i++) {
+            *lf[i].p = r->block + off;
+            off += lf[i].n + 1;
+        }
     }
     return 0;
 }
@@ -1437,7 +1504,7 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                 for (uint32_t c = 0; c < D; c++)
                     r.Xs[(size_t)t * nD + (size_t)i * D + c] = m->t[P_EMB].w[(size_t)tok[t] * D + c] * escale;
         for (uint32_t l = 0; l < L; l++)
-            lane_fwd(m, l, &sq, &r.w, r.Xs + (size_t)l * T * nD, r.Xs + (size_t)(l + 1) * T * nD);
+            lane_fwd(m, l, &sq, &r.lw[l], r.Xs + (size_t)l * T * nD, r.Xs + (size_t)(l + 1) * T * nD);
         /* mean over lanes, final_norm, tied (out_vocab) logits, masked cross-entropy */
         const real *XL = r.Xs + (size_t)L * T * nD;
         real *dX = r.dXa;
@@ -1497,11 +1564,13 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         memset(r.dev, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dev);
         for (uint32_t l = L; l-- > 0;) {
             const real *Xin = r.Xs + (size_t)l * T * nD;
-            m->prof->recomp = 1;
-            lane_fwd(m, l, &sq, &r.w, Xin, r.Xs + (size_t)(l + 1) * T * nD); /* recompute */
-            m->prof->recomp = 0;
+            if (l >= r.keep) { /* not kept: the layer's forward again (the same bits) */
+                m->prof->recomp = 1;
+                lane_fwd(m, l, &sq, &r.lw[l], Xin, r.Xs + (size_t)(l + 1) * T * nD);
+                m->prof->recomp = 0;
+            }
             real *dXi = dX == r.dXa ? r.dXb : r.dXa;
-            lane_back(m, l, &sq, &r.w, Xin, dX, dXi);
+            lane_back(m, l, &sq, &r.lw[l], Xin, dX, dXi);
             dX = dXi;
         }
         for (uint32_t t = 0; t < T && !m->t[P_EMB].frozen; t++) {
