@@ -35,19 +35,19 @@ static float pairwise_sum(const float *a, uint32_t n) {
 }
 
 /* the nearest level, ties to the lower one (searchsorted left, clamped to [1, n-1]); the
- * first level not below u found by bisection (the levels ascend) */
+ * first level not below u found by a bisection without branches (the levels ascend; a
+ * branch per halving mispredicts on half the values) */
 static uint32_t nearest(const float *cb, uint32_t n, float u) {
-    uint32_t pos = 0, hi = n;
-    while (pos < hi) {
-        const uint32_t mid = (pos + hi) / 2;
-        if (cb[mid] < u)
-            pos = mid + 1;
-        else
-            hi = mid;
+    const float *base = cb;
+    uint32_t len = n;
+    while (len > 1) {
+        const uint32_t half = len / 2;
+        base = base[half] < u ? base + half : base;
+        len -= half;
     }
-    if (pos < 1) pos = 1;
-    if (pos > n - 1) pos = n - 1;
-    return fabsf(u - cb[pos - 1]) <= fabsf(u - cb[pos]) ? pos - 1 : pos;
+    uint32_t pos = (uint32_t)(base - cb) + (*base < u);
+    pos = pos < 1 ? 1 : pos > n - 1 ? n - 1 : pos;
+    return pos - (uint32_t)(fabsf(u - cb[pos - 1]) <= fabsf(u - cb[pos])); /* a flag, not a branch */
 }
 
 typedef struct fq_job {
@@ -144,17 +144,28 @@ int train_cq_fake_quant(train_run_fn run, const void *m, const cq_codebooks *cb,
     int st = 0;
     for (uint64_t r0 = 0; r0 < lines && !st; r0 += chunk) {
         const uint64_t nl = lines - r0 < chunk ? lines - r0 : chunk;
-        for (uint64_t r = 0; r < nl && !st; r++) {
-            const float *src = w + (r0 + r) * line_stride;
-            float *dst = x + r * pad;
-            for (uint32_t c = 0; c < cols; c++) {
-                dst[c] = src[(uint64_t)c * col_stride];
-                if (!isfinite(dst[c]))
-                    st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "value %g at line %llu column %u is not finite",
-                                     (double)dst[c], (unsigned long long)(r0 + r), c);
+        if (line_stride == 1 && col_stride != 1) { /* lines are columns: a blocked transpose */
+            tg_transpose(w + r0, col_stride, x, pad, cols, (uint32_t)nl);
+            for (uint64_t r = 0; r < nl && !st; r++) {
+                const float *dst = x + r * pad;
+                for (uint32_t c = 0; c < cols && !st; c++)
+                    if (!isfinite(dst[c]))
+                        st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "value %g at line %llu column %u is not finite",
+                                         (double)dst[c], (unsigned long long)(r0 + r), c);
+                memset(x + r * pad + cols, 0, (pad - cols) * sizeof *x);
             }
-            memset(dst + cols, 0, (pad - cols) * sizeof *dst);
-        }
+        } else
+            for (uint64_t r = 0; r < nl && !st; r++) {
+                const float *src = w + (r0 + r) * line_stride;
+                float *dst = x + r * pad;
+                for (uint32_t c = 0; c < cols; c++) {
+                    dst[c] = src[(uint64_t)c * col_stride];
+                    if (!isfinite(dst[c]))
+                        st = needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "value %g at line %llu column %u is not finite",
+                                         (double)dst[c], (unsigned long long)(r0 + r), c);
+                }
+                memset(dst + cols, 0, (pad - cols) * sizeof *dst);
+            }
         if (st) break;
         const uint64_t groups = nl * ngroups;
         fq_job j;
@@ -185,11 +196,14 @@ int train_cq_fake_quant(train_run_fn run, const void *m, const cq_codebooks *cb,
         if (j.single) memset(x, 0, groups * G * sizeof *x);
         j.step = 0;
         run(m, fq_worker, &j);
-        for (uint64_t r = 0; r < nl; r++) {
-            float *dst = w + (r0 + r) * line_stride;
-            const float *src = x + r * pad;
-            for (uint32_t c = 0; c < cols; c++) dst[(uint64_t)c * col_stride] = src[c];
-        }
+        if (line_stride == 1 && col_stride != 1)
+            tg_transpose(x, pad, w + r0, col_stride, (uint32_t)nl, cols);
+        else
+            for (uint64_t r = 0; r < nl; r++) {
+                float *dst = w + (r0 + r) * line_stride;
+                const float *src = x + r * pad;
+                for (uint32_t c = 0; c < cols; c++) dst[(uint64_t)c * col_stride] = src[c];
+            }
     }
     free(hm);
     free(buf);
