@@ -170,6 +170,13 @@ void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), 
         fn(arg, 0, 1);
 }
 
+void G3(run_shared)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg) {
+    if (m && m->pool)
+        cpu_pool_run_shared(m->pool, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
 int G3(set_threads)(G3(model) * m, int n) {
     ws_release(m); /* its attention scratch is per thread */
     cpu_pool_free(m->pool);
@@ -469,13 +476,6 @@ typedef struct attn_job {
     atomic_uint next;
 } attn_job;
 
-/* fn on the pool with the threads taking work from a shared counter */
-static void run_shared(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg) {
-    if (m->pool)
-        cpu_pool_run_shared(m->pool, fn, arg);
-    else
-        fn(arg, 0, 1);
-}
 
 /* C = A B on this thread alone */
 static void gemm1(const G3(model) * m, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc,
@@ -668,7 +668,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     for (uint32_t g = 0; g < KV; g++) tg_transpose(w->kr + g * qk, K, w->k1 + (size_t)g * qk * T, T, T, qk);
     attn_job aj = {.m = m, .w = w, .T = T, .win = win, .sc = sc};
     atomic_init(&aj.next, 0u);
-    run_shared(m, attn_fwd_worker, &aj);
+    G3(run_shared)(m, attn_fwd_worker, &aj);
 #else
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
@@ -856,7 +856,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     attn_job aj = {.m = m, .w = w, .T = T, .win = win, .sc = sc};
     aj.dO = dO, aj.dqr = dqr;
     atomic_init(&aj.next, 0u);
-    run_shared(m, attn_back_worker, &aj);
+    G3(run_shared)(m, attn_back_worker, &aj);
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
         const real *dvh = w->dvh + (size_t)h * T * vd, *dkh = w->dkh + (size_t)h * T * qk;

@@ -77,6 +77,10 @@ int G3(set_threads)(G3(model) * m, int n);
 
 /* fn(arg, i, n) for i in [0, n) on the model's n threads (n = 1 without a pool or m NULL) */
 void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg);
+/* fn(arg, i, n) on the caller and on every thread that joins before the caller's call
+ * returns (cpu_pool_run_shared): for fn that takes its work from a shared counter until
+ * none is left, so a descheduled thread delays no one. i: a distinct index < n. */
+void G3(run_shared)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg);
 
 /* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
  * max(sum mask[:, 1:], 1); with grads != 0 every tensor's g is overwritten with dloss/dw.
