@@ -64,7 +64,7 @@ void G3(set_fake_quant)(G3(model) * m, int on);
 /* The bytes of layer activations the loss may keep from the forward to the backward
  * instead of recomputing those layers (the first layers, as many as fit; 0: recompute
  * every layer). Default G3_KEEP_DEFAULT: at the released geometry all 20 layers of a
- * 256-token sequence (~31 MB each) and 12 of a 1024-token one (~165 MB each), so a
+ * 256-token sequence (~31 MB each) and 13 of a 1024-token one (~160 MB each), so a
  * 16 x 1024 LoRA step stays under 4 GB. Gradients are bit-identical for every budget. */
 #define G3_KEEP_DEFAULT ((size_t)2 << 30)
 void G3(set_keep_budget)(G3(model) * m, size_t bytes);
