@@ -5,7 +5,7 @@
  * in the loss.
  *
  *   needle-train-bench [--batch B] [--tokens T] [--steps S] [--threads N]
- *                      [--rank R] [--float] | --full
+ *                      [--rank R] [--float] [--keep-mb M] | --full
  *
  * Default (LoRA): the released Needle 3 geometry (docs/spec/NEEDLE3.md §0: d 768, 20
  * layers, 12/2 heads, qk 48 / v 64, 4 lanes, 3 taps, 5 engram sites of 6 x 18432 x 128,
@@ -17,6 +17,8 @@
  * --full: full-parameter training on the default-model geometry of train/init3.py (d 384,
  * 10 layers, 6/2 heads, vocab 4096, 2 engram sites of 4096 slots) in float, the gradient
  * of every tensor and AdamW on all of them (what train/jax_throughput3.py times in JAX).
+ * --keep-mb: the budget of layer activations kept instead of recomputed (g3_set_keep_budget;
+ * 0: recompute every layer; default G3_KEEP_DEFAULT).
  * Defaults B 4, T 256, S 3; the figures are the median step. Figures only, no assertion. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,22 +87,24 @@ static int fail(const char *what) {
 
 int main(int argc, char **argv) {
     int B = 4, T = 256, rank = 16, threads = 0, fl = 0, full = 0, steps = 3;
+    long keep_mb = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rank") && i + 1 < argc) rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--keep-mb") && i + 1 < argc) keep_mb = atol(argv[++i]);
         else if (!strcmp(argv[i], "--float")) fl = 1;
         else if (!strcmp(argv[i], "--full")) full = 1;
         else {
             fprintf(stderr, "usage: needle-train-bench [--batch B] [--tokens T] [--steps S] [--threads N] "
-                            "[--rank R] [--float] | --full\n");
+                            "[--rank R] [--float] [--keep-mb M] | --full\n");
             return 2;
         }
     }
-    if (B < 1 || T < 2 || rank < 1 || steps < 1 || steps > 1000) {
-        fprintf(stderr, "needle-train-bench: --batch >= 1, --tokens >= 2, --rank >= 1, --steps 1..1000\n");
+    if (B < 1 || T < 2 || rank < 1 || steps < 1 || steps > 1000 || keep_mb < -1) {
+        fprintf(stderr, "needle-train-bench: --batch >= 1, --tokens >= 2, --rank >= 1, --steps 1..1000, --keep-mb >= 0\n");
         return 2;
     }
     if (full) fl = 1;
@@ -109,6 +113,8 @@ int main(int argc, char **argv) {
     const char *geo = full ? DEMO : RELEASED;
     if (export3_config_parse(geo, strlen(geo), &cfg)) return fail("config");
     if (g3_model_from_checkpoint(&cfg, NULL, &m) || g3_set_threads(m, threads)) return fail("model");
+    if (keep_mb >= 0) g3_set_keep_budget(m, (size_t)keep_mb << 20);
+    const uint32_t kept = g3_kept_layers(m, (uint32_t)T);
     /* weights at the scales of a trained model (stddev 0.02, norms and gates near 0,
      * taps near identity, Hadamard factors orthogonal-ish, mHC residual mix near n I) */
     const uint32_t lanes = cfg.mhc_lanes;
@@ -228,7 +234,7 @@ int main(int argc, char **argv) {
     memcpy(sorted, secs, (size_t)steps * sizeof *secs);
     qsort(sorted, (size_t)steps, sizeof *sorted, cmp_double);
     /* the dense products of one step: per layer q, k, v, gate (D x (Q+K+V+O)) and out
-     * (O x D) forward, recomputed, dX and dW; per engram site key and value (E x D each)
+     * (O x D) forward, recomputed (the layers not kept), dX and dW; per engram site key and value (E x D each)
      * forward, value again in the backward, dX, and dW when trained; the logits (OV x D)
      * forward, dX, and dW when trained; LoRA: the merge, dA and dB (in x r x out each) */
     const double D = cfg.d_model, H = cfg.num_heads, KV = cfg.num_kv_heads, qk = cfg.qk_head_dim,
@@ -240,7 +246,7 @@ int main(int argc, char **argv) {
     const double OV = cfg.out_vocab ? cfg.out_vocab : cfg.vocab_size;
     const double layer = D * (Q + K + V + O) + O * D, engram = cfg.num_sites * 2.0 * E * D, head = OV * D;
     const double tok = (double)B * T, rows = (double)B * (T - 1);
-    double mac = 4.0 * L * layer * tok + (full ? 3.5 : 2.5) * engram * tok + (full ? 3.0 : 2.0) * head * rows;
+    double mac = (3.0 * L + (L - kept)) * layer * tok + (full ? 3.5 : 2.5) * engram * tok + (full ? 3.0 : 2.0) * head * rows;
     if (!full) mac += 3.0 * L * rank * (D * (Q + K + V + O) + O * D);
     const double flop = 2.0 * mac;
     const bench_peak pk = bench_fma_peak(threads > 0 ? threads : 2);
@@ -250,6 +256,7 @@ int main(int argc, char **argv) {
     else
         printf("needle-train-bench: released Needle 3 geometry, LoRA r=%d, %s, batch %dx%d, %d thread(s), %d step(s)\n",
                rank, fl ? "float" : "CQ W4 STE + A8 + int8 K/V", B, T, threads, steps);
+    printf("  layers whose activations are kept (not recomputed): %u of %u\n", kept, cfg.num_layers);
     if (!full) printf("  once per run: the frozen CQ leaves quantized (g3_lora_prepare) %.2f s\n", t_prep);
     printf("  step (forward + backward + AdamW on %u tensors): median %.2f s (min %.2f, max %.2f), %.1f tok/s\n", used,
            med, sorted[0], sorted[steps - 1], tok / med);

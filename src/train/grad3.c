@@ -7,6 +7,7 @@
 #include "train/grad3.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,7 @@ struct G3(model) {
     struct g3_scratch *scr;
     struct run_ws *ws; /* the loss's work space, kept for the next call of the same T */
     uint32_t ws_T;
+    size_t keep_budget; /* bytes of layer activations kept instead of recomputed */
 };
 
 /* Transposed operands of the products, grown as needed and kept across calls and steps
@@ -148,7 +150,18 @@ const char *G3(profile_name)(int phase) {
     return phase >= 0 && phase < G3_PH_COUNT ? names[phase] : "?";
 }
 
+static void ws_release(G3(model) * m);
+static uint32_t kept_layers(const G3(model) * m, uint32_t T);
+
 void G3(set_fake_quant)(G3(model) * m, int on) { m->a8 = on != 0; }
+
+void G3(set_keep_budget)(G3(model) * m, size_t bytes) {
+    if (bytes == m->keep_budget) return;
+    m->keep_budget = bytes;
+    ws_release(m); /* the work space is laid out for the old budget */
+}
+
+uint32_t G3(kept_layers)(const G3(model) * m, uint32_t T) { return T ? kept_layers(m, T) : 0; }
 
 void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg) {
     if (m && m->pool)
@@ -157,7 +170,15 @@ void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), 
         fn(arg, 0, 1);
 }
 
+void G3(run_shared)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg) {
+    if (m && m->pool)
+        cpu_pool_run_shared(m->pool, fn, arg);
+    else
+        fn(arg, 0, 1);
+}
+
 int G3(set_threads)(G3(model) * m, int n) {
+    ws_release(m); /* its attention scratch is per thread */
     cpu_pool_free(m->pool);
     m->pool = NULL;
     m->lv = tg_level_best();
@@ -181,27 +202,33 @@ int G3(set_threads)(G3(model) * m, int n) {
 typedef struct tg_job {
     const tg_level *lv;
     tg_gemm g;
+    uint32_t items;
+    atomic_uint next; /* the next work item (tgemm.h tg_item) */
 } tg_job;
 
 static void tg_worker(void *arg, int i, int n) {
-    const tg_job *j = arg;
-    tg_share(j->lv, &j->g, i, n);
+    tg_job *j = arg;
+    (void)i, (void)n;
+    for (;;) {
+        const uint32_t k = atomic_fetch_add_explicit(&j->next, 1u, memory_order_relaxed);
+        if (k >= j->items) break;
+        tg_item(j->lv, &j->g, k);
+    }
 }
 
+/* One product on the pool: the threads take work items from a shared counter
+ * (cpu_pool_run_shared), so a worker the OS has descheduled on a busy machine leaves
+ * its items to the others instead of holding up the product. */
 static void run_tg(const G3(model) * m, const tg_gemm *g) {
-    tg_job j = {m->lv, *g};
-    if (m->pool)
-        cpu_pool_run(m->pool, tg_worker, &j);
-    else
-        tg_worker(&j, 0, 1);
+    tg_job j;
+    j.lv = m->lv, j.g = *g, j.items = tg_item_count(g);
+    atomic_init(&j.next, 0u);
+    if (m->pool && j.items > 1)
+        cpu_pool_run_shared(m->pool, tg_worker, &j);
+    else if (j.items)
+        m->lv->block(g, 0, g->M, 0, g->N);
 }
 
-/* C[M][N] (+)= A[M][K] B[K][N] with row strides, on the pool */
-static void gemm(const G3(model) * m, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc,
-                 uint32_t M, uint32_t N, uint32_t K, int acc) {
-    const tg_gemm g = {A, B, C, lda, ldb, ldc, M, N, K, acc};
-    run_tg(m, &g);
-}
 #endif
 
 static void run_job(const G3(model) * m, mm_job *j) {
@@ -337,7 +364,8 @@ typedef struct seq_ws {
     real *d1, *d2, *d3, *d4, *d5, *d6, *d7, *tmp;
     real *rope_c, *rope_s;
     real *k1, *k2, *k3, *k4; /* [T][N] each: the Kronecker products of all tokens */
-    real *dPs, *PT;          /* [T][T] each: one head's dP / dS and a transpose */
+    real *dPs, *PT;          /* [threads][T][T] each: one head's dP / dS and a transpose per thread */
+    real *dvh, *dkh;         /* [H][T][vd], [H][T][qk]: each head's part of dv, dk */
 } seq_ws;
 
 /* src [T][r][c] -> dst [T][c][r] */
@@ -400,94 +428,75 @@ static int is_global(const G3(model) * m, uint32_t l) {
     return 0;
 }
 
-/* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
-static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w) {
-    const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd, N = m->N;
-    const uint32_t Q = H * qk, K = KV * qk, VV = KV * vd, O = H * vd;
-    const int site = site_of(m, l);
-    G3(profile_phase)(m, G3_PH_OTHER);
-    /* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev */
-    for (uint32_t t = 0; t < T; t++) {
-        const real *ut = w->u + (size_t)t * D;
-        real *xt = w->x0 + (size_t)t * D;
-        if (site < 0) {
-            memcpy(xt, ut, D * sizeof *xt);
-            continue;
-        }
-        const real *ek = sq->ek + ((size_t)site * T + t) * D, *ev = sq->ev + ((size_t)site * T + t) * D;
-        w->ru[t] = zc_fwd(ut, NULL, D, w->uu + (size_t)t * D);
-        w->rk[t] = zc_fwd(ek, NULL, D, w->ku + (size_t)t * D);
-        real dot = 0;
-        for (uint32_t i = 0; i < D; i++) dot += w->uu[(size_t)t * D + i] * w->ku[(size_t)t * D + i];
-        const real al = sigm(dot / sqrt((real)D));
-        w->alpha[t] = al;
-        for (uint32_t i = 0; i < D; i++) xt[i] = ut[i] + al * ev[i];
+/* Token-local work of a layer spread over the pool: chunks of TOK_CHUNK positions
+ * taken from a shared counter; each position's arithmetic is the same whoever runs it. */
+#define TOK_CHUNK 16
+typedef struct tok_job {
+    const G3(model) * m;
+    uint32_t l, T;
+    seq_ws *w;
+    const real *Xin, *dXo;
+    real *Xout;
+    const g3_seq *sq;
+    int site;
+    void (*body)(const struct tok_job *j, uint32_t t);
+    atomic_uint next;
+} tok_job;
+
+static void tok_worker(void *arg, int i, int n) {
+    tok_job *j = arg;
+    (void)i, (void)n;
+    for (;;) {
+        const uint32_t c = atomic_fetch_add_explicit(&j->next, 1u, memory_order_relaxed);
+        const uint32_t t0 = c * TOK_CHUNK;
+        if (t0 >= j->T) break;
+        const uint32_t t1 = j->T - t0 < TOK_CHUNK ? j->T : t0 + TOK_CHUNK;
+        for (uint32_t t = t0; t < t1; t++) j->body(j, t);
     }
-    for (uint32_t t = 0; t < T; t++) {
-        w->ar[t] = zc_fwd(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->a + (size_t)t * D);
-        if (m->a8) fq8(w->a + (size_t)t * D, D); /* MultiHeadAttention: x = _aq(x, quant) */
-    }
-    /* MultiHeadAttention */
-    mm(m, w->a, LW(m, P_WQ, l), w->ql, T, D, Q);
-    mm(m, w->a, LW(m, P_WK, l), w->kl, T, D, K);
-    mm(m, w->a, LW(m, P_WV, l), w->vl, T, D, VV);
-    G3(profile_phase)(m, G3_PH_F_ATTN);
-    const uint32_t nt = m->taps;
-    const real *qt = nt ? LW(m, P_QT, l) : NULL, *kt = nt ? LW(m, P_KT, l) : NULL,
-               *vt = nt ? LW(m, P_VT, l) : NULL;
-    for (uint32_t t = 0; t < T; t++) {
-        for (uint32_t c = 0; c < Q; c++) {
-            real s = nt ? 0 : w->ql[(size_t)t * Q + c];
-            for (uint32_t j = 0; j < nt && j <= t; j++) s += qt[j * Q + c] * w->ql[(size_t)(t - j) * Q + c];
-            w->qc[(size_t)t * Q + c] = s;
-        }
-        for (uint32_t c = 0; c < K; c++) {
-            real s = nt ? 0 : w->kl[(size_t)t * K + c];
-            for (uint32_t j = 0; j < nt && j <= t; j++) s += kt[j * K + c] * w->kl[(size_t)(t - j) * K + c];
-            w->kc[(size_t)t * K + c] = s;
-        }
-        for (uint32_t c = 0; c < VV; c++) {
-            real s = nt ? 0 : w->vl[(size_t)t * VV + c];
-            for (uint32_t j = 0; j < nt && j <= t; j++)
-                s += vt[j * VV + c] * w->vl[(size_t)(t - j) * VV + c];
-            w->v[(size_t)t * VV + c] = s;
-        }
-    }
-    /* q_norm / k_norm per head, then RoPE (rotate-half) */
-    const uint32_t half = qk / 2;
-    for (uint32_t t = 0; t < T; t++) {
-        const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
-        for (uint32_t h = 0; h < H + KV; h++) {
-            const int isq = h < H;
-            const uint32_t hh = isq ? h : h - H;
-            const real *src = isq ? w->qc + (size_t)t * Q + hh * qk : w->kc + (size_t)t * K + hh * qk;
-            real *nn = isq ? w->qn + (size_t)t * Q + hh * qk : w->kn + (size_t)t * K + hh * qk;
-            real *rr = isq ? w->qr + (size_t)t * Q + hh * qk : w->kr + (size_t)t * K + hh * qk;
-            const real r = zc_fwd(src, LW(m, isq ? P_QN : P_KN, l), qk, nn);
-            if (isq)
-                w->qnr[(size_t)t * H + hh] = r;
-            else
-                w->knr[(size_t)t * KV + hh] = r;
-            for (uint32_t i = 0; i < half; i++) {
-                rr[i] = nn[i] * c[i] - nn[i + half] * sn[i];
-                rr[i + half] = nn[i + half] * c[i] + nn[i] * sn[i];
-            }
-            if (m->a8) fq8(rr, qk); /* maybe_quant_query / maybe_quant_kv */
-        }
-        if (m->a8)
-            for (uint32_t g = 0; g < KV; g++) fq8(w->v + (size_t)t * VV + g * vd, vd);
-    }
-    /* softmax(q k / sqrt(qk)) v, causal, local layers within the window */
-    const uint32_t win = (m->c.sliding_window && !is_global(m, l)) ? m->c.sliding_window : 0;
-    const real sc = (real)1 / sqrt((real)qk);
+}
+
+static void run_tokens(tok_job *j, void (*body)(const tok_job *j, uint32_t t)) {
+    j->body = body;
+    atomic_init(&j->next, 0u);
+    if (j->m && j->m->pool && j->T > TOK_CHUNK)
+        cpu_pool_run_shared(j->m->pool, tok_worker, j);
+    else
+        for (uint32_t t = 0; t < j->T; t++) body(j, t);
+}
+
 #ifndef G3_GENERIC_PRODUCTS
-    /* per head: S = q k^T and o = P v as products over the whole sequence (the entries
-     * outside the causal window are computed and then set to 0) */
-    for (uint32_t h = 0; h < H; h++) {
+/* One sequence's attention, a head per work item (see block_fwd / block_back). */
+typedef struct attn_job {
+    const G3(model) * m;
+    seq_ws *w;
+    uint32_t T, win;
+    real sc;
+    const real *dO; /* the backward: dO [T][O] in, dq [T][Q] accumulated */
+    real *dqr;
+    atomic_uint next;
+} attn_job;
+
+
+/* C = A B on this thread alone */
+static void gemm1(const G3(model) * m, const float *A, size_t lda, const float *B, size_t ldb, float *C, size_t ldc,
+                  uint32_t M, uint32_t N, uint32_t K, int acc) {
+    const tg_gemm g = {A, B, C, lda, ldb, ldc, M, N, K, acc};
+    m->lv->block(&g, 0, M, 0, N);
+}
+
+static void attn_fwd_worker(void *arg, int i, int n) {
+    attn_job *j = arg;
+    const G3(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->T, win = j->win, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd;
+    const uint32_t Q = H * qk, VV = KV * vd, O = H * vd;
+    (void)i, (void)n;
+    for (;;) {
+        const uint32_t h = atomic_fetch_add_explicit(&j->next, 1u, memory_order_relaxed);
+        if (h >= H) break;
         const uint32_t g = h / (H / KV);
         real *Ph = w->P + (size_t)h * T * T;
-        if (h % (H / KV) == 0) tg_transpose(w->kr + g * qk, K, w->k1, T, T, qk); /* k^T [qk][T] */
-        gemm(m, w->qr + h * qk, Q, w->k1, T, Ph, T, T, T, qk, 0);
+        gemm1(m, w->qr + h * qk, Q, w->k1 + (size_t)g * qk * T, T, Ph, T, T, T, qk, 0);
         for (uint32_t t = 0; t < T; t++) {
             real *P = Ph + (size_t)t * T;
             const uint32_t s0 = (win && t + 1 > win) ? t + 1 - win : 0;
@@ -497,15 +506,169 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
                     P[s] = 0;
                     continue;
                 }
-                P[s] *= sc;
+                P[s] *= j->sc;
                 if (P[s] > mx) mx = P[s];
             }
             real z = 0;
             for (uint32_t s = s0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
             for (uint32_t s = s0; s <= t; s++) P[s] /= z;
         }
-        gemm(m, Ph, T, w->v + g * vd, VV, w->o + h * vd, O, T, vd, T, 0);
+        gemm1(m, Ph, T, w->v + g * vd, VV, w->o + h * vd, O, T, vd, T, 0);
     }
+}
+
+static void attn_back_worker(void *arg, int i, int n) {
+    attn_job *j = arg;
+    const G3(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->T, win = j->win, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd;
+    const uint32_t Q = H * qk, K = KV * qk, O = H * vd;
+    (void)n;
+    real *dS = w->dPs + (size_t)i * T * T, *tr = w->PT + (size_t)i * T * T; /* this thread's */
+    for (;;) {
+        const uint32_t h = atomic_fetch_add_explicit(&j->next, 1u, memory_order_relaxed);
+        if (h >= H) break;
+        const uint32_t g = h / (H / KV);
+        const real *Ph = w->P + (size_t)h * T * T, *dO = j->dO + h * vd;
+        gemm1(m, dO, O, w->k2 + (size_t)g * vd * T, T, dS, T, T, T, vd, 0);
+        tg_transpose(Ph, T, tr, T, T, T);
+        gemm1(m, tr, T, dO, O, w->dvh + (size_t)h * T * vd, vd, T, vd, T, 0);
+        for (uint32_t t = 0; t < T; t++) {
+            const real *P = Ph + (size_t)t * T;
+            real *d = dS + (size_t)t * T;
+            const uint32_t s0 = (win && t + 1 > win) ? t + 1 - win : 0;
+            real sum = 0;
+            for (uint32_t s = s0; s <= t; s++) sum += d[s] * P[s];
+            for (uint32_t s = 0; s < T; s++) d[s] = (s < s0 || s > t) ? 0 : P[s] * (d[s] - sum) * j->sc;
+        }
+        gemm1(m, dS, T, w->kr + g * qk, K, j->dqr + h * qk, Q, T, qk, T, 1);
+        tg_transpose(dS, T, tr, T, T, T);
+        gemm1(m, tr, T, w->qr + h * qk, Q, w->dkh + (size_t)h * T * qk, qk, T, qk, T, 0);
+    }
+}
+#endif
+
+/* block_fwd's token-local steps (run_tokens) */
+
+/* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev; then the attention
+ * input norm (MultiHeadAttention: x = _aq(x, quant)) */
+static void block_in_tok(const tok_job *j, uint32_t t) {
+    const G3(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t T = j->T, D = m->D;
+    const int site = j->site;
+    const real *ut = w->u + (size_t)t * D;
+    real *xt = w->x0 + (size_t)t * D;
+    if (site < 0) {
+        memcpy(xt, ut, D * sizeof *xt);
+    } else {
+        const real *ek = j->sq->ek + ((size_t)site * T + t) * D, *ev = j->sq->ev + ((size_t)site * T + t) * D;
+        w->ru[t] = zc_fwd(ut, NULL, D, w->uu + (size_t)t * D);
+        w->rk[t] = zc_fwd(ek, NULL, D, w->ku + (size_t)t * D);
+        real dot = 0;
+        for (uint32_t i = 0; i < D; i++) dot += w->uu[(size_t)t * D + i] * w->ku[(size_t)t * D + i];
+        const real al = sigm(dot / sqrt((real)D));
+        w->alpha[t] = al;
+        for (uint32_t i = 0; i < D; i++) xt[i] = ut[i] + al * ev[i];
+    }
+    w->ar[t] = zc_fwd(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, j->l), D, w->a + (size_t)t * D);
+    if (m->a8) fq8(w->a + (size_t)t * D, D);
+}
+
+/* the conv taps over the projections, q_norm / k_norm per head, RoPE (rotate-half), and
+ * the int8 q/K/V of quant=True */
+static void block_qkv_tok(const tok_job *j, uint32_t t) {
+    const G3(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t l = j->l, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd;
+    const uint32_t Q = H * qk, K = KV * qk, VV = KV * vd;
+    const uint32_t nt = m->taps;
+    const real *qt = nt ? LW(m, P_QT, l) : NULL, *kt = nt ? LW(m, P_KT, l) : NULL,
+               *vt = nt ? LW(m, P_VT, l) : NULL;
+    for (uint32_t c = 0; c < Q; c++) {
+        real s = nt ? 0 : w->ql[(size_t)t * Q + c];
+        for (uint32_t i = 0; i < nt && i <= t; i++) s += qt[i * Q + c] * w->ql[(size_t)(t - i) * Q + c];
+        w->qc[(size_t)t * Q + c] = s;
+    }
+    for (uint32_t c = 0; c < K; c++) {
+        real s = nt ? 0 : w->kl[(size_t)t * K + c];
+        for (uint32_t i = 0; i < nt && i <= t; i++) s += kt[i * K + c] * w->kl[(size_t)(t - i) * K + c];
+        w->kc[(size_t)t * K + c] = s;
+    }
+    for (uint32_t c = 0; c < VV; c++) {
+        real s = nt ? 0 : w->vl[(size_t)t * VV + c];
+        for (uint32_t i = 0; i < nt && i <= t; i++) s += vt[i * VV + c] * w->vl[(size_t)(t - i) * VV + c];
+        w->v[(size_t)t * VV + c] = s;
+    }
+    const uint32_t half = qk / 2;
+    const real *c = w->rope_c + (size_t)t * half, *sn = w->rope_s + (size_t)t * half;
+    for (uint32_t h = 0; h < H + KV; h++) {
+        const int isq = h < H;
+        const uint32_t hh = isq ? h : h - H;
+        const real *src = isq ? w->qc + (size_t)t * Q + hh * qk : w->kc + (size_t)t * K + hh * qk;
+        real *nn = isq ? w->qn + (size_t)t * Q + hh * qk : w->kn + (size_t)t * K + hh * qk;
+        real *rr = isq ? w->qr + (size_t)t * Q + hh * qk : w->kr + (size_t)t * K + hh * qk;
+        const real r = zc_fwd(src, LW(m, isq ? P_QN : P_KN, l), qk, nn);
+        if (isq)
+            w->qnr[(size_t)t * H + hh] = r;
+        else
+            w->knr[(size_t)t * KV + hh] = r;
+        for (uint32_t i = 0; i < half; i++) {
+            rr[i] = nn[i] * c[i] - nn[i + half] * sn[i];
+            rr[i + half] = nn[i + half] * c[i] + nn[i] * sn[i];
+        }
+        if (m->a8) fq8(rr, qk); /* maybe_quant_query / maybe_quant_kv */
+    }
+    if (m->a8)
+        for (uint32_t g = 0; g < KV; g++) fq8(w->v + (size_t)t * VV + g * vd, vd);
+}
+
+/* the output gate: out = _aq(o * sigmoid(gate_proj), quant) */
+static void block_gate_tok(const tok_job *j, uint32_t t) {
+    const G3(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t O = m->H * m->vd;
+    for (size_t i = (size_t)t * O; i < (size_t)(t + 1) * O; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
+    if (m->a8) fq8(w->go + (size_t)t * O, O);
+}
+
+/* post_attn_norm, gated residual, pre_hada_norm */
+static void block_resid_tok(const tok_job *j, uint32_t t) {
+    const G3(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t l = j->l, D = m->D;
+    const real gate = sigm(LW(m, P_GATE, l)[0]);
+    w->pnr[t] = zc_fwd(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pn + (size_t)t * D);
+    for (uint32_t i = 0; i < D; i++)
+        w->x1[(size_t)t * D + i] = w->x0[(size_t)t * D + i] + gate * w->pn[(size_t)t * D + i];
+    w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
+}
+
+/* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
+static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w) {
+    const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd, N = m->N;
+    const uint32_t Q = H * qk, K = KV * qk, VV = KV * vd, O = H * vd;
+    const int site = site_of(m, l);
+    G3(profile_phase)(m, G3_PH_OTHER);
+    tok_job tj = {.m = m, .l = l, .T = T, .w = w, .sq = sq, .site = site};
+    run_tokens(&tj, block_in_tok);
+    /* MultiHeadAttention */
+    mm(m, w->a, LW(m, P_WQ, l), w->ql, T, D, Q);
+    mm(m, w->a, LW(m, P_WK, l), w->kl, T, D, K);
+    mm(m, w->a, LW(m, P_WV, l), w->vl, T, D, VV);
+    G3(profile_phase)(m, G3_PH_F_ATTN);
+    run_tokens(&tj, block_qkv_tok);
+    /* softmax(q k / sqrt(qk)) v, causal, local layers within the window */
+    const uint32_t win = (m->c.sliding_window && !is_global(m, l)) ? m->c.sliding_window : 0;
+    const real sc = (real)1 / sqrt((real)qk);
+#ifndef G3_GENERIC_PRODUCTS
+    /* per head on one thread each (heads taken from a shared counter): S = q k^T, the
+     * softmax, o = P v, as products over the whole sequence (the entries outside the
+     * causal window are computed and then set to 0); k^T of every group first */
+    for (uint32_t g = 0; g < KV; g++) tg_transpose(w->kr + g * qk, K, w->k1 + (size_t)g * qk * T, T, T, qk);
+    attn_job aj = {.m = m, .w = w, .T = T, .win = win, .sc = sc};
+    atomic_init(&aj.next, 0u);
+    G3(run_shared)(m, attn_fwd_worker, &aj);
 #else
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
@@ -536,18 +699,10 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
 #endif
     G3(profile_phase)(m, G3_PH_OTHER);
     mm(m, w->a, LW(m, P_WG, l), w->gl, T, D, O);
-    for (size_t i = 0; i < (size_t)T * O; i++) w->go[i] = w->o[i] * sigm(w->gl[i]);
-    if (m->a8)
-        for (uint32_t t = 0; t < T; t++) fq8(w->go + (size_t)t * O, O); /* out = _aq(out, quant) */
+    run_tokens(&tj, block_gate_tok);
     mm(m, w->go, LW(m, P_WO, l), w->ao, T, O, D);
     /* post_attn_norm, gated residual, pre_hada_norm */
-    const real gate = sigm(LW(m, P_GATE, l)[0]);
-    for (uint32_t t = 0; t < T; t++) {
-        w->pnr[t] = zc_fwd(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pn + (size_t)t * D);
-        for (uint32_t i = 0; i < D; i++)
-            w->x1[(size_t)t * D + i] = w->x0[(size_t)t * D + i] + gate * w->pn[(size_t)t * D + i];
-        w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
-    }
+    run_tokens(&tj, block_resid_tok);
     G3(profile_phase)(m, G3_PH_F_MLP);
     /* HadamardMLP */
     const real *cv = LW(m, P_CONDV, l), *cu = LW(m, P_CONDU, l);
@@ -694,28 +849,22 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     const uint32_t win = (m->c.sliding_window && !is_global(m, l)) ? m->c.sliding_window : 0;
     const real sc = (real)1 / sqrt((real)qk);
 #ifndef G3_GENERIC_PRODUCTS
-    /* per head as products: dP = dO v^T, dv += P^T dO, dS, dq += dS k, dk += dS^T q */
+    /* per head on one thread each: dP = dO v^T, dv_h = P^T dO, dS, dq += dS k (the head's
+     * own columns), dk_h = dS^T q; then dv += dv_h and dk += dk_h in head order, the sums
+     * the accumulating products made one head after another */
+    for (uint32_t g = 0; g < KV; g++) tg_transpose(w->v + g * vd, VV, w->k2 + (size_t)g * vd * T, T, T, vd);
+    attn_job aj = {.m = m, .w = w, .T = T, .win = win, .sc = sc};
+    aj.dO = dO, aj.dqr = dqr;
+    atomic_init(&aj.next, 0u);
+    G3(run_shared)(m, attn_back_worker, &aj);
     for (uint32_t h = 0; h < H; h++) {
         const uint32_t g = h / (H / KV);
-        const real *Ph = w->P + (size_t)h * T * T;
-        if (h % (H / KV) == 0) {
-            tg_transpose(w->v + g * vd, VV, w->k2, T, T, vd); /* v^T [vd][T] */
-        }
-        real *dS = w->dPs, *tr = w->PT;
-        gemm(m, dO + h * vd, O, w->k2, T, dS, T, T, T, vd, 0);
-        tg_transpose(Ph, T, tr, T, T, T);
-        gemm(m, tr, T, dO + h * vd, O, dv + g * vd, VV, T, vd, T, 1);
+        const real *dvh = w->dvh + (size_t)h * T * vd, *dkh = w->dkh + (size_t)h * T * qk;
         for (uint32_t t = 0; t < T; t++) {
-            const real *P = Ph + (size_t)t * T;
-            real *d = dS + (size_t)t * T;
-            const uint32_t s0 = (win && t + 1 > win) ? t + 1 - win : 0;
-            real sum = 0;
-            for (uint32_t s = s0; s <= t; s++) sum += d[s] * P[s];
-            for (uint32_t s = 0; s < T; s++) d[s] = (s < s0 || s > t) ? 0 : P[s] * (d[s] - sum) * sc;
+            real *a = dv + (size_t)t * VV + g * vd, *b = dkr + (size_t)t * K + g * qk;
+            for (uint32_t i = 0; i < vd; i++) a[i] = a[i] + dvh[(size_t)t * vd + i];
+            for (uint32_t i = 0; i < qk; i++) b[i] = b[i] + dkh[(size_t)t * qk + i];
         }
-        gemm(m, dS, T, w->kr + g * qk, K, dqr + h * qk, Q, T, qk, T, 1);
-        tg_transpose(dS, T, tr, T, T, T);
-        gemm(m, tr, T, w->qr + h * qk, Q, dkr + g * qk, K, T, qk, T, 1);
     }
 #else
     real *dP = w->tmp;
@@ -832,80 +981,148 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
 
 /* ---- the mHC lane step around the block (_ScanBody.advance) --------------------------- */
 
-/* Xin[T][n][D] -> Xout; keeps nx, the h's, the Sinkhorn steps, u and y in w. */
-static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, const real *Xin, real *Xout) {
-    const uint32_t T = sq->T, n = m->n, D = m->D, nD = n * D, nn = n * n, own = l % n;
-    const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
+/* nx = _aq(_rms_unit(stream), quant) */
+static void lane_norm_tok(const tok_job *j, uint32_t t) {
+    const G3(model) *m = j->m;
+    const uint32_t nD = m->n * m->D;
+    real *nx = j->w->nx + (size_t)t * nD;
+    j->w->nxr[t] = zc_fwd(j->Xin + (size_t)t * nD, NULL, nD, nx);
+    if (m->a8) fq8(nx, nD);
+}
+
+/* the projections side by side in prj, the h's, the Sinkhorn steps and u = hpre . X */
+static void lane_mix_tok(const tok_job *j, uint32_t t) {
+    const G3(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t l = j->l, T = j->T, n = m->n, D = m->D, nD = n * D, nn = n * n, own = l % n;
     const real apre = LW(m, P_A_PRE, l)[0], apost = LW(m, P_A_POST, l)[0], ares = LW(m, P_A_RES, l)[0];
     const real *bpre = LW(m, P_B_PRE, l), *bpost = LW(m, P_B_POST, l), *bres = LW(m, P_B_RES, l);
-    G3(profile_phase)(m, G3_PH_F_LANE);
-    for (uint32_t t = 0; t < T; t++) {
-        real *nx = w->nx + (size_t)t * nD;
-        w->nxr[t] = zc_fwd(Xin + (size_t)t * nD, NULL, nD, nx);
-        if (m->a8) fq8(nx, nD); /* nx = _aq(_rms_unit(stream), quant) */
+    const real *ppre = w->k1, *ppost = ppre + (size_t)T * n, *pres = ppost + (size_t)T * n;
+    const real *X = j->Xin + (size_t)t * nD;
+    real *prj = w->prj + (size_t)t * (2 * n + nn);
+    memcpy(prj, ppre + (size_t)t * n, n * sizeof *prj);
+    memcpy(prj + n, ppost + (size_t)t * n, n * sizeof *prj);
+    memcpy(prj + 2 * n, pres + (size_t)t * nn, nn * sizeof *prj);
+    real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
+    for (uint32_t i = 0; i < n; i++) {
+        hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
+        hpost[i] = 2 * sigm(apost * prj[n + i] + bpost[i] + (real)nm_lane_post_offset(i, own));
     }
+    /* _sinkhorn: 20 x (rows then columns) in log space, then exp */
+    real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
+    for (uint32_t k = 0; k < nn; k++) sk[k] = ares * prj[2 * n + k] + bres[k];
+    for (uint32_t it = 0; it < SINKHORN_ITERS; it++) {
+        const real *S = sk + (size_t)(2 * it) * nn;
+        real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+        for (uint32_t i = 0; i < n; i++) {
+            real mx = S[i * n];
+            for (uint32_t jj = 1; jj < n; jj++) mx = S[i * n + jj] > mx ? S[i * n + jj] : mx;
+            real z = 0;
+            for (uint32_t jj = 0; jj < n; jj++) z += exp(S[i * n + jj] - mx);
+            const real lse = mx + log(z);
+            for (uint32_t jj = 0; jj < n; jj++) A[i * n + jj] = S[i * n + jj] - lse;
+        }
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real mx = A[jj];
+            for (uint32_t i = 1; i < n; i++) mx = A[i * n + jj] > mx ? A[i * n + jj] : mx;
+            real z = 0;
+            for (uint32_t i = 0; i < n; i++) z += exp(A[i * n + jj] - mx);
+            const real lse = mx + log(z);
+            for (uint32_t i = 0; i < n; i++) S2[i * n + jj] = A[i * n + jj] - lse;
+        }
+    }
+    real *hres = w->hres + (size_t)t * nn;
+    const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
+    for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
+    real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
+    for (uint32_t c = 0; c < D; c++) u[c] = 0;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t c = 0; c < D; c++) u[c] += hpre[i] * X[(size_t)i * D + c];
+}
+
+/* the lane write: y = block(u) - u, X' = hres X + hpost y */
+static void lane_write_tok(const tok_job *j, uint32_t t) {
+    const G3(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *X = j->Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
+    real *y = w->y + (size_t)t * D, *Xo = j->Xout + (size_t)t * nD;
+    for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
+    for (uint32_t i = 0; i < n; i++) { /* the sums over j in order, c innermost */
+        real *xo = Xo + (size_t)i * D;
+        for (uint32_t c = 0; c < D; c++) xo[c] = 0;
+        for (uint32_t jj = 0; jj < n; jj++)
+            for (uint32_t c = 0; c < D; c++) xo[c] += hres[i * n + jj] * X[(size_t)jj * D + c];
+        for (uint32_t c = 0; c < D; c++) xo[c] = xo[c] + hpost[i] * y[c];
+    }
+}
+
+/* Xin[T][n][D] -> Xout; keeps nx, the h's, the Sinkhorn steps, u and y in w. */
+static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, const real *Xin, real *Xout) {
+    const uint32_t T = sq->T, n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *pp = LW(m, P_PHI_PRE, l), *po = LW(m, P_PHI_POST, l), *pr = LW(m, P_PHI_RES, l);
+    G3(profile_phase)(m, G3_PH_F_LANE);
+    tok_job j = {.m = m, .l = l, .T = T, .w = w, .Xin = Xin, .Xout = Xout};
+    run_tokens(&j, lane_norm_tok);
     /* the three projections of every token as products, then side by side in prj */
     real *ppre = w->k1, *ppost = ppre + (size_t)T * n, *pres = ppost + (size_t)T * n;
     mm(m, w->nx, pp, ppre, T, nD, n);
     mm(m, w->nx, po, ppost, T, nD, n);
     mm(m, w->nx, pr, pres, T, nD, nn);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD;
-        real *prj = w->prj + (size_t)t * (2 * n + nn);
-        memcpy(prj, ppre + (size_t)t * n, n * sizeof *prj);
-        memcpy(prj + n, ppost + (size_t)t * n, n * sizeof *prj);
-        memcpy(prj + 2 * n, pres + (size_t)t * nn, nn * sizeof *prj);
-        real *hpre = w->hpre + (size_t)t * n, *hpost = w->hpost + (size_t)t * n;
-        for (uint32_t i = 0; i < n; i++) {
-            hpre[i] = sigm(apre * prj[i] + bpre[i] + (real)nm_lane_pre_offset(i, own));
-            hpost[i] = 2 * sigm(apost * prj[n + i] + bpost[i] + (real)nm_lane_post_offset(i, own));
-        }
-        /* _sinkhorn: 20 x (rows then columns) in log space, then exp */
-        real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
-        for (uint32_t k = 0; k < nn; k++) sk[k] = ares * prj[2 * n + k] + bres[k];
-        for (uint32_t it = 0; it < SINKHORN_ITERS; it++) {
-            const real *S = sk + (size_t)(2 * it) * nn;
-            real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
-            for (uint32_t i = 0; i < n; i++) {
-                real mx = S[i * n];
-                for (uint32_t j = 1; j < n; j++) mx = S[i * n + j] > mx ? S[i * n + j] : mx;
-                real z = 0;
-                for (uint32_t j = 0; j < n; j++) z += exp(S[i * n + j] - mx);
-                const real lse = mx + log(z);
-                for (uint32_t j = 0; j < n; j++) A[i * n + j] = S[i * n + j] - lse;
-            }
-            for (uint32_t j = 0; j < n; j++) {
-                real mx = A[j];
-                for (uint32_t i = 1; i < n; i++) mx = A[i * n + j] > mx ? A[i * n + j] : mx;
-                real z = 0;
-                for (uint32_t i = 0; i < n; i++) z += exp(A[i * n + j] - mx);
-                const real lse = mx + log(z);
-                for (uint32_t i = 0; i < n; i++) S2[i * n + j] = A[i * n + j] - lse;
-            }
-        }
-        real *hres = w->hres + (size_t)t * nn;
-        const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
-        for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
-        real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
-        for (uint32_t c = 0; c < D; c++) u[c] = 0;
-        for (uint32_t i = 0; i < n; i++)
-            for (uint32_t c = 0; c < D; c++) u[c] += hpre[i] * X[(size_t)i * D + c];
-    }
+    run_tokens(&j, lane_mix_tok);
     block_fwd(m, l, sq, w);
     G3(profile_phase)(m, G3_PH_F_LANE);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD, *hres = w->hres + (size_t)t * nn, *hpost = w->hpost + (size_t)t * n;
-        real *y = w->y + (size_t)t * D, *Xo = Xout + (size_t)t * nD;
-        for (uint32_t c = 0; c < D; c++) y[c] = w->bo[(size_t)t * D + c] - w->u[(size_t)t * D + c];
-        for (uint32_t i = 0; i < n; i++) { /* the sums over j in order, c innermost */
-            real *xo = Xo + (size_t)i * D;
-            for (uint32_t c = 0; c < D; c++) xo[c] = 0;
-            for (uint32_t j = 0; j < n; j++)
-                for (uint32_t c = 0; c < D; c++) xo[c] += hres[i * n + j] * X[(size_t)j * D + c];
-            for (uint32_t c = 0; c < D; c++) xo[c] = xo[c] + hpost[i] * y[c];
+    run_tokens(&j, lane_write_tok);
+    G3(profile_phase)(m, G3_PH_OTHER);
+}
+
+/* One token of the lane write's backward: dX (overwritten), dy, and the raw gradients of
+ * the post and res projections (the Sinkhorn backward) left in dzs for lane_back's sums. */
+static void lane_write_back_tok(const tok_job *j, uint32_t t) {
+    const G3(model) *m = j->m;
+    seq_ws *w = j->w;
+    const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
+    const real *X = j->Xin + (size_t)t * nD, *g = j->dXo + (size_t)t * nD, *hres = w->hres + (size_t)t * nn;
+    const real *hpost = w->hpost + (size_t)t * n, *y = w->y + (size_t)t * D;
+    real *dx = j->Xout + (size_t)t * nD, *dyt = w->dys + (size_t)t * D, *dzt = w->dzs + (size_t)t * (2 * n + nn);
+    for (uint32_t c = 0; c < nD; c++) dx[c] = 0;
+    for (uint32_t c = 0; c < D; c++) dyt[c] = 0;
+    real dh[64];
+    for (uint32_t i = 0; i < n; i++) {
+        real dp = 0;
+        for (uint32_t c = 0; c < D; c++) {
+            dp += g[(size_t)i * D + c] * y[c];
+            dyt[c] += hpost[i] * g[(size_t)i * D + c];
+        }
+        const real s = hpost[i] / 2;
+        dzt[n + i] = dp * 2 * s * (1 - s);
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real d = 0;
+            for (uint32_t c = 0; c < D; c++) {
+                d += g[(size_t)i * D + c] * X[(size_t)jj * D + c];
+                dx[(size_t)jj * D + c] += hres[i * n + jj] * g[(size_t)i * D + c];
+            }
+            dh[i * n + jj] = d;
         }
     }
-    G3(profile_phase)(m, G3_PH_OTHER);
+    /* Sinkhorn backward */
+    const real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
+    real dS[64], dA[64];
+    for (uint32_t k = 0; k < nn; k++) dS[k] = dh[k] * hres[k];
+    for (int it = SINKHORN_ITERS - 1; it >= 0; it--) {
+        const real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real s = 0;
+            for (uint32_t i = 0; i < n; i++) s += dS[i * n + jj];
+            for (uint32_t i = 0; i < n; i++) dA[i * n + jj] = dS[i * n + jj] - exp(S2[i * n + jj]) * s;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            real s = 0;
+            for (uint32_t jj = 0; jj < n; jj++) s += dA[i * n + jj];
+            for (uint32_t jj = 0; jj < n; jj++) dS[i * n + jj] = dA[i * n + jj] - exp(A[i * n + jj]) * s;
+        }
+    }
+    for (uint32_t k = 0; k < nn; k++) dzt[2 * n + k] = dS[k];
 }
 
 /* Backward of lane_fwd (which must have just run for this layer): dXo -> dXi (overwritten). */
@@ -919,54 +1136,19 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
     real *gbpre = LG(m, P_B_PRE, l), *gbpost = LG(m, P_B_POST, l), *gbres = LG(m, P_B_RES, l);
     real *dy = w->dys, *du = w->dus;
     G3(profile_phase)(m, G3_PH_B_LANE);
-    /* the lane write: X' = hres X + hpost y */
+    /* the lane write: X' = hres X + hpost y, per token on the pool (lane_write_back_tok),
+     * then the parameters' sums over the tokens in order */
     real *dz = w->dzs; /* [T][2n + nn]: d(projection) per token */
+    tok_job j = {.m = m, .l = l, .T = T, .w = w, .Xin = Xin, .dXo = dXo, .Xout = dXi};
+    run_tokens(&j, lane_write_back_tok);
     for (uint32_t t = 0; t < T; t++) {
-        const real *X = Xin + (size_t)t * nD, *g = dXo + (size_t)t * nD, *hres = w->hres + (size_t)t * nn;
-        const real *hpost = w->hpost + (size_t)t * n, *y = w->y + (size_t)t * D;
-        real *dx = dXi + (size_t)t * nD, *dyt = dy + (size_t)t * D, *dzt = dz + (size_t)t * (2 * n + nn);
-        for (uint32_t c = 0; c < nD; c++) dx[c] = 0;
-        for (uint32_t c = 0; c < D; c++) dyt[c] = 0;
-        real dh[64];
-        for (uint32_t i = 0; i < n; i++) {
-            real dp = 0;
-            for (uint32_t c = 0; c < D; c++) {
-                dp += g[(size_t)i * D + c] * y[c];
-                dyt[c] += hpost[i] * g[(size_t)i * D + c];
-            }
-            const real s = hpost[i] / 2;
-            dzt[n + i] = dp * 2 * s * (1 - s);
-            for (uint32_t j = 0; j < n; j++) {
-                real d = 0;
-                for (uint32_t c = 0; c < D; c++) {
-                    d += g[(size_t)i * D + c] * X[(size_t)j * D + c];
-                    dx[(size_t)j * D + c] += hres[i * n + j] * g[(size_t)i * D + c];
-                }
-                dh[i * n + j] = d;
-            }
-        }
-        /* Sinkhorn backward */
-        const real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
-        real dS[64], dA[64];
-        for (uint32_t k = 0; k < nn; k++) dS[k] = dh[k] * hres[k];
-        for (int it = SINKHORN_ITERS - 1; it >= 0; it--) {
-            const real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
-            for (uint32_t j = 0; j < n; j++) {
-                real s = 0;
-                for (uint32_t i = 0; i < n; i++) s += dS[i * n + j];
-                for (uint32_t i = 0; i < n; i++) dA[i * n + j] = dS[i * n + j] - exp(S2[i * n + j]) * s;
-            }
-            for (uint32_t i = 0; i < n; i++) {
-                real s = 0;
-                for (uint32_t j = 0; j < n; j++) s += dA[i * n + j];
-                for (uint32_t j = 0; j < n; j++) dS[i * n + j] = dA[i * n + j] - exp(A[i * n + j]) * s;
-            }
-        }
         const real *prj = w->prj + (size_t)t * (2 * n + nn);
+        real *dzt = dz + (size_t)t * (2 * n + nn);
         for (uint32_t k = 0; k < nn; k++) {
-            gbres[k] += dS[k];
-            gares[0] += dS[k] * prj[2 * n + k];
-            dzt[2 * n + k] = dS[k] * ares;
+            const real dS = dzt[2 * n + k];
+            gbres[k] += dS;
+            gares[0] += dS * prj[2 * n + k];
+            dzt[2 * n + k] = dS * ares;
         }
         for (uint32_t i = 0; i < n; i++) {
             gbpost[i] += dzt[n + i];
@@ -1095,7 +1277,6 @@ static void engram_back(G3(model) * m, const int32_t *ids, uint32_t T, real *e, 
 
 /* ---- the model ------------------------------------------------------------------------- */
 
-static void ws_release(G3(model) * m);
 
 static const char *const FIXED_NAMES[P_FIXED] = {
     "embedding/embedding",
@@ -1210,6 +1391,7 @@ int G3(model_from_checkpoint)(const export3_config *cfg, const st_file *ckpt, G3
     m->prof = calloc(1, sizeof *m->prof);
     m->scr = calloc(1, sizeof *m->scr);
     m->lv = tg_level_best();
+    m->keep_budget = G3_KEEP_DEFAULT;
     m->perm1 = malloc(N * sizeof *m->perm1);
     m->perm2 = malloc(N * sizeof *m->perm2);
     m->nt = P_FIXED + E_COUNT * c->num_sites;
@@ -1308,13 +1490,66 @@ typedef struct run_ws {
     real *et;   /* [D][OV]: the head's rows transposed, for logits = xn E^T as one product */
     real *rrow; /* [T]: 1/rms of final_norm per loss row */
     real *block; /* every buffer above lives in this one allocation */
+    seq_ws *lw;  /* [L]: layer l's buffers: its own for the kept layers, else the one recomputed */
+    uint32_t keep; /* layers [0, keep) keep their activations (kept_layers) */
     uint32_t *rowt; /* [T]: the positions in the loss (mask of the next token != 0) */
 } run_ws;
+
+typedef struct ws_field {
+    real **p;
+    size_t n;
+} ws_field;
+
+/* The buffers lane_fwd writes for one layer and lane_back reads back: what keeping a
+ * layer's activations keeps (the backward's scratch and the sequence's buffers are
+ * shared). Fills f (at most 64 entries) and returns their count. */
+static size_t layer_fields(const G3(model) * m, uint32_t T, seq_ws *w, ws_field *f) {
+    const uint32_t D = m->D, n = m->n, nD = n * D, nn = n * n, H = m->H, KV = m->KV;
+    const uint32_t Q = H * m->qk, K = KV * m->qk, VV = KV * m->vd, O = H * m->vd, N = m->N, pj = 2 * n + nn;
+    const size_t TD = (size_t)T * D;
+    const ws_field l[] = {
+        {&w->nx, (size_t)T * nD}, {&w->nxr, T}, {&w->hpre, (size_t)T * n}, {&w->hpost, (size_t)T * n},
+        {&w->hres, (size_t)T * nn}, {&w->sk, (size_t)T * (2 * SINKHORN_ITERS + 1) * nn}, {&w->u, TD},
+        {&w->y, TD}, {&w->prj, (size_t)T * pj}, {&w->x0, TD}, {&w->alpha, T}, {&w->ru, T},
+        {&w->rk, T}, {&w->uu, TD}, {&w->ku, TD}, {&w->a, TD}, {&w->ar, T},
+        {&w->ql, (size_t)T * Q}, {&w->kl, (size_t)T * K}, {&w->vl, (size_t)T * VV},
+        {&w->qc, (size_t)T * Q}, {&w->kc, (size_t)T * K}, {&w->v, (size_t)T * VV},
+        {&w->qn, (size_t)T * Q}, {&w->kn, (size_t)T * K}, {&w->qnr, (size_t)T * H},
+        {&w->knr, (size_t)T * KV}, {&w->qr, (size_t)T * Q}, {&w->kr, (size_t)T * K},
+        {&w->P, (size_t)H * T * T}, {&w->o, (size_t)T * O}, {&w->gl, (size_t)T * O},
+        {&w->go, (size_t)T * O}, {&w->ao, TD}, {&w->pn, TD}, {&w->pnr, T}, {&w->x1, TD},
+        {&w->m, TD}, {&w->mr, T}, {&w->cs, (size_t)T * COND_RANK}, {&w->csm, (size_t)T * COND_RANK},
+        {&w->cond, (size_t)T * N}, {&w->z0, (size_t)T * N}, {&w->z1, (size_t)T * N},
+        {&w->z1p, (size_t)T * N}, {&w->h, (size_t)T * N}, {&w->hs, (size_t)T * N},
+        {&w->z2, (size_t)T * N}, {&w->z2p, (size_t)T * N}, {&w->z3, (size_t)T * N}, {&w->bo, TD},
+    };
+    const size_t nl = sizeof l / sizeof l[0];
+    for (size_t i = 0; i < nl; i++) f[i] = l[i];
+    return nl;
+}
+
+/* Bytes of one layer's activations at length T (the + 1 per buffer: ws_alloc's spacing). */
+static size_t layer_bytes(const G3(model) * m, uint32_t T) {
+    seq_ws w;
+    ws_field f[64];
+    const size_t nf = layer_fields(m, T, &w, f);
+    size_t total = 0;
+    for (size_t i = 0; i < nf; i++) total += f[i].n + 1;
+    return total * sizeof(real);
+}
+
+/* How many layers keep their activations from the forward to the backward (not
+ * recomputed) within the model's budget: the first ones, as many as fit. */
+static uint32_t kept_layers(const G3(model) * m, uint32_t T) {
+    const size_t per = layer_bytes(m, T);
+    const size_t fit = per ? m->keep_budget / per : 0;
+    return fit < m->L ? (uint32_t)fit : m->L;
+}
 
 #define HEAD_ROWS 64 /* loss rows per logits product: [64][OV] floats (2 MB at OV 8192) */
 
 static void ws_release(G3(model) * m) {
-    if (m->ws) free(m->ws->block), free(m->ws->rowt);
+    if (m->ws) free(m->ws->block), free(m->ws->rowt), free(m->ws->lw);
     free(m->ws);
     m->ws = NULL;
     m->ws_T = 0;
@@ -1328,48 +1563,52 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
     const uint32_t cand[] = {Q, K, VV, O, N, nD};
     for (uint32_t i = 0; i < 6; i++) MX = cand[i] > MX ? cand[i] : MX;
     const size_t TD = (size_t)T * D, dsz = (size_t)T * MX + 3 * (size_t)N + 2 * (size_t)D;
-    struct {
-        real **p;
-        size_t n;
-    } f[] = {
-        {&r->w.nx, (size_t)T * nD}, {&r->w.nxr, T}, {&r->w.hpre, (size_t)T * n}, {&r->w.hpost, (size_t)T * n},
-        {&r->w.hres, (size_t)T * nn}, {&r->w.sk, (size_t)T * (2 * SINKHORN_ITERS + 1) * nn}, {&r->w.u, TD},
-        {&r->w.y, TD}, {&r->w.prj, (size_t)T * pj}, {&r->w.x0, TD}, {&r->w.alpha, T}, {&r->w.ru, T},
-        {&r->w.rk, T}, {&r->w.uu, TD}, {&r->w.ku, TD}, {&r->w.a, TD}, {&r->w.ar, T},
-        {&r->w.ql, (size_t)T * Q}, {&r->w.kl, (size_t)T * K}, {&r->w.vl, (size_t)T * VV},
-        {&r->w.qc, (size_t)T * Q}, {&r->w.kc, (size_t)T * K}, {&r->w.v, (size_t)T * VV},
-        {&r->w.qn, (size_t)T * Q}, {&r->w.kn, (size_t)T * K}, {&r->w.qnr, (size_t)T * H},
-        {&r->w.knr, (size_t)T * KV}, {&r->w.qr, (size_t)T * Q}, {&r->w.kr, (size_t)T * K},
-        {&r->w.P, (size_t)H * T * T}, {&r->w.o, (size_t)T * O}, {&r->w.gl, (size_t)T * O},
-        {&r->w.go, (size_t)T * O}, {&r->w.ao, TD}, {&r->w.pn, TD}, {&r->w.pnr, T}, {&r->w.x1, TD},
-        {&r->w.m, TD}, {&r->w.mr, T}, {&r->w.cs, (size_t)T * COND_RANK}, {&r->w.csm, (size_t)T * COND_RANK},
-        {&r->w.cond, (size_t)T * N}, {&r->w.z0, (size_t)T * N}, {&r->w.z1, (size_t)T * N},
-        {&r->w.z1p, (size_t)T * N}, {&r->w.h, (size_t)T * N}, {&r->w.hs, (size_t)T * N},
-        {&r->w.z2, (size_t)T * N}, {&r->w.z2p, (size_t)T * N}, {&r->w.z3, (size_t)T * N}, {&r->w.bo, TD},
+    const size_t nthr = m->pool ? (size_t)cpu_pool_threads(m->pool) : 1; /* attention's scratch per thread */
+    ws_field f[96];
+    size_t nf = 0;
+    const ws_field shared[] = {
         {&r->w.dys, TD}, {&r->w.dus, TD}, {&r->w.dzs, (size_t)T * pj}, {&r->w.d1, dsz}, {&r->w.d2, dsz},
         {&r->w.d3, dsz}, {&r->w.d4, dsz}, {&r->w.d5, dsz}, {&r->w.d6, dsz}, {&r->w.d7, dsz},
         {&r->w.tmp, dsz + T}, {&r->w.rope_c, (size_t)T * (m->qk / 2)}, {&r->w.rope_s, (size_t)T * (m->qk / 2)},
-        {&r->w.dPs, (size_t)T * T}, {&r->w.PT, (size_t)T * T}, {&r->w.k1, (size_t)T * MX}, {&r->w.k2, (size_t)T * MX}, {&r->w.k3, (size_t)T * N}, {&r->w.k4, (size_t)T * N},
+        {&r->w.dPs, nthr * T * T}, {&r->w.PT, nthr * T * T}, {&r->w.dvh, (size_t)H * T * m->vd},
+        {&r->w.dkh, (size_t)H * T * m->qk}, {&r->w.k1, (size_t)T * MX}, {&r->w.k2, (size_t)T * MX}, {&r->w.k3, (size_t)T * N}, {&r->w.k4, (size_t)T * N},
         {&r->e, (size_t)T * E}, {&r->vl, TD}, {&r->de, (size_t)T * E}, {&r->dvl, TD}, {&r->ek, S * TD},
         {&r->ev, S * TD}, {&r->dek, S * TD}, {&r->dev, S * TD}, {&r->Xs, (size_t)(m->L + 1) * T * nD},
         {&r->dXa, (size_t)T * nD}, {&r->dXb, (size_t)T * nD}, {&r->logits, (size_t)HEAD_ROWS * m->OV}, {&r->xf, TD},
         {&r->xn, TD}, {&r->dxn, (size_t)HEAD_ROWS * D}, {&r->dxf, D}, {&r->et, (size_t)D * m->OV},
         {&r->rrow, T},
     };
-    const size_t nf = sizeof f / sizeof f[0];
+    for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) f[nf++] = shared[i];
+    /* one copy of a layer's activations for the layers recomputed (none when all are kept) */
+    const uint32_t keep = kept_layers(m, T);
+    if (keep < m->L) nf += layer_fields(m, T, &r->w, f + nf);
     size_t total = 0;
     for (size_t i = 0; i < nf; i++) total += f[i].n + 1;
-    r->block = calloc(total, sizeof *r->block);
+    const size_t per = layer_bytes(m, T) / sizeof(real);
+    r->block = calloc(total + (size_t)keep * per, sizeof *r->block);
     r->rowt = calloc(T, sizeof *r->rowt);
-    if (!r->block || !r->rowt) {
+    r->lw = calloc(m->L, sizeof *r->lw);
+    if (!r->block || !r->rowt || !r->lw) {
         free(r->block);
         free(r->rowt);
+        free(r->lw);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "train: out of memory for T = %u", T);
     }
     size_t off = 0;
     for (size_t i = 0; i < nf; i++) {
         *f[i].p = r->block + off;
         off += f[i].n + 1;
+    }
+    r->keep = keep;
+    for (uint32_t l = 0; l < m->L; l++) {
+        r->lw[l] = r->w; /* the shared buffers, and the recomputed layer's */
+        if (l >= keep) continue;
+        ws_field lf[64];
+        const size_t nl = layer_fields(m, T, &r->lw[l], lf);
+        for (size_t i = 0; i < nl; i++) {
+            *lf[i].p = r->block + off;
+            off += lf[i].n + 1;
+        }
     }
     return 0;
 }
@@ -1437,7 +1676,7 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                 for (uint32_t c = 0; c < D; c++)
                     r.Xs[(size_t)t * nD + (size_t)i * D + c] = m->t[P_EMB].w[(size_t)tok[t] * D + c] * escale;
         for (uint32_t l = 0; l < L; l++)
-            lane_fwd(m, l, &sq, &r.w, r.Xs + (size_t)l * T * nD, r.Xs + (size_t)(l + 1) * T * nD);
+            lane_fwd(m, l, &sq, &r.lw[l], r.Xs + (size_t)l * T * nD, r.Xs + (size_t)(l + 1) * T * nD);
         /* mean over lanes, final_norm, tied (out_vocab) logits, masked cross-entropy */
         const real *XL = r.Xs + (size_t)L * T * nD;
         real *dX = r.dXa;
@@ -1497,11 +1736,13 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
         memset(r.dev, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dev);
         for (uint32_t l = L; l-- > 0;) {
             const real *Xin = r.Xs + (size_t)l * T * nD;
-            m->prof->recomp = 1;
-            lane_fwd(m, l, &sq, &r.w, Xin, r.Xs + (size_t)(l + 1) * T * nD); /* recompute */
-            m->prof->recomp = 0;
+            if (l >= r.keep) { /* not kept: the layer's forward again (the same bits) */
+                m->prof->recomp = 1;
+                lane_fwd(m, l, &sq, &r.lw[l], Xin, r.Xs + (size_t)(l + 1) * T * nD);
+                m->prof->recomp = 0;
+            }
             real *dXi = dX == r.dXa ? r.dXb : r.dXa;
-            lane_back(m, l, &sq, &r.w, Xin, dX, dXi);
+            lane_back(m, l, &sq, &r.lw[l], Xin, dX, dXi);
             dX = dXi;
         }
         for (uint32_t t = 0; t < T && !m->t[P_EMB].frozen; t++) {

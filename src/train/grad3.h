@@ -4,9 +4,11 @@
  * differentiated by hand, op by op, for the masked cross-entropy of finetune._loss.
  *
  * Parameters are named tensors, the flax tree paths joined by '/' (the official checkpoint
- * names); each has a gradient buffer of its shape. Memory: the forward keeps only the
- * lane stream at each layer boundary (per sequence); the backward recomputes one layer at
- * a time (activation checkpointing), so activations are O(L*T*n*D + one layer).
+ * names); each has a gradient buffer of its shape. Memory: the forward keeps the lane
+ * stream at each layer boundary (per sequence) and every activation of as many layers as
+ * a byte budget holds (g3_set_keep_budget); the backward recomputes the other layers one
+ * at a time (activation checkpointing), so activations are O(L*T*n*D + budget + one
+ * layer). Keeping or recomputing gives the same bits.
  *
  * Compiled for float (the library) and, by tests/kernels/test_train_ops.c, for double through the
  * G3_REAL / G3 macros (finite differences need double). */
@@ -59,12 +61,26 @@ G3(tensor) *G3(find)(G3(model) *m, const char *name);
  * int8 of q, k (after RoPE) and v; every one straight-through in the backward. */
 void G3(set_fake_quant)(G3(model) * m, int on);
 
+/* The bytes of layer activations the loss may keep from the forward to the backward
+ * instead of recomputing those layers (the first layers, as many as fit; 0: recompute
+ * every layer). Default G3_KEEP_DEFAULT: at the released geometry all 20 layers of a
+ * 256-token sequence (~31 MB each) and 13 of a 1024-token one (~160 MB each), so a
+ * 16 x 1024 LoRA step stays under 4 GB. Gradients are bit-identical for every budget. */
+#define G3_KEEP_DEFAULT ((size_t)2 << 30)
+void G3(set_keep_budget)(G3(model) * m, size_t bytes);
+/* How many layers a sequence of length T keeps under the current budget. */
+uint32_t G3(kept_layers)(const G3(model) * m, uint32_t T);
+
 /* Threads for the dense products (n <= 0: NEEDLE_THREADS, else the online cores; 1: none).
  * Results are bit-identical for every count. Returns 0 or a negative needle_status. */
 int G3(set_threads)(G3(model) * m, int n);
 
 /* fn(arg, i, n) for i in [0, n) on the model's n threads (n = 1 without a pool or m NULL) */
 void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg);
+/* fn(arg, i, n) on the caller and on every thread that joins before the caller's call
+ * returns (cpu_pool_run_shared): for fn that takes its work from a shared counter until
+ * none is left, so a descheduled thread delays no one. i: a distinct index < n. */
+void G3(run_shared)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg);
 
 /* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
  * max(sum mask[:, 1:], 1); with grads != 0 every tensor's g is overwritten with dloss/dw.

@@ -1,6 +1,7 @@
 /* LoRA and CQ straight-through over the Needle 3 training core (see lora3.h). */
 #include "train/lora3.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -176,6 +177,42 @@ static void product(const g3_model *m, const float *A, const float *B, float *C,
     g3_run_parallel(m, ab_worker, &j);
 }
 
+/* The merge W = W0 + scale * (A @ B) of every row of a stacked kernel, rows taken
+ * MERGE_ROWS at a time from a shared counter. Each element is the sum over q in order
+ * (s = s + a * b, no contraction in this library) kept in W's row while it is summed,
+ * with q outside the columns so the columns vectorize. */
+#define MERGE_ROWS 32
+typedef struct merge_job {
+    const float *A, *Bm, *W0; /* [lead][in][r], [lead][r][out], [lead][in][out] */
+    float *W;
+    uint64_t in, r, out;
+    float scale;
+    uint64_t rows; /* lead * in */
+    atomic_uint next;
+} merge_job;
+
+static void merge_worker(void *arg, int i, int n) {
+    merge_job *j = arg;
+    (void)i, (void)n;
+    const uint64_t in = j->in, r = j->r, out = j->out;
+    for (;;) {
+        const uint64_t r0 = (uint64_t)atomic_fetch_add_explicit(&j->next, 1u, memory_order_relaxed) * MERGE_ROWS;
+        if (r0 >= j->rows) break;
+        const uint64_t r1 = j->rows - r0 < MERGE_ROWS ? j->rows : r0 + MERGE_ROWS;
+        for (uint64_t row = r0; row < r1; row++) {
+            const uint64_t l = row / in, ii = row % in;
+            const float *a = j->A + (l * in + ii) * r, *Bm = j->Bm + l * r * out, *w0 = j->W0 + row * out;
+            float *w = j->W + row * out;
+            for (uint64_t o = 0; o < out; o++) w[o] = 0;
+            for (uint64_t q = 0; q < r; q++) {
+                const float aq = a[q], *b = Bm + q * out;
+                for (uint64_t o = 0; o < out; o++) w[o] = w[o] + aq * b[o];
+            }
+            for (uint64_t o = 0; o < out; o++) w[o] = w0[o] + j->scale * w[o];
+        }
+    }
+}
+
 int g3_lora_step(g3_lora_prep *p, const train_adapter *ad, const int32_t *ids, const float *mask, uint32_t B,
                  uint32_t T, double *loss, float **dA, float **dB) {
     *loss = 0;
@@ -189,17 +226,10 @@ int g3_lora_step(g3_lora_prep *p, const train_adapter *ad, const int32_t *ids, c
         g3_tensor *t = p->kern[k];
         const uint32_t nd = lo->a.ndim;
         const uint64_t in = lo->a.shape[nd - 2], r = lo->a.shape[nd - 1], out = lo->b.shape[nd - 1];
-        const uint64_t lead = t->numel / (in * out);
-        for (uint64_t l = 0; l < lead; l++) {
-            const float *A = lo->a.data + l * in * r, *Bm = lo->b.data + l * r * out, *W0 = p->base[k] + l * in * out;
-            float *W = t->w + l * in * out;
-            for (uint64_t i = 0; i < in; i++)
-                for (uint64_t o = 0; o < out; o++) {
-                    float s = 0;
-                    for (uint64_t q = 0; q < r; q++) s += A[i * r + q] * Bm[q * out + o];
-                    W[i * out + o] = W0[i * out + o] + (float)ad->scale * s;
-                }
-        }
+        merge_job j = {lo->a.data, lo->b.data, p->base[k], t->w, in, r, out, (float)ad->scale,
+                       t->numel / (in * out) * in, 0};
+        atomic_init(&j.next, 0u);
+        g3_run_shared(m, merge_worker, &j);
     }
     g3_profile_phase(m, G3_PH_QUANT);
     for (uint32_t k = 0; k < ad->n && p->cb && !st; k++) st = cq_leaf(m, p->cb, p->kern[k]);

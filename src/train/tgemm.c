@@ -63,6 +63,20 @@ void tg_share(const tg_level *lv, const tg_gemm *g, int i, int nthreads) {
     if (hi > lo) lv->block(g, 0, g->M, lo, hi);
 }
 
+uint32_t tg_item_count(const tg_gemm *g) {
+    if (!g->M || !g->N) return 0;
+    return ((g->M + TG_ITEM_ROWS - 1) / TG_ITEM_ROWS) * ((g->N + TG_ITEM_COLS - 1) / TG_ITEM_COLS);
+}
+
+void tg_item(const tg_level *lv, const tg_gemm *g, uint32_t k) {
+    const uint32_t cols = (g->N + TG_ITEM_COLS - 1) / TG_ITEM_COLS;
+    const uint32_t m0 = k / cols * TG_ITEM_ROWS, n0 = k % cols * TG_ITEM_COLS;
+    if (m0 >= g->M) return;
+    const uint32_t m1 = g->M - m0 < TG_ITEM_ROWS ? g->M : m0 + TG_ITEM_ROWS;
+    const uint32_t n1 = g->N - n0 < TG_ITEM_COLS ? g->N : n0 + TG_ITEM_COLS;
+    lv->block(g, m0, m1, n0, n1);
+}
+
 /* a tile of source rows and columns stays in L1 both ways; 8, not more: at power-of-two
  * strides a larger tile's destination lines share a few L1 sets and evict each other
  * (512 x 512: 16 is 3x faster than 32, 2048 x 512: 8 is 2x faster than 16) */

@@ -49,6 +49,16 @@ const tg_level *tg_level_best(void);
  * union is C. Every element's arithmetic is fixed (above), so the split is free. */
 void tg_share(const tg_level *lv, const tg_gemm *g, int i, int nthreads);
 
+/* The product cut into work items for threads that take them from a shared counter (a
+ * thread the OS has descheduled then delays no one): blocks of TG_ITEM_ROWS rows x
+ * TG_ITEM_COLS columns of C, row blocks outermost. Item k computes its block of C; the
+ * items partition C, and every element's arithmetic is fixed (above), so which thread
+ * takes which item does not change a bit. */
+#define TG_ITEM_ROWS 48u  /* 8 register tiles of 6 rows */
+#define TG_ITEM_COLS 128u /* 4 AVX-512 (8 AVX2) column panels */
+uint32_t tg_item_count(const tg_gemm *g);
+void tg_item(const tg_level *lv, const tg_gemm *g, uint32_t k);
+
 /* dst[c][r] = src[r][c] for an r x c matrix (row strides as given) */
 void tg_transpose(const float *src, size_t lds, float *dst, size_t ldd, uint32_t rows, uint32_t cols);
 

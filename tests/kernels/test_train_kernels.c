@@ -21,9 +21,10 @@ static float rnd(void) {
 }
 
 /* shapes: tails of every vector width (1..33 columns), row tails of the 6-row tiles, the
- * 96-row cache block crossed, K of 1 and long chains */
+ * 96-row cache block and the 48 x 128 work items crossed, K of 1 and long chains */
 static const uint32_t SHAPES[][3] = {{1, 1, 1},   {5, 7, 3},    {6, 16, 9},   {7, 17, 31},
-                                     {13, 33, 64}, {97, 40, 5}, {100, 47, 37}, {2, 130, 33}, {13, 8, 768}};
+                                     {13, 33, 64}, {97, 40, 5}, {100, 47, 37}, {2, 130, 33}, {13, 8, 768},
+                                     {100, 260, 17}};
 
 static void check_level(const tg_level *lv) {
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {
@@ -49,6 +50,14 @@ static void check_level(const tg_level *lv) {
                 CHECK_MSG(differ == 0, "%s %ux%ux%u acc %d, %d threads: %zu floats differ, first [%zu] %.9g vs %.9g",
                           lv->name, M, N, K, acc, nt, differ, first, differ ? C1[first] : 0.0, differ ? C0[first] : 0.0);
             }
+            /* the work items (tg_item), taken last to first as a shared counter might hand them out */
+            memcpy(C1, Ci, M * ldc * sizeof *C1);
+            g.C = C1;
+            const uint32_t items = tg_item_count(&g);
+            CHECK_EQ_INT((int)items, (int)(((M + TG_ITEM_ROWS - 1) / TG_ITEM_ROWS) * ((N + TG_ITEM_COLS - 1) / TG_ITEM_COLS)));
+            for (uint32_t k = items; k-- > 0;) tg_item(lv, &g, k);
+            CHECK_MSG(memcmp(C0, C1, M * ldc * sizeof *C0) == 0, "%s %ux%ux%u acc %d: the work items differ",
+                      lv->name, M, N, K, acc);
         }
         /* the oracle itself against a double sum (the fmaf chain is within K ulps of it) */
         if (strcmp(lv->name, "scalar")) {

@@ -365,6 +365,61 @@ static void test_lora_prepared_steps(void) {
     fx_batch_free(&b);
 }
 
+/* Keeping a layer's activations from the forward to the backward (g3_set_keep_budget)
+ * instead of recomputing it gives the loss and every gradient bit for bit: no layer
+ * kept, the first one only, and all of them (g3a, A8 on, 2 threads); the recompute phase
+ * of the profile runs exactly when a layer is not kept. */
+static void test_keep_budget_bit_identical(void) {
+    g3_model *m = NULL;
+    fx_batch b;
+    CHECK(fx_model("grad_v3/g3a", &m) == 0);
+    CHECK(fx_batch_load(fixture_path("grad_v3/g3a.batch.jsonl"), &b) == 0);
+    if (!m || !b.B) {
+        g3_model_free(m);
+        return;
+    }
+    g3_set_fake_quant(m, 1);
+    CHECK(g3_set_threads(m, 2) == 0);
+    size_t one = 1; /* the smallest budget that keeps a layer */
+    g3_set_keep_budget(m, 0);
+    while (g3_kept_layers(m, b.T) == 0 && one < ((size_t)1 << 40)) g3_set_keep_budget(m, one <<= 1);
+    const uint32_t layers = g3_kept_layers(m, b.T);
+    g3_set_keep_budget(m, G3_KEEP_DEFAULT);
+    const uint32_t all = g3_kept_layers(m, b.T);
+    CHECK_MSG(layers == 1 && all > 1, "budget %zu keeps %u layers, the default %u", one, layers, all);
+    const size_t budgets[3] = {0, one, G3_KEEP_DEFAULT};
+    const uint32_t want_kept[3] = {0, 1, all};
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < g3_tensor_count(m); i++) total += g3_tensor_at(m, i)->numel;
+    float *first = malloc(total * sizeof *first);
+    double loss0 = 0;
+    for (int k = 0; k < 3 && first; k++) {
+        g3_set_keep_budget(m, budgets[k]);
+        CHECK_EQ_INT((int)g3_kept_layers(m, b.T), (int)want_kept[k]);
+        g3_profile_reset(m);
+        double loss = 0;
+        CHECK(g3_loss(m, b.ids, b.mask, b.B, b.T, 1, &loss) == 0);
+        const double recomputed = g3_profile(m)[G3_PH_RECOMP];
+        CHECK_MSG(k == 2 ? recomputed == 0 : recomputed > 0, "budget %zu: %g s recomputing", budgets[k],
+                  recomputed);
+        uint64_t off = 0, differ = 0;
+        for (uint32_t i = 0; i < g3_tensor_count(m); i++) {
+            const g3_tensor *t = g3_tensor_at(m, i);
+            if (k == 0)
+                memcpy(first + off, t->g, t->numel * sizeof *first);
+            else
+                differ += memcmp(first + off, t->g, t->numel * sizeof *first) != 0;
+            off += t->numel;
+        }
+        if (k == 0) loss0 = loss;
+        CHECK_MSG(loss == loss0 && differ == 0, "budget %zu: loss %.9g vs %.9g, %llu tensors differ", budgets[k],
+                  loss, loss0, (unsigned long long)differ);
+    }
+    free(first);
+    g3_model_free(m);
+    fx_batch_free(&b);
+}
+
 static void test_float_gradients(void) {
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) check_float(MODELS[i]);
 }
@@ -376,5 +431,6 @@ int main(void) {
     RUN(test_cli);
     RUN(test_threads_bit_identical);
     RUN(test_lora_prepared_steps);
+    RUN(test_keep_budget_bit_identical);
     return test_summary();
 }
