@@ -12,7 +12,9 @@
 #   4. `needle eval` of the built .cact on the same two sets (after).
 #
 # usage: sh train/finetune_example.sh [WORK_DIR]      (default train/work/finetune_example)
-# Knobs (environment): EXAMPLES (320), EPOCHS (1), BATCH (8), LR (2e-3), THREADS (0: all
+# Knobs (environment): EXAMPLES (400), MIX (400: examples of the demo's own 27 tools, its
+# second-generation training mix with its refusals, shuffled in so that learning six tools
+# does not unlearn the others or refusing), EPOCHS (2), BATCH (8), LR (1e-3), THREADS (0: all
 # cores), MAX_STEPS (0: the whole schedule), EVAL_LIMIT (0: every line), NEEDLE (the CLI,
 # default build/needle). The README's numbers come from the defaults; the ctest
 # `finetune_example` runs it CI-sized (a few examples, two steps, a few eval lines).
@@ -20,10 +22,11 @@ set -eu
 cd "$(dirname "$0")/.."
 NEEDLE=${NEEDLE:-build/needle}
 WORK=${1:-train/work/finetune_example}
-EXAMPLES=${EXAMPLES:-320}
-EPOCHS=${EPOCHS:-1}
+EXAMPLES=${EXAMPLES:-400}
+MIX=${MIX:-400}
+EPOCHS=${EPOCHS:-2}
 BATCH=${BATCH:-8}
-LR=${LR:-2e-3}
+LR=${LR:-1e-3}
 THREADS=${THREADS:-0}
 MAX_STEPS=${MAX_STEPS:-0}
 EVAL_LIMIT=${EVAL_LIMIT:-0}
@@ -36,6 +39,17 @@ steps=""
 [ "$MAX_STEPS" -gt 0 ] && steps="--max-steps $MAX_STEPS"
 
 python3 train/gen_data.py --unseen-train "$EXAMPLES" --out "$WORK"
+data=$WORK/unseen_train.jsonl
+if [ "$MIX" -gt 0 ]; then
+    python3 train/gen_data.py --out "$WORK/old" --train "$MIX" --test 0 --test2 0 --unseen 0 >/dev/null
+    # one file, the two kinds shuffled together (a fixed seed: the same file every run)
+    cat "$WORK/unseen_train.jsonl" "$WORK/old/train.jsonl" | python3 -c '
+import random, sys
+lines = sys.stdin.readlines()
+random.Random(0).shuffle(lines)
+sys.stdout.write("".join(lines))' > "$WORK/mix.jsonl"
+    data=$WORK/mix.jsonl
+fi
 
 for set in unseen test2; do
     # shellcheck disable=SC2086
@@ -44,7 +58,7 @@ done
 
 start=$(date +%s)
 # shellcheck disable=SC2086
-"$NEEDLE" finetune "$WORK/unseen_train.jsonl" -w "$DEMO" --epochs "$EPOCHS" \
+"$NEEDLE" finetune "$data" -w "$DEMO" --epochs "$EPOCHS" \
     --batch-size "$BATCH" --lr "$LR" -t "$THREADS" $steps \
     -o "$WORK/unseen_lora.safetensors" | tee "$WORK/finetune.txt"
 end=$(date +%s)

@@ -9,7 +9,7 @@ work=$(mktemp -d /tmp/needle_finetune_example_XXXXXX)
 cli=${NEEDLE_CLI:-$root/build/needle}
 case $cli in /*) ;; *) cli=$(pwd)/$cli ;; esac
 out=$work/log.txt
-if ! NEEDLE="$cli" EXAMPLES=16 BATCH=4 MAX_STEPS=2 EVAL_LIMIT=4 THREADS=2 \
+if ! NEEDLE="$cli" EXAMPLES=16 MIX=16 BATCH=4 MAX_STEPS=2 EVAL_LIMIT=4 THREADS=2 \
     sh "$root/train/finetune_example.sh" "$work/run" > "$out" 2>&1; then
     cat "$out"
     echo "FAIL: train/finetune_example.sh exited non-zero"
