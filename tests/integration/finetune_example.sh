@@ -1,6 +1,6 @@
 #!/bin/sh
 # The README's worked example (train/finetune_example.sh) CI-sized, so its commands cannot
-# rot: 16 composed examples, 2 LoRA steps of 4 rows on the demo model, 4 eval lines per
+# rot: 16 composed examples for the six tools + 16 of the demo's mix, 2 LoRA steps of 4 rows on the demo model, 4 eval lines per
 # set; checks that every stage ran and wrote its report. About 40 s on 2 shared cores.
 # usage: sh tests/integration/finetune_example.sh PROJECT_ROOT   (NEEDLE_CLI: the CLI to run)
 set -eu
@@ -16,7 +16,7 @@ if ! NEEDLE="$cli" EXAMPLES=16 MIX=16 BATCH=4 MAX_STEPS=2 EVAL_LIMIT=4 THREADS=2
     exit 1
 fi
 fail=0
-for want in "wrote 16 unseen-tool training examples" "data      16 examples" \
+for want in "wrote 16 unseen-tool training examples" "data      32 examples" \
     "stopped   at step 2/" "fine-tune wall time:" "unseen  before  exact match" \
     "unseen  after   exact match" "test2   before  exact match" "test2   after   exact match"; do
     if ! grep -q "$want" "$out"; then
@@ -32,6 +32,7 @@ if grep -o '"answers": \[{"name": "[a-z_]*"' "$work/run/unseen_train.jsonl" |
     fail=1
 fi
 [ -s "$work/run/unseen_lora.cact" ] || { echo "FAIL: no built .cact"; fail=1; }
+[ "$(wc -l < "$work/run/mix.jsonl")" -eq 32 ] || { echo "FAIL: the mix is not 16 + 16 lines"; fail=1; }
 if [ $fail -ne 0 ]; then
     cat "$out"
     exit 1
