@@ -463,24 +463,7 @@ UNSEEN_TRAIN_PHRASES = {"book_flight": _flight_t, "add_to_shopping_list": _shopp
 def example_unseen_train(p, names):
     """example_unseen's mix (12% refusals with the requested tool undeclared, 18% two
     calls) over the training phrasings."""
-    new = sorted(UNSEEN_TOOLS)
-    r = p.r.random()
-    if r < 0.12:
-        want = p.r.choice(new)
-        frag, _ = UNSEEN_TRAIN_PHRASES[want](p)
-        return p.dress(frag, []), p.r.sample(names, p.tool_count(1, 4)), []
-    called = p.r.sample(new, 2 if r < 0.3 else 1)
-    frags, calls = [], []
-    for n in called:
-        frag, args = UNSEEN_TRAIN_PHRASES[n](p)
-        frags.append(frag)
-        calls.append({"name": n, "arguments": args})
-    q = frags[0]
-    for f in frags[1:]:
-        q += p.pick(RUNON) + f
-    declared = called + p.r.sample(names, max(0, p.tool_count(len(called), 5) - len(called)))
-    p.r.shuffle(declared)
-    return p.dress(q, calls), declared, calls
+    return example_unseen(p, names, UNSEEN_TRAIN_PHRASES)
 
 
 def make_unseen_train(n, seed, heldout_queries=()):
@@ -624,19 +607,21 @@ def _recipe(p):
     return t.format(d=dish), {"dish": dish}
 
 
-def example_unseen(p, names):
+def example_unseen(p, names, phrases=None):
     """A request for one (sometimes two) of the unseen tools among known distractors, or
-    a refusal when the requested unseen tool is not declared."""
+    a refusal when the requested unseen tool is not declared. `phrases`: the phrasing
+    table (default UNSEEN_PHRASES, the held-out side)."""
+    phrases = phrases or UNSEEN_PHRASES
     new = sorted(UNSEEN_TOOLS)
     r = p.r.random()
     if r < 0.12:
         want = p.r.choice(new)
-        frag, _ = UNSEEN_PHRASES[want](p)
+        frag, _ = phrases[want](p)
         return p.dress(frag, []), p.r.sample(names, p.tool_count(1, 4)), []
     called = p.r.sample(new, 2 if r < 0.3 else 1)
     frags, calls = [], []
     for n in called:
-        frag, args = UNSEEN_PHRASES[n](p)
+        frag, args = phrases[n](p)
         frags.append(frag)
         calls.append({"name": n, "arguments": args})
     q = frags[0]
