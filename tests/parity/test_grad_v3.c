@@ -382,7 +382,7 @@ static void test_keep_budget_bit_identical(void) {
     CHECK(g3_set_threads(m, 2) == 0);
     size_t one = 1; /* the smallest budget that keeps a layer */
     g3_set_keep_budget(m, 0);
-    while (g3_kept_layers(m, b.T) == 0 && one < ((size_t)1 << 40)) g3_set_keep_budget(m, one <<= 1);
+    while (g3_kept_layers(m, b.T) == 0 && one < SIZE_MAX / 2) g3_set_keep_budget(m, one <<= 1);
     const uint32_t layers = g3_kept_layers(m, b.T);
     g3_set_keep_budget(m, G3_KEEP_DEFAULT);
     const uint32_t all = g3_kept_layers(m, b.T);
