@@ -91,6 +91,8 @@ struct G3(model) {
 struct g3_scratch {
     float *wt, *xt;
     size_t wt_cap, xt_cap;
+    const float *xt_of; /* the x whose transpose xt holds (mm_back_same_x reuses it) */
+    uint32_t xt_T, xt_in;
 };
 
 #ifndef G3_GENERIC_PRODUCTS
@@ -251,18 +253,24 @@ static void mm(const G3(model) * m, const real *x, const real *W, real *y, uint3
     G3(profile_phase)(m, was);
 }
 
-/* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight) */
-static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
-                    uint32_t T, uint32_t in, uint32_t out) {
+/* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight); same_x: x
+ * is unchanged since the previous mm_back on it, whose transpose is still in the scratch
+ * (q/k/v/gate share one input, the three mHC projections another) */
+static void mm_back_reuse(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
+                      uint32_t T, uint32_t in, uint32_t out, int same_x) {
     const int was = G3(profile_phase)(m, G3_PH_B_PROD);
 #ifdef G3_GENERIC_PRODUCTS
+    (void)same_x;
     mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
     run_job(m, &j);
 #else
     struct g3_scratch *s = m->scr;
     float *wt = dx ? scratch_grow(&s->wt, &s->wt_cap, (size_t)in * out) : NULL;
+    const int have_xt = same_x && s->xt_of == x && s->xt_T == T && s->xt_in == in;
+    if (!same_x) s->xt_of = NULL; /* any other product breaks the chain of reuses */
     float *xt = dW ? scratch_grow(&s->xt, &s->xt_cap, (size_t)in * T) : NULL;
     if ((dx && !wt) || (dW && !xt)) { /* no memory for a transpose: the plain loops */
+        s->xt_of = NULL;
         mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
         run_job(m, &j);
     } else {
@@ -272,13 +280,19 @@ static void mm_back(const G3(model) * m, const real *x, const real *W, const rea
             run_tg(m, &g);
         }
         if (dW) { /* dW += x^T dy */
-            tg_transpose(x, in, xt, T, T, in);
+            if (!have_xt) tg_transpose(x, in, xt, T, T, in);
+            s->xt_of = x, s->xt_T = T, s->xt_in = in;
             const tg_gemm g = {xt, dy, dW, T, out, out, in, out, T, 1};
             run_tg(m, &g);
         }
     }
 #endif
     G3(profile_phase)(m, was);
+}
+
+static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
+                    uint32_t T, uint32_t in, uint32_t out) {
+    mm_back_reuse(m, x, W, dy, dx, dW, T, in, out, 0);
 }
 
 #ifdef G3_GENERIC_PRODUCTS
@@ -949,9 +963,10 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         memcpy(bufv, dv, (size_t)T * VV * sizeof *bufv);
     }
     G3(profile_phase)(m, G3_PH_OTHER);
-    mm_back(m, w->a, LW(m, P_WQ, l), bufq, da, LGD(m, P_WQ, l), T, D, Q);
-    mm_back(m, w->a, LW(m, P_WK, l), bufk, da, LGD(m, P_WK, l), T, D, K);
-    mm_back(m, w->a, LW(m, P_WV, l), bufv, da, LGD(m, P_WV, l), T, D, VV);
+    /* w->a is gate_proj's input too (above): its transpose is kept from there */
+    mm_back_reuse(m, w->a, LW(m, P_WQ, l), bufq, da, LGD(m, P_WQ, l), T, D, Q, 1);
+    mm_back_reuse(m, w->a, LW(m, P_WK, l), bufk, da, LGD(m, P_WK, l), T, D, K, 1);
+    mm_back_reuse(m, w->a, LW(m, P_WV, l), bufv, da, LGD(m, P_WV, l), T, D, VV, 1);
     /* norm in */
     for (uint32_t t = 0; t < T; t++)
         zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
@@ -1187,8 +1202,8 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
     }
     memset(dnx, 0, (size_t)T * nD * sizeof *dnx);
     mm_back(m, w->nx, pp, dzpre, dnx, gpp, T, nD, n);
-    mm_back(m, w->nx, po, dzpost, dnx, gpo, T, nD, n);
-    mm_back(m, w->nx, pr, dzres, dnx, gpr, T, nD, nn);
+    mm_back_reuse(m, w->nx, po, dzpost, dnx, gpo, T, nD, n, 1);
+    mm_back_reuse(m, w->nx, pr, dzres, dnx, gpr, T, nD, nn, 1);
     for (uint32_t t = 0; t < T; t++)
         zc_back(Xin + (size_t)t * nD, NULL, nD, w->nxr[t], dnx + (size_t)t * nD, dXi + (size_t)t * nD, NULL);
     G3(profile_phase)(m, G3_PH_OTHER);
