@@ -81,6 +81,7 @@ struct G3(model) {
     struct g3_prof *prof; /* a pointer: the const model of the ops still charges its time */
     const tg_level *lv;   /* the SIMD level of the products (tgemm.h) */
     struct g3_scratch *scr;
+    struct g3_low_rank *lr; /* [P_WO - P_WQ + 1]: the LoRA factors of q/k/v/gate/out, if routed */
     struct run_ws *ws; /* the loss's work space, kept for the next call of the same T */
     uint32_t ws_T;
     size_t keep_budget; /* bytes of layer activations kept instead of recomputed */
@@ -91,8 +92,17 @@ struct G3(model) {
 struct g3_scratch {
     float *wt, *xt;
     size_t wt_cap, xt_cap;
-    const float *xt_of; /* the x whose transpose xt holds (mm_back_same_x reuses it) */
+    const float *xt_of; /* the x whose transpose xt holds (mm_back_reuse reuses it) */
     uint32_t xt_T, xt_in;
+    float *lr_buf; /* low_rank_back's operands */
+    size_t lr_cap;
+};
+
+/* G3(set_low_rank) (grad3.h): a kernel's LoRA factors and where their products go */
+struct g3_low_rank {
+    const G3_REAL *A, *B; /* [L][in][r], [L][r][out] */
+    G3_REAL *gaT, *gb;    /* [L][r][in], [L][r][out] */
+    uint32_t r;
 };
 
 #ifndef G3_GENERIC_PRODUCTS
@@ -194,9 +204,11 @@ int G3(set_threads)(G3(model) * m, int n) {
 #define LW(m, id, l) ((m)->t[id].w + (size_t)(l) * ((m)->t[id].numel / (m)->L))
 #define LG(m, id, l) ((m)->t[id].g + (size_t)(l) * ((m)->t[id].numel / (m)->L))
 #define ET(m, s, k) (&(m)->t[P_FIXED + (s) * E_COUNT + (k)])
-/* the gradient a dense product accumulates into, NULL for a frozen weight */
+/* the gradient a dense product accumulates into, NULL for a frozen weight or one whose
+ * LoRA factors take the low-rank route (low_rank_back) */
 #define DW(t) ((t)->frozen ? NULL : (t)->g)
-#define LGD(m, id, l) ((m)->t[id].frozen ? NULL : LG(m, id, l))
+#define LOW_RANK(m, id) ((m)->lr && (m)->lr[(id) - P_WQ].A)
+#define LGD(m, id, l) ((m)->t[id].frozen || LOW_RANK(m, id) ? NULL : LG(m, id, l))
 
 /* ---- small dense helpers ------------------------------------------------------------ */
 
@@ -293,6 +305,59 @@ static void mm_back_reuse(const G3(model) * m, const real *x, const real *W, con
 static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
                     uint32_t T, uint32_t in, uint32_t out) {
     mm_back_reuse(m, x, W, dy, dx, dW, T, in, out, 0);
+}
+
+/* The low-rank route of adapted kernel `id` at layer l (G3(set_low_rank)): instead of
+ * dW += x^T dy (2 T in out flops), gaT += (dy B^T)^T x and gb += (x A)^T dy (4 T r (in +
+ * out)): the only uses of dW are dW B^T and A^T dW. Operands with r rows or columns are
+ * transposed, never x or dy. No-op for a kernel not routed. */
+static void low_rank_back(const G3(model) * m, uint32_t id, uint32_t l, const real *x, const real *dy, uint32_t T,
+                          uint32_t in, uint32_t out) {
+    if (!LOW_RANK(m, id)) return;
+    const struct g3_low_rank *q = &m->lr[id - P_WQ];
+    const uint32_t r = q->r;
+    const real *A = q->A + (size_t)l * in * r, *Bm = q->B + (size_t)l * r * out;
+    real *gaT = q->gaT + (size_t)l * r * in, *gb = q->gb + (size_t)l * r * out;
+    const int was = G3(profile_phase)(m, G3_PH_B_PROD);
+#ifdef G3_GENERIC_PRODUCTS
+    for (uint32_t t = 0; t < T; t++) {
+        const real *xt = x + (size_t)t * in, *dyt = dy + (size_t)t * out;
+        for (uint32_t k = 0; k < r; k++) {
+            real u = 0, xa = 0;
+            for (uint32_t o = 0; o < out; o++) u += dyt[o] * Bm[(size_t)k * out + o];
+            for (uint32_t i = 0; i < in; i++) xa += xt[i] * A[(size_t)i * r + k];
+            for (uint32_t i = 0; i < in; i++) gaT[(size_t)k * in + i] += u * xt[i];
+            for (uint32_t o = 0; o < out; o++) gb[(size_t)k * out + o] += xa * dyt[o];
+        }
+    }
+#else
+    struct g3_scratch *s = m->scr;
+    float *bt = scratch_grow(&s->lr_buf, &s->lr_cap, (size_t)out * r + 2 * (size_t)T * r);
+    if (!bt) { /* no memory for the operands: the same sums as plain loops */
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t k = 0; k < r; k++) {
+                float u = 0, xa = 0;
+                for (uint32_t o = 0; o < out; o++) u += dy[(size_t)t * out + o] * Bm[(size_t)k * out + o];
+                for (uint32_t i = 0; i < in; i++) xa += x[(size_t)t * in + i] * A[(size_t)i * r + k];
+                for (uint32_t i = 0; i < in; i++) gaT[(size_t)k * in + i] += u * x[(size_t)t * in + i];
+                for (uint32_t o = 0; o < out; o++) gb[(size_t)k * out + o] += xa * dy[(size_t)t * out + o];
+            }
+    } else {
+        float *u = bt + (size_t)out * r, *ut = u + (size_t)T * r;
+        tg_transpose(Bm, out, bt, r, r, out); /* bt [out][r] */
+        const tg_gemm g1 = {dy, bt, u, out, r, r, T, r, out, 0}; /* u = dy B^T [T][r] */
+        run_tg(m, &g1);
+        tg_transpose(u, r, ut, T, T, r);
+        const tg_gemm g2 = {ut, x, gaT, T, in, in, r, in, T, 1}; /* gaT += u^T x */
+        run_tg(m, &g2);
+        const tg_gemm g3 = {x, A, u, in, r, r, T, r, in, 0}; /* u = x A [T][r] */
+        run_tg(m, &g3);
+        tg_transpose(u, r, ut, T, T, r);
+        const tg_gemm g4 = {ut, dy, gb, T, out, out, r, out, T, 1}; /* gb += (x A)^T dy */
+        run_tg(m, &g4);
+    }
+#endif
+    G3(profile_phase)(m, was);
 }
 
 #ifdef G3_GENERIC_PRODUCTS
@@ -847,6 +912,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     real *da = w->d2; /* dm is consumed */
     memset(da, 0, (size_t)T * D * sizeof *da);
     mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LGD(m, P_WO, l), T, O, D);
+    low_rank_back(m, P_WO, l, w->go, dao, T, O, D);
     real *dO = w->d3, *dgl = w->d6;
     for (size_t i = 0; i < (size_t)T * O; i++) {
         const real sg = sigm(w->gl[i]);
@@ -854,6 +920,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
     }
     mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, O);
+    low_rank_back(m, P_WG, l, w->a, dgl, T, D, O);
     G3(profile_phase)(m, G3_PH_B_ATTN);
     /* attention */
     real *dqr = w->d1, *dkr = w->d6, *dv = w->d7;
@@ -967,6 +1034,9 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     mm_back_reuse(m, w->a, LW(m, P_WQ, l), bufq, da, LGD(m, P_WQ, l), T, D, Q, 1);
     mm_back_reuse(m, w->a, LW(m, P_WK, l), bufk, da, LGD(m, P_WK, l), T, D, K, 1);
     mm_back_reuse(m, w->a, LW(m, P_WV, l), bufv, da, LGD(m, P_WV, l), T, D, VV, 1);
+    low_rank_back(m, P_WQ, l, w->a, bufq, T, D, Q);
+    low_rank_back(m, P_WK, l, w->a, bufk, T, D, K);
+    low_rank_back(m, P_WV, l, w->a, bufv, T, D, VV);
     /* norm in */
     for (uint32_t t = 0; t < T; t++)
         zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
@@ -1360,13 +1430,33 @@ void G3(model_free)(G3(model) * m) {
     if (m->scr) {
         free(m->scr->wt);
         free(m->scr->xt);
+        free(m->scr->lr_buf);
     }
     free(m->scr);
+    free(m->lr);
     cpu_pool_free(m->pool);
     free(m);
 }
 
 uint32_t G3(tensor_count)(const G3(model) * m) { return m->nt; }
+
+int G3(set_low_rank)(G3(model) * m, const G3(tensor) * t, const G3_REAL *A, const G3_REAL *B, uint32_t r,
+                     G3_REAL *gaT, G3_REAL *gb) {
+    const ptrdiff_t id = t - m->t;
+    if (id < P_WQ || id > P_WO || t->ndim != 3 || t->shape[0] != m->L) return 0;
+    if (!m->lr) {
+        if (!A) return 0;
+        m->lr = calloc(P_WO - P_WQ + 1, sizeof *m->lr);
+        if (!m->lr) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    struct g3_low_rank *q = &m->lr[id - P_WQ];
+    if (!A || !B || !gaT || !gb || !r) {
+        memset(q, 0, sizeof *q);
+        return 0;
+    }
+    q->A = A, q->B = B, q->gaT = gaT, q->gb = gb, q->r = r;
+    return 1;
+}
 G3(tensor) * G3(tensor_at)(G3(model) * m, uint32_t i) { return i < m->nt ? &m->t[i] : NULL; }
 G3(tensor) * G3(find)(G3(model) * m, const char *name) {
     for (uint32_t i = 0; i < m->nt; i++)
@@ -1661,7 +1751,15 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
     run_ws r = *m->ws;
     if (grads)
         for (uint32_t i = 0; i < m->nt; i++)
-            if (m->t[i].g && !(m->t[i].frozen && frozen_skipped(i))) memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
+            if (m->t[i].g && !(m->t[i].frozen && frozen_skipped(i))) {
+                if (i >= P_WQ && i <= P_WO && LOW_RANK(m, i)) { /* its factors' sums instead */
+                    const struct g3_low_rank *q = &m->lr[i - P_WQ];
+                    const size_t in = m->t[i].shape[1], out = m->t[i].shape[2];
+                    memset(q->gaT, 0, (size_t)m->L * q->r * in * sizeof *q->gaT);
+                    memset(q->gb, 0, (size_t)m->L * q->r * out * sizeof *q->gb);
+                } else
+                    memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
+            }
     const uint32_t D = m->D, n = m->n, nD = n * D, half = m->qk / 2, L = m->L;
     /* precompute_rope_freqs in float32 as the reference */
     for (uint32_t t = 0; t < T; t++)
