@@ -161,6 +161,49 @@ AVX2 static void block256(const tg_gemm *g, uint32_t m0, uint32_t m1, uint32_t n
     }
 }
 
+/* ---- the transpose in 8 x 8 register blocks (AVX) ------------------------------------- */
+
+AVX2 static void transpose8(const float *src, size_t lds, float *dst, size_t ldd) {
+    const __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds), r2 = _mm256_loadu_ps(src + 2 * lds);
+    const __m256 r3 = _mm256_loadu_ps(src + 3 * lds), r4 = _mm256_loadu_ps(src + 4 * lds);
+    const __m256 r5 = _mm256_loadu_ps(src + 5 * lds), r6 = _mm256_loadu_ps(src + 6 * lds);
+    const __m256 r7 = _mm256_loadu_ps(src + 7 * lds);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+AVX2 static void transpose_avx(const float *src, size_t lds, float *dst, size_t ldd, uint32_t rows, uint32_t cols) {
+    uint32_t r0 = 0;
+    for (; r0 + 8 <= rows; r0 += 8) {
+        uint32_t c0 = 0;
+        for (; c0 + 8 <= cols; c0 += 8) transpose8(src + (size_t)r0 * lds + c0, lds, dst + (size_t)c0 * ldd + r0, ldd);
+        for (uint32_t c = c0; c < cols; c++)
+            for (uint32_t r = r0; r < r0 + 8; r++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+    }
+    for (uint32_t r = r0; r < rows; r++)
+        for (uint32_t c = 0; c < cols; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+}
+
+int tg_transpose_x86(const float *src, size_t lds, float *dst, size_t ldd, uint32_t rows, uint32_t cols) {
+    if (!cpu_kernels_avx2()) return 0;
+    transpose_avx(src, lds, dst, ldd, rows, cols);
+    return 1;
+}
+
 static const tg_level level512 = {"avx512", block512};
 static const tg_level level256 = {"avx2", block256};
 
@@ -172,5 +215,9 @@ const tg_level *tg_level_avx2(void) { return cpu_kernels_avx2() ? &level256 : NU
 
 const tg_level *tg_level_avx512(void) { return NULL; }
 const tg_level *tg_level_avx2(void) { return NULL; }
+int tg_transpose_x86(const float *src, size_t lds, float *dst, size_t ldd, uint32_t rows, uint32_t cols) {
+    (void)src, (void)lds, (void)dst, (void)ldd, (void)rows, (void)cols;
+    return 0;
+}
 
 #endif
