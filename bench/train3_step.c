@@ -236,7 +236,9 @@ int main(int argc, char **argv) {
     /* the dense products of one step: per layer q, k, v, gate (D x (Q+K+V+O)) and out
      * (O x D) forward, recomputed (the layers not kept), dX and dW; per engram site key and value (E x D each)
      * forward, value again in the backward, dX, and dW when trained; the logits (OV x D)
-     * forward, dX, and dW when trained; LoRA: the merge, dA and dB (in x r x out each) */
+     * forward, dX, and dW when trained; LoRA: no dW of the layer kernels but the low-rank
+     * route's four products of 2 x r x (in + out) per token (g3_set_low_rank), and the merge
+     * (in x r x out) */
     const double D = cfg.d_model, H = cfg.num_heads, KV = cfg.num_kv_heads, qk = cfg.qk_head_dim,
                  vd = cfg.v_head_dim, L = cfg.num_layers;
     const double Q = H * qk, K = KV * qk, V = KV * vd, O = H * vd;
@@ -246,8 +248,9 @@ int main(int argc, char **argv) {
     const double OV = cfg.out_vocab ? cfg.out_vocab : cfg.vocab_size;
     const double layer = D * (Q + K + V + O) + O * D, engram = cfg.num_sites * 2.0 * E * D, head = OV * D;
     const double tok = (double)B * T, rows = (double)B * (T - 1);
-    double mac = (3.0 * L + (L - kept)) * layer * tok + (full ? 3.5 : 2.5) * engram * tok + (full ? 3.0 : 2.0) * head * rows;
-    if (!full) mac += 3.0 * L * rank * (D * (Q + K + V + O) + O * D);
+    double mac = ((full ? 3.0 : 2.0) * L + (L - kept)) * layer * tok + (full ? 3.5 : 2.5) * engram * tok +
+                 (full ? 3.0 : 2.0) * head * rows;
+    if (!full) mac += L * rank * layer + L * tok * 2.0 * rank * (5.0 * D + Q + K + V + 2.0 * O);
     const double flop = 2.0 * mac;
     const bench_peak pk = bench_fma_peak(threads > 0 ? threads : 2);
     if (full)

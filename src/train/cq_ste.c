@@ -34,8 +34,43 @@ static float pairwise_sum(const float *a, uint32_t n) {
     return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
 }
 
+/* The nearest level of u = rot / denom, times nf, for a whole group (below). AVX-512F for
+ * codebooks of at most 16 levels (W4 and below: all of them in one register): the count
+ * of levels below u by 16-lane compares, both neighbours by a permute. Every step is an
+ * exactly rounded IEEE operation (divide, compare, subtract, absolute value, multiply),
+ * so the lanes give what the scalar loop gives, bit for bit. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_NEAREST512 1
+__attribute__((target("avx512f"))) static void nearest512(const float *rot, float denom, float nf,
+                                                          const float *levels, uint32_t nlev, uint32_t G, float *s) {
+    const __m512 lv = _mm512_maskz_loadu_ps((__mmask16)((1u << nlev) - 1), levels);
+    const __m512i one = _mm512_set1_epi32(1), top = _mm512_set1_epi32((int)nlev - 1);
+    const __m512 vd = _mm512_set1_ps(denom), vn = _mm512_set1_ps(nf);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+    for (uint32_t k = 0; k < G; k += 16) {
+        const __mmask16 km = G - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (G - k)) - 1);
+        const __m512 u = _mm512_div_ps(_mm512_maskz_loadu_ps(km, rot + k), vd);
+        __m512i pos = _mm512_setzero_si512();
+        for (uint32_t l = 0; l < nlev; l++) {
+            const __mmask16 below = _mm512_cmp_ps_mask(_mm512_set1_ps(levels[l]), u, _CMP_LT_OQ);
+            pos = _mm512_mask_add_epi32(pos, below, pos, one);
+        }
+        const __m512i p = _mm512_min_epi32(_mm512_max_epi32(pos, one), top);
+        const __m512 lo = _mm512_permutexvar_ps(_mm512_sub_epi32(p, one), lv), hi = _mm512_permutexvar_ps(p, lv);
+        const __m512 dlo = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_sub_ps(u, lo)), abs_mask));
+        const __m512 dhi = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(_mm512_sub_ps(u, hi)), abs_mask));
+        const __m512 q = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(dlo, dhi, _CMP_LE_OQ), hi, lo);
+        _mm512_mask_storeu_ps(s + k, km, _mm512_mul_ps(q, vn));
+    }
+}
+#else
+#define HAVE_NEAREST512 0
+#endif
+
 typedef struct fq_job {
     const tg_level *lv;
+    int nearest512; /* nearest512 above (the AVX-512 level and at most 16 levels) */
     tg_gemm g;
     int single; /* one group per line: 8-wide chains added in turn */
     uint32_t G;
@@ -85,6 +120,12 @@ static void group_share(fq_job *j, int i, int n) {
         /* the nearest level, ties to the lower one (searchsorted left, clamped to [1, n-1]),
          * for the whole group without branches (it vectorizes): in the ascending levels the
          * first one not below u is at the count of levels below u */
+#if HAVE_NEAREST512
+        if (j->nearest512) {
+            nearest512(rot, denom, nf, j->levels, j->nlev, G, s);
+            continue;
+        }
+#endif
         float u[MAX_GROUP];
         uint32_t pos[MAX_GROUP];
         for (uint32_t k = 0; k < G; k++) u[k] = rot[k] / denom, pos[k] = 0;
@@ -163,6 +204,7 @@ int train_cq_fake_quant(train_run_fn run, const void *m, const cq_codebooks *cb,
         fq_job j;
         memset(&j, 0, sizeof j);
         j.lv = lv, j.G = G, j.single = ngroups == 1, j.levels = cb->levels[bits], j.nlev = nlev;
+        j.nearest512 = HAVE_NEAREST512 && nlev >= 2 && nlev <= 16 && !strcmp(lv->name, "avx512");
         j.groups = groups, j.rot = rot, j.scaled = scaled;
         /* rot = groups @ H; with a single group per line C starts at 0 and takes the 8-chains */
         const tg_gemm rg = {x, hm, rot, G, G, G, (uint32_t)groups, G, G, 0};

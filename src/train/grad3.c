@@ -81,6 +81,7 @@ struct G3(model) {
     struct g3_prof *prof; /* a pointer: the const model of the ops still charges its time */
     const tg_level *lv;   /* the SIMD level of the products (tgemm.h) */
     struct g3_scratch *scr;
+    struct g3_low_rank *lr; /* [P_WO - P_WQ + 1]: the LoRA factors of q/k/v/gate/out, if routed */
     struct run_ws *ws; /* the loss's work space, kept for the next call of the same T */
     uint32_t ws_T;
     size_t keep_budget; /* bytes of layer activations kept instead of recomputed */
@@ -91,6 +92,17 @@ struct G3(model) {
 struct g3_scratch {
     float *wt, *xt;
     size_t wt_cap, xt_cap;
+    const float *xt_of; /* the x whose transpose xt holds (mm_back_reuse reuses it) */
+    uint32_t xt_T, xt_in;
+    float *lr_buf; /* low_rank_back's operands */
+    size_t lr_cap;
+};
+
+/* G3(set_low_rank) (grad3.h): a kernel's LoRA factors and where their products go */
+struct g3_low_rank {
+    const G3_REAL *A, *B; /* [L][in][r], [L][r][out] */
+    G3_REAL *gaT, *gb;    /* [L][r][in], [L][r][out] */
+    uint32_t r;
 };
 
 #ifndef G3_GENERIC_PRODUCTS
@@ -192,9 +204,11 @@ int G3(set_threads)(G3(model) * m, int n) {
 #define LW(m, id, l) ((m)->t[id].w + (size_t)(l) * ((m)->t[id].numel / (m)->L))
 #define LG(m, id, l) ((m)->t[id].g + (size_t)(l) * ((m)->t[id].numel / (m)->L))
 #define ET(m, s, k) (&(m)->t[P_FIXED + (s) * E_COUNT + (k)])
-/* the gradient a dense product accumulates into, NULL for a frozen weight */
+/* the gradient a dense product accumulates into, NULL for a frozen weight or one whose
+ * LoRA factors take the low-rank route (low_rank_back) */
 #define DW(t) ((t)->frozen ? NULL : (t)->g)
-#define LGD(m, id, l) ((m)->t[id].frozen ? NULL : LG(m, id, l))
+#define LOW_RANK(m, id) ((m)->lr && (m)->lr[(id) - P_WQ].A)
+#define LGD(m, id, l) ((m)->t[id].frozen || LOW_RANK(m, id) ? NULL : LG(m, id, l))
 
 /* ---- small dense helpers ------------------------------------------------------------ */
 
@@ -251,18 +265,24 @@ static void mm(const G3(model) * m, const real *x, const real *W, real *y, uint3
     G3(profile_phase)(m, was);
 }
 
-/* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight) */
-static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
-                    uint32_t T, uint32_t in, uint32_t out) {
+/* dx += dy @ W^T (dx may be NULL), dW += x^T @ dy (dW NULL: a frozen weight); same_x: x
+ * is unchanged since the previous mm_back on it, whose transpose is still in the scratch
+ * (q/k/v/gate share one input, the three mHC projections another) */
+static void mm_back_reuse(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
+                      uint32_t T, uint32_t in, uint32_t out, int same_x) {
     const int was = G3(profile_phase)(m, G3_PH_B_PROD);
 #ifdef G3_GENERIC_PRODUCTS
+    (void)same_x;
     mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
     run_job(m, &j);
 #else
     struct g3_scratch *s = m->scr;
     float *wt = dx ? scratch_grow(&s->wt, &s->wt_cap, (size_t)in * out) : NULL;
+    const int have_xt = same_x && s->xt_of == x && s->xt_T == T && s->xt_in == in;
+    if (!same_x) s->xt_of = NULL; /* any other product breaks the chain of reuses */
     float *xt = dW ? scratch_grow(&s->xt, &s->xt_cap, (size_t)in * T) : NULL;
     if ((dx && !wt) || (dW && !xt)) { /* no memory for a transpose: the plain loops */
+        s->xt_of = NULL;
         mm_job j = {x, W, dy, NULL, dx, dW, T, in, out, 1};
         run_job(m, &j);
     } else {
@@ -272,10 +292,69 @@ static void mm_back(const G3(model) * m, const real *x, const real *W, const rea
             run_tg(m, &g);
         }
         if (dW) { /* dW += x^T dy */
-            tg_transpose(x, in, xt, T, T, in);
+            if (!have_xt) tg_transpose(x, in, xt, T, T, in);
+            s->xt_of = x, s->xt_T = T, s->xt_in = in;
             const tg_gemm g = {xt, dy, dW, T, out, out, in, out, T, 1};
             run_tg(m, &g);
         }
+    }
+#endif
+    G3(profile_phase)(m, was);
+}
+
+static void mm_back(const G3(model) * m, const real *x, const real *W, const real *dy, real *dx, real *dW,
+                    uint32_t T, uint32_t in, uint32_t out) {
+    mm_back_reuse(m, x, W, dy, dx, dW, T, in, out, 0);
+}
+
+/* The low-rank route of adapted kernel `id` at layer l (G3(set_low_rank)): instead of
+ * dW += x^T dy (2 T in out flops), gaT += (dy B^T)^T x and gb += (x A)^T dy (4 T r (in +
+ * out)): the only uses of dW are dW B^T and A^T dW. Operands with r rows or columns are
+ * transposed, never x or dy. No-op for a kernel not routed. */
+static void low_rank_back(const G3(model) * m, uint32_t id, uint32_t l, const real *x, const real *dy, uint32_t T,
+                          uint32_t in, uint32_t out) {
+    if (!LOW_RANK(m, id)) return;
+    const struct g3_low_rank *q = &m->lr[id - P_WQ];
+    const uint32_t r = q->r;
+    const real *A = q->A + (size_t)l * in * r, *Bm = q->B + (size_t)l * r * out;
+    real *gaT = q->gaT + (size_t)l * r * in, *gb = q->gb + (size_t)l * r * out;
+    const int was = G3(profile_phase)(m, G3_PH_B_PROD);
+#ifdef G3_GENERIC_PRODUCTS
+    for (uint32_t t = 0; t < T; t++) {
+        const real *xt = x + (size_t)t * in, *dyt = dy + (size_t)t * out;
+        for (uint32_t k = 0; k < r; k++) {
+            real u = 0, xa = 0;
+            for (uint32_t o = 0; o < out; o++) u += dyt[o] * Bm[(size_t)k * out + o];
+            for (uint32_t i = 0; i < in; i++) xa += xt[i] * A[(size_t)i * r + k];
+            for (uint32_t i = 0; i < in; i++) gaT[(size_t)k * in + i] += u * xt[i];
+            for (uint32_t o = 0; o < out; o++) gb[(size_t)k * out + o] += xa * dyt[o];
+        }
+    }
+#else
+    struct g3_scratch *s = m->scr;
+    float *bt = scratch_grow(&s->lr_buf, &s->lr_cap, (size_t)out * r + 2 * (size_t)T * r);
+    if (!bt) { /* no memory for the operands: the same sums as plain loops */
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t k = 0; k < r; k++) {
+                float u = 0, xa = 0;
+                for (uint32_t o = 0; o < out; o++) u += dy[(size_t)t * out + o] * Bm[(size_t)k * out + o];
+                for (uint32_t i = 0; i < in; i++) xa += x[(size_t)t * in + i] * A[(size_t)i * r + k];
+                for (uint32_t i = 0; i < in; i++) gaT[(size_t)k * in + i] += u * x[(size_t)t * in + i];
+                for (uint32_t o = 0; o < out; o++) gb[(size_t)k * out + o] += xa * dy[(size_t)t * out + o];
+            }
+    } else {
+        float *u = bt + (size_t)out * r, *ut = u + (size_t)T * r;
+        tg_transpose(Bm, out, bt, r, r, out); /* bt [out][r] */
+        const tg_gemm g1 = {dy, bt, u, out, r, r, T, r, out, 0}; /* u = dy B^T [T][r] */
+        run_tg(m, &g1);
+        tg_transpose(u, r, ut, T, T, r);
+        const tg_gemm g2 = {ut, x, gaT, T, in, in, r, in, T, 1}; /* gaT += u^T x */
+        run_tg(m, &g2);
+        const tg_gemm g3 = {x, A, u, in, r, r, T, r, in, 0}; /* u = x A [T][r] */
+        run_tg(m, &g3);
+        tg_transpose(u, r, ut, T, T, r);
+        const tg_gemm g4 = {ut, dy, gb, T, out, out, r, out, T, 1}; /* gb += (x A)^T dy */
+        run_tg(m, &g4);
     }
 #endif
     G3(profile_phase)(m, was);
@@ -484,6 +563,31 @@ static void gemm1(const G3(model) * m, const float *A, size_t lda, const float *
     m->lv->block(&g, 0, M, 0, N);
 }
 
+/* The causal attention products by blocks of CAUSAL_ROWS rows. A row t of P (and of dS) is
+ * 0 past column t, so: CAUSAL_COLS, rows [r0, r1) of a product that makes such rows need
+ * columns < r1 only (the masking loops write the rest of each row); CAUSAL_TAIL, a chain
+ * over s along such a row stops at r1 (the terms it drops add exact zeros to the sum);
+ * CAUSAL_HEAD, a chain over t down a column s >= r0 of such a matrix starts at r0 (the
+ * terms before it are +0 products into a sum that is still +0). About half the flops of
+ * the full T x T. */
+#define CAUSAL_ROWS 48u
+enum { CAUSAL_COLS, CAUSAL_TAIL, CAUSAL_HEAD };
+
+static void gemm_causal(const G3(model) * m, int mode, const float *A, size_t lda, const float *B, size_t ldb,
+                        float *C, size_t ldc, uint32_t T, uint32_t N, uint32_t K, int acc) {
+    for (uint32_t r0 = 0; r0 < T; r0 += CAUSAL_ROWS) {
+        const uint32_t r1 = T - r0 < CAUSAL_ROWS ? T : r0 + CAUSAL_ROWS;
+        const float *a = A + (size_t)r0 * lda;
+        float *c = C + (size_t)r0 * ldc;
+        if (mode == CAUSAL_COLS)
+            gemm1(m, a, lda, B, ldb, c, ldc, r1 - r0, r1, K, acc);
+        else if (mode == CAUSAL_TAIL)
+            gemm1(m, a, lda, B, ldb, c, ldc, r1 - r0, N, r1, acc);
+        else
+            gemm1(m, a + r0, lda, B + (size_t)r0 * ldb, ldb, c, ldc, r1 - r0, N, T - r0, acc);
+    }
+}
+
 static void attn_fwd_worker(void *arg, int i, int n) {
     attn_job *j = arg;
     const G3(model) *m = j->m;
@@ -496,7 +600,7 @@ static void attn_fwd_worker(void *arg, int i, int n) {
         if (h >= H) break;
         const uint32_t g = h / (H / KV);
         real *Ph = w->P + (size_t)h * T * T;
-        gemm1(m, w->qr + h * qk, Q, w->k1 + (size_t)g * qk * T, T, Ph, T, T, T, qk, 0);
+        gemm_causal(m, CAUSAL_COLS, w->qr + h * qk, Q, w->k1 + (size_t)g * qk * T, T, Ph, T, T, T, qk, 0);
         for (uint32_t t = 0; t < T; t++) {
             real *P = Ph + (size_t)t * T;
             const uint32_t s0 = (win && t + 1 > win) ? t + 1 - win : 0;
@@ -513,7 +617,7 @@ static void attn_fwd_worker(void *arg, int i, int n) {
             for (uint32_t s = s0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
             for (uint32_t s = s0; s <= t; s++) P[s] /= z;
         }
-        gemm1(m, Ph, T, w->v + g * vd, VV, w->o + h * vd, O, T, vd, T, 0);
+        gemm_causal(m, CAUSAL_TAIL, Ph, T, w->v + g * vd, VV, w->o + h * vd, O, T, vd, T, 0);
     }
 }
 
@@ -530,9 +634,9 @@ static void attn_back_worker(void *arg, int i, int n) {
         if (h >= H) break;
         const uint32_t g = h / (H / KV);
         const real *Ph = w->P + (size_t)h * T * T, *dO = j->dO + h * vd;
-        gemm1(m, dO, O, w->k2 + (size_t)g * vd * T, T, dS, T, T, T, vd, 0);
+        gemm_causal(m, CAUSAL_COLS, dO, O, w->k2 + (size_t)g * vd * T, T, dS, T, T, T, vd, 0);
         tg_transpose(Ph, T, tr, T, T, T);
-        gemm1(m, tr, T, dO, O, w->dvh + (size_t)h * T * vd, vd, T, vd, T, 0);
+        gemm_causal(m, CAUSAL_HEAD, tr, T, dO, O, w->dvh + (size_t)h * T * vd, vd, T, vd, T, 0);
         for (uint32_t t = 0; t < T; t++) {
             const real *P = Ph + (size_t)t * T;
             real *d = dS + (size_t)t * T;
@@ -541,9 +645,9 @@ static void attn_back_worker(void *arg, int i, int n) {
             for (uint32_t s = s0; s <= t; s++) sum += d[s] * P[s];
             for (uint32_t s = 0; s < T; s++) d[s] = (s < s0 || s > t) ? 0 : P[s] * (d[s] - sum) * j->sc;
         }
-        gemm1(m, dS, T, w->kr + g * qk, K, j->dqr + h * qk, Q, T, qk, T, 1);
+        gemm_causal(m, CAUSAL_TAIL, dS, T, w->kr + g * qk, K, j->dqr + h * qk, Q, T, qk, T, 1);
         tg_transpose(dS, T, tr, T, T, T);
-        gemm1(m, tr, T, w->qr + h * qk, Q, w->dkh + (size_t)h * T * qk, qk, T, qk, T, 0);
+        gemm_causal(m, CAUSAL_HEAD, tr, T, w->qr + h * qk, Q, w->dkh + (size_t)h * T * qk, qk, T, qk, T, 0);
     }
 }
 #endif
@@ -833,6 +937,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     real *da = w->d2; /* dm is consumed */
     memset(da, 0, (size_t)T * D * sizeof *da);
     mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LGD(m, P_WO, l), T, O, D);
+    low_rank_back(m, P_WO, l, w->go, dao, T, O, D);
     real *dO = w->d3, *dgl = w->d6;
     for (size_t i = 0; i < (size_t)T * O; i++) {
         const real sg = sigm(w->gl[i]);
@@ -840,6 +945,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
     }
     mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, O);
+    low_rank_back(m, P_WG, l, w->a, dgl, T, D, O);
     G3(profile_phase)(m, G3_PH_B_ATTN);
     /* attention */
     real *dqr = w->d1, *dkr = w->d6, *dv = w->d7;
@@ -949,9 +1055,13 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
         memcpy(bufv, dv, (size_t)T * VV * sizeof *bufv);
     }
     G3(profile_phase)(m, G3_PH_OTHER);
-    mm_back(m, w->a, LW(m, P_WQ, l), bufq, da, LGD(m, P_WQ, l), T, D, Q);
-    mm_back(m, w->a, LW(m, P_WK, l), bufk, da, LGD(m, P_WK, l), T, D, K);
-    mm_back(m, w->a, LW(m, P_WV, l), bufv, da, LGD(m, P_WV, l), T, D, VV);
+    /* w->a is gate_proj's input too (above): its transpose is kept from there */
+    mm_back_reuse(m, w->a, LW(m, P_WQ, l), bufq, da, LGD(m, P_WQ, l), T, D, Q, 1);
+    mm_back_reuse(m, w->a, LW(m, P_WK, l), bufk, da, LGD(m, P_WK, l), T, D, K, 1);
+    mm_back_reuse(m, w->a, LW(m, P_WV, l), bufv, da, LGD(m, P_WV, l), T, D, VV, 1);
+    low_rank_back(m, P_WQ, l, w->a, bufq, T, D, Q);
+    low_rank_back(m, P_WK, l, w->a, bufk, T, D, K);
+    low_rank_back(m, P_WV, l, w->a, bufv, T, D, VV);
     /* norm in */
     for (uint32_t t = 0; t < T; t++)
         zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
@@ -1187,8 +1297,8 @@ static void lane_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, co
     }
     memset(dnx, 0, (size_t)T * nD * sizeof *dnx);
     mm_back(m, w->nx, pp, dzpre, dnx, gpp, T, nD, n);
-    mm_back(m, w->nx, po, dzpost, dnx, gpo, T, nD, n);
-    mm_back(m, w->nx, pr, dzres, dnx, gpr, T, nD, nn);
+    mm_back_reuse(m, w->nx, po, dzpost, dnx, gpo, T, nD, n, 1);
+    mm_back_reuse(m, w->nx, pr, dzres, dnx, gpr, T, nD, nn, 1);
     for (uint32_t t = 0; t < T; t++)
         zc_back(Xin + (size_t)t * nD, NULL, nD, w->nxr[t], dnx + (size_t)t * nD, dXi + (size_t)t * nD, NULL);
     G3(profile_phase)(m, G3_PH_OTHER);
@@ -1345,13 +1455,33 @@ void G3(model_free)(G3(model) * m) {
     if (m->scr) {
         free(m->scr->wt);
         free(m->scr->xt);
+        free(m->scr->lr_buf);
     }
     free(m->scr);
+    free(m->lr);
     cpu_pool_free(m->pool);
     free(m);
 }
 
 uint32_t G3(tensor_count)(const G3(model) * m) { return m->nt; }
+
+int G3(set_low_rank)(G3(model) * m, const G3(tensor) * t, const G3_REAL *A, const G3_REAL *B, uint32_t r,
+                     G3_REAL *gaT, G3_REAL *gb) {
+    const ptrdiff_t id = t - m->t;
+    if (id < P_WQ || id > P_WO || t->ndim != 3 || t->shape[0] != m->L) return 0;
+    if (!m->lr) {
+        if (!A) return 0;
+        m->lr = calloc(P_WO - P_WQ + 1, sizeof *m->lr);
+        if (!m->lr) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    struct g3_low_rank *q = &m->lr[id - P_WQ];
+    if (!A || !B || !gaT || !gb || !r) {
+        memset(q, 0, sizeof *q);
+        return 0;
+    }
+    q->A = A, q->B = B, q->gaT = gaT, q->gb = gb, q->r = r;
+    return 1;
+}
 G3(tensor) * G3(tensor_at)(G3(model) * m, uint32_t i) { return i < m->nt ? &m->t[i] : NULL; }
 G3(tensor) * G3(find)(G3(model) * m, const char *name) {
     for (uint32_t i = 0; i < m->nt; i++)
@@ -1646,7 +1776,15 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
     run_ws r = *m->ws;
     if (grads)
         for (uint32_t i = 0; i < m->nt; i++)
-            if (m->t[i].g && !(m->t[i].frozen && frozen_skipped(i))) memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
+            if (m->t[i].g && !(m->t[i].frozen && frozen_skipped(i))) {
+                if (i >= P_WQ && i <= P_WO && LOW_RANK(m, i)) { /* its factors' sums instead */
+                    const struct g3_low_rank *q = &m->lr[i - P_WQ];
+                    const size_t in = m->t[i].shape[1], out = m->t[i].shape[2];
+                    memset(q->gaT, 0, (size_t)m->L * q->r * in * sizeof *q->gaT);
+                    memset(q->gb, 0, (size_t)m->L * q->r * out * sizeof *q->gb);
+                } else
+                    memset(m->t[i].g, 0, m->t[i].numel * sizeof *m->t[i].g);
+            }
     const uint32_t D = m->D, n = m->n, nD = n * D, half = m->qk / 2, L = m->L;
     /* precompute_rope_freqs in float32 as the reference */
     for (uint32_t t = 0; t < T; t++)

@@ -82,6 +82,17 @@ void G3(run_parallel)(const G3(model) * m, void (*fn)(void *arg, int i, int n), 
  * none is left, so a descheduled thread delays no one. i: a distinct index < n. */
 void G3(run_shared)(const G3(model) * m, void (*fn)(void *arg, int i, int n), void *arg);
 
+/* The low-rank route of a LoRA gradient. For a stacked kernel t = W[L][in][out] adapted as
+ * W0 + scale A B (A [L][in][r], B [L][r][out]), the loss then sums, instead of t->g,
+ * gaT[l] = sum over tokens of (dy B_l^T)^T x ([L][r][in]) and gb[l] = (x A_l)^T dy
+ * ([L][r][out]), x and dy the kernel's input and output gradient: dA_l = scale gaT_l^T and
+ * dB_l = scale gb_l, the same sums as scale dW B^T and scale A^T dW reordered, without
+ * dW's 2 T in out flops. t->g is then unspecified. Returns 1 if t takes the route (q, k, v,
+ * gate and out_proj kernels), 0 if not (its t->g is computed as before), < 0 on error.
+ * A NULL clears the route. The pointers must stay valid while it is set. */
+int G3(set_low_rank)(G3(model) *m, const G3(tensor) *t, const G3_REAL *A, const G3_REAL *B, uint32_t r,
+                     G3_REAL *gaT, G3_REAL *gb);
+
 /* loss = sum over b, t < T-1 of mask[b][t+1] * CE(logits[b][t], ids[b][t+1]) divided by
  * max(sum mask[:, 1:], 1); with grads != 0 every tensor's g is overwritten with dloss/dw.
  * ids: [B][T] token ids (< out_vocab or vocab), mask: [B][T]. The call's work space stays

@@ -65,6 +65,7 @@ struct g3_lora_prep {
     int *was_frozen;       /* every tensor's flag before prepare */
     float *bt, *at;        /* transposed B and A of one layer (the dA / dB products) */
     size_t bt_cap, at_cap;
+    float **gaT, **gb;     /* per kernel on the core's low-rank route (g3_set_low_rank), else NULL */
 };
 
 static int is_cq_leaf(const g3_tensor *t) {
@@ -91,6 +92,13 @@ void g3_lora_finish(g3_lora_prep *p) {
             memcpy(p->kern[k]->w, p->base[k], p->kern[k]->numel * sizeof(float));
     for (uint32_t i = 0; p->was_frozen && i < g3_tensor_count(p->m); i++)
         g3_tensor_at(p->m, i)->frozen = p->was_frozen[i];
+    for (uint32_t k = 0; p->kern && k < p->n; k++) {
+        if (p->kern[k]) g3_set_low_rank(p->m, p->kern[k], NULL, NULL, 0, NULL, NULL);
+        if (p->gaT) free(p->gaT[k]);
+        if (p->gb) free(p->gb[k]);
+    }
+    free(p->gaT);
+    free(p->gb);
     for (uint32_t k = 0; p->base && k < p->n; k++) free(p->base[k]);
     free(p->base);
     free(p->kern);
@@ -109,7 +117,9 @@ int g3_lora_prepare(g3_model *m, const train_adapter *ad, const cq_codebooks *cb
     p->kern = calloc(ad->n ? ad->n : 1, sizeof *p->kern);
     p->base = calloc(ad->n ? ad->n : 1, sizeof *p->base);
     p->was_frozen = calloc(nt, sizeof *p->was_frozen);
-    if (!p->kern || !p->base || !p->was_frozen) {
+    p->gaT = calloc(ad->n ? ad->n : 1, sizeof *p->gaT);
+    p->gb = calloc(ad->n ? ad->n : 1, sizeof *p->gb);
+    if (!p->kern || !p->base || !p->was_frozen || !p->gaT || !p->gb) {
         free(p->was_frozen), p->was_frozen = NULL;
         g3_lora_finish(p);
         return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
@@ -137,6 +147,19 @@ int g3_lora_prepare(g3_model *m, const train_adapter *ad, const cq_codebooks *cb
         p->base[k] = st ? NULL : malloc(t->numel * sizeof(float));
         if (!st && !p->base[k]) st = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
         if (!st) memcpy(p->base[k], t->w, t->numel * sizeof(float));
+        /* the core's low-rank route where it has one for this kernel (set per step) */
+        if (!st) {
+            const uint64_t lead = t->numel / (in * out_);
+            p->gaT[k] = malloc(lead * r * in * sizeof(float));
+            p->gb[k] = malloc(lead * r * out_ * sizeof(float));
+            if (!p->gaT[k] || !p->gb[k]) st = needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
+            const int route = st ? 0 : g3_set_low_rank(m, t, lo->a.data, lo->b.data, (uint32_t)r, p->gaT[k], p->gb[k]);
+            if (route < 0) st = route;
+            if (route != 1) { /* not a kernel the core routes: dW and the products below */
+                free(p->gaT[k]), free(p->gb[k]);
+                p->gaT[k] = p->gb[k] = NULL;
+            }
+        }
     }
     if (st) {
         g3_lora_finish(p);
@@ -234,6 +257,14 @@ int g3_lora_step(g3_lora_prep *p, const train_adapter *ad, const int32_t *ids, c
     g3_profile_phase(m, G3_PH_QUANT);
     for (uint32_t k = 0; k < ad->n && p->cb && !st; k++) st = cq_leaf(m, p->cb, p->kern[k]);
     g3_profile_phase(m, G3_PH_OTHER);
+    for (uint32_t k = 0; k < ad->n && !st; k++) /* A and B may have moved since the last step */
+        if (p->gaT[k]) {
+            const train_lora *lo = &ad->lora[k];
+            st = g3_set_low_rank(m, p->kern[k], lo->a.data, lo->b.data, (uint32_t)lo->a.shape[lo->a.ndim - 1],
+                                 p->gaT[k], p->gb[k]) == 1
+                     ? 0
+                     : needle_fail(NEEDLE_ERR_INVALID_ARGUMENT, "adapter: %s: low-rank route refused", lo->path);
+        }
     if (!st) st = g3_loss(m, ids, mask, B, T, 1, loss);
     g3_profile_phase(m, G3_PH_LORA_AB);
     /* dA = scale * G B^T, dB = scale * A^T G, per leading index */
@@ -250,6 +281,16 @@ int g3_lora_step(g3_lora_prep *p, const train_adapter *ad, const int32_t *ids, c
             break;
         }
         const float sc = (float)ad->scale;
+        if (p->gaT[k]) { /* the core summed the factors' products: dA = scale gaT^T, dB = scale gb */
+            for (uint64_t l = 0; l < lead; l++) {
+                float *gA = dA[k] + l * in * r, *gB = dB[k] + l * r * out;
+                const float *gaT = p->gaT[k] + l * r * in, *gb = p->gb[k] + l * r * out;
+                tg_transpose(gaT, in, gA, r, r, in);
+                for (size_t q = 0; q < (size_t)in * r; q++) gA[q] *= sc;
+                for (size_t q = 0; q < (size_t)r * out; q++) gB[q] = gb[q] * sc;
+            }
+            continue;
+        }
         for (uint64_t l = 0; l < lead; l++) {
             const float *A = lo->a.data + l * in * r, *Bm = lo->b.data + l * r * out, *G = t->g + l * in * out;
             float *gA = dA[k] + l * in * r, *gB = dB[k] + l * r * out;

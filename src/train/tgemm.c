@@ -82,7 +82,11 @@ void tg_item(const tg_level *lv, const tg_gemm *g, uint32_t k) {
  * (512 x 512: 16 is 3x faster than 32, 2048 x 512: 8 is 2x faster than 16) */
 #define TR_TILE 8
 
+/* tgemm_x86.c: in 8 x 8 register blocks where the CPU has AVX2 (0: not done) */
+int tg_transpose_x86(const float *src, size_t lds, float *dst, size_t ldd, uint32_t rows, uint32_t cols);
+
 void tg_transpose(const float *src, size_t lds, float *dst, size_t ldd, uint32_t rows, uint32_t cols) {
+    if (tg_transpose_x86(src, lds, dst, ldd, rows, cols)) return;
     for (uint32_t r0 = 0; r0 < rows; r0 += TR_TILE)
         for (uint32_t c0 = 0; c0 < cols; c0 += TR_TILE) {
             const uint32_t r1 = r0 + TR_TILE < rows ? r0 + TR_TILE : rows;

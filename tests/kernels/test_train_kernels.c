@@ -21,10 +21,11 @@ static float rnd(void) {
 }
 
 /* shapes: tails of every vector width (1..33 columns), row tails of the 6-row tiles, the
- * 96-row cache block and the 48 x 128 work items crossed, K of 1 and long chains */
+ * 96-row cache block and the 48 x 128 work items crossed, K of 1 and long chains, K across
+ * the 256-row packed chunks of B (tgemm_x86.c: parked accumulators) */
 static const uint32_t SHAPES[][3] = {{1, 1, 1},   {5, 7, 3},    {6, 16, 9},   {7, 17, 31},
                                      {13, 33, 64}, {97, 40, 5}, {100, 47, 37}, {2, 130, 33}, {13, 8, 768},
-                                     {100, 260, 17}};
+                                     {100, 260, 17}, {13, 40, 600}, {100, 47, 513}, {7, 33, 256}};
 
 static void check_level(const tg_level *lv) {
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {

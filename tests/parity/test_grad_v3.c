@@ -424,6 +424,78 @@ static void test_float_gradients(void) {
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) check_float(MODELS[i]);
 }
 
+/* The low-rank route of the LoRA gradient (g3_set_low_rank): the q/k/v/gate/out kernels
+ * take it and the step never writes their dW (a sentinel in g survives), other
+ * tensors are refused it; dA / dB are bit for bit the same at 1 and 3 threads. Their
+ * values against jax.grad: test_lora_cq_weights / test_lora_exact_finetune_loss. */
+static void test_lora_low_rank_route(void) {
+    g3_model *m = NULL;
+    fx_batch b;
+    train_adapter ad;
+    CHECK(fx_model("grad_v3/g3a", &m) == 0);
+    CHECK(fx_batch_load(fixture_path("grad_v3/g3a.batch.jsonl"), &b) == 0);
+    const int ad_ok = train_adapter_read(fixture_path("grad_v3/g3a.lora.safetensors"), &ad) == 0;
+    CHECK(ad_ok);
+    if (!m || !b.B || !ad_ok) {
+        g3_model_free(m);
+        return;
+    }
+    g3_set_fake_quant(m, 1);
+    cq_codebooks cb;
+    CHECK(cq_codebooks_init(&cb, G3_CQ_GROUP) == 0);
+    float dummy = 0;
+    CHECK(g3_set_low_rank(m, g3_find(m, "stack/mhc_phi_res"), &dummy, &dummy, 1, &dummy, &dummy) == 0);
+    uint64_t n_ab = 0;
+    for (uint32_t i = 0; i < ad.n; i++) n_ab += ad.lora[i].a.numel + ad.lora[i].b.numel;
+    float **dA = calloc(ad.n, sizeof *dA), **dB = calloc(ad.n, sizeof *dB), *first = malloc(n_ab * sizeof *first);
+    for (uint32_t i = 0; i < ad.n; i++) {
+        dA[i] = calloc(ad.lora[i].a.numel, sizeof **dA);
+        dB[i] = calloc(ad.lora[i].b.numel, sizeof **dB);
+    }
+    uint32_t routed = 0;
+    for (int threads = 1; threads <= 3; threads += 2) {
+        CHECK(g3_set_threads(m, threads) == 0);
+        for (uint32_t i = 0; i < ad.n; i++) {
+            g3_tensor *t = g3_find(m, ad.lora[i].path);
+            for (uint64_t q = 0; q < t->numel; q++) t->g[q] = 12345.0f;
+        }
+        double loss = 0; /* g3_lora_loss: prepare, step, finish, and the base put back */
+        CHECK_MSG(g3_lora_loss(m, &ad, &cb, b.ids, b.mask, b.B, b.T, &loss, dA, dB) == 0, "%s",
+                  needle_last_error());
+        routed = 0;
+        for (uint32_t i = 0; i < ad.n; i++) {
+            const g3_tensor *t = g3_find(m, ad.lora[i].path);
+            uint64_t kept = 0;
+            for (uint64_t q = 0; q < t->numel; q++) kept += t->g[q] == 12345.0f;
+            routed += kept == t->numel;
+        }
+        uint64_t off = 0, differ = 0;
+        for (uint32_t i = 0; i < ad.n; i++)
+            for (int k = 0; k < 2; k++) {
+                const uint64_t nn = k ? ad.lora[i].b.numel : ad.lora[i].a.numel;
+                const float *g = k ? dB[i] : dA[i];
+                if (threads == 1)
+                    memcpy(first + off, g, nn * sizeof *g);
+                else
+                    differ += memcmp(first + off, g, nn * sizeof *g) != 0;
+                off += nn;
+            }
+        CHECK_MSG(differ == 0, "%d threads: %llu adapter tensors differ from 1 thread", threads,
+                  (unsigned long long)differ);
+    }
+    CHECK_MSG(routed == ad.n, "%u of %u adapted kernels took the low-rank route", routed, ad.n);
+    for (uint32_t i = 0; i < ad.n; i++) {
+        free(dA[i]);
+        free(dB[i]);
+    }
+    free(dA);
+    free(dB);
+    free(first);
+    train_adapter_release(&ad);
+    g3_model_free(m);
+    fx_batch_free(&b);
+}
+
 int main(void) {
     RUN(test_float_gradients);
     RUN(test_lora_cq_weights);
@@ -431,6 +503,7 @@ int main(void) {
     RUN(test_cli);
     RUN(test_threads_bit_identical);
     RUN(test_lora_prepared_steps);
+    RUN(test_lora_low_rank_route);
     RUN(test_keep_budget_bit_identical);
     return test_summary();
 }
