@@ -29,6 +29,11 @@ BATCH=${BATCH:-8}
 LR=${LR:-1e-3}
 THREADS=${THREADS:-0}
 MAX_STEPS=${MAX_STEPS:-0}
+REFUSALS=${REFUSALS:-0.12}
+NEAR_MISS=${NEAR_MISS:-0}
+CHATTER=${CHATTER:-0}
+RANK=${RANK:-16}
+ALPHA=${ALPHA:-32}
 EVAL_LIMIT=${EVAL_LIMIT:-0}
 DEMO=models/needle-demo.cact
 mkdir -p "$WORK"
@@ -38,7 +43,8 @@ limit=""
 steps=""
 [ "$MAX_STEPS" -gt 0 ] && steps="--max-steps $MAX_STEPS"
 
-python3 train/gen_data.py --unseen-train "$EXAMPLES" --out "$WORK"
+python3 train/gen_data.py --unseen-train "$EXAMPLES" --unseen-refusals "$REFUSALS" \
+    --unseen-near-miss "$NEAR_MISS" --unseen-chatter "$CHATTER" --out "$WORK"
 data=$WORK/unseen_train.jsonl
 if [ "$MIX" -gt 0 ]; then
     python3 train/gen_data.py --out "$WORK/old" --train "$MIX" --test 0 --test2 0 --unseen 0 >/dev/null
@@ -59,7 +65,8 @@ done
 start=$(date +%s)
 # shellcheck disable=SC2086
 "$NEEDLE" finetune "$data" -w "$DEMO" --epochs "$EPOCHS" \
-    --batch-size "$BATCH" --lr "$LR" -t "$THREADS" $steps \
+    --batch-size "$BATCH" --lr "$LR" --lora-rank "$RANK" --lora-alpha "$ALPHA" \
+    -t "$THREADS" $steps \
     -o "$WORK/unseen_lora.safetensors" | tee "$WORK/finetune.txt"
 end=$(date +%s)
 
