@@ -460,19 +460,46 @@ UNSEEN_TRAIN_PHRASES = {"book_flight": _flight_t, "add_to_shopping_list": _shopp
                         "set_fan_speed": _fan_t, "find_recipe": _recipe_t}
 
 
-def example_unseen_train(p, names):
-    """example_unseen's mix (12% refusals with the requested tool undeclared, 18% two
-    calls) over the training phrasings."""
-    return example_unseen(p, names, UNSEEN_TRAIN_PHRASES)
+def example_unseen_train(p, names, refusals=0.12, near_miss_share=0.0, chatter_share=0.0):
+    """example_unseen's mix (by default 12% refusals with the requested tool undeclared,
+    18% two calls) over the training phrasings. `refusals`: the refusal share (the
+    two-call share stays 18%). Of the refusals, `near_miss_share` declare other new
+    tools among the distractors (the tools the fine-tune makes eager: a flight request
+    with only the new shopping and fan tools declared must still be refused) and
+    `chatter_share` are off-topic chatter with new tools declared. With the defaults it
+    is example_unseen's stream, draw for draw."""
+    if near_miss_share <= 0 and chatter_share <= 0:
+        return example_unseen(p, names, UNSEEN_TRAIN_PHRASES, refusals)
+    new = sorted(UNSEEN_TOOLS)
+    if p.r.random() >= refusals:
+        return example_unseen(p, names, UNSEEN_TRAIN_PHRASES, 0.0)
+    k = p.r.random()
+    if k < chatter_share:
+        declared = p.r.sample(new, p.r.randint(1, 2)) + p.r.sample(names, p.tool_count(1, 3))
+        p.r.shuffle(declared)
+        return p.dress(chatter2(p), []), declared, []
+    want = p.r.choice(new)
+    frag, _ = UNSEEN_TRAIN_PHRASES[want](p)
+    if k < chatter_share + near_miss_share:
+        others = [n for n in new if n != want]
+        declared = p.r.sample(others, p.r.randint(1, 2)) + p.r.sample(names, p.tool_count(1, 3))
+        p.r.shuffle(declared)
+    else:
+        declared = p.r.sample(names, p.tool_count(1, 4))
+    return p.dress(frag, []), declared, []
 
 
-def make_unseen_train(n, seed, heldout_queries=()):
+def make_unseen_train(n, seed, heldout_queries=(), refusals=0.12, near_miss_share=0.0,
+                      chatter_share=0.0):
     """n training examples for the unseen tools (the training side of every pool), none
-    of whose queries is in heldout_queries."""
+    of whose queries is in heldout_queries; the refusal knobs as example_unseen_train."""
     banned = set(heldout_queries)
+
+    def make(p, names):
+        return example_unseen_train(p, names, refusals, near_miss_share, chatter_share)
     rows = []
     while len(rows) < n:
-        more = make_split2("train", n - len(rows), seed, make=example_unseen_train)
+        more = make_split2("train", n - len(rows), seed, make=make)
         rows += [x for x in more if x["query"] not in banned]
         seed += 1
     return rows[:n]
@@ -607,18 +634,19 @@ def _recipe(p):
     return t.format(d=dish), {"dish": dish}
 
 
-def example_unseen(p, names, phrases=None):
+def example_unseen(p, names, phrases=None, refusals=0.12):
     """A request for one (sometimes two) of the unseen tools among known distractors, or
-    a refusal when the requested unseen tool is not declared. `phrases`: the phrasing
-    table (default UNSEEN_PHRASES, the held-out side)."""
+    a refusal when the requested unseen tool is not declared (`refusals` of them; 18%
+    two calls). `phrases`: the phrasing table (default UNSEEN_PHRASES, the held-out
+    side)."""
     phrases = phrases or UNSEEN_PHRASES
     new = sorted(UNSEEN_TOOLS)
     r = p.r.random()
-    if r < 0.12:
+    if r < refusals:
         want = p.r.choice(new)
         frag, _ = phrases[want](p)
         return p.dress(frag, []), p.r.sample(names, p.tool_count(1, 4)), []
-    called = p.r.sample(new, 2 if r < 0.3 else 1)
+    called = p.r.sample(new, 2 if r < refusals + 0.18 else 1)
     frags, calls = [], []
     for n in called:
         frag, args = phrases[n](p)

@@ -963,6 +963,15 @@ def main():
     ap.add_argument("--unseen-train", type=int, default=0, metavar="N",
                     help="write only unseen_train.jsonl: N training examples for the six "
                     "unseen tools (compose.make_unseen_train), none of unseen.jsonl's queries")
+    ap.add_argument("--unseen-refusals", type=float, default=0.12, metavar="F",
+                    help="with --unseen-train: the share of refusals (default 0.12, as "
+                    "unseen.jsonl; the demo's own mix has ~0.24, test2 ~0.33)")
+    ap.add_argument("--unseen-near-miss", type=float, default=0.0, metavar="F",
+                    help="with --unseen-train: of the refusals, the share that declare "
+                    "other new tools as distractors (default 0)")
+    ap.add_argument("--unseen-chatter", type=float, default=0.0, metavar="F",
+                    help="with --unseen-train: of the refusals, the share that are "
+                    "off-topic chatter with new tools declared (default 0)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     import compose as C
@@ -970,7 +979,8 @@ def main():
         held = os.path.join(os.path.dirname(__file__), "data", "unseen.jsonl")
         with open(held, encoding="utf-8") as f:
             queries = [json.loads(line)["query"] for line in f if line.strip()]
-        rows = C.make_unseen_train(a.unseen_train, a.seed + 4000, queries)
+        rows = C.make_unseen_train(a.unseen_train, a.seed + 4000, queries, a.unseen_refusals,
+                                   a.unseen_near_miss, a.unseen_chatter)
         write_jsonl(os.path.join(a.out, "unseen_train.jsonl"), rows)
         print(f"wrote {len(rows)} unseen-tool training examples to {a.out}")
         return

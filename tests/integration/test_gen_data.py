@@ -252,6 +252,22 @@ def check_unseen_train(unseen):
     mine = {str(c["arguments"][k]) for ex in rows for c in ex["answers"] for k in slots
             if k in c["arguments"]}
     check(not (held & mine), f"unseen_train shares held-out values: {sorted(held & mine)[:5]}")
+    # the refusal knobs (finetune_example.sh's REFUSALS, NEAR_MISS, CHATTER): the share
+    # asked for, refusals that declare other new tools, chatter with new tools declared
+    knob = C.make_unseen_train(600, 11, list(held_queries), refusals=0.33,
+                               near_miss_share=0.4, chatter_share=0.2)
+    refused = [ex for ex in knob if not ex["answers"]]
+    check(0.27 < len(refused) / len(knob) < 0.39, f"refusal share {len(refused) / len(knob):.2f}")
+    for i, ex in enumerate(knob):
+        check(ex["query"] not in held_queries, f"knob line {i + 1} is a held-out query")
+        check(consistent(ex) is None, f"knob line {i + 1}: {consistent(ex)}")
+    with_new = [ex for ex in refused if any(t["name"] in six for t in ex["tools"])]
+    check(len(with_new) > 0.4 * len(refused), "refusals with new tools declared")
+    check(sum(not any(t["name"] in six for t in ex["tools"]) for ex in refused) > 30,
+          "refusals with the requested tool absent and only known tools declared")
+    check(C.make_unseen_train(50, 3, (), refusals=0.33, near_miss_share=0.4, chatter_share=0.2)
+          == C.make_unseen_train(50, 3, (), refusals=0.33, near_miss_share=0.4,
+                                 chatter_share=0.2), "the knobs' data is deterministic")
 
 
 def main():
