@@ -272,22 +272,30 @@ static void test_threads_bit_identical(void) {
     fx_batch_free(&b);
 }
 
+/* The g3a model, its batch and its LoRA adapter, each load checked; 0 (the model freed)
+ * if any is missing. */
+static int open_lora_case(g3_model **m, fx_batch *b, train_adapter *ad) {
+    *m = NULL;
+    CHECK(fx_model("grad_v3/g3a", m) == 0);
+    CHECK(fx_batch_load(fixture_path("grad_v3/g3a.batch.jsonl"), b) == 0);
+    const int ad_ok = train_adapter_read(fixture_path("grad_v3/g3a.lora.safetensors"), ad) == 0;
+    CHECK(ad_ok);
+    if (!*m || !b->B || !ad_ok) {
+        g3_model_free(*m);
+        return 0;
+    }
+    return 1;
+}
+
 /* The prepared LoRA run (g3_lora_prepare / g3_lora_step / g3_lora_finish: the frozen CQ
  * leaves quantized once, the work space kept) gives bit for bit what g3_lora_loss gives on
  * the original base, over two steps with the adapter changed between them; finish puts
  * the adapted kernels back; an adapter path the model lacks is refused. */
 static void test_lora_prepared_steps(void) {
-    g3_model *m = NULL;
+    g3_model *m;
     fx_batch b;
     train_adapter ad;
-    CHECK(fx_model("grad_v3/g3a", &m) == 0);
-    CHECK(fx_batch_load(fixture_path("grad_v3/g3a.batch.jsonl"), &b) == 0);
-    const int ad_ok = train_adapter_read(fixture_path("grad_v3/g3a.lora.safetensors"), &ad) == 0;
-    CHECK(ad_ok);
-    if (!m || !b.B || !ad_ok) {
-        g3_model_free(m);
-        return;
-    }
+    if (!open_lora_case(&m, &b, &ad)) return;
     g3_set_fake_quant(m, 1);
     CHECK(g3_set_threads(m, 2) == 0);
     cq_codebooks cb;
@@ -429,17 +437,10 @@ static void test_float_gradients(void) {
  * tensors are refused it; dA / dB are bit for bit the same at 1 and 3 threads. Their
  * values against jax.grad: test_lora_cq_weights / test_lora_exact_finetune_loss. */
 static void test_lora_low_rank_route(void) {
-    g3_model *m = NULL;
+    g3_model *m;
     fx_batch b;
     train_adapter ad;
-    CHECK(fx_model("grad_v3/g3a", &m) == 0);
-    CHECK(fx_batch_load(fixture_path("grad_v3/g3a.batch.jsonl"), &b) == 0);
-    const int ad_ok = train_adapter_read(fixture_path("grad_v3/g3a.lora.safetensors"), &ad) == 0;
-    CHECK(ad_ok);
-    if (!m || !b.B || !ad_ok) {
-        g3_model_free(m);
-        return;
-    }
+    if (!open_lora_case(&m, &b, &ad)) return;
     g3_set_fake_quant(m, 1);
     cq_codebooks cb;
     CHECK(cq_codebooks_init(&cb, G3_CQ_GROUP) == 0);
