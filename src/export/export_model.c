@@ -179,9 +179,9 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
     for (uint32_t b = 2, k = 0; b <= 4; b++)
         for (uint32_t i = 0; i < (1u << b); i++) w->codebook[k++] = cb->levels[b][i];
 
-    ctx x = {ck, cb, opt, w, 0};
+    export_ctx x = {ck, cb, opt, w, 0};
     uint32_t n_heads = 0;
-    for (int i = 0; i < 2; i++) n_heads += (uint32_t)has_prefix_tensor(ck, HEAD_KEYS[i]);
+    for (int i = 0; i < 2; i++) n_heads += (uint32_t)ex_has_prefix_tensor(ck, HEAD_KEYS[i]);
     x.count = (uint32_t)(1 + 14 * L + 9 + 4 * c->num_sites + 1 + (n_heads ? 1 + 3 * n_heads : 0) +
                          (opt->tokenizer ? 1 : 0));
     if (opt->tokenizer && opt->tokenizer_pieces != c->vocab_size)
@@ -190,10 +190,10 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
 
     const st_tensor *t;
     char label[40];
-#define NEED(var, name, nd, ...)                                                                             \
-    do {                                                                                                     \
-        const uint64_t shp_[] = {__VA_ARGS__};                                                               \
-        if (!((var) = need(&x, (name), (nd), shp_))) return NEEDLE_ERR_FORMAT;                               \
+#define NEED(var, name, nd, ...)                                                  \
+    do {                                                                          \
+        const uint64_t shp_[] = {__VA_ARGS__};                                    \
+        if (!((var) = ex_need(&x, (name), (nd), shp_))) return NEEDLE_ERR_FORMAT; \
     } while (0)
 #define TRY(e)                                                                                               \
     do {                                                                                                     \
@@ -201,7 +201,7 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
     } while (0)
 
     NEED(t, "embedding/embedding", 2, c->vocab_size, d);
-    TRY(add_cq_direct(&x, "embedding", t, 0, c->vocab_size, d));
+    TRY(ex_add_cq_direct(&x, "embedding", t, 0, c->vocab_size, d));
 
     const char *B = "stack/layers/block/";
     const st_tensor *norm_in, *qk[6], *qn, *kn, *post, *gate, *pre, *dg[3];
@@ -233,30 +233,30 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
     const uint32_t sd[1] = {(uint32_t)d}, shd[1] = {(uint32_t)hd}, sone[1] = {1}, sh[1] = {hada};
     for (uint64_t i = 0; i < L; i++) {
 #define LABEL(s) (snprintf(label, sizeof label, "layer%02llu.%s", (unsigned long long)i, (s)), label)
-        TRY(add_fp16(&x, LABEL("norm_in"), norm_in, i * d, 1, sd));
-        TRY(add_cq_kernel(&x, LABEL("q_proj"), qk[0], i * d * A, d, A));
-        TRY(add_cq_kernel(&x, LABEL("k_proj"), qk[1], i * d * kvd, d, kvd));
-        TRY(add_cq_kernel(&x, LABEL("v_proj"), qk[2], i * d * kvd, d, kvd));
-        TRY(add_fp16(&x, LABEL("q_norm"), qn, i * hd, 1, shd));
-        TRY(add_fp16(&x, LABEL("k_norm"), kn, i * hd, 1, shd));
-        TRY(add_cq_kernel(&x, LABEL("gate_proj"), qk[3], i * d * A, d, A));
-        TRY(add_cq_kernel(&x, LABEL("out_proj"), qk[4], i * A * d, A, d));
-        TRY(add_fp16(&x, LABEL("post_norm"), post, i * d, 1, sd));
-        TRY(add_fp16(&x, LABEL("attn_gate"), gate, i, 1, sone));
-        TRY(add_fp16(&x, LABEL("pre_hada"), pre, i * d, 1, sd));
-        TRY(add_fp16(&x, LABEL("d1"), dg[0], i * hada, 1, sh));
-        TRY(add_fp16(&x, LABEL("d2"), dg[1], i * hada, 1, sh));
-        TRY(add_fp16(&x, LABEL("d3"), dg[2], i * hada, 1, sh));
+        TRY(ex_add_fp16(&x, LABEL("norm_in"), norm_in, i * d, 1, sd));
+        TRY(ex_add_cq_kernel(&x, LABEL("q_proj"), qk[0], i * d * A, d, A));
+        TRY(ex_add_cq_kernel(&x, LABEL("k_proj"), qk[1], i * d * kvd, d, kvd));
+        TRY(ex_add_cq_kernel(&x, LABEL("v_proj"), qk[2], i * d * kvd, d, kvd));
+        TRY(ex_add_fp16(&x, LABEL("q_norm"), qn, i * hd, 1, shd));
+        TRY(ex_add_fp16(&x, LABEL("k_norm"), kn, i * hd, 1, shd));
+        TRY(ex_add_cq_kernel(&x, LABEL("gate_proj"), qk[3], i * d * A, d, A));
+        TRY(ex_add_cq_kernel(&x, LABEL("out_proj"), qk[4], i * A * d, A, d));
+        TRY(ex_add_fp16(&x, LABEL("post_norm"), post, i * d, 1, sd));
+        TRY(ex_add_fp16(&x, LABEL("attn_gate"), gate, i, 1, sone));
+        TRY(ex_add_fp16(&x, LABEL("pre_hada"), pre, i * d, 1, sd));
+        TRY(ex_add_fp16(&x, LABEL("d1"), dg[0], i * hada, 1, sh));
+        TRY(ex_add_fp16(&x, LABEL("d2"), dg[1], i * hada, 1, sh));
+        TRY(ex_add_fp16(&x, LABEL("d3"), dg[2], i * hada, 1, sh));
 #undef LABEL
     }
 
-    TRY(add_mhc_records(&x, L, n, d));
+    TRY(ex_add_mhc_records(&x, L, n, d));
 
     for (uint32_t s = 0; s < c->num_sites; s++)
-        TRY(add_engram_site(&x, s, T, c->engram_slots, sub, d));
+        TRY(ex_add_engram_site(&x, s, T, c->engram_slots, sub, d));
 
     NEED(t, "stack/final_norm/scale", 1, d);
-    TRY(add_fp16(&x, "final_norm", t, 0, 1, sd));
+    TRY(ex_add_fp16(&x, "final_norm", t, 0, 1, sd));
 
     if (n_heads) {
         /* the manifest: one code per head present, 1 contrastive, 2 confidence */
@@ -264,7 +264,7 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
         if (!blob) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
         uint32_t m = 0;
         for (int i = 0; i < 2; i++)
-            if (has_prefix_tensor(ck, HEAD_KEYS[i])) {
+            if (ex_has_prefix_tensor(ck, HEAD_KEYS[i])) {
                 const uint16_t code = f32_to_fp16((float)(i + 1));
                 blob[2 * m] = (uint8_t)(code & 0xff);
                 blob[2 * m + 1] = (uint8_t)(code >> 8);
@@ -272,9 +272,9 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
             }
         const uint32_t sm[1] = {n_heads};
         TRY(cw_add(w, "heads.manifest", CACT_FP16, 1, sm, 0, 0, blob, 2 * n_heads));
-        report(&x, -1.0);
+        ex_report(&x, -1.0);
         for (int i = 0; i < 2; i++) {
-            if (!has_prefix_tensor(ck, HEAD_KEYS[i])) continue;
+            if (!ex_has_prefix_tensor(ck, HEAD_KEYS[i])) continue;
             snprintf(nm, sizeof nm, "%s/probes", HEAD_KEYS[i]);
             const st_tensor *probes = st_find(ck, nm);
             if (!probes || probes->ndim != 2 || probes->shape[1] != d || !probes->shape[0] ||
@@ -296,20 +296,21 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
                                    (unsigned long long)out);
             snprintf(label, sizeof label, "%s.probes", HEAD_KEYS[i]);
             const uint32_t sp[2] = {(uint32_t)P, (uint32_t)d};
-            TRY(add_fp16(&x, label, probes, 0, 2, sp));
+            TRY(ex_add_fp16(&x, label, probes, 0, 2, sp));
             /* the kernel transposed to [out, P*d] */
-            float *mt = alloc_mat(label, out, P * d);
+            float *mt = ex_alloc_mat(label, out, P * d);
             if (!mt) return NEEDLE_ERR_OUT_OF_MEMORY;
             for (uint64_t r = 0; r < P * d; r++)
                 for (uint64_t o = 0; o < out; o++) mt[o * P * d + r] = st_get(kernel, r * out + o);
             snprintf(label, sizeof label, "%s.proj", HEAD_KEYS[i]);
             const uint32_t sproj[2] = {(uint32_t)out, (uint32_t)(P * d)};
-            st = add_fp16_values(&x, label, mt, 2, sproj);
+            st = ex_add_fp16_values(&x, label, mt, 2, sproj);
             free(mt);
             if (st) return st;
             snprintf(label, sizeof label, "%s.bias", HEAD_KEYS[i]);
             const uint32_t sb[1] = {(uint32_t)out};
-            TRY(add_fp16(&x, label, bias, 0, 1, sb)); /* no bias: zeros, as the exporter writes */
+            TRY(ex_add_fp16(&x, label, bias, 0, 1,
+                            sb)); /* no bias: zeros, as the exporter writes */
         }
     }
 
@@ -318,7 +319,7 @@ int export_build(const st_file *ck, const export_config *c, const cq_codebooks *
         if (!blob) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
         memcpy(blob, opt->tokenizer, opt->tokenizer_size);
         TRY(cw_add(w, "tokenizer", CACT_RAW, 0, NULL, 0, 0, blob, opt->tokenizer_size));
-        report(&x, -1.0);
+        ex_report(&x, -1.0);
     }
 #undef NEED
 #undef TRY

@@ -182,7 +182,7 @@ static int legacy_permutation(uint32_t seed, uint32_t n, uint32_t offset, float 
     return 0;
 }
 
-static int add_permutation(ctx *x, const char *label, uint32_t seed, uint32_t n, int split) {
+static int add_permutation(export_ctx *x, const char *label, uint32_t seed, uint32_t n, int split) {
     float *v = malloc((size_t)n * sizeof *v);
     uint8_t *blob = malloc((size_t)n * 4);
     if (!v || !blob) {
@@ -201,21 +201,21 @@ static int add_permutation(ctx *x, const char *label, uint32_t seed, uint32_t n,
     free(v);
     const uint32_t shape[1] = {n};
     st = cw_add(x->w, label, CACT_FP32, 1, shape, 0, 0, blob, 4ull * n);
-    if (!st) report(x, -1.0);
+    if (!st) ex_report(x, -1.0);
     return st;
 }
 
 /* ---- building ----------------------------------------------------------------------- */
 
 /* slice i of a stacked per-layer tensor [L, ...] as an FP16 record of shape [...] */
-static int add_layer_fp16(ctx *x, const char *label, const st_tensor *t, uint64_t i) {
+static int add_layer_fp16(export_ctx *x, const char *label, const st_tensor *t, uint64_t i) {
     uint32_t shape[4];
     uint64_t per = 1;
     for (uint32_t k = 1; k < t->ndim; k++) {
         shape[k - 1] = (uint32_t)t->shape[k];
         per *= t->shape[k];
     }
-    return add_fp16(x, label, t, i * per, (uint8_t)(t->ndim - 1), shape);
+    return ex_add_fp16(x, label, t, i * per, (uint8_t)(t->ndim - 1), shape);
 }
 
 static const struct {
@@ -223,7 +223,7 @@ static const struct {
     uint32_t code;
 } HEADS3[3] = {{"embedding_head", 1}, {"confidence_head", 2}, {"router_head", 3}};
 
-static int add_head(ctx *x, const char *key, uint32_t code, uint64_t d) {
+static int add_head(export_ctx *x, const char *key, uint32_t code, uint64_t d) {
     char nm[128], label[40];
     const st_tensor *probes, *gain, *query, *row_bias, *kernel, *bias, *cal;
 #define GET(var, part) (snprintf(nm, sizeof nm, "%s/%s", key, part), (var) = st_find(x->ck, nm))
@@ -254,24 +254,24 @@ static int add_head(ctx *x, const char *key, uint32_t code, uint64_t d) {
 #undef GET
     int st;
     snprintf(label, sizeof label, "%s.probes", key);
-    if ((st = add_cq_direct_bits(x, label, probes, 0, l1 * k, d, HEAD_BITS))) return st;
+    if ((st = ex_add_cq_direct_bits(x, label, probes, 0, l1 * k, d, HEAD_BITS))) return st;
     snprintf(label, sizeof label, "%s.gain", key);
     const uint32_t sg[2] = {(uint32_t)l1, (uint32_t)k};
-    if ((st = add_fp16(x, label, gain, 0, 2, sg))) return st;
+    if ((st = ex_add_fp16(x, label, gain, 0, 2, sg))) return st;
     snprintf(label, sizeof label, "%s.query", key);
-    if ((st = add_cq_direct_bits(x, label, query, 0, q, d, HEAD_BITS))) return st;
+    if ((st = ex_add_cq_direct_bits(x, label, query, 0, q, d, HEAD_BITS))) return st;
     snprintf(label, sizeof label, "%s.row_bias", key);
     const uint32_t sr[3] = {(uint32_t)q, (uint32_t)l1, (uint32_t)k};
-    if ((st = add_fp16(x, label, row_bias, 0, 3, sr))) return st;
+    if ((st = ex_add_fp16(x, label, row_bias, 0, 3, sr))) return st;
     snprintf(label, sizeof label, "%s.proj", key);
-    float *m = alloc_mat(label, out, kernel->shape[0]);
+    float *m = ex_alloc_mat(label, out, kernel->shape[0]);
     if (!m) return NEEDLE_ERR_OUT_OF_MEMORY;
     for (uint64_t r = 0; r < kernel->shape[0]; r++)
         for (uint64_t o = 0; o < out; o++) m[o * kernel->shape[0] + r] = st_get(kernel, r * out + o);
-    if ((st = add_cq_bits(x, label, m, out, kernel->shape[0], HEAD_BITS))) return st;
+    if ((st = ex_add_cq_bits(x, label, m, out, kernel->shape[0], HEAD_BITS))) return st;
     snprintf(label, sizeof label, "%s.bias", key);
     const uint32_t sb[1] = {(uint32_t)out};
-    if ((st = add_fp16(x, label, bias, 0, 1, sb))) return st; /* no bias: zeros */
+    if ((st = ex_add_fp16(x, label, bias, 0, 1, sb))) return st; /* no bias: zeros */
     if (code == 3) {
         /* RouterHead.export: the checkpoint's calibration, else its initial value */
         snprintf(label, sizeof label, "%s.calibration", key);
@@ -279,10 +279,10 @@ static int add_head(ctx *x, const char *key, uint32_t code, uint64_t d) {
         if (cal) {
             if (cal->numel != 3)
                 return needle_fail(NEEDLE_ERR_FORMAT, "'%s/calibration' must hold 3 values", key);
-            return add_fp16(x, label, cal, 0, 1, sc);
+            return ex_add_fp16(x, label, cal, 0, 1, sc);
         }
         const float init[3] = {0.90f, 0.00f, 0.60f};
-        return add_fp16_values(x, label, init, 1, sc);
+        return ex_add_fp16_values(x, label, init, 1, sc);
     }
     return 0;
 }
@@ -373,10 +373,10 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
     for (uint32_t b = 2, k = 0; b <= 4; b++)
         for (uint32_t i = 0; i < (1u << b); i++) w->codebook[k++] = cb->levels[b][i];
 
-    ctx x = {ck, cb, opt, w, 0};
+    export_ctx x = {ck, cb, opt, w, 0};
     uint32_t n_heads = 0, head_records = 0;
     for (int i = 0; i < 3; i++)
-        if (has_prefix_tensor(ck, HEADS3[i].key)) {
+        if (ex_has_prefix_tensor(ck, HEADS3[i].key)) {
             n_heads++;
             head_records += 6 + (HEADS3[i].code == 3);
         }
@@ -386,10 +386,10 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
     const st_tensor *t;
     char label[40], nm[128];
     int st;
-#define NEED(var, name, nd, ...)                                                                             \
-    do {                                                                                                     \
-        const uint64_t shp_[] = {__VA_ARGS__};                                                               \
-        if (!((var) = need(&x, (name), (nd), shp_))) return NEEDLE_ERR_FORMAT;                               \
+#define NEED(var, name, nd, ...)                                                  \
+    do {                                                                          \
+        const uint64_t shp_[] = {__VA_ARGS__};                                    \
+        if (!((var) = ex_need(&x, (name), (nd), shp_))) return NEEDLE_ERR_FORMAT; \
     } while (0)
 #define TRY(e)                                                                                               \
     do {                                                                                                     \
@@ -398,7 +398,7 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
 #define BLOCK(part) (snprintf(nm, sizeof nm, "stack/layers/block/%s", (part)), nm)
 
     NEED(t, "embedding/embedding", 2, c->vocab_size, d);
-    TRY(add_cq_direct(&x, "embedding", t, 0, c->vocab_size, d));
+    TRY(ex_add_cq_direct(&x, "embedding", t, 0, c->vocab_size, d));
 
     enum {
         NORM_IN,
@@ -483,41 +483,42 @@ int export3_build(const st_file *ck, const export3_config *c, const cq_codebooks
             if (!taps && (k == QT || k == KT || k == VT)) continue;
             snprintf(label, sizeof label, "layer%02llu.%s", (unsigned long long)i, names[k]);
             if (k == QP || k == KP || k == VP || k == GP || k == OP)
-                TRY(add_cq_kernel(&x, label, p[k], i * in_of[k] * out_of[k], in_of[k], out_of[k]));
-            else if (k == GATE)
-                TRY(add_fp16(&x, label, p[k], i, 1, one));
+                TRY(ex_add_cq_kernel(&x, label, p[k], i * in_of[k] * out_of[k], in_of[k],
+                                     out_of[k]));
+            else if (k == GATE) TRY(ex_add_fp16(&x, label, p[k], i, 1, one));
             else
                 TRY(add_layer_fp16(&x, label, p[k], i));
         }
     }
 
-    TRY(add_mhc_records(&x, L, n, d));
+    TRY(ex_add_mhc_records(&x, L, n, d));
     /* architecture._hada_perms: seeds 11 and 13 */
     TRY(add_permutation(&x, "hada_p1", 11, N, c->ladder_split));
     TRY(add_permutation(&x, "hada_p2", 13, N, c->ladder_split));
 
     for (uint32_t s = 0; s < c->num_sites; s++)
-        TRY(add_engram_site(&x, s, T, c->engram_slots, sub, d));
+        TRY(ex_add_engram_site(&x, s, T, c->engram_slots, sub, d));
     NEED(t, "stack/final_norm/scale", 1, d);
     const uint32_t sd[1] = {(uint32_t)d};
-    TRY(add_fp16(&x, "final_norm", t, 0, 1, sd));
+    TRY(ex_add_fp16(&x, "final_norm", t, 0, 1, sd));
 
     if (n_heads) {
         float codes[3];
         uint32_t m = 0;
         for (int i = 0; i < 3; i++)
-            if (has_prefix_tensor(ck, HEADS3[i].key)) codes[m++] = (float)HEADS3[i].code;
+            if (ex_has_prefix_tensor(ck, HEADS3[i].key)) codes[m++] = (float)HEADS3[i].code;
         const uint32_t sm[1] = {m};
-        TRY(add_fp16_values(&x, "heads.manifest", codes, 1, sm));
+        TRY(ex_add_fp16_values(&x, "heads.manifest", codes, 1, sm));
         for (int i = 0; i < 3; i++)
-            if (has_prefix_tensor(ck, HEADS3[i].key)) TRY(add_head(&x, HEADS3[i].key, HEADS3[i].code, d));
+            if (ex_has_prefix_tensor(ck, HEADS3[i].key))
+                TRY(add_head(&x, HEADS3[i].key, HEADS3[i].code, d));
     }
     if (opt->tokenizer) {
         uint8_t *blob = malloc(opt->tokenizer_size ? opt->tokenizer_size : 1);
         if (!blob) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory");
         memcpy(blob, opt->tokenizer, opt->tokenizer_size);
         TRY(cw_add(w, "tokenizer", CACT_RAW, 0, NULL, 0, 0, blob, opt->tokenizer_size));
-        report(&x, -1.0);
+        ex_report(&x, -1.0);
     }
 #undef NEED
 #undef TRY
