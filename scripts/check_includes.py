@@ -11,11 +11,13 @@ agent/ and api/ include only its interface headers (MODEL_INTERFACE) and read no
 session field (FIELD_READ; model_api.c, the model's own public API, is exempt).
 
     python3 scripts/check_includes.py [repo root]     exit 0: clean, 1: violations
+    python3 scripts/check_includes.py --self-test     each rule catches its case in a scratch tree
 
 The order, lowest first (see README "Layout"):"""
 import os
 import re
 import sys
+import tempfile
 
 LAYERS = [
     ("util",),                # error, strbuf, clock, fp16: depends on nothing
@@ -165,7 +167,63 @@ def check(root):
     return errors, counts
 
 
+# The self-test's scratch trees: a clean one, then one file per rule that must be refused
+# (path, text, a phrase of the expected error). Each runs alone on top of the clean tree.
+CLEAN_TREE = {
+    "include/needle.h": "",
+    "src/util/error.h": "",
+    "src/format/cact.h": '#include "util/error.h"\n',
+    "src/model/model.h": '#include "format/cact.h"\n',
+    "src/model/arch.h": "",
+    "src/agent/turn.c": '#include "model/model.h"\n#include "needle.h"\nint f(void) { return g(m); }\n',
+    "src/api/model_api.c": "int n(const model *m) { return m->info.layers; }\n",
+    "src/export/writer.c": '#include "format/cact.h"\n',
+    "tools/run.c": '#include "needle.h"\n#include "export/writer.h"\n#include "util/platform.h"\n',
+    "src/export/writer.h": "",
+    "src/util/platform.h": "",
+}
+VIOLATIONS = [
+    ("src/format/up.c", '#include "model/model.h"\n', "goes up the layer order"),
+    ("src/format/peer.c", '#include "tokenizer/spm.h"\n', "independent layers of the same rank"),
+    ("src/tokenizer/spm.h", "", None),  # the peer's target (no error by itself)
+    ("src/agent/peek.c", "int f(const model *m) { return m->tok->n; }\n", "reads a model or session field"),
+    ("src/api/inner.c", '#include "model/arch.h"\n', "above model/ only"),
+    ("tools/inner.c", '#include "model/model.h"\n', "tools use only the public header"),
+    ("src/agent/missing.c", '#include "agent/nowhere.h"\n', "is not in the tree"),
+    ("src/nowhere/x.c", "", "has no place in the layer table"),
+    ("src/util/down.c", '#include "format/cact.h"\n', "include cycle between folders"),
+]
+
+
+def self_test():
+    def tree(files):
+        root = tempfile.mkdtemp(prefix="check_includes.")
+        for rel, text in files.items():
+            os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
+            with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
+                f.write(text)
+        return check(root)[0]
+
+    failed = 0
+    errors = tree(CLEAN_TREE)
+    if errors:
+        print("self-test: the clean tree was refused: " + "; ".join(errors))
+        failed += 1
+    extra = {rel: text for rel, text, phrase in VIOLATIONS if phrase is None}
+    for rel, text, phrase in VIOLATIONS:
+        if phrase is None:
+            continue
+        errors = tree({**CLEAN_TREE, **extra, rel: text})
+        if not any(phrase in e for e in errors):
+            print(f"self-test: {rel} not caught as '{phrase}': {errors}")
+            failed += 1
+    print("self-test: " + ("failed" if failed else "ok"))
+    return 1 if failed else 0
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                            os.path.join(os.path.dirname(__file__), ".."))
     errors, counts = check(root)
