@@ -80,7 +80,8 @@ static int next_cp(rx *r, uint32_t *cp) {
 
 static int at(const rx *r, char c) { return r->p < r->end && *r->p == c; }
 
-static int gram_new_node(rx *r, int type, int a, int b) {
+/* A node of the pattern's syntax tree (the grammar builder's nodes are gram_new_node). */
+static int ast_new(rx *r, int type, int a, int b) {
     ast x = {type, a, b, 0, 0, 0, 0};
     VEC_PUSH(r->nodes, x, r->oom = 1);
     return r->oom ? -1 : (int)r->nodes.n - 1;
@@ -102,7 +103,7 @@ static int set_node(rx *r, range *tmp, size_t n, int negate) {
             tmp[m++] = tmp[i];
         }
     }
-    int id = gram_new_node(r, AX_SET, 0, 0);
+    int id = ast_new(r, AX_SET, 0, 0);
     if (id < 0) return -1;
     uint32_t first = (uint32_t)r->ranges.n, next = 0;
     for (size_t i = 0; i <= m; i++) {
@@ -274,12 +275,12 @@ static int parse_atom(rx *r, int at_alt_start) {
         rb_add(r, &b, 0x2028, 0x2029);
         return set_node(r, b.v, b.n, 1);
     case '^':
-        if (r->depth == 0 && at_alt_start) { r->p++; return gram_new_node(r, AX_EMPTY, 0, 0); }
+        if (r->depth == 0 && at_alt_start) { r->p++; return ast_new(r, AX_EMPTY, 0, 0); }
         return rx_fail(r, "^ is only supported at the start of the pattern");
     case '$':
         if (r->depth == 0 && (r->p + 1 == r->end || r->p[1] == '|')) {
             r->p++;
-            return gram_new_node(r, AX_EMPTY, 0, 0);
+            return ast_new(r, AX_EMPTY, 0, 0);
         }
         return rx_fail(r, "$ is only supported at the end of the pattern");
     case '*': case '+': case '?':
@@ -348,7 +349,7 @@ static int parse_repeat(rx *r, int at_alt_start) {
         r->p = save;
         return rx_fail(r, "nested quantifier in pattern");
     }
-    int id = gram_new_node(r, AX_REP, atom, 0);
+    int id = ast_new(r, AX_REP, atom, 0);
     if (id < 0) return -1;
     r->nodes.v[id].min = min;
     r->nodes.v[id].max = max;
@@ -360,10 +361,10 @@ static int parse_cat(rx *r) {
     while (r->p < r->end && *r->p != '|' && *r->p != ')') {
         int item = parse_repeat(r, node < 0);
         if (item < 0) return -1;
-        node = node < 0 ? item : gram_new_node(r, AX_CAT, node, item);
+        node = node < 0 ? item : ast_new(r, AX_CAT, node, item);
         if (node < 0) return -1;
     }
-    return node < 0 ? gram_new_node(r, AX_EMPTY, 0, 0) : node;
+    return node < 0 ? ast_new(r, AX_EMPTY, 0, 0) : node;
 }
 
 static int parse_alt(rx *r) {
@@ -372,7 +373,7 @@ static int parse_alt(rx *r) {
         r->p++;
         int right = parse_cat(r);
         if (right < 0) return -1;
-        left = gram_new_node(r, AX_ALT, left, right);
+        left = ast_new(r, AX_ALT, left, right);
     }
     return left;
 }
