@@ -11,7 +11,9 @@
  * Exactness: the plane sums are integers (|z| <= 128·G, a group's sum < 2^31), so the
  * order of the adds does not matter; the float combination is a8.h's fmaf sequence, as
  * in the scalar kernel. Results are bit-identical to every other level and every thread
- * count. Other widths (3, 4 bits) and groups not a multiple of 32 take the AVX2 kernel. */
+ * count. 4 bits, one token: vpermw indicator lookups (tile16_one_token_4bit). Other widths
+ * (1, 3 bits), 4 bits over several tokens and groups not a multiple of 32 take the AVX2
+ * kernel. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -104,10 +106,80 @@ static VNNI512 void tile16_one_token(const cq_matrix *w, const a8_planes *P, uin
     _mm512_mask_storeu_ps(y, (__mmask16)((1u << n) - 1), _mm512_mul_ps(acc, _mm512_set1_ps(st)));
 }
 
+/* 4 bits, one token, rows [r0, r0 + n), n <= 16, one row per lane as tile16_one_token.
+ * A plane's 0/1 indicator of 32 columns is one vpermw lookup of their codes (the column's
+ * code byte shifted so that its code is in the low 4 bits; vpermw reads 5 bits, so the
+ * 32-entry tables hold the 16 values twice) and one vpdpwssd adds the selected
+ * activations: 2 instructions per plane per 32 columns, 15 planes. */
+static VNNI512 void tile16_one_token_4bit(const cq_matrix *w, const a8_planes *P, uint32_t r0,
+                                          uint32_t n, const float *xr, float *y) {
+    const uint32_t G = w->group, nb = G / 32;
+    const int16_t *z = (const int16_t *)(const void *)(xr + a8_row_z_offset(w->cols_pad, G));
+    const int32_t *sums = a8_row_sums_c(xr);
+    /* every plane S = 1..15 (a constant count keeps the 15 accumulators in registers);
+     * the combination reads the ones the book uses */
+    int16_t tab[16][32] __attribute__((aligned(64)));
+    for (uint32_t S = 0; S < 16; S++)
+        for (uint32_t i = 0; i < 32; i++)
+            tab[S][i] = (int16_t)(__builtin_popcount((i & 15u) & S) & 1);
+    /* word j of each 128-bit lane (column 8L + j) takes byte 4L + j/2; high byte zero */
+    const __m512i spread = _mm512_set_epi8(
+        -1, 15, -1, 15, -1, 14, -1, 14, -1, 13, -1, 13, -1, 12, -1, 12,
+        -1, 11, -1, 11, -1, 10, -1, 10, -1, 9, -1, 9, -1, 8, -1, 8,
+        -1, 7, -1, 7, -1, 6, -1, 6, -1, 5, -1, 5, -1, 4, -1, 4,
+        -1, 3, -1, 3, -1, 2, -1, 2, -1, 1, -1, 1, -1, 0, -1, 0);
+    const __m512i nib = _mm512_set_epi16(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0,
+                                         4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    __m512 acc = _mm512_setzero_ps();
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        int32_t q[16][16] __attribute__((aligned(64)));
+        uint16_t nh[16] __attribute__((aligned(32)));
+        memset(q, 0, sizeof q);
+        memset(nh, 0, sizeof nh);
+        const int16_t *zg = z + (size_t)g * G;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint8_t *cg = w->codes + (size_t)(r0 + i) * w->row_bytes + (size_t)g * G / 2;
+            nh[i] = w->norms[(size_t)(r0 + i) * w->ngroups + g];
+            __m512i a[16];
+            for (uint32_t S = 0; S < 16; S++) a[S] = _mm512_setzero_si512();
+            for (uint32_t b = 0; b < nb; b++) {
+                const __m512i bytes =
+                    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(cg + 16 * b)));
+                const __m512i idx = _mm512_srlv_epi16(_mm512_shuffle_epi8(bytes, spread), nib);
+                const __m512i zz = _mm512_loadu_si512((const void *)(zg + 32 * b));
+                for (uint32_t S = 1; S < 16; S++)
+                    a[S] = _mm512_dpwssd_epi32(
+                        a[S], zz, _mm512_permutexvar_epi16(idx, _mm512_load_si512((const void *)tab[S])));
+            }
+            for (uint32_t S = 0; S < 16; S += 4) {
+                int32_t s4[4];
+                hsum4(a[S], a[S + 1], a[S + 2], a[S + 3], s4);
+                for (uint32_t j = 0; j < 4; j++) q[S + j][i] = s4[j];
+            }
+        }
+        __m512 d = _mm512_set1_ps(P->cb0 * (float)sums[g]);
+        for (uint32_t p = 0; p < P->n; p++)
+            d = _mm512_fmadd_ps(_mm512_set1_ps(P->coef[p]),
+                                _mm512_cvtepi32_ps(_mm512_load_si512((const void *)q[P->sel[p]])), d);
+        const __m512 norm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)nh));
+        acc = _mm512_fmadd_ps(norm, d, acc);
+    }
+    const float st = a8_row_scale(xr) * (1.0f / sqrtf((float)G));
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << n) - 1), _mm512_mul_ps(acc, _mm512_set1_ps(st)));
+}
+
 static VNNI512 void vnni_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows,
                                 const float *rows, size_t ld, uint32_t ntok, float *y,
                                 size_t ld_y) {
     const uint32_t G = w->group;
+    if (ntok == 1 && G % 32 == 0 && w->bits == 4) {
+        a8_planes P;
+        a8_planes_of(w, &P);
+        for (uint32_t r = row0; r < row0 + nrows; r += 16)
+            tile16_one_token_4bit(w, &P, r, row0 + nrows - r < 16 ? row0 + nrows - r : 16, rows,
+                                  y + (r - row0));
+        return;
+    }
     if (G % 32 || (w->bits != 2 && w->bits != 5)) {
         a8_kernels_avx2()->matmul(w, row0, nrows, rows, ld, ntok, y, ld_y);
         return;
