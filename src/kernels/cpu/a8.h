@@ -86,7 +86,7 @@ typedef struct a8_kernels {
 
 extern const a8_kernels a8_kernels_scalar;
 const a8_kernels *a8_kernels_avx2(void); /* NULL without AVX2 (build or CPU) */
-/* 2-bit codes and one-token 4-bit products on AVX-512BW + VNNI + BMI2 (a8_avx512.c),
+/* 2- and 4-bit codes on AVX-512BW + VNNI + BMI2 (a8_avx512.c),
  * the rest through the AVX2 kernel; NULL without those (build or CPU). */
 const a8_kernels *a8_kernels_avx512(void);
 const a8_kernels *a8_kernels_neon(void); /* NULL where the NEON level does not run */
