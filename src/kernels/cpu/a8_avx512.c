@@ -61,6 +61,25 @@ VNNI512_INLINE void hsum4(__m512i a, __m512i b, __m512i c, __m512i d, int32_t ou
 /* One token, rows [r0, r0 + n), n <= 16, one row per lane: the integer plane sums of a
  * group row by row, then the float combination of a8.h for the 16 rows at once (lane i
  * runs row i's fmaf sequence, so the rounding is the scalar kernel's). */
+/* The sums of 16 vectors at once: lane S of the result is the sum of the lanes of v[S]
+ * (45 instructions, against 80 for four hsum4). */
+VNNI512_INLINE __m512i hsum16(const __m512i v[16]) {
+    __m512i t[8], u[4];
+    for (int i = 0; i < 8; i++) /* per 128-bit lane: v[2i], v[2i+1] interleaved */
+        t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) /* per 128-bit lane: v[4i..4i+3], that lane's sums */
+        u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+                                _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+    /* add the four 128-bit lanes of each u[i] and put u[i]'s into lane i */
+    const __m512i w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], 0x88),
+                                         _mm512_shuffle_i32x4(u[0], u[1], 0xDD));
+    const __m512i w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], 0x88),
+                                         _mm512_shuffle_i32x4(u[2], u[3], 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(w01, w23, 0x88),
+                            _mm512_shuffle_i32x4(w01, w23, 0xDD));
+}
+
 static VNNI512 void tile16_one_token(const cq_matrix *w, const a8_planes *P, uint32_t r0,
                                      uint32_t n, const float *xr, float *y) {
     const uint32_t G = w->group, nb = G / 32;
@@ -129,12 +148,15 @@ static VNNI512 void tile16_one_token_4bit(const cq_matrix *w, const a8_planes *P
         -1, 3, -1, 3, -1, 2, -1, 2, -1, 1, -1, 1, -1, 0, -1, 0);
     const __m512i nib = _mm512_set_epi16(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0,
                                          4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    /* qt[i][S]: plane S of row i; rows past n stay zero */
+    int32_t qt[16][16] __attribute__((aligned(64)));
+    uint16_t nh[16] __attribute__((aligned(32)));
+    memset(qt, 0, sizeof qt);
+    memset(nh, 0, sizeof nh);
+    const __m512i row_index = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
     __m512 acc = _mm512_setzero_ps();
     for (uint32_t g = 0; g < w->ngroups; g++) {
-        int32_t q[16][16] __attribute__((aligned(64)));
-        uint16_t nh[16] __attribute__((aligned(32)));
-        memset(q, 0, sizeof q);
-        memset(nh, 0, sizeof nh);
         const int16_t *zg = z + (size_t)g * G;
         for (uint32_t i = 0; i < n; i++) {
             const uint8_t *cg = w->codes + (size_t)(r0 + i) * w->row_bytes + (size_t)g * G / 2;
@@ -150,16 +172,15 @@ static VNNI512 void tile16_one_token_4bit(const cq_matrix *w, const a8_planes *P
                     a[S] = _mm512_dpwssd_epi32(
                         a[S], zz, _mm512_permutexvar_epi16(idx, _mm512_load_si512((const void *)tab[S])));
             }
-            for (uint32_t S = 0; S < 16; S += 4) {
-                int32_t s4[4];
-                hsum4(a[S], a[S + 1], a[S + 2], a[S + 3], s4);
-                for (uint32_t j = 0; j < 4; j++) q[S + j][i] = s4[j];
-            }
+            _mm512_store_si512((void *)qt[i], hsum16(a));
         }
         __m512 d = _mm512_set1_ps(P->cb0 * (float)sums[g]);
-        for (uint32_t p = 0; p < P->n; p++)
-            d = _mm512_fmadd_ps(_mm512_set1_ps(P->coef[p]),
-                                _mm512_cvtepi32_ps(_mm512_load_si512((const void *)q[P->sel[p]])), d);
+        for (uint32_t p = 0; p < P->n; p++) {
+            /* plane S of the 16 rows: column S of qt */
+            const __m512i qS = _mm512_i32gather_epi32(
+                _mm512_add_epi32(row_index, _mm512_set1_epi32(P->sel[p])), (const void *)qt, 4);
+            d = _mm512_fmadd_ps(_mm512_set1_ps(P->coef[p]), _mm512_cvtepi32_ps(qS), d);
+        }
         const __m512 norm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)nh));
         acc = _mm512_fmadd_ps(norm, d, acc);
     }
