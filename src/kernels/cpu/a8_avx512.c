@@ -86,37 +86,45 @@ static VNNI512 void tile16_one_token(const cq_matrix *w, const a8_planes *P, uin
     const int16_t *z = (const int16_t *)(const void *)(xr + a8_row_z_offset(w->cols_pad, G));
     const int32_t *sums = a8_row_sums_c(xr);
     const __m512i ones = _mm512_set1_epi16(1);
+    /* q[4i + S]: plane S (1..3) of row i, four rows to one reduction (hsum16) */
+    int32_t q[64] __attribute__((aligned(64)));
+    uint16_t nh[16] __attribute__((aligned(32)));
+    memset(nh, 0, sizeof nh);
+    const __m512i row_index = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(4));
     __m512 acc = _mm512_setzero_ps();
     for (uint32_t g = 0; g < w->ngroups; g++) {
-        int32_t q[4][16] __attribute__((aligned(64)));
-        uint16_t nh[16] __attribute__((aligned(32)));
-        memset(q, 0, sizeof q);
-        memset(nh, 0, sizeof nh);
         const int16_t *zg = z + (size_t)g * G;
-        for (uint32_t i = 0; i < n; i++) {
-            const uint8_t *cg = w->codes + (size_t)(r0 + i) * w->row_bytes + (size_t)g * G / 4;
-            nh[i] = w->norms[(size_t)(r0 + i) * w->ngroups + g];
-            __m512i a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
-            for (uint32_t b = 0; b < nb; b++) {
-                uint64_t c;
-                memcpy(&c, cg + 8 * b, sizeof c);
-                __mmask32 k1, k2, k3;
-                masks32(c, &k1, &k2, &k3);
-                const __m512i zz = _mm512_loadu_si512((const void *)(zg + 32 * b));
-                a1 = _mm512_dpwssd_epi32(a1, _mm512_maskz_mov_epi16(k1, zz), ones);
-                a2 = _mm512_dpwssd_epi32(a2, _mm512_maskz_mov_epi16(k2, zz), ones);
-                a3 = _mm512_dpwssd_epi32(a3, _mm512_maskz_mov_epi16(k3, zz), ones);
+        for (uint32_t i0 = 0; i0 < 16; i0 += 4) {
+            __m512i v[16];
+            for (uint32_t j = 0; j < 16; j++) v[j] = _mm512_setzero_si512();
+            for (uint32_t j = 0; j < 4 && i0 + j < n; j++) {
+                const uint32_t i = i0 + j;
+                const uint8_t *cg = w->codes + (size_t)(r0 + i) * w->row_bytes + (size_t)g * G / 4;
+                nh[i] = w->norms[(size_t)(r0 + i) * w->ngroups + g];
+                __m512i a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
+                for (uint32_t b = 0; b < nb; b++) {
+                    uint64_t c;
+                    memcpy(&c, cg + 8 * b, sizeof c);
+                    __mmask32 k1, k2, k3;
+                    masks32(c, &k1, &k2, &k3);
+                    const __m512i zz = _mm512_loadu_si512((const void *)(zg + 32 * b));
+                    a1 = _mm512_dpwssd_epi32(a1, _mm512_maskz_mov_epi16(k1, zz), ones);
+                    a2 = _mm512_dpwssd_epi32(a2, _mm512_maskz_mov_epi16(k2, zz), ones);
+                    a3 = _mm512_dpwssd_epi32(a3, _mm512_maskz_mov_epi16(k3, zz), ones);
+                }
+                v[4 * j + 1] = a1;
+                v[4 * j + 2] = a2;
+                v[4 * j + 3] = a3;
             }
-            int32_t s4[4];
-            hsum4(_mm512_setzero_si512(), a1, a2, a3, s4);
-            q[1][i] = s4[1];
-            q[2][i] = s4[2];
-            q[3][i] = s4[3];
+            _mm512_store_si512((void *)(q + 4 * i0), hsum16(v));
         }
         __m512 d = _mm512_set1_ps(P->cb0 * (float)sums[g]);
-        for (uint32_t p = 0; p < P->n; p++)
-            d = _mm512_fmadd_ps(_mm512_set1_ps(P->coef[p]),
-                                _mm512_cvtepi32_ps(_mm512_load_si512((const void *)q[P->sel[p]])), d);
+        for (uint32_t p = 0; p < P->n; p++) {
+            const __m512i qS = _mm512_i32gather_epi32(
+                _mm512_add_epi32(row_index, _mm512_set1_epi32(P->sel[p])), (const void *)q, 4);
+            d = _mm512_fmadd_ps(_mm512_set1_ps(P->coef[p]), _mm512_cvtepi32_ps(qS), d);
+        }
         const __m512 norm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)nh));
         acc = _mm512_fmadd_ps(norm, d, acc);
     }
