@@ -170,8 +170,8 @@ static void check_shape(uint32_t rows, uint32_t cols, uint32_t group, uint32_t b
     }
     CHECK_MSG(worst < 1e-6, "bits %u book %d %ux%u G%u ntok %u: scalar vs direct %.3g", bits,
               book, rows, cols, group, ntok, worst);
-    const char *levels[] = {"avx2", "neon"};
-    for (int l = 0; l < 2; l++) {
+    const char *levels[] = {"avx2", "avx512", "neon"};
+    for (int l = 0; l < 3; l++) {
         const a8_kernels *k = a8_kernels_named(levels[l]);
         if (!k) continue;
         run_level(k, w, x, ld_x, ntok, rows_buf, yk);
@@ -206,6 +206,8 @@ static void test_kernels_every_width(void) {
             check_shape(5, 256, 128, bits[b], book, 5);   /* whole groups, several tokens */
             check_shape(9, 40, 32, bits[b], book, 2);     /* smaller groups */
             check_shape(3, 32, 32, bits[b], book, 1);     /* the smallest group a row fits */
+            check_shape(11, 190, 64, bits[b], book, 9);   /* two 32-column blocks a group */
+            check_shape(6, 48, 16, bits[b], book, 2);     /* a group below the VNNI block */
         }
 }
 

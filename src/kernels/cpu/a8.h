@@ -74,7 +74,7 @@ void a8_planes_of(const cq_matrix *w, a8_planes *out);
 
 /* One kernel level's A8 functions. */
 typedef struct a8_kernels {
-    const char *name; /* "scalar", "avx2", "neon" */
+    const char *name; /* "scalar", "avx2", "avx512", "neon" */
     /* Quantizes x (w->cols floats) and writes the A8 row of it for products with w (and
      * every matrix of the same cols_pad and group). `row` may alias x. */
     void (*rotate)(const cq_matrix *w, const float *x, float *row);
@@ -86,6 +86,9 @@ typedef struct a8_kernels {
 
 extern const a8_kernels a8_kernels_scalar;
 const a8_kernels *a8_kernels_avx2(void); /* NULL without AVX2 (build or CPU) */
+/* 2- and 4-bit codes on AVX-512BW + VNNI + BMI2 (a8_avx512.c),
+ * the rest through the AVX2 kernel; NULL without those (build or CPU). */
+const a8_kernels *a8_kernels_avx512(void);
 const a8_kernels *a8_kernels_neon(void); /* NULL where the NEON level does not run */
 
 /* The level called `name`, or NULL if unknown or unsupported here. A session takes the

@@ -173,7 +173,12 @@ const a8_kernels a8_kernels_scalar = {
 const a8_kernels *a8_kernels_named(const char *name) {
     if (!name) return NULL;
     if (!strcmp(name, "scalar")) return &a8_kernels_scalar;
-    if (!strcmp(name, "avx2") || !strcmp(name, "avx512")) return a8_kernels_avx2();
+    if (!strcmp(name, "avx2")) return a8_kernels_avx2();
+    if (!strcmp(name, "avx512")) {
+        /* the float avx512 level needs only AVX-512F: without VNNI its A8 products are AVX2's */
+        const a8_kernels *k = a8_kernels_avx512();
+        return k ? k : a8_kernels_avx2();
+    }
     if (!strcmp(name, "neon")) return a8_kernels_neon();
     return NULL;
 }
