@@ -223,12 +223,26 @@ void G3(run_shared)(const G3(model) * m, void (*fn)(void *arg, int i, int n), vo
         fn(arg, 0, 1);
 }
 
+/* A step runs serial stretches (norms, the head's rows, the engram) between its parallel
+ * ones: a worker polling through them burns its core for nothing (measured: 2 threads
+ * took ~1.5 CPU-s more per step than 1). Products follow each other within microseconds,
+ * so a short poll keeps those hand-offs cheap. NEEDLE_TRAIN_IDLE_US overrides it (for
+ * measuring). */
+#define G3_IDLE_WAIT_US 100
+static int64_t idle_wait_us(void) {
+    const char *e = getenv("NEEDLE_TRAIN_IDLE_US");
+    return e && *e ? strtoll(e, NULL, 10) : G3_IDLE_WAIT_US;
+}
+
 int G3(set_threads)(G3(model) * m, int n) {
     ws_release(m); /* its attention scratch is per thread */
     cpu_pool_free(m->pool);
     m->pool = NULL;
     m->lv = tg_level_best();
-    return n == 1 ? 0 : cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
+    if (n == 1) return 0;
+    const int st = cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
+    if (!st) cpu_pool_set_idle_wait(m->pool, idle_wait_us());
+    return st;
 }
 
 /* fq8, the portable products (mm_job, mm_worker) and the ZC norm, shared with the other
