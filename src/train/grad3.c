@@ -1013,6 +1013,45 @@ static void hada_back_in(void *ctx, uint32_t t0, uint32_t t1) {
     }
 }
 
+/* pre_hada_norm, gated residual, post_attn_norm backward of tokens [t0, t1): dx1 (d1)
+ * += through the norm, dx0 (d5) = dx1, dao (d3) += through post_attn_norm (d4 the scaled
+ * input per token); the per-token terms of the two norm scales (k1, k2) and of the gate
+ * (k3) for block_back's sums */
+static void resid_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t D = m->D, l = x->l;
+    const real gate = sigm(LW(m, P_GATE, l)[0]);
+    for (uint32_t t = t0; t < t1; t++) {
+        const size_t o = (size_t)t * D;
+        const real *x1 = w->x1 + o, *dm = w->d2 + o, *pn = w->pn + o, *ao = w->ao + o;
+        real *dx1 = w->d1 + o, *dx0 = w->d5 + o, *dy = w->d4 + o;
+        real *ph = w->k1 + o, *pp = w->k2 + o, *pg = w->k3 + o;
+        for (uint32_t i = 0; i < D; i++) ph[i] = dm[i] * x1[i] * w->mr[t];
+        zc_back(x1, LW(m, P_PRE_HADA, l), D, w->mr[t], dm, dx1, NULL);
+        for (uint32_t i = 0; i < D; i++) {
+            pg[i] = dx1[i] * pn[i];
+            dx0[i] = dx1[i];
+            dy[i] = dx1[i] * gate;
+        }
+        for (uint32_t i = 0; i < D; i++) pp[i] = dy[i] * ao[i] * w->pnr[t];
+        zc_back(ao, LW(m, P_POST_NORM, l), D, w->pnr[t], dy, w->d3 + o, NULL);
+    }
+}
+
+/* through the output gate: dO (d3) and dgl (d6) from dgo (d1) */
+static void gate_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const size_t O = (size_t)x->m->H * x->m->vd;
+    seq_ws *w = x->w;
+    for (size_t i = t0 * O; i < t1 * O; i++) {
+        const real sg = sigm(w->gl[i]);
+        w->d3[i] = w->d1[i] * sg;
+        w->d6[i] = w->d1[i] * w->o[i] * sg * (1 - sg);
+    }
+}
+
 /* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
 static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w) {
     const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd, N = m->N;
@@ -1131,18 +1170,13 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     const real gate = sigm(LW(m, P_GATE, l)[0]);
     real *dao = w->d3, *dx0 = w->d5;
     memset(dao, 0, (size_t)T * D * sizeof *dao);
+    /* per token over the pool; the terms of the norms' and the gate's gradients (k1, k2,
+     * k3) summed in token order afterwards, the sums the serial loop made */
+    run_ranges(m, T, RANGE_TOKENS, resid_back_tok, &hx);
+    col_sum(m, w->k1, D, T, D, LG(m, P_PRE_HADA, l));
+    col_sum(m, w->k2, D, T, D, LG(m, P_POST_NORM, l));
     real dgate = 0;
-    for (uint32_t t = 0; t < T; t++) {
-        zc_back(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->mr[t], dm + (size_t)t * D, dx1 + (size_t)t * D,
-                LG(m, P_PRE_HADA, l));
-        for (uint32_t i = 0; i < D; i++) {
-            dgate += dx1[(size_t)t * D + i] * w->pn[(size_t)t * D + i];
-            dx0[(size_t)t * D + i] = dx1[(size_t)t * D + i];
-            w->d4[i] = dx1[(size_t)t * D + i] * gate;
-        }
-        zc_back(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pnr[t], w->d4, dao + (size_t)t * D,
-                LG(m, P_POST_NORM, l));
-    }
+    for (size_t i = 0; i < (size_t)T * D; i++) dgate += w->k3[i];
     LG(m, P_GATE, l)[0] += dgate * gate * (1 - gate);
     /* out_proj, gate_proj */
     real *dgo = w->d1; /* dx1 is consumed */
@@ -1152,11 +1186,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LGD(m, P_WO, l), T, O, D);
     low_rank_back(m, P_WO, l, w->go, dao, T, O, D);
     real *dO = w->d3, *dgl = w->d6;
-    for (size_t i = 0; i < (size_t)T * O; i++) {
-        const real sg = sigm(w->gl[i]);
-        dO[i] = dgo[i] * sg;
-        dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
-    }
+    run_ranges(m, T, RANGE_TOKENS, gate_back_tok, &hx);
     mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, O);
     low_rank_back(m, P_WG, l, w->a, dgl, T, D, O);
     G3(profile_phase)(m, G3_PH_B_ATTN);
