@@ -1052,6 +1052,48 @@ static void gate_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
     }
 }
 
+/* The conv taps' backward for columns [c0, c1) of one projection: buf[t - j] += tap_j
+ * dc[t] and g_j += dc[t] x[t - j], t and j in the serial loop's order */
+typedef struct taps_ctx {
+    uint32_t nt, T, C;
+    const real *tap, *dc, *x;
+    real *buf, *g;
+} taps_ctx;
+
+static void taps_back_cols(void *ctx, uint32_t c0, uint32_t c1) {
+    const taps_ctx *x = ctx;
+    const uint32_t C = x->C;
+    for (uint32_t t = 0; t < x->T; t++)
+        for (uint32_t j = 0; j < x->nt && j <= t; j++)
+            for (uint32_t c = c0; c < c1; c++) {
+                x->buf[(size_t)(t - j) * C + c] += x->tap[j * C + c] * x->dc[(size_t)t * C + c];
+                x->g[j * C + c] += x->dc[(size_t)t * C + c] * x->x[(size_t)(t - j) * C + c];
+            }
+}
+
+typedef struct norm_in_ctx {
+    const G3(model) * m;
+    seq_ws *w;
+    uint32_t l;
+    const real *da;
+    real *dx0;
+} norm_in_ctx;
+
+/* norm_in's backward of tokens [t0, t1): dx0 += through the norm, k1 = the scale's terms */
+static void norm_in_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
+    const norm_in_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t D = m->D;
+    for (uint32_t t = t0; t < t1; t++) {
+        const size_t o = (size_t)t * D;
+        const real *x0 = w->x0 + o, *dy = x->da + o;
+        real *p = w->k1 + o;
+        for (uint32_t i = 0; i < D; i++) p[i] = dy[i] * x0[i] * w->ar[t];
+        zc_back(x0, LW(m, P_NORM_IN, x->l), D, w->ar[t], dy, x->dx0 + o, NULL);
+    }
+}
+
 /* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
 static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w) {
     const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd, N = m->N;
@@ -1275,23 +1317,14 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     real *bufv = w->tmp;
     memset(bufv, 0, (size_t)T * VV * sizeof *bufv);
     if (nt) {
-        real *gq = LG(m, P_QT, l), *gk = LG(m, P_KT, l), *gv = LG(m, P_VT, l);
-        const real *qt = LW(m, P_QT, l), *kt = LW(m, P_KT, l), *vt = LW(m, P_VT, l);
-        for (uint32_t t = 0; t < T; t++)
-            for (uint32_t j = 0; j < nt && j <= t; j++) {
-                for (uint32_t c = 0; c < Q; c++) {
-                    bufq[(size_t)(t - j) * Q + c] += qt[j * Q + c] * dqc[(size_t)t * Q + c];
-                    gq[j * Q + c] += dqc[(size_t)t * Q + c] * w->ql[(size_t)(t - j) * Q + c];
-                }
-                for (uint32_t c = 0; c < K; c++) {
-                    bufk[(size_t)(t - j) * K + c] += kt[j * K + c] * dkc[(size_t)t * K + c];
-                    gk[j * K + c] += dkc[(size_t)t * K + c] * w->kl[(size_t)(t - j) * K + c];
-                }
-                for (uint32_t c = 0; c < VV; c++) {
-                    bufv[(size_t)(t - j) * VV + c] += vt[j * VV + c] * dv[(size_t)t * VV + c];
-                    gv[j * VV + c] += dv[(size_t)t * VV + c] * w->vl[(size_t)(t - j) * VV + c];
-                }
-            }
+        /* every column of q, k and v on its own: columns over the pool, each in the
+         * serial loop's order */
+        taps_ctx tq = {nt, T, Q, LW(m, P_QT, l), dqc, w->ql, bufq, LG(m, P_QT, l)};
+        taps_ctx tk = {nt, T, K, LW(m, P_KT, l), dkc, w->kl, bufk, LG(m, P_KT, l)};
+        taps_ctx tv = {nt, T, VV, LW(m, P_VT, l), dv, w->vl, bufv, LG(m, P_VT, l)};
+        run_ranges(m, Q, RANGE_COLS, taps_back_cols, &tq);
+        run_ranges(m, K, RANGE_COLS, taps_back_cols, &tk);
+        run_ranges(m, VV, RANGE_COLS, taps_back_cols, &tv);
     } else {
         memcpy(bufq, dqc, (size_t)T * Q * sizeof *bufq);
         memcpy(bufk, dkc, (size_t)T * K * sizeof *bufk);
@@ -1305,10 +1338,10 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     low_rank_back(m, P_WQ, l, w->a, bufq, T, D, Q);
     low_rank_back(m, P_WK, l, w->a, bufk, T, D, K);
     low_rank_back(m, P_WV, l, w->a, bufv, T, D, VV);
-    /* norm in */
-    for (uint32_t t = 0; t < T; t++)
-        zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
-                dx0 + (size_t)t * D, LG(m, P_NORM_IN, l));
+    /* norm in: tokens over the pool, the scale's terms (k1) summed in token order */
+    norm_in_ctx nx = {m, w, l, da, dx0};
+    run_ranges(m, T, RANGE_TOKENS, norm_in_back_tok, &nx);
+    col_sum(m, w->k1, D, T, D, LG(m, P_NORM_IN, l));
     /* engram */
     for (uint32_t t = 0; t < T; t++) {
         const real *g = dx0 + (size_t)t * D;

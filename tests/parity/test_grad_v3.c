@@ -497,14 +497,15 @@ static void test_lora_low_rank_route(void) {
     fx_batch_free(&b);
 }
 
-/* The token-range and column splits of the per-token loops (the Monarch MLP's, run_ranges in
- * grad3.c) on a geometry wide and long enough that every split has several chunks (T 72 >
- * 4 x 16 tokens, N >= 128 > 64 columns): every gradient and the loss bit for bit the same
- * at 1, 2 and 3 threads, float and A8. Random weights, every position in the loss. */
+/* The token-range and column splits of the per-token loops (the Monarch MLP's, the norms',
+ * the conv taps'; run_ranges in grad3.c) on a geometry wide and long enough that the splits
+ * have several chunks (T 72 > 4 x 16 tokens, N 128 and q 144 > 64 columns): every gradient
+ * and the loss bit for bit the same at 1, 2 and 3 threads, float and A8. Random weights,
+ * every position in the loss. */
 static void test_threads_bit_identical_wide(void) {
     static const char WIDE[] =
-        "{\"vocab_size\": 96, \"out_vocab\": 80, \"d_model\": 128, \"num_heads\": 4, \"num_kv_heads\": 2,"
-        " \"num_layers\": 2, \"qk_head_dim\": 16, \"v_head_dim\": 16, \"max_seq_len\": 128, \"rope_theta\": 10000.0,"
+        "{\"vocab_size\": 96, \"out_vocab\": 80, \"d_model\": 128, \"num_heads\": 6, \"num_kv_heads\": 2,"
+        " \"num_layers\": 2, \"qk_head_dim\": 24, \"v_head_dim\": 16, \"max_seq_len\": 128, \"rope_theta\": 10000.0,"
         " \"sliding_window\": 24, \"global_layers\": [1], \"qkv_conv_taps\": 3, \"mhc_lanes\": 2,"
         " \"engram_orders\": [2], \"engram_slots\": 17, \"engram_layers\": [0]}";
     export3_config cfg;

@@ -20,7 +20,8 @@
  * Waiting is staged: a tight spin for SPIN_US (a decode step issues the next run within
  * microseconds), then polling with sched_yield() until YIELD_US (so that on a busy
  * machine a waiting thread hands its core to one that has work), then sleeping on the
- * condition variable. */
+ * condition variable. An idle worker's polling span is per pool (cpu_pool_set_idle_wait:
+ * training, with serial stretches between runs, polls briefly). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
