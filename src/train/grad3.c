@@ -2019,6 +2019,39 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
     return 0;
 }
 
+/* The masked cross-entropy of logits rows [k0, k1) (row k is position rowt[k]): each row's
+ * loss term, and with grads its dloss/dlogit in place of the logits */
+#define CE_ROWS 4
+typedef struct ce_ctx {
+    real *logits;
+    const uint32_t *rowt;
+    const int32_t *tok;
+    const float *mk;
+    uint32_t OV;
+    real denom;
+    int grads;
+    double *terms;
+} ce_ctx;
+
+static void ce_rows(void *ctx, uint32_t k0, uint32_t k1) {
+    const ce_ctx *x = ctx;
+    const uint32_t OV = x->OV;
+    for (uint32_t k = k0; k < k1; k++) {
+        const uint32_t t = x->rowt[k], tgt = (uint32_t)x->tok[t + 1];
+        const real wgt = (real)x->mk[t + 1];
+        real *lg = x->logits + (size_t)k * OV;
+        real mx = -INFINITY;
+        for (uint32_t v = 0; v < OV; v++) mx = lg[v] > mx ? lg[v] : mx;
+        real z = 0;
+        for (uint32_t v = 0; v < OV; v++) z += exp(lg[v] - mx);
+        const real lse = mx + log(z);
+        x->terms[k] = (double)(wgt * (lse - lg[tgt]));
+        if (!x->grads) continue;
+        for (uint32_t v = 0; v < OV; v++) /* dloss/dlogit */
+            lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / x->denom;
+    }
+}
+
 int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
              double *loss) {
     *loss = 0;
@@ -2117,20 +2150,11 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             const uint32_t R = nr - k0 < HEAD_ROWS ? nr - k0 : HEAD_ROWS;
             const real *xn = r.xn + (size_t)k0 * D;
             mm(m, xn, r.et, r.logits, R, D, OV);
-            for (uint32_t k = 0; k < R; k++) {
-                const uint32_t t = r.rowt[k0 + k], tgt = (uint32_t)tok[t + 1];
-                const real wgt = (real)mk[t + 1];
-                real *lg = r.logits + (size_t)k * OV;
-                real mx = -INFINITY;
-                for (uint32_t v = 0; v < OV; v++) mx = lg[v] > mx ? lg[v] : mx;
-                real z = 0;
-                for (uint32_t v = 0; v < OV; v++) z += exp(lg[v] - mx);
-                const real lse = mx + log(z);
-                total += (double)(wgt * (lse - lg[tgt]));
-                if (!grads) continue;
-                for (uint32_t v = 0; v < OV; v++) /* dloss/dlogit */
-                    lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
-            }
+            /* the rows' cross-entropy over the pool, their losses summed in row order */
+            double terms[HEAD_ROWS];
+            ce_ctx ce = {r.logits, r.rowt + k0, tok, mk, OV, denom, grads, terms};
+            run_ranges(m, R, CE_ROWS, ce_rows, &ce);
+            for (uint32_t k = 0; k < R; k++) total += terms[k];
             if (!grads) continue;
             mm(m, r.logits, Emb, r.dxn, R, OV, D); /* dxn = g E */
             if (!m->t[P_EMB].frozen) /* dE += g^T xn */
