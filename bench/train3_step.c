@@ -207,7 +207,7 @@ int main(int argc, char **argv) {
     }
     double *secs = calloc((size_t)steps, sizeof *secs), *cpus = calloc((size_t)steps, sizeof *cpus), loss = 0,
            t_opt = 0;
-    double prof[G3_PH_COUNT] = {0};
+    double prof[G3_PH_COUNT] = {0}, prof_cpu[G3_PH_COUNT] = {0}, prof_runs[G3_PH_COUNT] = {0};
     for (int s = 0; s < steps; s++) {
         g3_profile_reset(m);
         const double c0 = cpu_now();
@@ -222,6 +222,8 @@ int main(int argc, char **argv) {
         t_opt = now() - t1;
         const double *p = g3_profile(m);
         memcpy(prof, p, sizeof prof);
+        memcpy(prof_cpu, g3_profile_cpu(m), sizeof prof_cpu);
+        memcpy(prof_runs, g3_profile_runs(m), sizeof prof_runs);
         printf("  step %d: loss %.4f, %.2f s wall, %.2f s CPU\n", s + 1, loss, secs[s], cpus[s]);
     }
     double sorted[1000];
@@ -267,12 +269,13 @@ int main(int argc, char **argv) {
     printf("  dense products ~%.1f GFLOP per step: %.2f GFLOP/s = %.1f%% of the %s FMA peak (%.1f GFLOP/s)\n",
            flop / 1e9, flop / 1e9 / med, 100.0 * flop / 1e9 / med / pk.gflops, pk.isa, pk.gflops);
     printf("  peak RSS %.0f MiB\n", platform_peak_rss_mb());
-    printf("  profile of the last step (wall s, %% of it):\n");
+    printf("  profile of the last step (wall s, %% of it; CPU s of all threads; pool dispatches):\n");
     double in_prof = 0;
     for (int p = 0; p < G3_PH_COUNT; p++) in_prof += prof[p];
     for (int p = 0; p < G3_PH_COUNT; p++)
         if (prof[p] > 0.0005)
-            printf("    %-34s %8.3f  %5.1f%%\n", g3_profile_name(p), prof[p], 100.0 * prof[p] / secs[steps - 1]);
+            printf("    %-34s %8.3f  %5.1f%%  %8.3f  %7.0f\n", g3_profile_name(p), prof[p],
+                   100.0 * prof[p] / secs[steps - 1], prof_cpu[p], prof_runs[p]);
     printf("    %-34s %8.3f  %5.1f%%\n", "AdamW update", t_opt, 100.0 * t_opt / secs[steps - 1]);
     (void)in_prof;
     g3_lora_finish(prep);

@@ -120,7 +120,11 @@ static float *scratch_grow(float **p, size_t *cap, size_t n) {
 
 struct g3_prof {
     double sec[G3_PH_COUNT];
-    double last; /* when the current phase began */
+    double cpu[G3_PH_COUNT];  /* CPU seconds of every thread of the process */
+    double runs[G3_PH_COUNT]; /* pool dispatches */
+    double last;              /* when the current phase began */
+    double last_cpu;
+    uint64_t last_runs;
     int cur;
     int recomp; /* the forward phases are charged to G3_PH_RECOMP */
 };
@@ -131,13 +135,31 @@ static double wall_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* every thread's CPU time: what the workers burn (spinning included) while a phase runs */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t pool_runs(const G3(model) * m) {
+    uint64_t runs = 0, ns = 0;
+    cpu_pool_sync_stats(m->pool, &runs, &ns);
+    return runs;
+}
+
 int G3(profile_phase)(const G3(model) * m, int phase) {
     if (!m) return G3_PH_OTHER; /* an op called on its own (the op tests) */
     struct g3_prof *p = m->prof;
     if (p->recomp && phase >= G3_PH_F_PROD && phase <= G3_PH_F_ENGRAM) phase = G3_PH_RECOMP;
-    const double now = wall_s();
+    const double now = wall_s(), cpu = cpu_s();
+    const uint64_t runs = pool_runs(m);
     p->sec[p->cur] += now - p->last;
+    p->cpu[p->cur] += cpu - p->last_cpu;
+    p->runs[p->cur] += (double)(runs - p->last_runs);
     p->last = now;
+    p->last_cpu = cpu;
+    p->last_runs = runs;
     const int old = p->cur;
     p->cur = phase;
     return old;
@@ -146,11 +168,23 @@ int G3(profile_phase)(const G3(model) * m, int phase) {
 void G3(profile_reset)(G3(model) * m) {
     memset(m->prof, 0, sizeof *m->prof);
     m->prof->last = wall_s();
+    m->prof->last_cpu = cpu_s();
+    m->prof->last_runs = pool_runs(m);
 }
 
 const double *G3(profile)(const G3(model) * m) {
     G3(profile_phase)(m, m->prof->cur);
     return m->prof->sec;
+}
+
+const double *G3(profile_cpu)(const G3(model) * m) {
+    G3(profile_phase)(m, m->prof->cur);
+    return m->prof->cpu;
+}
+
+const double *G3(profile_runs)(const G3(model) * m) {
+    G3(profile_phase)(m, m->prof->cur);
+    return m->prof->runs;
 }
 
 const char *G3(profile_name)(int phase) {
@@ -189,12 +223,26 @@ void G3(run_shared)(const G3(model) * m, void (*fn)(void *arg, int i, int n), vo
         fn(arg, 0, 1);
 }
 
+/* A step runs serial stretches (norms, the head's rows, the engram) between its parallel
+ * ones: a worker polling through them burns its core for nothing (measured: 2 threads
+ * took ~1.5 CPU-s more per step than 1). Products follow each other within microseconds,
+ * so a short poll keeps those hand-offs cheap. NEEDLE_TRAIN_IDLE_US overrides it (for
+ * measuring). */
+#define G3_IDLE_WAIT_US 100
+static int64_t idle_wait_us(void) {
+    const char *e = getenv("NEEDLE_TRAIN_IDLE_US");
+    return e && *e ? strtoll(e, NULL, 10) : G3_IDLE_WAIT_US;
+}
+
 int G3(set_threads)(G3(model) * m, int n) {
     ws_release(m); /* its attention scratch is per thread */
     cpu_pool_free(m->pool);
     m->pool = NULL;
     m->lv = tg_level_best();
-    return n == 1 ? 0 : cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
+    if (n == 1) return 0;
+    const int st = cpu_pool_create(n, cpu_kernels_best(), 0, &m->pool);
+    if (!st) cpu_pool_set_idle_wait(m->pool, idle_wait_us());
+    return st;
 }
 
 /* fq8, the portable products (mm_job, mm_worker) and the ZC norm, shared with the other
@@ -447,14 +495,85 @@ typedef struct seq_ws {
     real *dvh, *dkh;         /* [H][T][vd], [H][T][qk]: each head's part of dv, dk */
 } seq_ws;
 
-/* src [T][r][c] -> dst [T][c][r] */
-static void tok_transpose(const real *src, real *dst, uint32_t T, uint32_t r, uint32_t c) {
-    for (uint32_t t = 0; t < T; t++) {
-        const real *s = src + (size_t)t * r * c;
-        real *d = dst + (size_t)t * r * c;
+/* fn(ctx, i0, i1) over [0, n) in chunks of `chunk` that the pool's threads take from a
+ * shared counter (a descheduled worker leaves its chunks to the others). Each index's
+ * arithmetic is the same whoever runs it, so the result does not depend on the thread
+ * count; the per-token loops of the Monarch MLP run this way instead of on one thread
+ * while the other waits. */
+typedef struct range_job {
+    void (*fn)(void *ctx, uint32_t i0, uint32_t i1);
+    void *ctx;
+    uint32_t n, chunk;
+    atomic_uint next;
+} range_job;
+
+static void range_worker(void *arg, int i, int n) {
+    range_job *j = arg;
+    (void)i, (void)n;
+    for (;;) {
+        const uint32_t c = atomic_fetch_add_explicit(&j->next, 1u, memory_order_relaxed);
+        if ((uint64_t)c * j->chunk >= j->n) break;
+        const uint32_t i0 = c * j->chunk, i1 = j->n - i0 < j->chunk ? j->n : i0 + j->chunk;
+        j->fn(j->ctx, i0, i1);
+    }
+}
+
+static void run_ranges(const G3(model) * m, uint32_t n, uint32_t chunk, void (*fn)(void *ctx, uint32_t i0, uint32_t i1),
+                       void *ctx) {
+    if (!m || !m->pool || n <= chunk) {
+        fn(ctx, 0, n);
+        return;
+    }
+    range_job j;
+    j.fn = fn, j.ctx = ctx, j.n = n, j.chunk = chunk;
+    atomic_init(&j.next, 0u);
+    G3(run_shared)(m, range_worker, &j);
+}
+
+#define RANGE_TOKENS 16 /* tokens per chunk of a per-token loop */
+#define RANGE_COLS 64   /* columns per chunk of a column sum */
+
+typedef struct transpose_ctx {
+    const real *src;
+    real *dst;
+    uint32_t r, c;
+} transpose_ctx;
+
+static void transpose_range(void *ctx, uint32_t t0, uint32_t t1) {
+    const transpose_ctx *x = ctx;
+    const uint32_t r = x->r, c = x->c;
+    for (uint32_t t = t0; t < t1; t++) {
+        const real *s = x->src + (size_t)t * r * c;
+        real *d = x->dst + (size_t)t * r * c;
         for (uint32_t i = 0; i < r; i++)
             for (uint32_t j = 0; j < c; j++) d[(size_t)j * r + i] = s[(size_t)i * c + j];
     }
+}
+
+/* src [T][r][c] -> dst [T][c][r], tokens over the pool */
+static void tok_transpose(const G3(model) * m, const real *src, real *dst, uint32_t T, uint32_t r, uint32_t c) {
+    transpose_ctx x = {src, dst, r, c};
+    run_ranges(m, T, RANGE_TOKENS, transpose_range, &x);
+}
+
+typedef struct colsum_ctx {
+    const real *p;
+    size_t ld;
+    uint32_t T;
+    real *g;
+} colsum_ctx;
+
+static void colsum_range(void *ctx, uint32_t j0, uint32_t j1) {
+    const colsum_ctx *x = ctx;
+    for (uint32_t t = 0; t < x->T; t++)
+        for (uint32_t j = j0; j < j1; j++) x->g[j] += x->p[(size_t)t * x->ld + j];
+}
+
+/* g[j] += p[t][j] for t = 0, 1, ..., T-1 in that order, columns over the pool: the sums a
+ * per-token loop accumulating into g made, with the terms computed apart (in parallel) */
+static void col_sum(const G3(model) * m, const real *p, size_t ld, uint32_t T, uint32_t ncols, real *g) {
+    colsum_ctx x = {p, ld, T, g};
+    run_ranges(m, ncols, RANGE_COLS, colsum_range, &x);
 }
 
 static void mm(const G3(model) * m, const real *x, const real *W, real *y, uint32_t T, uint32_t in, uint32_t out);
@@ -468,9 +587,9 @@ static void kron_all(const G3(model) * m, const real *z, const real *A, const re
                      real *k1, real *k2) {
     const uint32_t a = m->ba, b = m->bb;
     mm(m, z, Bm, k1, T * a, b, b);
-    tok_transpose(k1, k2, T, a, b);
+    tok_transpose(m, k1, k2, T, a, b);
     mm(m, k2, A, k1, T * b, a, a);
-    tok_transpose(k1, out, T, b, a);
+    tok_transpose(m, k1, out, T, b, a);
 }
 
 /* Backward of kron_all: dz += A dO_t B^T, dA += sum_t (z_t B) dO_t^T, dB += sum_t
@@ -479,11 +598,11 @@ static void kron_back_all(const G3(model) * m, const real *z, const real *A, con
                           const real *dO, real *dz, real *dA, real *dB, seq_ws *w) {
     const uint32_t a = m->ba, b = m->bb;
     mm(m, z, Bm, w->k1, T * a, b, b);       /* z B */
-    tok_transpose(w->k1, w->k2, T, a, b);   /* (z B)^T per token: [T*b][a] */
-    tok_transpose(dO, w->k3, T, a, b);      /* dO^T per token */
+    tok_transpose(m, w->k1, w->k2, T, a, b);   /* (z B)^T per token: [T*b][a] */
+    tok_transpose(m, dO, w->k3, T, a, b);      /* dO^T per token */
     memset(w->k4, 0, (size_t)T * a * b * sizeof *w->k4);
     mm_back(m, w->k2, A, w->k3, w->k4, dA, T * b, a, a); /* (A dO)^T, dA */
-    tok_transpose(w->k4, w->k1, T, b, a);   /* A dO: [T*a][b] */
+    tok_transpose(m, w->k4, w->k1, T, b, a);   /* A dO: [T*a][b] */
     mm_back(m, z, Bm, w->k1, dz, dB, T * a, b, b);
 }
 
@@ -748,6 +867,233 @@ static void block_resid_tok(const tok_job *j, uint32_t t) {
     w->mr[t] = zc_fwd(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->m + (size_t)t * D);
 }
 
+/* The per-token steps of the HadamardMLP (block_fwd, block_back), over token ranges */
+typedef struct hada_ctx {
+    const G3(model) * m;
+    seq_ws *w;
+    uint32_t l;
+    const real *dbo; /* the backward's input */
+} hada_ctx;
+
+/* softmax(m cond_v) and z0 = d1 m (zero-padded to N) */
+static void hada_fwd_in(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t D = m->D, N = m->N;
+    const real *d1 = LW(m, P_D1, x->l);
+    for (uint32_t t = t0; t < t1; t++) {
+        real *cs = w->cs + (size_t)t * COND_RANK, *sm = w->csm + (size_t)t * COND_RANK;
+        real mx = cs[0], z = 0;
+        for (uint32_t r = 1; r < COND_RANK; r++)
+            if (cs[r] > mx) mx = cs[r];
+        for (uint32_t r = 0; r < COND_RANK; r++) z += (sm[r] = exp(cs[r] - mx));
+        for (uint32_t r = 0; r < COND_RANK; r++) sm[r] /= z;
+        for (uint32_t j = 0; j < N; j++) w->z0[(size_t)t * N + j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
+    }
+}
+
+/* cond += 1, the first permutation, h = d2 cond z1p + b2, hs = silu(h) */
+static void hada_fwd_act(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t N = m->N;
+    const real *d2 = LW(m, P_D2, x->l), *b2 = LW(m, P_B2, x->l);
+    for (uint32_t t = t0; t < t1; t++) {
+        const real *z1 = w->z1 + (size_t)t * N;
+        real *cond = w->cond + (size_t)t * N;
+        real *z1p = w->z1p + (size_t)t * N, *h = w->h + (size_t)t * N, *hs = w->hs + (size_t)t * N;
+        for (uint32_t j = 0; j < N; j++) cond[j] += 1;
+        for (uint32_t j = 0; j < N; j++) z1p[j] = z1[m->perm1[j]];
+        for (uint32_t j = 0; j < N; j++) {
+            h[j] = d2[j] * cond[j] * z1p[j] + b2[j];
+            hs[j] = h[j] * sigm(h[j]);
+        }
+    }
+}
+
+static void hada_fwd_perm2(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t N = m->N;
+    const real *d3 = LW(m, P_D3, x->l);
+    for (uint32_t t = t0; t < t1; t++)
+        for (uint32_t j = 0; j < N; j++) w->z2p[(size_t)t * N + j] = d3[j] * w->z2[(size_t)t * N + m->perm2[j]];
+}
+
+static void hada_fwd_out(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t D = m->D, N = m->N;
+    const real *d4 = LW(m, P_D4, x->l);
+    for (uint32_t t = t0; t < t1; t++)
+        for (uint32_t i = 0; i < D; i++)
+            w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d4[i] * w->z3[(size_t)t * N + i];
+}
+
+/* dz3 = d4 dbo (zero-padded to N); k3 = the per-token terms of gd4 */
+static void hada_back_out(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t D = m->D, N = m->N;
+    const real *d4 = LW(m, P_D4, x->l);
+    real *dz3 = w->d3;
+    for (uint32_t t = t0; t < t1; t++)
+        for (uint32_t j = 0; j < N; j++) {
+            const real g = j < D ? x->dbo[(size_t)t * D + j] : 0;
+            if (j < D) w->k3[(size_t)t * N + j] = g * w->z3[(size_t)t * N + j];
+            dz3[(size_t)t * N + j] = j < D ? g * d4[j] : 0;
+        }
+}
+
+/* dz2 (d5) from dz2p (d4) through the second permutation; k3 = the terms of gd3 */
+static void hada_back_perm2(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t N = m->N;
+    const real *d3 = LW(m, P_D3, x->l);
+    for (uint32_t t = t0; t < t1; t++) {
+        const real *z2 = w->z2 + (size_t)t * N, *g = w->d4 + (size_t)t * N;
+        real *d = w->d5 + (size_t)t * N, *p = w->k3 + (size_t)t * N;
+        memset(d, 0, N * sizeof *d);
+        for (uint32_t j = 0; j < N; j++) {
+            p[j] = g[j] * z2[m->perm2[j]];
+            d[m->perm2[j]] += g[j] * d3[j];
+        }
+    }
+}
+
+/* through silu and h = d2 cond z1p + b2: dcond (d5), dz1 (d4) from dhs (d3); k3, k4 = the
+ * terms of gb2, gd2 */
+static void hada_back_act(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t N = m->N;
+    const real *d2 = LW(m, P_D2, x->l);
+    for (uint32_t t = t0; t < t1; t++) {
+        const real *h = w->h + (size_t)t * N, *cond = w->cond + (size_t)t * N, *z1p = w->z1p + (size_t)t * N;
+        const real *g = w->d3 + (size_t)t * N;
+        real *dc = w->d5 + (size_t)t * N, *d = w->d4 + (size_t)t * N;
+        real *pb = w->k3 + (size_t)t * N, *pd = w->k4 + (size_t)t * N;
+        memset(d, 0, N * sizeof *d);
+        for (uint32_t j = 0; j < N; j++) {
+            const real sg = sigm(h[j]);
+            const real dh = g[j] * (sg + h[j] * sg * (1 - sg));
+            pb[j] = dh;
+            pd[j] = dh * cond[j] * z1p[j];
+            dc[j] = dh * d2[j] * z1p[j];
+            d[m->perm1[j]] += dh * d2[j] * cond[j];
+        }
+    }
+}
+
+/* the softmax's backward into dcs (d7) from dsm (d6); dm (d2) += d1 dz0 (d3); k3 = the
+ * terms of gd1 */
+static void hada_back_in(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t D = m->D, N = m->N;
+    const real *d1 = LW(m, P_D1, x->l);
+    for (uint32_t t = t0; t < t1; t++) {
+        const real *sm = w->csm + (size_t)t * COND_RANK, *ds = w->d6 + (size_t)t * COND_RANK;
+        real dot = 0;
+        for (uint32_t r = 0; r < COND_RANK; r++) dot += ds[r] * sm[r];
+        for (uint32_t r = 0; r < COND_RANK; r++) w->d7[(size_t)t * COND_RANK + r] = sm[r] * (ds[r] - dot);
+        for (uint32_t j = 0; j < D; j++) {
+            w->k3[(size_t)t * N + j] = w->d3[(size_t)t * N + j] * w->m[(size_t)t * D + j];
+            w->d2[(size_t)t * D + j] += w->d3[(size_t)t * N + j] * d1[j];
+        }
+    }
+}
+
+/* pre_hada_norm, gated residual, post_attn_norm backward of tokens [t0, t1): dx1 (d1)
+ * += through the norm, dx0 (d5) = dx1, dao (d3) += through post_attn_norm (d4 the scaled
+ * input per token); the per-token terms of the two norm scales (k1, k2) and of the gate
+ * (k3) for block_back's sums */
+static void resid_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t D = m->D, l = x->l;
+    const real gate = sigm(LW(m, P_GATE, l)[0]);
+    for (uint32_t t = t0; t < t1; t++) {
+        const size_t o = (size_t)t * D;
+        const real *x1 = w->x1 + o, *dm = w->d2 + o, *pn = w->pn + o, *ao = w->ao + o;
+        real *dx1 = w->d1 + o, *dx0 = w->d5 + o, *dy = w->d4 + o;
+        real *ph = w->k1 + o, *pp = w->k2 + o, *pg = w->k3 + o;
+        for (uint32_t i = 0; i < D; i++) ph[i] = dm[i] * x1[i] * w->mr[t];
+        zc_back(x1, LW(m, P_PRE_HADA, l), D, w->mr[t], dm, dx1, NULL);
+        for (uint32_t i = 0; i < D; i++) {
+            pg[i] = dx1[i] * pn[i];
+            dx0[i] = dx1[i];
+            dy[i] = dx1[i] * gate;
+        }
+        for (uint32_t i = 0; i < D; i++) pp[i] = dy[i] * ao[i] * w->pnr[t];
+        zc_back(ao, LW(m, P_POST_NORM, l), D, w->pnr[t], dy, w->d3 + o, NULL);
+    }
+}
+
+/* through the output gate: dO (d3) and dgl (d6) from dgo (d1) */
+static void gate_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
+    const hada_ctx *x = ctx;
+    const size_t O = (size_t)x->m->H * x->m->vd;
+    seq_ws *w = x->w;
+    for (size_t i = t0 * O; i < t1 * O; i++) {
+        const real sg = sigm(w->gl[i]);
+        w->d3[i] = w->d1[i] * sg;
+        w->d6[i] = w->d1[i] * w->o[i] * sg * (1 - sg);
+    }
+}
+
+/* The conv taps' backward for columns [c0, c1) of one projection: buf[t - j] += tap_j
+ * dc[t] and g_j += dc[t] x[t - j], t and j in the serial loop's order */
+typedef struct taps_ctx {
+    uint32_t nt, T, C;
+    const real *tap, *dc, *x;
+    real *buf, *g;
+} taps_ctx;
+
+static void taps_back_cols(void *ctx, uint32_t c0, uint32_t c1) {
+    const taps_ctx *x = ctx;
+    const uint32_t C = x->C;
+    for (uint32_t t = 0; t < x->T; t++)
+        for (uint32_t j = 0; j < x->nt && j <= t; j++)
+            for (uint32_t c = c0; c < c1; c++) {
+                x->buf[(size_t)(t - j) * C + c] += x->tap[j * C + c] * x->dc[(size_t)t * C + c];
+                x->g[j * C + c] += x->dc[(size_t)t * C + c] * x->x[(size_t)(t - j) * C + c];
+            }
+}
+
+typedef struct norm_in_ctx {
+    const G3(model) * m;
+    seq_ws *w;
+    uint32_t l;
+    const real *da;
+    real *dx0;
+} norm_in_ctx;
+
+/* norm_in's backward of tokens [t0, t1): dx0 += through the norm, k1 = the scale's terms */
+static void norm_in_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
+    const norm_in_ctx *x = ctx;
+    const G3(model) *m = x->m;
+    seq_ws *w = x->w;
+    const uint32_t D = m->D;
+    for (uint32_t t = t0; t < t1; t++) {
+        const size_t o = (size_t)t * D;
+        const real *x0 = w->x0 + o, *dy = x->da + o;
+        real *p = w->k1 + o;
+        for (uint32_t i = 0; i < D; i++) p[i] = dy[i] * x0[i] * w->ar[t];
+        zc_back(x0, LW(m, P_NORM_IN, x->l), D, w->ar[t], dy, x->dx0 + o, NULL);
+    }
+}
+
 /* Block.__call__ on u[T][D] into w->bo (the block's output), keeping its intermediates. */
 static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w) {
     const uint32_t T = sq->T, D = m->D, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd, N = m->N;
@@ -810,39 +1156,17 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
     G3(profile_phase)(m, G3_PH_F_MLP);
     /* HadamardMLP */
     const real *cv = LW(m, P_CONDV, l), *cu = LW(m, P_CONDU, l);
-    const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *b2 = LW(m, P_B2, l), *d3 = LW(m, P_D3, l),
-               *d4 = LW(m, P_D4, l);
     mm(m, w->m, cv, w->cs, T, D, COND_RANK);
-    for (uint32_t t = 0; t < T; t++) {
-        real *cs = w->cs + (size_t)t * COND_RANK, *sm = w->csm + (size_t)t * COND_RANK;
-        real mx = cs[0], z = 0;
-        for (uint32_t r = 1; r < COND_RANK; r++)
-            if (cs[r] > mx) mx = cs[r];
-        for (uint32_t r = 0; r < COND_RANK; r++) z += (sm[r] = exp(cs[r] - mx));
-        for (uint32_t r = 0; r < COND_RANK; r++) sm[r] /= z;
-    }
+    hada_ctx hx = {m, w, l, NULL};
+    run_ranges(m, T, RANGE_TOKENS, hada_fwd_in, &hx);
     /* cond = 1 + softmax(m cond_v) cond_u; the Kronecker factors of every token at once */
     mm(m, w->csm, cu, w->cond, T, COND_RANK, N);
-    for (size_t i = 0; i < (size_t)T * N; i++) w->cond[i] += 1;
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < N; j++) w->z0[(size_t)t * N + j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
     kron_all(m, w->z0, LW(m, P_W1A, l), LW(m, P_W1B, l), T, w->z1, w->k1, w->k2);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *z1 = w->z1 + (size_t)t * N, *cond = w->cond + (size_t)t * N;
-        real *z1p = w->z1p + (size_t)t * N, *h = w->h + (size_t)t * N, *hs = w->hs + (size_t)t * N;
-        for (uint32_t j = 0; j < N; j++) z1p[j] = z1[m->perm1[j]];
-        for (uint32_t j = 0; j < N; j++) {
-            h[j] = d2[j] * cond[j] * z1p[j] + b2[j];
-            hs[j] = h[j] * sigm(h[j]);
-        }
-    }
+    run_ranges(m, T, RANGE_TOKENS, hada_fwd_act, &hx);
     kron_all(m, w->hs, LW(m, P_W2A, l), LW(m, P_W2B, l), T, w->z2, w->k1, w->k2);
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < N; j++) w->z2p[(size_t)t * N + j] = d3[j] * w->z2[(size_t)t * N + m->perm2[j]];
+    run_ranges(m, T, RANGE_TOKENS, hada_fwd_perm2, &hx);
     kron_all(m, w->z2p, LW(m, P_W3A, l), LW(m, P_W3B, l), T, w->z3, w->k1, w->k2);
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t i = 0; i < D; i++)
-            w->bo[(size_t)t * D + i] = w->x1[(size_t)t * D + i] + d4[i] * w->z3[(size_t)t * N + i];
+    run_ranges(m, T, RANGE_TOKENS, hada_fwd_out, &hx);
     G3(profile_phase)(m, G3_PH_OTHER);
 }
 
@@ -857,79 +1181,44 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     memset(dm, 0, (size_t)T * D * sizeof *dm);
     /* HadamardMLP */
     const real *cv = LW(m, P_CONDV, l), *cu = LW(m, P_CONDU, l);
-    const real *d1 = LW(m, P_D1, l), *d2 = LW(m, P_D2, l), *d3 = LW(m, P_D3, l), *d4 = LW(m, P_D4, l);
-    real *gd1 = LG(m, P_D1, l), *gd2 = LG(m, P_D2, l), *gb2 = LG(m, P_B2, l), *gd3 = LG(m, P_D3, l),
-         *gd4 = LG(m, P_D4, l), *gcu = LG(m, P_CONDU, l);
-    /* every token at once: [T][N] gradients in d3..d6, the Kronecker scratch in k1..k4 */
-    real *dz3 = w->d3, *dz2p = w->d4, *dz2 = w->d5, *dhs = w->d3, *dz1 = w->d4, *dcond = w->d5, *dz0 = w->d3;
-    real *dsm = w->d6, *dcs = w->d7; /* [T][COND_RANK] */
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < N; j++) {
-            const real g = j < D ? dbo[(size_t)t * D + j] : 0;
-            if (j < D) gd4[j] += g * w->z3[(size_t)t * N + j];
-            dz3[(size_t)t * N + j] = j < D ? g * d4[j] : 0;
-        }
+    real *gcu = LG(m, P_CONDU, l);
+    /* every token at once: [T][N] gradients in d3..d6, the Kronecker scratch in k1..k4;
+     * the per-token terms of the vector gradients (gd4, gd3, gb2, gd2, gd1) go to k3 / k4
+     * between the Kronecker steps and are summed over the tokens in order (col_sum) */
+    real *dz3 = w->d3, *dz2p = w->d4, *dhs = w->d3, *dz0 = w->d3;
+    real *dsm = w->d6; /* [T][COND_RANK] */
+    hada_ctx hx = {m, w, l, dbo};
+    run_ranges(m, T, RANGE_TOKENS, hada_back_out, &hx);
+    col_sum(m, w->k3, N, T, D, LG(m, P_D4, l));
     memset(dz2p, 0, (size_t)T * N * sizeof *dz2p);
     kron_back_all(m, w->z2p, LW(m, P_W3A, l), LW(m, P_W3B, l), T, dz3, dz2p, LG(m, P_W3A, l), LG(m, P_W3B, l), w);
-    memset(dz2, 0, (size_t)T * N * sizeof *dz2);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *z2 = w->z2 + (size_t)t * N, *g = dz2p + (size_t)t * N;
-        real *d = dz2 + (size_t)t * N;
-        for (uint32_t j = 0; j < N; j++) {
-            gd3[j] += g[j] * z2[m->perm2[j]];
-            d[m->perm2[j]] += g[j] * d3[j];
-        }
-    }
+    run_ranges(m, T, RANGE_TOKENS, hada_back_perm2, &hx);
+    col_sum(m, w->k3, N, T, N, LG(m, P_D3, l));
     memset(dhs, 0, (size_t)T * N * sizeof *dhs);
-    kron_back_all(m, w->hs, LW(m, P_W2A, l), LW(m, P_W2B, l), T, dz2, dhs, LG(m, P_W2A, l), LG(m, P_W2B, l), w);
-    memset(dz1, 0, (size_t)T * N * sizeof *dz1);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *h = w->h + (size_t)t * N, *cond = w->cond + (size_t)t * N, *z1p = w->z1p + (size_t)t * N;
-        const real *g = dhs + (size_t)t * N;
-        real *dc = dcond + (size_t)t * N, *d = dz1 + (size_t)t * N;
-        for (uint32_t j = 0; j < N; j++) {
-            const real sg = sigm(h[j]);
-            const real dh = g[j] * (sg + h[j] * sg * (1 - sg));
-            gb2[j] += dh;
-            gd2[j] += dh * cond[j] * z1p[j];
-            dc[j] = dh * d2[j] * z1p[j];
-            d[m->perm1[j]] += dh * d2[j] * cond[j];
-        }
-    }
+    kron_back_all(m, w->hs, LW(m, P_W2A, l), LW(m, P_W2B, l), T, w->d5, dhs, LG(m, P_W2A, l), LG(m, P_W2B, l), w);
+    run_ranges(m, T, RANGE_TOKENS, hada_back_act, &hx);
+    col_sum(m, w->k3, N, T, N, LG(m, P_B2, l));
+    col_sum(m, w->k4, N, T, N, LG(m, P_D2, l));
     /* cond = 1 + softmax(m cond_v) cond_u */
     memset(dsm, 0, (size_t)T * COND_RANK * sizeof *dsm);
-    mm_back(m, w->csm, cu, dcond, dsm, gcu, T, COND_RANK, N);
-    for (uint32_t t = 0; t < T; t++) {
-        const real *sm = w->csm + (size_t)t * COND_RANK, *ds = dsm + (size_t)t * COND_RANK;
-        real dot = 0;
-        for (uint32_t r = 0; r < COND_RANK; r++) dot += ds[r] * sm[r];
-        for (uint32_t r = 0; r < COND_RANK; r++) dcs[(size_t)t * COND_RANK + r] = sm[r] * (ds[r] - dot);
-    }
+    mm_back(m, w->csm, cu, w->d5, dsm, gcu, T, COND_RANK, N);
     memset(dz0, 0, (size_t)T * N * sizeof *dz0);
-    kron_back_all(m, w->z0, LW(m, P_W1A, l), LW(m, P_W1B, l), T, dz1, dz0, LG(m, P_W1A, l), LG(m, P_W1B, l), w);
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t j = 0; j < D; j++) {
-            gd1[j] += dz0[(size_t)t * N + j] * w->m[(size_t)t * D + j];
-            dm[(size_t)t * D + j] += dz0[(size_t)t * N + j] * d1[j];
-        }
-    mm_back(m, w->m, cv, dcs, dm, LG(m, P_CONDV, l), T, D, COND_RANK);
+    kron_back_all(m, w->z0, LW(m, P_W1A, l), LW(m, P_W1B, l), T, w->d4, dz0, LG(m, P_W1A, l), LG(m, P_W1B, l), w);
+    run_ranges(m, T, RANGE_TOKENS, hada_back_in, &hx);
+    col_sum(m, w->k3, N, T, D, LG(m, P_D1, l));
+    mm_back(m, w->m, cv, w->d7, dm, LG(m, P_CONDV, l), T, D, COND_RANK);
     G3(profile_phase)(m, G3_PH_OTHER);
     /* pre_hada_norm, gated residual, post_attn_norm */
     const real gate = sigm(LW(m, P_GATE, l)[0]);
     real *dao = w->d3, *dx0 = w->d5;
     memset(dao, 0, (size_t)T * D * sizeof *dao);
+    /* per token over the pool; the terms of the norms' and the gate's gradients (k1, k2,
+     * k3) summed in token order afterwards, the sums the serial loop made */
+    run_ranges(m, T, RANGE_TOKENS, resid_back_tok, &hx);
+    col_sum(m, w->k1, D, T, D, LG(m, P_PRE_HADA, l));
+    col_sum(m, w->k2, D, T, D, LG(m, P_POST_NORM, l));
     real dgate = 0;
-    for (uint32_t t = 0; t < T; t++) {
-        zc_back(w->x1 + (size_t)t * D, LW(m, P_PRE_HADA, l), D, w->mr[t], dm + (size_t)t * D, dx1 + (size_t)t * D,
-                LG(m, P_PRE_HADA, l));
-        for (uint32_t i = 0; i < D; i++) {
-            dgate += dx1[(size_t)t * D + i] * w->pn[(size_t)t * D + i];
-            dx0[(size_t)t * D + i] = dx1[(size_t)t * D + i];
-            w->d4[i] = dx1[(size_t)t * D + i] * gate;
-        }
-        zc_back(w->ao + (size_t)t * D, LW(m, P_POST_NORM, l), D, w->pnr[t], w->d4, dao + (size_t)t * D,
-                LG(m, P_POST_NORM, l));
-    }
+    for (size_t i = 0; i < (size_t)T * D; i++) dgate += w->k3[i];
     LG(m, P_GATE, l)[0] += dgate * gate * (1 - gate);
     /* out_proj, gate_proj */
     real *dgo = w->d1; /* dx1 is consumed */
@@ -939,11 +1228,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     mm_back(m, w->go, LW(m, P_WO, l), dao, dgo, LGD(m, P_WO, l), T, O, D);
     low_rank_back(m, P_WO, l, w->go, dao, T, O, D);
     real *dO = w->d3, *dgl = w->d6;
-    for (size_t i = 0; i < (size_t)T * O; i++) {
-        const real sg = sigm(w->gl[i]);
-        dO[i] = dgo[i] * sg;
-        dgl[i] = dgo[i] * w->o[i] * sg * (1 - sg);
-    }
+    run_ranges(m, T, RANGE_TOKENS, gate_back_tok, &hx);
     mm_back(m, w->a, LW(m, P_WG, l), dgl, da, LGD(m, P_WG, l), T, D, O);
     low_rank_back(m, P_WG, l, w->a, dgl, T, D, O);
     G3(profile_phase)(m, G3_PH_B_ATTN);
@@ -1032,23 +1317,14 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     real *bufv = w->tmp;
     memset(bufv, 0, (size_t)T * VV * sizeof *bufv);
     if (nt) {
-        real *gq = LG(m, P_QT, l), *gk = LG(m, P_KT, l), *gv = LG(m, P_VT, l);
-        const real *qt = LW(m, P_QT, l), *kt = LW(m, P_KT, l), *vt = LW(m, P_VT, l);
-        for (uint32_t t = 0; t < T; t++)
-            for (uint32_t j = 0; j < nt && j <= t; j++) {
-                for (uint32_t c = 0; c < Q; c++) {
-                    bufq[(size_t)(t - j) * Q + c] += qt[j * Q + c] * dqc[(size_t)t * Q + c];
-                    gq[j * Q + c] += dqc[(size_t)t * Q + c] * w->ql[(size_t)(t - j) * Q + c];
-                }
-                for (uint32_t c = 0; c < K; c++) {
-                    bufk[(size_t)(t - j) * K + c] += kt[j * K + c] * dkc[(size_t)t * K + c];
-                    gk[j * K + c] += dkc[(size_t)t * K + c] * w->kl[(size_t)(t - j) * K + c];
-                }
-                for (uint32_t c = 0; c < VV; c++) {
-                    bufv[(size_t)(t - j) * VV + c] += vt[j * VV + c] * dv[(size_t)t * VV + c];
-                    gv[j * VV + c] += dv[(size_t)t * VV + c] * w->vl[(size_t)(t - j) * VV + c];
-                }
-            }
+        /* every column of q, k and v on its own: columns over the pool, each in the
+         * serial loop's order */
+        taps_ctx tq = {nt, T, Q, LW(m, P_QT, l), dqc, w->ql, bufq, LG(m, P_QT, l)};
+        taps_ctx tk = {nt, T, K, LW(m, P_KT, l), dkc, w->kl, bufk, LG(m, P_KT, l)};
+        taps_ctx tv = {nt, T, VV, LW(m, P_VT, l), dv, w->vl, bufv, LG(m, P_VT, l)};
+        run_ranges(m, Q, RANGE_COLS, taps_back_cols, &tq);
+        run_ranges(m, K, RANGE_COLS, taps_back_cols, &tk);
+        run_ranges(m, VV, RANGE_COLS, taps_back_cols, &tv);
     } else {
         memcpy(bufq, dqc, (size_t)T * Q * sizeof *bufq);
         memcpy(bufk, dkc, (size_t)T * K * sizeof *bufk);
@@ -1062,10 +1338,10 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
     low_rank_back(m, P_WQ, l, w->a, bufq, T, D, Q);
     low_rank_back(m, P_WK, l, w->a, bufk, T, D, K);
     low_rank_back(m, P_WV, l, w->a, bufv, T, D, VV);
-    /* norm in */
-    for (uint32_t t = 0; t < T; t++)
-        zc_back(w->x0 + (size_t)t * D, LW(m, P_NORM_IN, l), D, w->ar[t], da + (size_t)t * D,
-                dx0 + (size_t)t * D, LG(m, P_NORM_IN, l));
+    /* norm in: tokens over the pool, the scale's terms (k1) summed in token order */
+    norm_in_ctx nx = {m, w, l, da, dx0};
+    run_ranges(m, T, RANGE_TOKENS, norm_in_back_tok, &nx);
+    col_sum(m, w->k1, D, T, D, LG(m, P_NORM_IN, l));
     /* engram */
     for (uint32_t t = 0; t < T; t++) {
         const real *g = dx0 + (size_t)t * D;
@@ -1743,6 +2019,39 @@ static int ws_alloc(const G3(model) * m, uint32_t T, run_ws *r) {
     return 0;
 }
 
+/* The masked cross-entropy of logits rows [k0, k1) (row k is position rowt[k]): each row's
+ * loss term, and with grads its dloss/dlogit in place of the logits */
+#define CE_ROWS 4
+typedef struct ce_ctx {
+    real *logits;
+    const uint32_t *rowt;
+    const int32_t *tok;
+    const float *mk;
+    uint32_t OV;
+    real denom;
+    int grads;
+    double *terms;
+} ce_ctx;
+
+static void ce_rows(void *ctx, uint32_t k0, uint32_t k1) {
+    const ce_ctx *x = ctx;
+    const uint32_t OV = x->OV;
+    for (uint32_t k = k0; k < k1; k++) {
+        const uint32_t t = x->rowt[k], tgt = (uint32_t)x->tok[t + 1];
+        const real wgt = (real)x->mk[t + 1];
+        real *lg = x->logits + (size_t)k * OV;
+        real mx = -INFINITY;
+        for (uint32_t v = 0; v < OV; v++) mx = lg[v] > mx ? lg[v] : mx;
+        real z = 0;
+        for (uint32_t v = 0; v < OV; v++) z += exp(lg[v] - mx);
+        const real lse = mx + log(z);
+        x->terms[k] = (double)(wgt * (lse - lg[tgt]));
+        if (!x->grads) continue;
+        for (uint32_t v = 0; v < OV; v++) /* dloss/dlogit */
+            lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / x->denom;
+    }
+}
+
 int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, uint32_t T, int grads,
              double *loss) {
     *loss = 0;
@@ -1841,20 +2150,11 @@ int G3(loss)(G3(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             const uint32_t R = nr - k0 < HEAD_ROWS ? nr - k0 : HEAD_ROWS;
             const real *xn = r.xn + (size_t)k0 * D;
             mm(m, xn, r.et, r.logits, R, D, OV);
-            for (uint32_t k = 0; k < R; k++) {
-                const uint32_t t = r.rowt[k0 + k], tgt = (uint32_t)tok[t + 1];
-                const real wgt = (real)mk[t + 1];
-                real *lg = r.logits + (size_t)k * OV;
-                real mx = -INFINITY;
-                for (uint32_t v = 0; v < OV; v++) mx = lg[v] > mx ? lg[v] : mx;
-                real z = 0;
-                for (uint32_t v = 0; v < OV; v++) z += exp(lg[v] - mx);
-                const real lse = mx + log(z);
-                total += (double)(wgt * (lse - lg[tgt]));
-                if (!grads) continue;
-                for (uint32_t v = 0; v < OV; v++) /* dloss/dlogit */
-                    lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
-            }
+            /* the rows' cross-entropy over the pool, their losses summed in row order */
+            double terms[HEAD_ROWS];
+            ce_ctx ce = {r.logits, r.rowt + k0, tok, mk, OV, denom, grads, terms};
+            run_ranges(m, R, CE_ROWS, ce_rows, &ce);
+            for (uint32_t k = 0; k < R; k++) total += terms[k];
             if (!grads) continue;
             mm(m, r.logits, Emb, r.dxn, R, OV, D); /* dxn = g E */
             if (!m->t[P_EMB].frozen) /* dE += g^T xn */

@@ -103,7 +103,7 @@ int G3(loss)(G3(model) *m, const int32_t *ids, const float *mask, uint32_t B, ui
 /* Where a step's time goes: wall seconds per phase since the last reset, each moment
  * charged to exactly one phase (the products inside the attention, the MLP or the engram
  * are charged to the products). The forward run again by the backward (recomputation)
- * is one phase of its own. Costs two clock reads per switch, so it is always on. */
+ * is one phase of its own. Costs three clock reads per switch, so it is always on. */
 enum {
     G3_PH_OTHER,    /* norms, residuals, masks, copies: what no other phase names */
     G3_PH_QUANT,    /* CQ quantize + dequantize of the weights (lora3) */
@@ -129,6 +129,10 @@ void G3(profile_reset)(G3(model) * m);
 int G3(profile_phase)(const G3(model) * m, int phase);
 /* Seconds per phase (G3_PH_COUNT of them), charged up to now. */
 const double *G3(profile)(const G3(model) * m);
+/* CPU seconds of all the process's threads per phase (a worker's spinning shows here and
+ * not in the wall time), and the thread-pool dispatches per phase, over the same span. */
+const double *G3(profile_cpu)(const G3(model) * m);
+const double *G3(profile_runs)(const G3(model) * m);
 const char *G3(profile_name)(int phase);
 
 #endif

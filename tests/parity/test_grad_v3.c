@@ -497,12 +497,74 @@ static void test_lora_low_rank_route(void) {
     fx_batch_free(&b);
 }
 
+/* The token-range and column splits of the per-token loops (the Monarch MLP's, the norms',
+ * the conv taps'; run_ranges in grad3.c) on a geometry wide and long enough that the splits
+ * have several chunks (T 72 > 4 x 16 tokens, N 128 and q 144 > 64 columns): every gradient
+ * and the loss bit for bit the same at 1, 2 and 3 threads, float and A8. Random weights,
+ * every position in the loss. */
+static void test_threads_bit_identical_wide(void) {
+    static const char WIDE[] =
+        "{\"vocab_size\": 96, \"out_vocab\": 80, \"d_model\": 128, \"num_heads\": 6, \"num_kv_heads\": 2,"
+        " \"num_layers\": 2, \"qk_head_dim\": 24, \"v_head_dim\": 16, \"max_seq_len\": 128, \"rope_theta\": 10000.0,"
+        " \"sliding_window\": 24, \"global_layers\": [1], \"qkv_conv_taps\": 3, \"mhc_lanes\": 2,"
+        " \"engram_orders\": [2], \"engram_slots\": 17, \"engram_layers\": [0]}";
+    export3_config cfg;
+    g3_model *m = NULL;
+    CHECK(export3_config_parse(WIDE, strlen(WIDE), &cfg) == 0 && g3_model_from_checkpoint(&cfg, NULL, &m) == 0);
+    if (!m) return;
+    uint64_t rng = 0x9E3779B97F4A7C15ull, total = 0;
+    for (uint32_t i = 0; i < g3_tensor_count(m); i++) {
+        g3_tensor *t = g3_tensor_at(m, i);
+        for (uint64_t q = 0; q < t->numel; q++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            t->w[q] = ((float)((rng >> 40) & 0xFFFF) / 65536.0f - 0.5f) * 0.2f;
+        }
+        total += t->numel;
+    }
+    enum { B = 2, T = 72 };
+    int32_t ids[B * T];
+    float mask[B * T];
+    for (int i = 0; i < B * T; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((rng >> 33) % 80);
+        mask[i] = 1;
+    }
+    float *first = malloc(total * sizeof *first);
+    for (int a8 = 0; a8 <= 1 && first; a8++) {
+        g3_set_fake_quant(m, a8);
+        double loss1 = 0;
+        for (int threads = 1; threads <= 3; threads++) {
+            CHECK(g3_set_threads(m, threads) == 0);
+            double loss = 0;
+            CHECK(g3_loss(m, ids, mask, B, T, 1, &loss) == 0);
+            uint64_t off = 0, differ = 0, nonzero = 0;
+            for (uint32_t i = 0; i < g3_tensor_count(m); i++) {
+                const g3_tensor *t = g3_tensor_at(m, i);
+                if (threads == 1)
+                    memcpy(first + off, t->g, t->numel * sizeof *first);
+                else
+                    differ += memcmp(first + off, t->g, t->numel * sizeof *first) != 0;
+                for (uint64_t q = 0; q < t->numel; q++) nonzero += t->g[q] != 0;
+                off += t->numel;
+            }
+            if (threads == 1) loss1 = loss;
+            CHECK_MSG(isfinite(loss) && nonzero > total / 2, "loss %g, %llu of %llu gradient values non-zero", loss,
+                      (unsigned long long)nonzero, (unsigned long long)total);
+            CHECK_MSG(loss == loss1 && differ == 0, "a8 %d, %d threads: loss %.9g vs %.9g, %llu tensors differ", a8,
+                      threads, loss, loss1, (unsigned long long)differ);
+        }
+    }
+    free(first);
+    g3_model_free(m);
+}
+
 int main(void) {
     RUN(test_float_gradients);
     RUN(test_lora_cq_weights);
     RUN(test_lora_exact_finetune_loss);
     RUN(test_cli);
     RUN(test_threads_bit_identical);
+    RUN(test_threads_bit_identical_wide);
     RUN(test_lora_prepared_steps);
     RUN(test_lora_low_rank_route);
     RUN(test_keep_budget_bit_identical);

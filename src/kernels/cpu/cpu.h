@@ -109,6 +109,11 @@ int cpu_pool_create(int n_threads, const cpu_kernels *kernels, size_t scratch_fl
 void cpu_pool_free(cpu_pool *pool); /* NULL is a no-op */
 
 int cpu_pool_threads(const cpu_pool *pool);
+/* How long (microseconds, at least the tight spin) an idle worker polls for the next run
+ * before it sleeps; 2000 by default, for decode's back-to-back runs. A caller with serial
+ * stretches between runs (training) sets less, so that the workers do not burn a core
+ * each while it runs alone. */
+void cpu_pool_set_idle_wait(cpu_pool *pool, int64_t us);
 const cpu_kernels *cpu_pool_kernels(const cpu_pool *pool);
 
 /* Runs fn(arg, i, n) for i = 0..n-1 on the pool's n threads (i = 0 on the caller) and

@@ -20,7 +20,8 @@
  * Waiting is staged: a tight spin for SPIN_US (a decode step issues the next run within
  * microseconds), then polling with sched_yield() until YIELD_US (so that on a busy
  * machine a waiting thread hands its core to one that has work), then sleeping on the
- * condition variable. */
+ * condition variable. An idle worker's polling span is per pool (cpu_pool_set_idle_wait:
+ * training, with serial stretches between runs, polls briefly). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -61,6 +62,7 @@ struct cpu_pool {
     atomic_uint_fast64_t open;       /* generation of the joinable run still open, or 0 */
     atomic_int active;             /* workers inside a joinable run */
     atomic_int pending;            /* workers still running an all-threads run */
+    atomic_int_fast64_t yield_us;  /* polling before sleeping (cpu_pool_set_idle_wait) */
     int sleepers;                  /* under mu */
     int stop;                      /* under mu */
     atomic_int stop_flag;
@@ -115,7 +117,8 @@ static void *worker_main(void *p) {
     struct cpu_pool *pool = self->pool;
     uint_fast64_t seen = 0;
     for (;;) {
-        uint_fast64_t gen = wait_change(&pool->generation, seen, &pool->stop_flag, YIELD_US);
+        uint_fast64_t gen = wait_change(&pool->generation, seen, &pool->stop_flag,
+                                        atomic_load_explicit(&pool->yield_us, memory_order_relaxed));
         if (gen == seen) {
             pthread_mutex_lock(&pool->mu);
             while ((gen = atomic_load(&pool->generation)) == seen && !pool->stop) {
@@ -184,6 +187,7 @@ int cpu_pool_create(int n_threads, const cpu_kernels *kernels, size_t scratch_fl
     atomic_init(&pool->active, 0);
     atomic_init(&pool->pending, 0);
     atomic_init(&pool->stop_flag, 0);
+    atomic_init(&pool->yield_us, YIELD_US);
     /* each thread's scratch starts on its own 64-byte line */
     const size_t per = (scratch_floats + 15) / 16 * 16;
     pool->scratch = calloc((size_t)n, sizeof *pool->scratch);
@@ -213,6 +217,10 @@ int cpu_pool_create(int n_threads, const cpu_kernels *kernels, size_t scratch_fl
 }
 
 int cpu_pool_threads(const cpu_pool *pool) { return pool ? pool->n : 1; }
+
+void cpu_pool_set_idle_wait(cpu_pool *pool, int64_t us) {
+    if (pool) atomic_store_explicit(&pool->yield_us, us > SPIN_US ? us : SPIN_US, memory_order_relaxed);
+}
 
 const cpu_kernels *cpu_pool_kernels(const cpu_pool *pool) {
     return pool ? pool->k : cpu_kernels_best();
