@@ -60,9 +60,18 @@ LIBNAME = "libneedle.dylib" if sys.platform == "darwin" else "libneedle.so"
 CJSON = "libcjson.so.1"
 # what the sdist carries of the repository (tests/ are not needed: NEEDLE_BUILD_TESTS=OFF)
 SDIST_TREE = ("CMakeLists.txt", "LICENSE", "cmake", "include", "src", "tools",
-              "models/needle-demo.cact", "models/needle-demo.tools.json",
-              # sources of executables CMakeLists.txt declares (the training benchmarks)
-              "bench/train/train_io.c", "bench/train3_step.c", "bench/train2_step.c")
+              "models/needle-demo.cact", "models/needle-demo.tools.json")
+
+
+def _cmake_bench_sources():
+    """The bench/ sources CMakeLists.txt names (executables it declares even when built only
+    on request): configuring fails without them, so the sdist carries each one. Read from
+    CMakeLists.txt rather than listed here: a list went stale twice when a benchmark was added."""
+    path = os.path.join(REPO, "CMakeLists.txt")
+    if not os.path.isfile(path):
+        return ()
+    with open(path, encoding="utf-8") as f:
+        return tuple(sorted(set(re.findall(r"\bbench/[\w./-]+\.c\b", f.read()))))
 
 
 class LibraryBuildError(RuntimeError):
@@ -251,7 +260,7 @@ class SdistWithSources(sdist):
 
     def make_release_tree(self, base_dir, files):
         super().make_release_tree(base_dir, files)
-        for name in SDIST_TREE:
+        for name in SDIST_TREE + _cmake_bench_sources():
             src, dest = os.path.join(REPO, name), os.path.join(base_dir, "csrc", name)
             if os.path.isdir(src):
                 shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.o"))
