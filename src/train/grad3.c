@@ -626,9 +626,8 @@ static int is_global(const G3(model) * m, uint32_t l) {
     return 0;
 }
 
-/* Token-local work of a layer spread over the pool: chunks of TOK_CHUNK positions
- * taken from a shared counter; each position's arithmetic is the same whoever runs it. */
-#define TOK_CHUNK 16
+/* Token-local work of a layer spread over the pool (run_ranges, RANGE_TOKENS positions a
+ * chunk); each position's arithmetic is the same whoever runs it. */
 typedef struct tok_job {
     const G3(model) * m;
     uint32_t l, T;
@@ -638,28 +637,16 @@ typedef struct tok_job {
     const g3_seq *sq;
     int site;
     void (*body)(const struct tok_job *j, uint32_t t);
-    atomic_uint next;
 } tok_job;
 
-static void tok_worker(void *arg, int i, int n) {
-    tok_job *j = arg;
-    (void)i, (void)n;
-    for (;;) {
-        const uint32_t c = atomic_fetch_add_explicit(&j->next, 1u, memory_order_relaxed);
-        const uint32_t t0 = c * TOK_CHUNK;
-        if (t0 >= j->T) break;
-        const uint32_t t1 = j->T - t0 < TOK_CHUNK ? j->T : t0 + TOK_CHUNK;
-        for (uint32_t t = t0; t < t1; t++) j->body(j, t);
-    }
+static void tok_range(void *ctx, uint32_t t0, uint32_t t1) {
+    const tok_job *j = ctx;
+    for (uint32_t t = t0; t < t1; t++) j->body(j, t);
 }
 
 static void run_tokens(tok_job *j, void (*body)(const tok_job *j, uint32_t t)) {
     j->body = body;
-    atomic_init(&j->next, 0u);
-    if (j->m && j->m->pool && j->T > TOK_CHUNK)
-        cpu_pool_run_shared(j->m->pool, tok_worker, j);
-    else
-        for (uint32_t t = 0; t < j->T; t++) body(j, t);
+    run_ranges(j->m, j->T, RANGE_TOKENS, tok_range, j);
 }
 
 #ifndef G3_GENERIC_PRODUCTS
