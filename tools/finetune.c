@@ -32,6 +32,7 @@ typedef struct progress_state {
     int tty;
     const char *data_path;
     double tokens, seconds; /* over this run's steps, for tok/s and the ETA */
+    uint32_t steps;
     int line_open;
     int data_error;  /* a data line was reported as an error (its message said it all) */
     double start_ms; /* the command's start: the first step line says how long it took */
@@ -66,15 +67,16 @@ static void on_event(void *user, const train_event *e) {
         printf("  %-9s from step %u/%u\n", "resumed", e->step, e->total_steps);
         break;
     case TRAIN_EVENT_STEP: {
-        if (p->tokens == 0) {
+        if (p->steps == 0) {
             end_line(p);
             printf("  %-9s first step done %.1f s after the start (%.1f s of it the step)\n",
                    "time", (cli_now_ms() - p->start_ms) / 1000, e->step_seconds);
         }
         p->tokens += e->tokens;
         p->seconds += e->step_seconds;
+        p->steps++;
         const double tps = p->seconds > 0 ? p->tokens / p->seconds : 0;
-        const double per_step = p->seconds / (double)(p->tokens / e->tokens);
+        const double per_step = p->seconds / p->steps;
         const double eta = per_step * (double)(e->total_steps - e->step);
         const int m = (int)(eta / 60), s = (int)eta % 60;
         if (p->tty) {

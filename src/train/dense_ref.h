@@ -22,6 +22,18 @@ static void fq8(real *x, uint32_t n) {
     }
 }
 
+/* The positions row `mk` needs: through its last loss target (mk[t] != 0), at least 2. The
+ * rows of a batch are padded to one length (finetune pads every row to the data's longest),
+ * and what follows the last target can change nothing: the network is causal (attention, conv
+ * taps and engram n-grams look back only) and those positions carry no loss, so their
+ * gradients are exact zeros. Running each row at this length gives the same loss and
+ * gradients with none of the padding's work. */
+static uint32_t row_length(const float *mk, uint32_t T) {
+    uint32_t len = T;
+    while (len > 2 && mk[len - 1] == 0) len--;
+    return len;
+}
+
 /* Work sharing over the model's thread pool (cpu_pool_run): items [0, n) cut into one
  * contiguous range per thread. Every output element is computed by one thread with the
  * same operations in the same order as with one thread, so results are bit-identical for

@@ -1383,21 +1383,22 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
     for (uint32_t b = 0; b < B; b++) {
         const int32_t *tok = ids + (size_t)b * T;
         const float *mk = mask + (size_t)b * T;
-        g2_seq sq = {T, r.ek, r.ev, r.dek, r.dev};
-        engram_fwd(m, tok, T, r.e, r.vl, r.ek, r.ev);
-        for (uint32_t t = 0; t < T; t++)
+        const uint32_t Tr = row_length(mk, T); /* the row without its padding */
+        g2_seq sq = {Tr, r.ek, r.ev, r.dek, r.dev};
+        engram_fwd(m, tok, Tr, r.e, r.vl, r.ek, r.ev);
+        for (uint32_t t = 0; t < Tr; t++)
             for (uint32_t i = 0; i < n; i++)
                 for (uint32_t c = 0; c < D; c++)
                     r.Xs[(size_t)t * nD + (size_t)i * D + c] = m->t[P_EMB].w[(size_t)tok[t] * D + c] * escale;
         for (uint32_t l = 0; l < L; l++)
-            lane_fwd(m, l, &sq, &r.w, r.Xs + (size_t)l * T * nD, r.Xs + (size_t)(l + 1) * T * nD);
+            lane_fwd(m, l, &sq, &r.w, r.Xs + (size_t)l * Tr * nD, r.Xs + (size_t)(l + 1) * Tr * nD);
         /* mean over lanes, final_norm, tied logits, masked cross-entropy */
-        const real *XL = r.Xs + (size_t)L * T * nD;
+        const real *XL = r.Xs + (size_t)L * Tr * nD;
         real *dX = r.dXa;
-        memset(dX, 0, (size_t)T * nD * sizeof *dX);
+        memset(dX, 0, (size_t)Tr * nD * sizeof *dX);
         /* the loss rows, then their logits HEAD_ROWS at a time as products over the pool */
         uint32_t nr = 0;
-        for (uint32_t t = 0; t + 1 < T; t++)
+        for (uint32_t t = 0; t + 1 < Tr; t++)
             if (mk[t + 1] != 0) r.rowt[nr++] = t;
         for (uint32_t k = 0; k < nr; k++) {
             const uint32_t t = r.rowt[k];
@@ -1444,16 +1445,16 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
             }
         }
         if (!grads) continue;
-        memset(r.dek, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dek);
-        memset(r.dev, 0, (size_t)m->c.num_sites * T * D * sizeof *r.dev);
+        memset(r.dek, 0, (size_t)m->c.num_sites * Tr * D * sizeof *r.dek);
+        memset(r.dev, 0, (size_t)m->c.num_sites * Tr * D * sizeof *r.dev);
         for (uint32_t l = L; l-- > 0;) {
-            const real *Xin = r.Xs + (size_t)l * T * nD;
-            lane_fwd(m, l, &sq, &r.w, Xin, r.Xs + (size_t)(l + 1) * T * nD); /* recompute */
+            const real *Xin = r.Xs + (size_t)l * Tr * nD;
+            lane_fwd(m, l, &sq, &r.w, Xin, r.Xs + (size_t)(l + 1) * Tr * nD); /* recompute */
             real *dXi = dX == r.dXa ? r.dXb : r.dXa;
             lane_back(m, l, &sq, &r.w, Xin, dX, dXi);
             dX = dXi;
         }
-        for (uint32_t t = 0; t < T && !m->t[P_EMB].frozen; t++) {
+        for (uint32_t t = 0; t < Tr && !m->t[P_EMB].frozen; t++) {
             real *ge = m->t[P_EMB].g + (size_t)tok[t] * D;
             for (uint32_t c = 0; c < D; c++) {
                 real s = 0;
@@ -1461,7 +1462,7 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                 ge[c] += s * escale;
             }
         }
-        engram_back(m, tok, T, r.e, r.vl, r.de, r.dvl, r.dek, r.dev);
+        engram_back(m, tok, Tr, r.e, r.vl, r.de, r.dvl, r.dek, r.dev);
     }
     *loss = total / (double)denom;
     return 0;

@@ -258,13 +258,18 @@ typedef struct run {
 
 static int oom(void) { return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "out of memory"); }
 
-/* rows i0.. of `which` (count rows) into the batch buffers */
-static void fill_batch(run *r, const uint32_t *which, uint32_t B) {
+/* rows i0.. of `which` (count rows) into the batch buffers; returns their tokens (without
+ * the padding, which the cores do not run: train/dense_ref.h row_length) */
+static uint32_t fill_batch(run *r, const uint32_t *which, uint32_t B) {
+    uint32_t tokens = 0;
     for (uint32_t b = 0; b < B; b++) {
+        const uint32_t n = r->data.ex[which[b]].n;
+        tokens += n < r->T ? n : r->T;
         ft_data_row(&r->data, which[b], r->ids + (size_t)b * r->T, r->mask8 + (size_t)b * r->T);
         for (uint32_t t = 0; t < r->T; t++)
             r->mask[(size_t)b * r->T + t] = r->mask8[(size_t)b * r->T + t];
     }
+    return tokens;
 }
 
 /* the loss (and with grads, the gradient into the optimizer's slots) of the batch */
@@ -756,7 +761,7 @@ int train_run(const train_options *o, train_result *res) {
             const uint32_t B = r.count - start < o->batch_size ? r.count - start : o->batch_size;
             uint32_t *which = r.order + start;
             for (uint32_t k = 0; k < B; k++) which[k] = r.rows[r.n_val + which[k]];
-            fill_batch(&r, which, B);
+            const uint32_t tokens = fill_batch(&r, which, B);
             const double ts = util_clock_ms();
             double loss = 0;
             train_step_info info;
@@ -775,7 +780,7 @@ int train_run(const train_options *o, train_result *res) {
                                     .loss = last_loss,
                                     .lr = info.lr,
                                     .batch_rows = B,
-                                    .tokens = B * r.T,
+                                    .tokens = tokens,
                                     .step_seconds = (now - ts) / 1000,
                                     .elapsed_seconds = (now - t0) / 1000});
             if (o->checkpoint_minutes > 0 && now - last_save >= o->checkpoint_minutes * 60000 &&

@@ -94,7 +94,7 @@ typedef struct train_event {
     uint32_t step, total_steps, epoch, epochs;
     uint32_t examples, seq_len, n_val, targets; /* DATA (targets: LoRA groups or tensors) */
     double loss, val_loss, lr;
-    uint32_t batch_rows, tokens; /* STEP: rows and B*T tokens of the step */
+    uint32_t batch_rows, tokens; /* STEP: rows, and the tokens of the step's rows (not their padding) */
     double step_seconds, elapsed_seconds;
     const char *path; /* CHECKPOINT */
 } train_event;

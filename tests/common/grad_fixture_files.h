@@ -72,6 +72,24 @@ static inline int fx_batch_load(const char *path, fx_batch *b) {
     return rc || !b->B ? -1 : 0;
 }
 
+/* `b` with `extra` more positions at the end of every row: ids drawn from [1, vocab) by a
+ * fixed LCG, mask 0 (padding that is not the pad id, so a core that read it would show) */
+static inline int fx_batch_pad(const fx_batch *b, uint32_t extra, uint32_t vocab, fx_batch *out) {
+    out->B = b->B, out->T = b->T + extra;
+    out->ids = malloc((size_t)out->B * out->T * sizeof *out->ids);
+    out->mask = calloc((size_t)out->B * out->T, sizeof *out->mask);
+    if (!out->ids || !out->mask || vocab < 2) return -1;
+    uint32_t x = 12345;
+    for (uint32_t r = 0; r < b->B; r++)
+        for (uint32_t t = 0; t < out->T; t++) {
+            x = x * 1103515245u + 12345u;
+            const size_t o = (size_t)r * out->T + t, i = (size_t)r * b->T + t;
+            out->ids[o] = t < b->T ? b->ids[i] : (int32_t)(1 + (x >> 8) % (vocab - 1));
+            if (t < b->T) out->mask[o] = b->mask[i];
+        }
+    return 0;
+}
+
 static inline void fx_batch_free(fx_batch *b) {
     free(b->ids);
     free(b->mask);

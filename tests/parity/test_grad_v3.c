@@ -558,12 +558,56 @@ static void test_threads_bit_identical_wide(void) {
     g3_model_free(m);
 }
 
+/* Every row runs only through its last loss target (train/dense_ref.h row_length): the same
+ * batch with 19 more positions of random tokens under mask 0 gives the same loss and
+ * gradients, bit for bit (float and A8). */
+static void test_padding_never_runs(void) {
+    g3_model *m = NULL;
+    fx_batch b, padded = {0};
+    CHECK(fx_model("grad_v3/g3a", &m) == 0);
+    CHECK(fx_batch_load(fixture_path("grad_v3/g3a.batch.jsonl"), &b) == 0);
+    if (!m || !b.B) {
+        g3_model_free(m);
+        return;
+    }
+    uint32_t vocab = 2; /* the out vocabulary: the embedding's rows */
+    for (uint32_t i = 0; i < b.B * b.T; i++) vocab = (uint32_t)b.ids[i] + 1 > vocab ? (uint32_t)b.ids[i] + 1 : vocab;
+    CHECK(fx_batch_pad(&b, 19, vocab, &padded) == 0);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < g3_tensor_count(m); i++) total += g3_tensor_at(m, i)->numel;
+    float *first = malloc(total * sizeof *first);
+    for (int a8 = 0; a8 < 2 && first; a8++) {
+        g3_set_fake_quant(m, a8);
+        double loss0 = 0, loss1 = 0;
+        CHECK(g3_loss(m, b.ids, b.mask, b.B, b.T, 1, &loss0) == 0);
+        uint64_t off = 0, differ = 0;
+        for (uint32_t i = 0; i < g3_tensor_count(m); i++) {
+            memcpy(first + off, g3_tensor_at(m, i)->g, g3_tensor_at(m, i)->numel * sizeof *first);
+            off += g3_tensor_at(m, i)->numel;
+        }
+        CHECK(g3_loss(m, padded.ids, padded.mask, padded.B, padded.T, 1, &loss1) == 0);
+        off = 0;
+        for (uint32_t i = 0; i < g3_tensor_count(m); i++) {
+            const g3_tensor *t = g3_tensor_at(m, i);
+            differ += memcmp(first + off, t->g, t->numel * sizeof *first) != 0;
+            off += t->numel;
+        }
+        CHECK_MSG(loss0 == loss1 && differ == 0, "a8 %d: loss %.9g padded %.9g, %llu tensors differ", a8, loss0,
+                  loss1, (unsigned long long)differ);
+    }
+    free(first);
+    g3_model_free(m);
+    fx_batch_free(&b);
+    fx_batch_free(&padded);
+}
+
 int main(void) {
     RUN(test_float_gradients);
     RUN(test_lora_cq_weights);
     RUN(test_lora_exact_finetune_loss);
     RUN(test_cli);
     RUN(test_threads_bit_identical);
+    RUN(test_padding_never_runs);
     RUN(test_threads_bit_identical_wide);
     RUN(test_lora_prepared_steps);
     RUN(test_lora_low_rank_route);
