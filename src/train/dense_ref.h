@@ -9,6 +9,14 @@
 #include <math.h>
 #include <stdint.h>
 
+/* exp and log where a step makes millions of them (softmax of attention and of the
+ * Sinkhorn, the cross-entropy over the vocabulary): in the float core nmath.h's polynomials,
+ * inlined where libm's are calls, and the ones the inference forward's Sinkhorn uses
+ * (nm_sinkhorn); libm's in the double builds of the finite-difference tests. Arguments are
+ * max-subtracted (<= 0) or log-probabilities, sums >= 1, as the polynomials need. */
+#define rexp(x) _Generic((real)0, float: nm_exp_poly, default: exp)(x)
+#define rlog(x) _Generic((real)0, float: nm_log_poly, default: log)(x)
+
 /* quantize.fake_quant(x, n, 8) in place: symmetric int8 of the n values by their absmax
  * (round half to even, as jnp.round); the backward is the identity (straight-through) */
 static void fq8(real *x, uint32_t n) {

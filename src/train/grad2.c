@@ -297,7 +297,7 @@ static void bf_softmax_tok(const blk_job *j, uint32_t t) {
         if (P[s] > mx) mx = P[s];
     }
     real z = 0;
-    for (uint32_t s = 0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+    for (uint32_t s = 0; s <= t; s++) z += (P[s] = rexp(P[s] - mx));
     for (uint32_t s = 0; s <= t; s++) P[s] /= z;
 }
 
@@ -410,7 +410,7 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
                 if (P[s] > mx) mx = P[s];
             }
             real z = 0;
-            for (uint32_t s = 0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+            for (uint32_t s = 0; s <= t; s++) z += (P[s] = rexp(P[s] - mx));
             for (uint32_t s = 0; s <= t; s++) P[s] /= z;
             real *ot = w->o + (size_t)t * Q + h * hd;
             for (uint32_t i = 0; i < hd; i++) ot[i] = 0;
@@ -766,22 +766,22 @@ static void lane_pre_tok(const lane_job *j, uint32_t t) {
             real mx = S[i * n];
             for (uint32_t jj = 1; jj < n; jj++) mx = S[i * n + jj] > mx ? S[i * n + jj] : mx;
             real z = 0;
-            for (uint32_t jj = 0; jj < n; jj++) z += exp(S[i * n + jj] - mx);
-            const real lse = mx + log(z);
+            for (uint32_t jj = 0; jj < n; jj++) z += rexp(S[i * n + jj] - mx);
+            const real lse = mx + rlog(z);
             for (uint32_t jj = 0; jj < n; jj++) A[i * n + jj] = S[i * n + jj] - lse;
         }
         for (uint32_t jj = 0; jj < n; jj++) {
             real mx = A[jj];
             for (uint32_t i = 1; i < n; i++) mx = A[i * n + jj] > mx ? A[i * n + jj] : mx;
             real z = 0;
-            for (uint32_t i = 0; i < n; i++) z += exp(A[i * n + jj] - mx);
-            const real lse = mx + log(z);
+            for (uint32_t i = 0; i < n; i++) z += rexp(A[i * n + jj] - mx);
+            const real lse = mx + rlog(z);
             for (uint32_t i = 0; i < n; i++) S2[i * n + jj] = A[i * n + jj] - lse;
         }
     }
     real *hres = w->hres + (size_t)t * nn;
     const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
-    for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
+    for (uint32_t k = 0; k < nn; k++) hres[k] = rexp(Sf[k]);
     real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
     for (uint32_t c = 0; c < D; c++) u[c] = 0;
     for (uint32_t i = 0; i < n; i++)
@@ -843,12 +843,12 @@ static void lane_back_write_tok(const lane_job *j, uint32_t t) {
         for (uint32_t jj = 0; jj < n; jj++) {
             real s = 0;
             for (uint32_t i = 0; i < n; i++) s += dS[i * n + jj];
-            for (uint32_t i = 0; i < n; i++) dA[i * n + jj] = dS[i * n + jj] - exp(S2[i * n + jj]) * s;
+            for (uint32_t i = 0; i < n; i++) dA[i * n + jj] = dS[i * n + jj] - rexp(S2[i * n + jj]) * s;
         }
         for (uint32_t i = 0; i < n; i++) {
             real s = 0;
             for (uint32_t jj = 0; jj < n; jj++) s += dA[i * n + jj];
-            for (uint32_t jj = 0; jj < n; jj++) dS[i * n + jj] = dA[i * n + jj] - exp(A[i * n + jj]) * s;
+            for (uint32_t jj = 0; jj < n; jj++) dS[i * n + jj] = dA[i * n + jj] - rexp(A[i * n + jj]) * s;
         }
     }
     memcpy(dzt + 2 * n, dS, nn * sizeof *dS);
@@ -1424,12 +1424,12 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                 real mx = -INFINITY;
                 for (uint32_t v = 0; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
                 real z = 0;
-                for (uint32_t v = 0; v < V; v++) z += exp(lg[v] - mx);
-                const real lse = mx + log(z);
+                for (uint32_t v = 0; v < V; v++) z += rexp(lg[v] - mx);
+                const real lse = mx + rlog(z);
                 total += (double)(wgt * (lse - lg[tgt]));
                 if (!grads) continue;
                 for (uint32_t v = 0; v < V; v++) /* dloss/dlogit */
-                    lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
+                    lg[v] = (rexp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
             }
             if (!grads) continue;
             mm(m, r.logits, Emb, r.dxn, R, V, D); /* dxn = g E */

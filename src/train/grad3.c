@@ -720,7 +720,7 @@ static void attn_fwd_worker(void *arg, int i, int n) {
                 if (P[s] > mx) mx = P[s];
             }
             real z = 0;
-            for (uint32_t s = s0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+            for (uint32_t s = s0; s <= t; s++) z += (P[s] = rexp(P[s] - mx));
             for (uint32_t s = s0; s <= t; s++) P[s] /= z;
         }
         gemm_causal(m, CAUSAL_TAIL, Ph, T, w->v + g * vd, VV, w->o + h * vd, O, T, vd, T, 0);
@@ -874,7 +874,7 @@ static void hada_fwd_in(void *ctx, uint32_t t0, uint32_t t1) {
         real mx = cs[0], z = 0;
         for (uint32_t r = 1; r < COND_RANK; r++)
             if (cs[r] > mx) mx = cs[r];
-        for (uint32_t r = 0; r < COND_RANK; r++) z += (sm[r] = exp(cs[r] - mx));
+        for (uint32_t r = 0; r < COND_RANK; r++) z += (sm[r] = rexp(cs[r] - mx));
         for (uint32_t r = 0; r < COND_RANK; r++) sm[r] /= z;
         for (uint32_t j = 0; j < N; j++) w->z0[(size_t)t * N + j] = j < D ? d1[j] * w->m[(size_t)t * D + j] : 0;
     }
@@ -1125,7 +1125,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
                 if (P[s] > mx) mx = P[s];
             }
             real z = 0;
-            for (uint32_t s = s0; s <= t; s++) z += (P[s] = exp(P[s] - mx));
+            for (uint32_t s = s0; s <= t; s++) z += (P[s] = rexp(P[s] - mx));
             for (uint32_t s = s0; s <= t; s++) P[s] /= z;
             real *ot = w->o + (size_t)t * O + h * vd;
             for (uint32_t i = 0; i < vd; i++) ot[i] = 0;
@@ -1391,22 +1391,22 @@ static void lane_mix_tok(const tok_job *j, uint32_t t) {
             real mx = S[i * n];
             for (uint32_t jj = 1; jj < n; jj++) mx = S[i * n + jj] > mx ? S[i * n + jj] : mx;
             real z = 0;
-            for (uint32_t jj = 0; jj < n; jj++) z += exp(S[i * n + jj] - mx);
-            const real lse = mx + log(z);
+            for (uint32_t jj = 0; jj < n; jj++) z += rexp(S[i * n + jj] - mx);
+            const real lse = mx + rlog(z);
             for (uint32_t jj = 0; jj < n; jj++) A[i * n + jj] = S[i * n + jj] - lse;
         }
         for (uint32_t jj = 0; jj < n; jj++) {
             real mx = A[jj];
             for (uint32_t i = 1; i < n; i++) mx = A[i * n + jj] > mx ? A[i * n + jj] : mx;
             real z = 0;
-            for (uint32_t i = 0; i < n; i++) z += exp(A[i * n + jj] - mx);
-            const real lse = mx + log(z);
+            for (uint32_t i = 0; i < n; i++) z += rexp(A[i * n + jj] - mx);
+            const real lse = mx + rlog(z);
             for (uint32_t i = 0; i < n; i++) S2[i * n + jj] = A[i * n + jj] - lse;
         }
     }
     real *hres = w->hres + (size_t)t * nn;
     const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
-    for (uint32_t k = 0; k < nn; k++) hres[k] = exp(Sf[k]);
+    for (uint32_t k = 0; k < nn; k++) hres[k] = rexp(Sf[k]);
     real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
     for (uint32_t c = 0; c < D; c++) u[c] = 0;
     for (uint32_t i = 0; i < n; i++)
@@ -1487,12 +1487,12 @@ static void lane_write_back_tok(const tok_job *j, uint32_t t) {
         for (uint32_t jj = 0; jj < n; jj++) {
             real s = 0;
             for (uint32_t i = 0; i < n; i++) s += dS[i * n + jj];
-            for (uint32_t i = 0; i < n; i++) dA[i * n + jj] = dS[i * n + jj] - exp(S2[i * n + jj]) * s;
+            for (uint32_t i = 0; i < n; i++) dA[i * n + jj] = dS[i * n + jj] - rexp(S2[i * n + jj]) * s;
         }
         for (uint32_t i = 0; i < n; i++) {
             real s = 0;
             for (uint32_t jj = 0; jj < n; jj++) s += dA[i * n + jj];
-            for (uint32_t jj = 0; jj < n; jj++) dS[i * n + jj] = dA[i * n + jj] - exp(A[i * n + jj]) * s;
+            for (uint32_t jj = 0; jj < n; jj++) dS[i * n + jj] = dA[i * n + jj] - rexp(A[i * n + jj]) * s;
         }
     }
     for (uint32_t k = 0; k < nn; k++) dzt[2 * n + k] = dS[k];
@@ -2030,12 +2030,12 @@ static void ce_rows(void *ctx, uint32_t k0, uint32_t k1) {
         real mx = -INFINITY;
         for (uint32_t v = 0; v < OV; v++) mx = lg[v] > mx ? lg[v] : mx;
         real z = 0;
-        for (uint32_t v = 0; v < OV; v++) z += exp(lg[v] - mx);
-        const real lse = mx + log(z);
+        for (uint32_t v = 0; v < OV; v++) z += rexp(lg[v] - mx);
+        const real lse = mx + rlog(z);
         x->terms[k] = (double)(wgt * (lse - lg[tgt]));
         if (!x->grads) continue;
         for (uint32_t v = 0; v < OV; v++) /* dloss/dlogit */
-            lg[v] = (exp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / x->denom;
+            lg[v] = (rexp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / x->denom;
     }
 }
 
