@@ -207,6 +207,26 @@ static void print_ratio(const char *label, double v, long num, long den) {
     else printf("%-20s %.4f  (%ld/%ld)\n", label, v, num, den);
 }
 
+/* Whether the envelope's confidence separates right from wrong (eval_metrics_calibration). */
+static void print_calibration(eval_metrics *m) {
+    const eval_calibration c = eval_metrics_calibration(m);
+    if (!c.examples) {
+        printf("%-20s n/a (no turn with a confidence)\n", "confidence");
+        return;
+    }
+    printf("%-20s least confident fifth (<= %.3f): %ld errors of %ld; the rest: %ld of %ld; ",
+           "confidence", c.low_confidence_max, c.low_errors, c.low_examples, c.rest_errors,
+           c.rest_examples);
+    if (c.error_ratio < 0) printf("error ratio n/a\n");
+    else printf("error ratio %.2f\n", c.error_ratio);
+    for (int b = 0; b < EVAL_CONF_BINS; b++) {
+        if (!c.bin_examples[b]) continue;
+        printf("%-20s [%.2f, %.2f%c %4ld turns, exact %.4f\n", "", eval_confidence_edges[b],
+               eval_confidence_edges[b + 1], b + 1 == EVAL_CONF_BINS ? ']' : ')', c.bin_examples[b],
+               (double)c.bin_exact[b] / (double)c.bin_examples[b]);
+    }
+}
+
 static void print_table(const eval_options *o, eval_metrics *m, long skipped) {
     const eval_summary s = eval_metrics_summary(m);
     printf("%-20s %s\n", "model", o->weights);
@@ -230,6 +250,7 @@ static void print_table(const eval_options *o, eval_metrics *m, long skipped) {
                                                               (double)m->non_ascii_values
                                                         : -1,
                 m->non_ascii_copied, m->non_ascii_values);
+    print_calibration(m);
     static const char *const labels[EVAL_CATEGORIES] = {"single call", "multi-call (2+)",
                                                         "refusal ([])", "non-ASCII values"};
     printf("\n%-20s %8s %8s %8s %8s\n", "by category", "examples", "exact", "names", "arg F1");
@@ -350,7 +371,10 @@ static int run_eval(const cli_command *self, int argc, char **argv) {
         eval_result r = eval_score(pred, e->ex.expected, e->ex.tools);
         r.hit_limit = hit_limit;
         if (!pred) metrics.turn_errors++;
-        if (eval_metrics_add(&metrics, &r, ms)) {
+        const cJSON *conf = pred ? cJSON_GetObjectItemCaseSensitive(env, "confidence") : NULL;
+        if (eval_metrics_add(&metrics, &r, ms) ||
+            (cJSON_IsNumber(conf) &&
+             eval_metrics_add_confidence(&metrics, conf->valuedouble, r.exact))) {
             fprintf(stderr, "needle: out of memory\n");
             cJSON_Delete(env);
             rc = 1;
@@ -418,6 +442,9 @@ const cli_command cli_eval = {
     "                      turn that failed at max_new_tokens)\n"
     "  non-ASCII copied    expected argument values holding a non-ASCII character that\n"
     "                      the prediction has equal\n"
+    "  confidence          the envelope's confidence against exact match: the least\n"
+    "                      confident fifth of the turns against the rest (their error\n"
+    "                      rates' ratio) and exact match by confidence bin\n"
     "  by category         exact, tool names and argument F1 over the examples expecting\n"
     "                      one call, two or more, [] (refusal), and those whose expected\n"
     "                      arguments hold a non-ASCII character (also in one of the others)\n",

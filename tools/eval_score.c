@@ -436,6 +436,7 @@ static void category_add(eval_category *c, const eval_result *r) {
 void eval_metrics_free(eval_metrics *m) {
     if (!m) return;
     free(m->latency_ms);
+    free(m->conf);
     memset(m, 0, sizeof *m);
 }
 
@@ -471,6 +472,58 @@ int eval_metrics_add(eval_metrics *m, const eval_result *r, double latency_ms) {
         m->false_refusals += r->refused;
     }
     return 0;
+}
+
+int eval_metrics_add_confidence(eval_metrics *m, double confidence, int exact) {
+    if (m->n_conf == m->cap_conf) {
+        const size_t cap = m->cap_conf ? 2 * m->cap_conf : 64;
+        eval_confidence *v = realloc(m->conf, cap * sizeof *v);
+        if (!v) return -1;
+        m->conf = v;
+        m->cap_conf = cap;
+    }
+    m->conf[m->n_conf] = (eval_confidence){confidence, exact != 0, m->n_conf};
+    m->n_conf++;
+    return 0;
+}
+
+const double eval_confidence_edges[EVAL_CONF_BINS + 1] = {0, 0.5, 0.7, 0.8, 0.9, 0.95, 1};
+
+static int cmp_confidence(const void *a, const void *b) {
+    const eval_confidence *x = a, *y = b;
+    if (x->confidence != y->confidence) return x->confidence < y->confidence ? -1 : 1;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+eval_calibration eval_metrics_calibration(eval_metrics *m) {
+    eval_calibration c;
+    memset(&c, 0, sizeof c);
+    c.examples = (long)m->n_conf;
+    c.low_confidence_max = -1;
+    c.error_ratio = -1;
+    if (!m->n_conf) return c;
+    qsort(m->conf, m->n_conf, sizeof *m->conf, cmp_confidence);
+    size_t low = (m->n_conf + 2) / 5; /* n/5 to nearest */
+    if (!low && m->n_conf >= 2) low = 1;
+    for (size_t i = 0; i < m->n_conf; i++) {
+        const eval_confidence *e = &m->conf[i];
+        if (i < low) {
+            c.low_examples++;
+            c.low_errors += !e->exact;
+            c.low_confidence_max = e->confidence;
+        } else {
+            c.rest_examples++;
+            c.rest_errors += !e->exact;
+        }
+        int b = 0;
+        while (b + 1 < EVAL_CONF_BINS && e->confidence >= eval_confidence_edges[b + 1]) b++;
+        c.bin_examples[b]++;
+        c.bin_exact[b] += e->exact;
+    }
+    if (c.low_examples && c.rest_examples && c.rest_errors)
+        c.error_ratio = ((double)c.low_errors / (double)c.low_examples) /
+                        ((double)c.rest_errors / (double)c.rest_examples);
+    return c;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -550,6 +603,30 @@ static int add_categories(cJSON *o, const eval_metrics *m) {
     return ok;
 }
 
+/* "calibration": the least confident fifth against the rest, and the bins. */
+static int add_calibration(cJSON *o, eval_metrics *m) {
+    const eval_calibration c = eval_metrics_calibration(m);
+    cJSON *j = cJSON_AddObjectToObject(o, "calibration"), *bins = NULL;
+    int ok = j && cJSON_AddNumberToObject(j, "examples", (double)c.examples) &&
+             cJSON_AddNumberToObject(j, "low_fifth_examples", (double)c.low_examples) &&
+             cJSON_AddNumberToObject(j, "low_fifth_errors", (double)c.low_errors) &&
+             add_ratio(j, "low_fifth_confidence_max", c.low_confidence_max) &&
+             cJSON_AddNumberToObject(j, "rest_examples", (double)c.rest_examples) &&
+             cJSON_AddNumberToObject(j, "rest_errors", (double)c.rest_errors) &&
+             add_ratio(j, "error_ratio", c.error_ratio) &&
+             (bins = cJSON_AddArrayToObject(j, "bins")) != NULL;
+    for (int b = 0; ok && b < EVAL_CONF_BINS; b++) {
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddItemToArray(bins, e) &&
+             cJSON_AddNumberToObject(e, "min", eval_confidence_edges[b]) &&
+             cJSON_AddNumberToObject(e, "max", eval_confidence_edges[b + 1]) &&
+             cJSON_AddNumberToObject(e, "examples", (double)c.bin_examples[b]) &&
+             cJSON_AddNumberToObject(e, "exact_matches", (double)c.bin_exact[b]) &&
+             add_ratio(e, "exact_match", ratio(c.bin_exact[b], c.bin_examples[b]));
+    }
+    return ok;
+}
+
 cJSON *eval_metrics_json(eval_metrics *m) {
     const eval_summary s = eval_metrics_summary(m);
     cJSON *o = cJSON_CreateObject(), *lat = NULL;
@@ -581,6 +658,7 @@ cJSON *eval_metrics_json(eval_metrics *m) {
          add_ratio(o, "well_formed_rate", s.well_formed_rate) &&
          add_ratio(o, "non_ascii_copy_rate", ratio(m->non_ascii_copied, m->non_ascii_values)) &&
          add_categories(o, m);
+    ok = ok && add_calibration(o, m);
     ok = ok && (lat = cJSON_AddObjectToObject(o, "latency_ms")) != NULL &&
          add_ratio(lat, "mean", s.latency_mean_ms) && add_ratio(lat, "p50", s.latency_p50_ms) &&
          add_ratio(lat, "p95", s.latency_p95_ms);

@@ -119,7 +119,16 @@ typedef struct eval_metrics {
     long limit_hits;  /* examples whose turn the token budget ended */
     double *latency_ms;
     size_t n_latency, cap_latency;
+    struct eval_confidence *conf; /* per successful turn, for the calibration */
+    size_t n_conf, cap_conf;
 } eval_metrics;
+
+/* One successful turn's envelope "confidence" and whether its calls were exact. */
+typedef struct eval_confidence {
+    double confidence;
+    int exact;
+    size_t order; /* arrival: ties of confidence keep it */
+} eval_confidence;
 
 void eval_metrics_init(eval_metrics *m);
 void eval_metrics_free(eval_metrics *m);
@@ -127,6 +136,28 @@ void eval_metrics_free(eval_metrics *m);
  * the tools were rejected) is left out of the latency figures. Returns -1 if out of
  * memory (nothing added). */
 int eval_metrics_add(eval_metrics *m, const eval_result *r, double latency_ms);
+
+/* Adds a successful turn's confidence (the envelope's, in [0, 1]) and whether it was exact.
+ * Returns -1 if out of memory (nothing added). */
+int eval_metrics_add_confidence(eval_metrics *m, double confidence, int exact);
+
+/* Does confidence separate right from wrong? Over the turns with a confidence: the least
+ * confident fifth (n/5 rounded to nearest, at least one of two or more; ties in arrival
+ * order) against the rest, and the turns by fixed confidence bins. error_ratio = the fifth's
+ * error rate / the rest's, -1 when the rest has no error or either part is empty (issue 35's
+ * target: >= 3). */
+#define EVAL_CONF_BINS 6
+extern const double eval_confidence_edges[EVAL_CONF_BINS + 1]; /* 0, .5, .7, .8, .9, .95, 1 */
+typedef struct eval_calibration {
+    long examples;
+    long low_examples, low_errors, rest_examples, rest_errors;
+    double low_confidence_max; /* the fifth's highest confidence (-1 when empty) */
+    double error_ratio;
+    long bin_examples[EVAL_CONF_BINS], bin_exact[EVAL_CONF_BINS];
+} eval_calibration;
+
+/* Sorts the confidences in place. */
+eval_calibration eval_metrics_calibration(eval_metrics *m);
 
 /* The ratios. A ratio over an empty set is reported as -1 (printed "n/a" / null). */
 typedef struct eval_summary {

@@ -620,6 +620,14 @@ static void test_cli_end_to_end(void) {
         CHECK(limit >= 0 && limit <= 4);
         const cJSON *lat = cJSON_GetObjectItem(j, "latency_ms");
         CHECK(num(lat, "mean") > 0 && num(lat, "p50") > 0 && num(lat, "p95") >= num(lat, "p50"));
+        /* every turn succeeded, so every one has a confidence: 4 turns, the fifth is 1 */
+        const cJSON *cal = cJSON_GetObjectItem(j, "calibration");
+        CHECK_NEAR(num(cal, "examples"), 4);
+        CHECK_NEAR(num(cal, "low_fifth_examples"), 1);
+        CHECK_NEAR(num(cal, "low_fifth_errors") + num(cal, "rest_errors"), 4 - exact);
+        const double top = num(cal, "low_fifth_confidence_max");
+        CHECK(top >= 0 && top <= 1);
+        CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(cal, "bins")), EVAL_CONF_BINS);
     }
     cJSON_Delete(j);
 
@@ -634,7 +642,8 @@ static void test_cli_end_to_end(void) {
              model_path, E2E_CTX, E2E_MAX_NEW, path);
     CHECK_EQ_INT(run_command(cmd, out, sizeof out), 0);
     CHECK_MSG(strstr(out, "exact match") && strstr(out, "argument F1") &&
-              strstr(out, "refusal accuracy") && strstr(out, "p95"), "table: %s", out);
+              strstr(out, "refusal accuracy") && strstr(out, "p95") &&
+              strstr(out, "least confident fifth"), "table: %s", out);
 
     unlink(path);
     free(respelled);
@@ -714,6 +723,51 @@ static void test_cli_bad_input(void) {
     unlink(path);
 }
 
+/* The calibration: the least confident fifth against the rest, ties kept in arrival order,
+ * and the fixed bins (a confidence of exactly an edge falls in the upper bin, 1 in the
+ * last). */
+static void test_calibration(void) {
+    eval_metrics m;
+    eval_metrics_init(&m);
+    eval_calibration c = eval_metrics_calibration(&m);
+    CHECK(c.examples == 0 && c.error_ratio < 0 && c.low_confidence_max < 0);
+    /* 10 turns: the two least confident (0.3 and the first 0.5) wrong, one wrong of the rest */
+    const struct { double conf; int exact; } turns[] = {
+        {0.99, 1}, {0.5, 0}, {0.3, 0}, {0.5, 1}, {0.95, 1},
+        {0.9, 0},  {0.8, 1}, {0.7, 1}, {1.0, 1}, {0.96, 1}};
+    for (int i = 0; i < 10; i++) CHECK_EQ_INT(eval_metrics_add_confidence(&m, turns[i].conf, turns[i].exact), 0);
+    c = eval_metrics_calibration(&m);
+    CHECK_EQ_INT(c.examples, 10);
+    CHECK_EQ_INT(c.low_examples, 2);
+    CHECK_EQ_INT(c.low_errors, 2); /* 0.3, then the 0.5 that came first (wrong) */
+    CHECK_NEAR(c.low_confidence_max, 0.5);
+    CHECK_EQ_INT(c.rest_examples, 8);
+    CHECK_EQ_INT(c.rest_errors, 1);
+    CHECK_NEAR(c.error_ratio, (2.0 / 2) / (1.0 / 8));
+    /* bins [0,.5) [.5,.7) [.7,.8) [.8,.9) [.9,.95) [.95,1] */
+    const long want_n[EVAL_CONF_BINS] = {1, 2, 1, 1, 1, 4}, want_exact[EVAL_CONF_BINS] = {0, 1, 1, 1, 0, 4};
+    for (int b = 0; b < EVAL_CONF_BINS; b++) {
+        CHECK_EQ_INT(c.bin_examples[b], want_n[b]);
+        CHECK_EQ_INT(c.bin_exact[b], want_exact[b]);
+    }
+    cJSON *j = eval_metrics_json(&m);
+    const cJSON *cal = cJSON_GetObjectItem(j, "calibration");
+    CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(cal, "error_ratio")), 8);
+    CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cal, "bins"), 5),
+                                                         "exact_matches")), 4);
+    cJSON_Delete(j);
+    eval_metrics_free(&m);
+    /* no error outside the fifth: the ratio is undefined (null), not infinite */
+    eval_metrics_init(&m);
+    for (int i = 0; i < 5; i++) eval_metrics_add_confidence(&m, 0.1 * i, i != 0);
+    c = eval_metrics_calibration(&m);
+    CHECK(c.low_examples == 1 && c.low_errors == 1 && c.rest_errors == 0 && c.error_ratio < 0);
+    j = eval_metrics_json(&m);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "calibration"), "error_ratio")));
+    cJSON_Delete(j);
+    eval_metrics_free(&m);
+}
+
 int main(void) {
     tools_json = cJSON_Parse(TOOLS);
     snprintf(model_path, sizeof model_path, "%s", fixture_path("tiny_cq4.cact"));
@@ -724,6 +778,7 @@ int main(void) {
     RUN(test_malformed);
     RUN(test_metrics);
     RUN(test_categories);
+    RUN(test_calibration);
     RUN(test_example_parse);
     RUN(test_cli_end_to_end);
     RUN(test_cli_bad_input);
