@@ -9,20 +9,24 @@ and `needle finetune --full` starts from. Needs the 3.2.8 venv
 
     python train/init3.py --out train/work3/init [--seed 35]    # init.safetensors + config.json
     python train/init3.py --count                                # parameters by group
-    python train/init3.py --count --set num_layers=8 --set d_model=256 --set num_heads=4
+    python train/init3.py --count --set num_layers=10 --set d_model=384 --set num_heads=6 \
+        --set 'global_layers=[4,9]' --set 'engram_layers=[3,7]'     # the larger alternative
 
 Why this geometry (GEOMETRY below; the released needle3 is 20 layers x 768):
+* size by the C trainer's measured tokens/s (`needle finetune --full`, one thread, train3
+  data at batch 16, every row run to its last target): 8 layers x 256 (5.59 M parameters)
+  1,516 tok/s, 10 x 384 (10.78 M, the alternative above) 767 tok/s. A session gives the
+  trainer ~10 M tokens at the first rate: the smaller model sees twice the data.
 * vocab 4,096 = out_vocab: train_tokenizer3.py's measurements, 4k/6k/8k pieces give
   222.1 / 219.0 / 218.1 pieces per training example and the same whole-piece coverage of
   the held-out non-ASCII values: the bigger vocabularies buy ~1% shorter inputs for
-  0.8-1.6 M more embedding parameters, which this budget spends on depth instead.
-* d_model 384, 10 layers, 6 query / 2 KV heads, qk head dim 48 and v head dim 64 (the
+  0.5-1 M more embedding parameters, which this budget spends on depth instead.
+* d_model 256, 8 layers, 4 query / 2 KV heads, qk head dim 48 and v head dim 64 (the
   released ratios: H x v = d), so head-level kernels are the released ones'.
 * local/global: sliding window 256 (a prompt with 5 tools is ~300 tokens: local layers
-  still see the tools' names) and full attention at layers 4 and 9, as the released
-  model's every fifth layer.
+  still see the tools' names) and full attention at layers 3 and 7.
 * 3 causal conv taps on q/k/v, the Monarch (Hadamard) MLP, 4 mHC lanes: as released.
-* engram at 2 sites (layers 3 and 7) with orders (2, 3) and 4,096 slots per table
+* engram at 2 sites (layers 2 and 5) with orders (2, 3) and 4,096 slots per table
   (released: 5 sites, 18,432 slots): gathered, not multiplied, so they cost memory, not
   compute.
 * max_seq_len 2,048: training examples are under 700 tokens, but the demo's 27 tools
@@ -40,10 +44,10 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 GEOMETRY = dict(
-    vocab_size=4096, out_vocab=4096, d_model=384, num_layers=10, num_heads=6, num_kv_heads=2,
+    vocab_size=4096, out_vocab=4096, d_model=256, num_layers=8, num_heads=4, num_kv_heads=2,
     qk_head_dim=48, v_head_dim=64, max_seq_len=2048, rope_theta=100000.0,
-    sliding_window=256, global_layers=[4, 9], qkv_conv_taps=3, mhc_lanes=4,
-    engram_orders=[2, 3], engram_slots=4096, engram_layers=[3, 7],
+    sliding_window=256, global_layers=[3, 7], qkv_conv_taps=3, mhc_lanes=4,
+    engram_orders=[2, 3], engram_slots=4096, engram_layers=[2, 5],
     embedding_dim=128, kv_window=0, kv_bits=8, act_bits=8, dtype="bfloat16")
 
 

@@ -47,6 +47,7 @@ def main():
     failures = []
     check_validation_labels(failures)
     total_passed = total_cases = 0
+    positive_passed = positive_cases = 0  # cases whose expected answer has calls
     responses = 0
     for name in NAMES:
         module = getattr(environments, name)
@@ -70,10 +71,17 @@ def main():
             continue
         finally:
             agent.complete = engine_complete
-        summary = out.getvalue().strip().splitlines()[-1]
+        lines = out.getvalue().strip().splitlines()
+        summary = lines[-1]
         passed, cases = (int(x) for x in summary.split()[0].split("/"))
         total_passed += passed
         total_cases += cases
+        # run_tests prints "  want <calls>" under each failure: a positive failed when non-empty
+        positives = sum(1 for case in module.TEST_CASES if case["calls"])
+        failed_positives = sum(1 for line in lines
+                               if line.startswith("  want ") and json.loads(line[7:]))
+        positive_passed += positives - failed_positives
+        positive_cases += positives
         if len(seen) != len(module.TEST_CASES):
             failures.append(f"{name}: {len(seen)} responses for {len(module.TEST_CASES)} cases")
         for env in seen:
@@ -91,9 +99,11 @@ def main():
                     jsonschema.Draft202012Validator(schema).validate(call.get("arguments"))
                 except jsonschema.ValidationError as e:
                     failures.append(f"{name}: invalid call {call}: {e.message}")
-        print(f"{name:18} {summary}")
+        print(f"{name:18} {summary}; positive cases {positives - failed_positives}/{positives}")
     print(f"pass rate on the default model: {total_passed}/{total_cases} "
-          f"({100.0 * total_passed / max(1, total_cases):.1f}%), {responses} responses checked")
+          f"({100.0 * total_passed / max(1, total_cases):.1f}%), positive cases {positive_passed}/"
+          f"{positive_cases} ({100.0 * positive_passed / max(1, positive_cases):.1f}%), "
+          f"{responses} responses checked")
     for f in failures:
         print("FAIL", f)
     return 1 if failures or not responses else 0
