@@ -111,6 +111,19 @@ done:
     return rc;
 }
 
+/* Whether `path` is a checkpoint `needle finetune --full` wrote: its weights are what the
+ * build is for, so it is exported, not answered with a copy of the base archive (the
+ * official build has no such checkpoint; its own are the base's). */
+static int full_finetune_file(const char *path) {
+    size_t size = 0;
+    uint8_t *image = cli_read_file(path, &size);
+    st_file f = {0};
+    const int yes = image && st_parse(image, size, &f) == 0 && lora_full_finetune_checkpoint(&f);
+    if (image) st_release(&f);
+    free(image);
+    return yes;
+}
+
 /* checkpoint (+ adapter) -> merged view -> export (-> rung) -> checked image */
 int build_image(const build_job *job, uint8_t **image, size_t *size) {
     if (job->generation == 2) return build_image_v2(job, image, size);
@@ -133,11 +146,10 @@ int build_image(const build_job *job, uint8_t **image, size_t *size) {
         rc = input_error(job->ckpt_path);
         goto done;
     }
-    if (job->adapter && !job->quiet) {
+    if (job->adapter && !job->quiet)
         printf("  %-9s %u weight groups  scale %g\n", "merged", job->adapter->n, job->adapter->scale);
-        if (dropped)
-            printf("  %-9s the confidence head; it is not trained locally, so confidence reports None\n", "dropped");
-    }
+    if (dropped && !job->quiet)
+        printf("  %-9s the confidence head; it is not trained locally, so confidence reports None\n", "dropped");
     /* finetune.rung: the built file is no ladder (its Hadamard permutations unsplit) */
     cfg.ladder_split = 0;
     const int cut = job->layers && job->layers != (long)cfg.num_layers;
@@ -254,7 +266,8 @@ static int run_build(const cli_command *self, int argc, char **argv) {
     size_t config_size = 0;
     if (config_path && !(config_json = (char *)cli_read_file(config_path, &config_size))) goto done;
     if (!quiet) printf("  %-9s %s  %.2f MB\n", "base", weights, (double)base_size / 1e6);
-    if (bf.generation == 3 && !lora_path && (!layers || layers == (long)bf.h3.num_layers)) {
+    if (bf.generation == 3 && !lora_path && (!layers || layers == (long)bf.h3.num_layers) &&
+        !(ckpt_path && full_finetune_file(ckpt_path))) {
         /* as the official build: nothing to merge or cut, the output is the base archive */
         if (!out_path) {
             rc = cli_usage_error(self, "pass --out OUT.cact");
@@ -340,7 +353,9 @@ const cli_command cli_build = {
     "and the KV-budget window. A merged adapter drops the confidence head (it is not\n"
     "trained by fine-tuning; confidence then reports None). With neither --lora nor\n"
     "--layers (or --layers equal to the base's depth) the output is a copy of the base\n"
-    "archive, as the official build does.\n"
+    "archive, as the official build does, except from a checkpoint `needle finetune\n"
+    "--full` wrote (ours; no official counterpart): that one is exported, without its\n"
+    "confidence head (the trunk was trained, the head was not).\n"
     "\n"
     "Needle 2 (the base archive is a Needle 2 .cact, e.g. the demo model; 2.0.15's build):\n"
     "the checkpoint (config in its metadata, as `needle finetune -w` writes it, or --config)\n"

@@ -146,10 +146,21 @@ void lora_view_release(lora_view *v) {
     memset(v, 0, sizeof *v);
 }
 
+int lora_full_finetune_checkpoint(const st_file *ck) {
+    const char *run = st_meta_get(ck, "run");
+    cJSON *j = run ? cJSON_Parse(run) : NULL;
+    const cJSON *full =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "needle_finetune"), "full");
+    const int yes = cJSON_IsNumber(full) && full->valuedouble != 0;
+    cJSON_Delete(j);
+    return yes;
+}
+
 static int view_build(const st_file *ck, const train_adapter *ad, int drop_confidence, lora_view *out,
                       int *dropped_confidence) {
     memset(out, 0, sizeof *out);
     *dropped_confidence = 0;
+    drop_confidence = drop_confidence && (ad || lora_full_finetune_checkpoint(ck));
     out->st.tensors = malloc((ck->n + 1) * sizeof *out->st.tensors);
     out->owned = malloc(((ad ? ad->n : 0) + 1) * sizeof *out->owned);
     if (!out->st.tensors || !out->owned) {
@@ -159,7 +170,7 @@ static int view_build(const st_file *ck, const train_adapter *ad, int drop_confi
     for (uint32_t i = 0; i < ck->n; i++) {
         const st_tensor *t = &ck->tensors[i];
         if (!strncmp(t->name, "mtp_", 4)) continue; /* run.load_checkpoint: training-only heads */
-        if (ad && drop_confidence && !strncmp(t->name, "confidence_head/", 16)) {
+        if (drop_confidence && !strncmp(t->name, "confidence_head/", 16)) {
             *dropped_confidence = 1;
             continue;
         }

@@ -11,7 +11,9 @@
  *     XLA's CPU dot kernel for that output width (see lora_matmul), so the merged
  *     weights are the official ones bit for bit;
  *   - the view the exporter reads: mtp_* heads dropped (run.load_checkpoint), the
- *     confidence head dropped when an adapter was merged (build.build_main). */
+ *     confidence head dropped when an adapter was merged (build.build_main), and from a
+ *     checkpoint of `needle finetune --full` (trunk trained, head not: ours, no official
+ *     counterpart). */
 #ifndef NEEDLE_TRAIN_LORA_MERGE_H
 #define NEEDLE_TRAIN_LORA_MERGE_H
 
@@ -40,8 +42,14 @@ typedef struct lora_view {
 } lora_view;
 
 /* Builds the view of `ck`: mtp_* dropped; with an adapter (may be NULL), every group
- * merged and the confidence head dropped (*dropped_confidence set when there was one). */
+ * merged and the confidence head dropped, as it is from a `needle finetune --full`
+ * checkpoint (*dropped_confidence set when there was one). */
 int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, int *dropped_confidence);
+
+/* Whether `ck` is a checkpoint of `needle finetune --full` (its "run" metadata says so): the
+ * trunk was trained and the probe heads were not (the loss does not reach them), so its
+ * confidence head reads hidden states of a network it was never fitted to. */
+int lora_full_finetune_checkpoint(const st_file *ck);
 /* The same for a Needle 2 checkpoint (cactus-needle 2.0.15 build_main): the heads are kept
  * after a merge (2.0.15 drops nothing; its exporter ignores mtp_* by name). */
 int lora_view_build_v2(const st_file *ck, const train_adapter *ad, lora_view *out);

@@ -279,6 +279,19 @@ static void full_resume(const char *quant, const char *tag) {
     train_checkpoint_release(&ck);
     snprintf(a, sizeof a, "%s1.cact", tag);
     CHECK(access(tmp(a), R_OK) == 0);
+    /* the command finetune names builds the same file: the trained weights, not a copy of
+     * the base archive, and no confidence head (trained trunk, untrained head) */
+    char cmd[4096], ckpt[64];
+    snprintf(ckpt, sizeof ckpt, "%s1.safetensors", tag);
+    snprintf(b, sizeof b, "%s1b.cact", tag);
+    snprintf(cmd, sizeof cmd, "'%s' build '%s' -w '%s' -o '%s' 2>&1", cli_path(), tmp(ckpt),
+             fixture_path("v3/v3c.cact"), tmp(b));
+    rc = run_command(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "dropped   the confidence head"), "exit %d: %s", rc, out);
+    CHECK_MSG(same_file(tmp(a), tmp(b)), "full %s: needle build gave another file than finetune", quant);
+    CHECK(!same_file(tmp(a), fixture_path("v3/v3c.cact")));
+    snprintf(cmd, sizeof cmd, "'%s' inspect '%s' 2>&1", cli_path(), tmp(a));
+    CHECK(run_command(cmd, out, sizeof out) == 0 && !strstr(out, "confidence_head"));
 }
 
 static void test_full_resume(void) {
