@@ -42,6 +42,101 @@ static uint32_t row_length(const float *mk, uint32_t T) {
     return len;
 }
 
+/* sum of a[c] b[c] in eight partial sums (c mod 8) combined pairwise: eight independent
+ * chains the compiler vectorizes, where a plain loop is one chain of n dependent adds (the
+ * mHC lanes' backward makes 20 such sums of d per token and layer). A fixed order, so the
+ * same bits at every thread count and SIMD level. */
+static real dot8(const real *a, const real *b, uint32_t n) {
+    real s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[c + k] * b[c + k];
+    for (; c < n; c++) s[c & 7] += a[c] * b[c];
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+/* ---- the Sinkhorn of the mHC lane mix (both generations: SINKHORN_ITERS rounds) ----------
+ * With the float library (TRAIN_REAL_FLOAT) on 4 lanes, the vectors of the inference
+ * forward (kernels/cpu/lane_math.h: nm_exp_poly / nm_log_poly lane by lane, the same bits as
+ * the scalar loops); otherwise the scalar loops. */
+#ifdef TRAIN_REAL_FLOAT
+#include "kernels/cpu/lane_math.h"
+#endif
+
+/* _sinkhorn in log space: sk[0, nn) holds the logits; each round appends the row-normalized
+ * A and the column-normalized S (the backward's inputs: sk grows to (2 rounds + 1) nn);
+ * hres = exp(the last). */
+static void sinkhorn_fwd(real *sk, uint32_t n, real *hres) {
+    const uint32_t nn = n * n;
+#if defined(TRAIN_REAL_FLOAT) && defined(LANE_MATH_SIMD)
+    if (n == 4) {
+        lv4 v[4];
+        for (int r = 0; r < 4; r++) v[r] = LV_LOAD(sk + 4 * r);
+        for (int it = 0; it < SINKHORN_ITERS; it++) {
+            real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+            lv_transpose(v); /* rows: the columns' vectors reduce across a row */
+            lv_normalise(v);
+            lv_transpose(v);
+            for (int r = 0; r < 4; r++) LV_STORE(A + 4 * r, v[r]);
+            lv_normalise(v);
+            for (int r = 0; r < 4; r++) LV_STORE(S2 + 4 * r, v[r]);
+        }
+        for (int r = 0; r < 4; r++) LV_STORE(hres + 4 * r, lv_exp(v[r]));
+        return;
+    }
+#endif
+    for (uint32_t it = 0; it < SINKHORN_ITERS; it++) {
+        const real *S = sk + (size_t)(2 * it) * nn;
+        real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
+        for (uint32_t i = 0; i < n; i++) {
+            real mx = S[i * n];
+            for (uint32_t jj = 1; jj < n; jj++) mx = S[i * n + jj] > mx ? S[i * n + jj] : mx;
+            real z = 0;
+            for (uint32_t jj = 0; jj < n; jj++) z += rexp(S[i * n + jj] - mx);
+            const real lse = mx + rlog(z);
+            for (uint32_t jj = 0; jj < n; jj++) A[i * n + jj] = S[i * n + jj] - lse;
+        }
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real mx = A[jj];
+            for (uint32_t i = 1; i < n; i++) mx = A[i * n + jj] > mx ? A[i * n + jj] : mx;
+            real z = 0;
+            for (uint32_t i = 0; i < n; i++) z += rexp(A[i * n + jj] - mx);
+            const real lse = mx + rlog(z);
+            for (uint32_t i = 0; i < n; i++) S2[i * n + jj] = A[i * n + jj] - lse;
+        }
+    }
+    const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
+    for (uint32_t k = 0; k < nn; k++) hres[k] = rexp(Sf[k]);
+}
+
+/* Its backward: the logits' gradient dS[nn] from dh, the gradient of hres. The exps of every
+ * stored A and S come first, in one pass of independent values (vectors where the forward
+ * has them), instead of one at a time inside the dependent rounds. */
+static void sinkhorn_back(const real *sk, const real *hres, const real *dh, uint32_t n, real *dS) {
+    const uint32_t nn = n * n, count = 2 * SINKHORN_ITERS * nn;
+    real ex[2 * SINKHORN_ITERS * 64], dA[64];
+    const real *logs = sk + nn; /* A and S of round 0, then of round 1, ... */
+    uint32_t k = 0;
+#if defined(TRAIN_REAL_FLOAT) && defined(LANE_MATH_SIMD)
+    for (; k + 4 <= count; k += 4) LV_STORE(ex + k, lv_exp(LV_LOAD(logs + k)));
+#endif
+    for (; k < count; k++) ex[k] = rexp(logs[k]);
+    for (k = 0; k < nn; k++) dS[k] = dh[k] * hres[k];
+    for (int it = SINKHORN_ITERS - 1; it >= 0; it--) {
+        const real *eA = ex + (size_t)(2 * it) * nn, *eS2 = eA + nn;
+        for (uint32_t jj = 0; jj < n; jj++) {
+            real s = 0;
+            for (uint32_t i = 0; i < n; i++) s += dS[i * n + jj];
+            for (uint32_t i = 0; i < n; i++) dA[i * n + jj] = dS[i * n + jj] - eS2[i * n + jj] * s;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            real s = 0;
+            for (uint32_t jj = 0; jj < n; jj++) s += dA[i * n + jj];
+            for (uint32_t jj = 0; jj < n; jj++) dS[i * n + jj] = dA[i * n + jj] - eA[i * n + jj] * s;
+        }
+    }
+}
+
 /* Work sharing over the model's thread pool (cpu_pool_run): items [0, n) cut into one
  * contiguous range per thread. Every output element is computed by one thread with the
  * same operations in the same order as with one thread, so results are bit-identical for

@@ -106,6 +106,9 @@ int G2(set_threads)(G2(model) * m, int n) {
 
 /* fq8, the portable products (mm_job, mm_worker) and the ZC norm, shared with the other
  * generation's core */
+#ifdef G2_REAL_FLOAT
+#define TRAIN_REAL_FLOAT 1
+#endif
 #include "train/dense_ref.h"
 
 #define LW(m, id, l) ((m)->t[id].w + (size_t)(l) * ((m)->t[id].numel / (m)->L))
@@ -759,29 +762,8 @@ static void lane_pre_tok(const lane_job *j, uint32_t t) {
     /* _sinkhorn: 20 x (rows then columns) in log space, then exp */
     real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
     for (uint32_t k = 0; k < nn; k++) sk[k] = ares * prj[2 * n + k] + bres[k];
-    for (uint32_t it = 0; it < SINKHORN_ITERS; it++) {
-        const real *S = sk + (size_t)(2 * it) * nn;
-        real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
-        for (uint32_t i = 0; i < n; i++) {
-            real mx = S[i * n];
-            for (uint32_t jj = 1; jj < n; jj++) mx = S[i * n + jj] > mx ? S[i * n + jj] : mx;
-            real z = 0;
-            for (uint32_t jj = 0; jj < n; jj++) z += rexp(S[i * n + jj] - mx);
-            const real lse = mx + rlog(z);
-            for (uint32_t jj = 0; jj < n; jj++) A[i * n + jj] = S[i * n + jj] - lse;
-        }
-        for (uint32_t jj = 0; jj < n; jj++) {
-            real mx = A[jj];
-            for (uint32_t i = 1; i < n; i++) mx = A[i * n + jj] > mx ? A[i * n + jj] : mx;
-            real z = 0;
-            for (uint32_t i = 0; i < n; i++) z += rexp(A[i * n + jj] - mx);
-            const real lse = mx + rlog(z);
-            for (uint32_t i = 0; i < n; i++) S2[i * n + jj] = A[i * n + jj] - lse;
-        }
-    }
     real *hres = w->hres + (size_t)t * nn;
-    const real *Sf = sk + (size_t)(2 * SINKHORN_ITERS) * nn;
-    for (uint32_t k = 0; k < nn; k++) hres[k] = rexp(Sf[k]);
+    sinkhorn_fwd(sk, n, hres);
     real *u = w->u + (size_t)t * D; /* the sums over i in order, c innermost (it vectorizes) */
     for (uint32_t c = 0; c < D; c++) u[c] = 0;
     for (uint32_t i = 0; i < n; i++)
@@ -816,41 +798,20 @@ static void lane_back_write_tok(const lane_job *j, uint32_t t) {
     real *dx = j->dXi + (size_t)t * nD, *dyt = w->dys + (size_t)t * D, *dzt = w->dzs + (size_t)t * (2 * n + nn);
     for (uint32_t c = 0; c < nD; c++) dx[c] = 0;
     for (uint32_t c = 0; c < D; c++) dyt[c] = 0;
-    real dh[64];
+    real dh[64] = {0}; /* [n][n]: every entry set below (zeroed for the compiler) */
     for (uint32_t i = 0; i < n; i++) {
-        real dp = 0;
-        for (uint32_t c = 0; c < D; c++) {
-            dp += g[(size_t)i * D + c] * y[c];
-            dyt[c] += hpost[i] * g[(size_t)i * D + c];
-        }
+        const real dp = dot8(g + (size_t)i * D, y, D);
+        for (uint32_t c = 0; c < D; c++) dyt[c] += hpost[i] * g[(size_t)i * D + c];
         const real s = hpost[i] / 2;
         dzt[n + i] = dp * 2 * s * (1 - s);
         for (uint32_t jj = 0; jj < n; jj++) {
-            real d = 0;
-            for (uint32_t c = 0; c < D; c++) {
-                d += g[(size_t)i * D + c] * X[(size_t)jj * D + c];
-                dx[(size_t)jj * D + c] += hres[i * n + jj] * g[(size_t)i * D + c];
-            }
-            dh[i * n + jj] = d;
+            dh[i * n + jj] = dot8(g + (size_t)i * D, X + (size_t)jj * D, D);
+            for (uint32_t c = 0; c < D; c++) dx[(size_t)jj * D + c] += hres[i * n + jj] * g[(size_t)i * D + c];
         }
     }
     /* Sinkhorn backward */
-    const real *sk = w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn;
-    real dS[64], dA[64];
-    for (uint32_t k = 0; k < nn; k++) dS[k] = dh[k] * hres[k];
-    for (int it = SINKHORN_ITERS - 1; it >= 0; it--) {
-        const real *A = sk + (size_t)(2 * it + 1) * nn, *S2 = A + nn;
-        for (uint32_t jj = 0; jj < n; jj++) {
-            real s = 0;
-            for (uint32_t i = 0; i < n; i++) s += dS[i * n + jj];
-            for (uint32_t i = 0; i < n; i++) dA[i * n + jj] = dS[i * n + jj] - rexp(S2[i * n + jj]) * s;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            real s = 0;
-            for (uint32_t jj = 0; jj < n; jj++) s += dA[i * n + jj];
-            for (uint32_t jj = 0; jj < n; jj++) dS[i * n + jj] = dA[i * n + jj] - rexp(A[i * n + jj]) * s;
-        }
-    }
+    real dS[64];
+    sinkhorn_back(w->sk + (size_t)t * (2 * SINKHORN_ITERS + 1) * nn, hres, dh, n, dS);
     memcpy(dzt + 2 * n, dS, nn * sizeof *dS);
 }
 
@@ -863,11 +824,8 @@ static void lane_back_read_tok(const lane_job *j, uint32_t t) {
     const real *X = j->Xin + (size_t)t * nD, *hpre = w->hpre + (size_t)t * n, *dut = w->dus + (size_t)t * D;
     real *dx = j->dXi + (size_t)t * nD, *dzt = w->dzs + (size_t)t * (2 * n + nn);
     for (uint32_t i = 0; i < n; i++) {
-        real dp = 0;
-        for (uint32_t c = 0; c < D; c++) {
-            dp += dut[c] * X[(size_t)i * D + c];
-            dx[(size_t)i * D + c] += hpre[i] * dut[c];
-        }
+        const real dp = dot8(dut, X + (size_t)i * D, D);
+        for (uint32_t c = 0; c < D; c++) dx[(size_t)i * D + c] += hpre[i] * dut[c];
         dzt[i] = dp * hpre[i] * (1 - hpre[i]);
     }
 }

@@ -25,6 +25,7 @@
  * G2(name) (a prefix) before including grad2.c gets its own copy at that precision. */
 #ifndef G2_REAL
 #define G2_REAL float
+#define G2_REAL_FLOAT 1 /* the float library: the vector paths of train/dense_ref.h */
 #define G2(name) g2_##name
 #endif
 

@@ -26,6 +26,7 @@
  * G3(name) (a prefix) before including grad3.c gets its own copy at that precision. */
 #ifndef G3_REAL
 #define G3_REAL float
+#define G3_REAL_FLOAT 1 /* the float library: the vector paths of train/dense_ref.h */
 #define G3(name) g3_##name
 #endif
 
