@@ -9,6 +9,12 @@
 #include <math.h>
 #include <stdint.h>
 
+/* the float library (the core defines TRAIN_REAL_FLOAT) uses the inference forward's
+ * baseline vectors (SSE2, NEON) where they give the scalar loops' bits */
+#ifdef TRAIN_REAL_FLOAT
+#include "kernels/cpu/lane_math.h"
+#endif
+
 /* exp and log where a step makes millions of them (softmax of attention and of the
  * Sinkhorn, the cross-entropy over the vocabulary): in the float core nmath.h's polynomials,
  * inlined where libm's are calls, and the ones the inference forward's Sinkhorn uses
@@ -49,6 +55,15 @@ static uint32_t row_length(const float *mk, uint32_t T) {
 static real dot8(const real *a, const real *b, uint32_t n) {
     real s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     uint32_t c = 0;
+#if defined(TRAIN_REAL_FLOAT) && defined(LANE_MATH_SIMD)
+    lv4 lo = LV_SET(0), hi = LV_SET(0); /* s[0..3], s[4..7] */
+    for (; c + 8 <= n; c += 8) {
+        lo = LV_ADD(lo, LV_MUL(LV_LOAD(a + c), LV_LOAD(b + c)));
+        hi = LV_ADD(hi, LV_MUL(LV_LOAD(a + c + 4), LV_LOAD(b + c + 4)));
+    }
+    LV_STORE(s, lo);
+    LV_STORE(s + 4, hi);
+#endif
     for (; c + 8 <= n; c += 8)
         for (int k = 0; k < 8; k++) s[k] += a[c + k] * b[c + k];
     for (; c < n; c++) s[c & 7] += a[c] * b[c];
@@ -56,13 +71,9 @@ static real dot8(const real *a, const real *b, uint32_t n) {
 }
 
 /* ---- the Sinkhorn of the mHC lane mix (both generations: SINKHORN_ITERS rounds) ----------
- * With the float library (TRAIN_REAL_FLOAT) on 4 lanes, the vectors of the inference
- * forward (kernels/cpu/lane_math.h: nm_exp_poly / nm_log_poly lane by lane, the same bits as
- * the scalar loops); otherwise the scalar loops. */
-#ifdef TRAIN_REAL_FLOAT
-#include "kernels/cpu/lane_math.h"
-#endif
-
+ * With the float library on 4 lanes, the vectors of the inference forward (lane_math.h:
+ * nm_exp_poly / nm_log_poly lane by lane, the same bits as the scalar loops); otherwise the
+ * scalar loops. */
 /* _sinkhorn in log space: sk[0, nn) holds the logits; each round appends the row-normalized
  * A and the column-normalized S (the backward's inputs: sk grows to (2 rounds + 1) nn);
  * hres = exp(the last). */
