@@ -70,6 +70,41 @@ static real dot8(const real *a, const real *b, uint32_t n) {
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
+/* The sum over k < n of exp(x[k] - shift), in k order, each term also stored in out[k] when
+ * out is not NULL (it may be x): softmax numerators. The exps in vectors where the float
+ * library has them (lane_math.h's lv_exp, nm_exp_poly's bits), the sum as the scalar loop. */
+static real exp_sum(const real *x, uint32_t n, real shift, real *out) {
+    real z = 0;
+    uint32_t k = 0;
+#if defined(TRAIN_REAL_FLOAT) && defined(LANE_MATH_SIMD)
+    const lv4 m = LV_SET(shift);
+    for (; k + 4 <= n; k += 4) {
+        real e[4];
+        LV_STORE(e, lv_exp(LV_SUB(LV_LOAD(x + k), m)));
+        for (int i = 0; i < 4; i++) {
+            z += e[i];
+            if (out) out[k + i] = e[i];
+        }
+    }
+#endif
+    for (; k < n; k++) {
+        const real e = rexp(x[k] - shift);
+        z += e;
+        if (out) out[k] = e;
+    }
+    return z;
+}
+
+/* x[k] = exp(x[k] - shift) for k < n (vectors as exp_sum) */
+static void exp_shift(real *x, uint32_t n, real shift) {
+    uint32_t k = 0;
+#if defined(TRAIN_REAL_FLOAT) && defined(LANE_MATH_SIMD)
+    const lv4 m = LV_SET(shift);
+    for (; k + 4 <= n; k += 4) LV_STORE(x + k, lv_exp(LV_SUB(LV_LOAD(x + k), m)));
+#endif
+    for (; k < n; k++) x[k] = rexp(x[k] - shift);
+}
+
 /* ---- the Sinkhorn of the mHC lane mix (both generations: SINKHORN_ITERS rounds) ----------
  * With the float library on 4 lanes, the vectors of the inference forward (lane_math.h:
  * nm_exp_poly / nm_log_poly lane by lane, the same bits as the scalar loops); otherwise the

@@ -299,8 +299,7 @@ static void bf_softmax_tok(const blk_job *j, uint32_t t) {
         P[s] *= sc;
         if (P[s] > mx) mx = P[s];
     }
-    real z = 0;
-    for (uint32_t s = 0; s <= t; s++) z += (P[s] = rexp(P[s] - mx));
+    const real z = exp_sum(P, t + 1, mx, P);
     for (uint32_t s = 0; s <= t; s++) P[s] /= z;
 }
 
@@ -412,8 +411,7 @@ static void block_fwd(const G2(model) * m, uint32_t l, const g2_seq *sq, seq_ws 
                 P[s] = d * sc;
                 if (P[s] > mx) mx = P[s];
             }
-            real z = 0;
-            for (uint32_t s = 0; s <= t; s++) z += (P[s] = rexp(P[s] - mx));
+            const real z = exp_sum(P, t + 1, mx, P);
             for (uint32_t s = 0; s <= t; s++) P[s] /= z;
             real *ot = w->o + (size_t)t * Q + h * hd;
             for (uint32_t i = 0; i < hd; i++) ot[i] = 0;
@@ -1381,13 +1379,12 @@ int G2(loss)(G2(model) * m, const int32_t *ids, const float *mask, uint32_t B, u
                 real *lg = r.logits + (size_t)k * V;
                 real mx = -INFINITY;
                 for (uint32_t v = 0; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
-                real z = 0;
-                for (uint32_t v = 0; v < V; v++) z += rexp(lg[v] - mx);
+                const real z = exp_sum(lg, V, mx, NULL);
                 const real lse = mx + rlog(z);
                 total += (double)(wgt * (lse - lg[tgt]));
                 if (!grads) continue;
-                for (uint32_t v = 0; v < V; v++) /* dloss/dlogit */
-                    lg[v] = (rexp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / denom;
+                exp_shift(lg, V, lse); /* dloss/dlogit */
+                for (uint32_t v = 0; v < V; v++) lg[v] = (lg[v] - (v == tgt ? 1 : 0)) * wgt / denom;
             }
             if (!grads) continue;
             mm(m, r.logits, Emb, r.dxn, R, V, D); /* dxn = g E */

@@ -722,8 +722,7 @@ static void attn_fwd_worker(void *arg, int i, int n) {
                 P[s] *= j->sc;
                 if (P[s] > mx) mx = P[s];
             }
-            real z = 0;
-            for (uint32_t s = s0; s <= t; s++) z += (P[s] = rexp(P[s] - mx));
+            const real z = exp_sum(P + s0, t + 1 - s0, mx, P + s0);
             for (uint32_t s = s0; s <= t; s++) P[s] /= z;
         }
         gemm_causal(m, CAUSAL_TAIL, Ph, T, w->v + g * vd, VV, w->o + h * vd, O, T, vd, T, 0);
@@ -1127,8 +1126,7 @@ static void block_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws 
                 P[s] = d * sc;
                 if (P[s] > mx) mx = P[s];
             }
-            real z = 0;
-            for (uint32_t s = s0; s <= t; s++) z += (P[s] = rexp(P[s] - mx));
+            const real z = exp_sum(P + s0, t + 1 - s0, mx, P + s0);
             for (uint32_t s = s0; s <= t; s++) P[s] /= z;
             real *ot = w->o + (size_t)t * O + h * vd;
             for (uint32_t i = 0; i < vd; i++) ot[i] = 0;
@@ -1987,13 +1985,12 @@ static void ce_rows(void *ctx, uint32_t k0, uint32_t k1) {
         real *lg = x->logits + (size_t)k * OV;
         real mx = -INFINITY;
         for (uint32_t v = 0; v < OV; v++) mx = lg[v] > mx ? lg[v] : mx;
-        real z = 0;
-        for (uint32_t v = 0; v < OV; v++) z += rexp(lg[v] - mx);
+        const real z = exp_sum(lg, OV, mx, NULL);
         const real lse = mx + rlog(z);
         x->terms[k] = (double)(wgt * (lse - lg[tgt]));
         if (!x->grads) continue;
-        for (uint32_t v = 0; v < OV; v++) /* dloss/dlogit */
-            lg[v] = (rexp(lg[v] - lse) - (v == tgt ? 1 : 0)) * wgt / x->denom;
+        exp_shift(lg, OV, lse); /* dloss/dlogit */
+        for (uint32_t v = 0; v < OV; v++) lg[v] = (lg[v] - (v == tgt ? 1 : 0)) * wgt / x->denom;
     }
 }
 
