@@ -250,7 +250,7 @@ static void mm_worker(void *arg, int i, int n) {
     if (j->dW) mm_back_w(j, lo, hi);
 }
 
-static real sigm(real z) { return (real)1 / ((real)1 + exp(-z)); }
+static real sigm(real z) { return (real)1 / ((real)1 + rexp(-z)); } /* as lane_hada_gate */
 
 /* y = (1 + s) * x / sqrt(mean(x^2) + eps) over n (s NULL: rms_unit); returns 1/rms */
 static real zc_fwd(const real *x, const real *s, uint32_t n, real *y) {
