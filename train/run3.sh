@@ -100,8 +100,19 @@ evaluate() {  # the cycle's model on the held-out sets and the official environm
     mv "$dir/envs.tmp" "$dir/envs.txt"
   fi
   python3 - "$dir" <<'EOF'
-import json, sys
+import json, re, sys
 d = sys.argv[1]
+# the curve: the mean training loss over each tenth of the cycle, and the validation loss
+steps = [(int(m.group(1)), int(m.group(2)), float(m.group(3))) for m in
+         re.finditer(r"step +(\d+)/(\d+) +loss ([0-9.]+)", open(f"{d}/log.txt").read())]
+if steps:
+    total, by = steps[-1][1], {}
+    for step, _, loss in steps:
+        by.setdefault(min(9, (step - 1) * 10 // total), []).append(loss)
+    print("  loss by tenth: " + " ".join(f"{sum(v) / len(v):.3f}" for _, v in sorted(by.items())))
+val = re.findall(r"epoch +\d+/\d+ +loss [0-9.]+ +val ([0-9.]+)", open(f"{d}/log.txt").read())
+if val:
+    print(f"  validation loss {val[-1]}")
 for split in ("test2", "unseen"):
     j = json.load(open(f"{d}/eval-{split}.json"))
     c, cal = j["categories"], j["calibration"]
