@@ -105,13 +105,12 @@ static void exp_shift(real *x, uint32_t n, real shift) {
     for (; k < n; k++) x[k] = rexp(x[k] - shift);
 }
 
-/* ---- the Sinkhorn of the mHC lane mix (both generations: SINKHORN_ITERS rounds) ----------
- * With the float library on 4 lanes, the vectors of the inference forward (lane_math.h:
- * nm_exp_poly / nm_log_poly lane by lane, the same bits as the scalar loops); otherwise the
- * scalar loops. */
+/* ---- the Sinkhorn of the mHC lane mix (both generations: SINKHORN_ITERS rounds) ---------- */
+
 /* _sinkhorn in log space: sk[0, nn) holds the logits; each round appends the row-normalized
  * A and the column-normalized S (the backward's inputs: sk grows to (2 rounds + 1) nn);
- * hres = exp(the last). */
+ * hres = exp(the last). With the float library on 4 lanes, the inference forward's vectors
+ * (lane_math.h: nm_exp_poly / nm_log_poly lane by lane, the scalar loops' bits). */
 static void sinkhorn_fwd(real *sk, uint32_t n, real *hres) {
     const uint32_t nn = n * n;
 #if defined(TRAIN_REAL_FLOAT) && defined(LANE_MATH_SIMD)
