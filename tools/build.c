@@ -111,24 +111,22 @@ done:
     return rc;
 }
 
-/* Whether `path` is a checkpoint `needle finetune --full` wrote: its weights are what the
+/* Whether `image` is a checkpoint `needle finetune --full` wrote: its weights are what the
  * build is for, so it is exported, not answered with a copy of the base archive (the
  * official build has no such checkpoint; its own are the base's). */
-static int full_finetune_file(const char *path) {
-    size_t size = 0;
-    uint8_t *image = cli_read_file(path, &size);
+static int full_finetune_image(const uint8_t *image, size_t size) {
     st_file f = {0};
-    const int yes = image && st_parse(image, size, &f) == 0 && lora_full_finetune_checkpoint(&f);
-    if (image) st_release(&f);
-    free(image);
+    const int yes = st_parse(image, size, &f) == 0 && lora_full_finetune_checkpoint(&f);
+    st_release(&f);
     return yes;
 }
 
 /* checkpoint (+ adapter) -> merged view -> export (-> rung) -> checked image */
 int build_image(const build_job *job, uint8_t **image, size_t *size) {
     if (job->generation == 2) return build_image_v2(job, image, size);
-    size_t ck_size;
-    uint8_t *ck_image = cli_read_file(job->ckpt_path, &ck_size);
+    size_t ck_size = job->ckpt_size;
+    uint8_t *ck_read = job->ckpt_image ? NULL : cli_read_file(job->ckpt_path, &ck_size);
+    const uint8_t *ck_image = job->ckpt_image ? job->ckpt_image : ck_read;
     if (!ck_image) return 1;
     char *config_json = NULL;
     st_file ck = {0};
@@ -207,7 +205,7 @@ done:
     lora_view_release(&view);
     st_release(&ck);
     free(config_json);
-    free(ck_image);
+    free(ck_read);
     return rc;
 }
 
@@ -254,6 +252,8 @@ static int run_build(const cli_command *self, int argc, char **argv) {
     uint8_t *image = NULL;
     size_t image_size = 0;
     char *config_json = NULL;
+    uint8_t *ckpt = NULL; /* the checkpoint, when reading it decides between export and copy */
+    size_t ckpt_size = 0;
     if (bf.generation != 3 && bf.generation != 2) {
         fprintf(stderr, "needle: %s is neither a Needle 2 nor a Needle 3 .cact\n", weights);
         goto done;
@@ -266,8 +266,9 @@ static int run_build(const cli_command *self, int argc, char **argv) {
     size_t config_size = 0;
     if (config_path && !(config_json = (char *)cli_read_file(config_path, &config_size))) goto done;
     if (!quiet) printf("  %-9s %s  %.2f MB\n", "base", weights, (double)base_size / 1e6);
-    if (bf.generation == 3 && !lora_path && (!layers || layers == (long)bf.h3.num_layers) &&
-        !(ckpt_path && full_finetune_file(ckpt_path))) {
+    const int nothing_to_merge = bf.generation == 3 && !lora_path && (!layers || layers == (long)bf.h3.num_layers);
+    if (nothing_to_merge && ckpt_path && !(ckpt = cli_read_file(ckpt_path, &ckpt_size))) goto done;
+    if (nothing_to_merge && !(ckpt && full_finetune_image(ckpt, ckpt_size))) {
         /* as the official build: nothing to merge or cut, the output is the base archive */
         if (!out_path) {
             rc = cli_usage_error(self, "pass --out OUT.cact");
@@ -320,6 +321,8 @@ static int run_build(const cli_command *self, int argc, char **argv) {
     }
     const cact_tensor *tok = &bf.tensors[bf.tokenizer_index];
     const build_job job = {.ckpt_path = ckpt_path,
+                           .ckpt_image = ckpt,
+                           .ckpt_size = ckpt_size,
                            .out_path = out_path,
                            .generation = bf.generation,
                            .config_json = config_json,
@@ -334,6 +337,7 @@ static int run_build(const cli_command *self, int argc, char **argv) {
         printf("  %-9s %s  %.2f MB  W%sA8\n", "wrote", out_path, (double)image_size / 1e6, bits);
 done:
     free(image);
+    free(ckpt);
     free(config_json);
     train_adapter_release(&adapter);
     cact_release(&bf);

@@ -11,6 +11,8 @@
 
 typedef struct build_job {
     const char *ckpt_path, *out_path;
+    const uint8_t *ckpt_image; /* ckpt_path's bytes when the caller has read them (NULL: read) */
+    size_t ckpt_size;
     int generation;               /* 2 or 3 (0: 3); the base archive's */
     const char *config_json;      /* Needle 2: the config when the checkpoint's metadata has
                                    * none (NULL: its `config`) */
