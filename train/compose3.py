@@ -460,9 +460,24 @@ def _declare(p, called, pool, lo, hi):
     return declared
 
 
-def example3(p, names):
-    """One third-generation example: (query, declared schemas, calls)."""
+# The bands of example3's draw whose answer is a refusal: the right tool absent, a negated
+# request, nothing asked.
+REFUSAL_BANDS = [(0.68, 0.74), (0.78, 0.82), (0.86, 0.89)]
+
+
+def example3(p, names, refusal_boost=0.0):
+    """One third-generation example: (query, declared schemas, calls). With refusal_boost b,
+    a share b of the draws lands uniformly in REFUSAL_BANDS instead (b = 0 draws exactly
+    what the first cycle drew: no extra random number is taken)."""
     r = p.r.random()
+    if refusal_boost and p.r.random() < refusal_boost:
+        width = sum(hi - lo for lo, hi in REFUSAL_BANDS)
+        x = p.r.random() * width
+        for lo, hi in REFUSAL_BANDS:
+            if x < hi - lo:
+                r = lo + x
+                break
+            x -= hi - lo
     if r < 0.35:                                   # the second generation as it is
         q, declared, calls = C.example2(p, names)
         return q, [C.schema(d) for d in declared], calls
@@ -531,14 +546,14 @@ def example3(p, names):
     return p.dress(q, calls), declared, calls
 
 
-def make_split3(n, seed):
-    """n training examples; the same seed gives the same examples."""
+def make_split3(n, seed, refusal_boost=0.0):
+    """n training examples; the same seed (and boost) gives the same examples."""
     p = Pools3(random.Random(seed))
     names = sorted(G.TOOLS)
     seen, out = set(), []
     while len(out) < n:
         try:
-            query, declared, calls = example3(p, names)
+            query, declared, calls = example3(p, names, refusal_boost)
         except C.HeldoutExhausted:
             continue
         key = query + "|" + ",".join(d["name"] for d in declared)
@@ -554,9 +569,12 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "data"))
     ap.add_argument("--train", type=int, default=60000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--refusal-boost", type=float, default=0.0,
+                    help="share of draws that land in a refusal band (0: the first cycle's mix, "
+                         "~22%% refusals; 0.15 gives ~34%%, test2's share)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    rows = make_split3(a.train, a.seed)
+    rows = make_split3(a.train, a.seed, a.refusal_boost)
     G.write_jsonl(os.path.join(a.out, "train3.jsonl"), rows)
     print(f"wrote {len(rows)} third-generation training examples to "
           f"{os.path.join(a.out, 'train3.jsonl')}")

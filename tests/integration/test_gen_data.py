@@ -160,6 +160,13 @@ def check_third_generation(test2, unseen):
     train = C3.make_split3(6000, 7)
     check(C3.make_split3(300, 11) == C3.make_split3(300, 11), "compose3: same seed, same data")
     check(C3.make_split3(300, 11) != C3.make_split3(300, 12), "compose3: the seed matters")
+    boosted = C3.make_split3(2000, 11, 0.15)
+    share = [sum(not ex["answers"] for ex in rows) / len(rows)
+             for rows in (C3.make_split3(2000, 11), boosted)]
+    check(share[1] > share[0] + 0.08, f"compose3: --refusal-boost raises refusals ({share})")
+    for i, ex in enumerate(boosted):
+        why = consistent(ex)
+        check(why is None, f"boosted train3 line {i + 1}: {why}")
     for i, ex in enumerate(train):
         why = consistent(ex)
         check(why is None, f"train3 line {i + 1}: {why}")
