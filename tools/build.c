@@ -111,12 +111,13 @@ done:
     return rc;
 }
 
-/* Whether `image` is a checkpoint `needle finetune --full` wrote: its weights are what the
- * build is for, so it is exported, not answered with a copy of the base archive (the
- * official build has no such checkpoint; its own are the base's). */
-static int full_finetune_image(const uint8_t *image, size_t size) {
+/* Whether `image` is a checkpoint `needle finetune --full` or `needle calibrate` wrote: its
+ * weights are what the build is for, so it is exported, not answered with a copy of the
+ * base archive (the official build has no such checkpoint; its own are the base's). */
+static int trained_here_image(const uint8_t *image, size_t size) {
     st_file f = {0};
-    const int yes = st_parse(image, size, &f) == 0 && lora_full_finetune_checkpoint(&f);
+    const int yes = st_parse(image, size, &f) == 0 &&
+                    (lora_full_finetune_checkpoint(&f) || lora_calibrated_checkpoint(&f));
     st_release(&f);
     return yes;
 }
@@ -140,7 +141,8 @@ int build_image(const build_job *job, uint8_t **image, size_t *size) {
     if ((st = st_parse(ck_image, ck_size, &ck)) ||
         (st = lora_checkpoint_config(&ck, job->ckpt_path, &config_json)) ||
         (st = export3_config_parse(config_json, strlen(config_json), &cfg)) ||
-        (st = lora_view_build(&ck, job->adapter, &view, &dropped))) {
+        (st = job->keep_heads ? lora_view_build_keeping_heads(&ck, &view)
+                              : lora_view_build(&ck, job->adapter, &view, &dropped))) {
         rc = input_error(job->ckpt_path);
         goto done;
     }
@@ -268,7 +270,7 @@ static int run_build(const cli_command *self, int argc, char **argv) {
     if (!quiet) printf("  %-9s %s  %.2f MB\n", "base", weights, (double)base_size / 1e6);
     const int nothing_to_merge = bf.generation == 3 && !lora_path && (!layers || layers == (long)bf.h3.num_layers);
     if (nothing_to_merge && ckpt_path && !(ckpt = cli_read_file(ckpt_path, &ckpt_size))) goto done;
-    if (nothing_to_merge && !(ckpt && full_finetune_image(ckpt, ckpt_size))) {
+    if (nothing_to_merge && !(ckpt && trained_here_image(ckpt, ckpt_size))) {
         /* as the official build: nothing to merge or cut, the output is the base archive */
         if (!out_path) {
             rc = cli_usage_error(self, "pass --out OUT.cact");

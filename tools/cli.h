@@ -38,6 +38,8 @@ extern const cli_command cli_download, cli_models;
 extern const cli_command cli_grad;
 /* `needle finetune` (tools/finetune.c; the training loop, src/train/trainer.h) */
 extern const cli_command cli_finetune;
+/* `needle calibrate` (tools/calibrate.c; the confidence head, src/train/conf_head.h) */
+extern const cli_command cli_calibrate;
 
 /* ---- options --------------------------------------------------------------------------- */
 

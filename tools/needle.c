@@ -17,7 +17,7 @@ static const cli_command cli_help, cli_version;
 static const cli_command *const commands[] = {
     &cli_run, &cli_chat, &cli_eval, &cli_generate, &cli_logits, &cli_tokenize,
     &cli_inspect, &cli_bench, &cli_devices, &cli_embed, &cli_serve, &cli_export, &cli_quantize,
-    &cli_build, &cli_encode_data, &cli_finetune, &cli_download, &cli_models, &cli_grad, &cli_help, &cli_version,
+    &cli_build, &cli_encode_data, &cli_finetune, &cli_calibrate, &cli_download, &cli_models, &cli_grad, &cli_help, &cli_version,
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

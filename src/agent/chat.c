@@ -277,7 +277,7 @@ int chat_create(chat_env *env, const char *system, const char *tools_json,
      * its prefix position, so the new prefix would be appended after the old one.) */
     chat_free(*slot);
     *slot = NULL;
-    if ((rc = confidence_attach(&c->conf, m))) goto fail;
+    if ((rc = confidence_attach(&c->conf, m, c->env->cells_tap))) goto fail;
     if (c->retrieval) {
         uint32_t first[CHAT_MAX_RENDERED];
         for (uint32_t i = 0; i < c->top_k; i++) first[i] = i;

@@ -22,6 +22,9 @@ typedef struct chat_env {
     needle_callbacks cb;     /* needle_session_set_callbacks; zeroed = none */
     chat_logits_fn logits_hook; /* tests only (api/session.h); NULL = none */
     void *logits_hook_user;
+    /* `needle calibrate` only (api/session.h): also receives every cell the confidence head
+     * pools, from the conversation's next set_tools on; NULL = none */
+    const session_cells *cells_tap;
 } chat_env;
 
 struct chat;

@@ -9,11 +9,14 @@
 
 static void pool_cells(void *user, const int32_t *tokens, uint32_t n, uint32_t cell,
                        const float *cells) {
-    head_pool_add(user, tokens, n, cell, cells);
+    confidence_state *cs = user;
+    head_pool_add(&cs->pool, tokens, n, cell, cells);
+    if (cs->tap && cs->tap->fn) cs->tap->fn(cs->tap->user, tokens, n, cell, cells);
 }
 
-int confidence_attach(confidence_state *cs, const struct needle_model *m) {
+int confidence_attach(confidence_state *cs, const struct needle_model *m, const session_cells *tap) {
     memset(cs, 0, sizeof *cs);
+    cs->tap = tap;
     const probe_head *h = model_probe_head(m, HEAD_CODE_CONFIDENCE);
     if (!h) return NEEDLE_OK;
     int rc;
@@ -25,7 +28,7 @@ int confidence_attach(confidence_state *cs, const struct needle_model *m) {
     }
     cs->has_head = 1;
     cs->cells.fn = pool_cells;
-    cs->cells.user = &cs->pool;
+    cs->cells.user = cs;
     return NEEDLE_OK;
 }
 

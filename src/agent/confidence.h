@@ -27,6 +27,7 @@
 
 typedef struct confidence_state {
     int has_head;
+    const session_cells *tap; /* also handed every pooled cell (chat_env.cells_tap) */
     head_pool pool, base, turn_start;
     session_cells cells;  /* what the conversation's runs hand their cells to: pool */
     double log_prob_sum;  /* this turn's chosen call tokens */
@@ -34,8 +35,8 @@ typedef struct confidence_state {
 } confidence_state;
 
 /* Sets up the pools when m has a confidence head; cs must then stay at this address, since
- * confidence_cells points into it. */
-int confidence_attach(confidence_state *cs, const struct needle_model *m);
+ * confidence_cells points into it. `tap` (NULL: none) receives each cell after the pool. */
+int confidence_attach(confidence_state *cs, const struct needle_model *m, const session_cells *tap);
 void confidence_free(confidence_state *cs);
 /* The receiver every run of the conversation passes to the forward pass (model/session.h),
  * or NULL without a head. */

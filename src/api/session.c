@@ -118,4 +118,8 @@ void api_session_set_logits_hook(needle_session *s, chat_logits_fn fn, void *use
     s->env.logits_hook_user = user;
 }
 
+void api_session_set_cells_tap(needle_session *s, const session_cells *tap) {
+    s->env.cells_tap = tap;
+}
+
 model_session *api_session_core(needle_session *s) { return s->env.core; }

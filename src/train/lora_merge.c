@@ -156,11 +156,20 @@ int lora_full_finetune_checkpoint(const st_file *ck) {
     return yes;
 }
 
+int lora_calibrated_checkpoint(const st_file *ck) {
+    const char *run = st_meta_get(ck, "run");
+    cJSON *j = run ? cJSON_Parse(run) : NULL;
+    const int yes = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "needle_calibrate"));
+    cJSON_Delete(j);
+    return yes;
+}
+
 static int view_build(const st_file *ck, const train_adapter *ad, int drop_confidence, lora_view *out,
                       int *dropped_confidence) {
     memset(out, 0, sizeof *out);
     *dropped_confidence = 0;
-    drop_confidence = drop_confidence && (ad || lora_full_finetune_checkpoint(ck));
+    drop_confidence = drop_confidence &&
+                      (ad || (lora_full_finetune_checkpoint(ck) && !lora_calibrated_checkpoint(ck)));
     out->st.tensors = malloc((ck->n + 1) * sizeof *out->st.tensors);
     out->owned = malloc(((ad ? ad->n : 0) + 1) * sizeof *out->owned);
     if (!out->st.tensors || !out->owned) {
@@ -198,6 +207,11 @@ static int view_build(const st_file *ck, const train_adapter *ad, int drop_confi
 
 int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, int *dropped_confidence) {
     return view_build(ck, ad, 1, out, dropped_confidence);
+}
+
+int lora_view_build_keeping_heads(const st_file *ck, lora_view *out) {
+    int dropped = 0;
+    return view_build(ck, NULL, 0, out, &dropped);
 }
 
 int lora_view_build_v2(const st_file *ck, const train_adapter *ad, lora_view *out) {

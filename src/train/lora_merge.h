@@ -43,13 +43,20 @@ typedef struct lora_view {
 
 /* Builds the view of `ck`: mtp_* dropped; with an adapter (may be NULL), every group
  * merged and the confidence head dropped, as it is from a `needle finetune --full`
- * checkpoint (*dropped_confidence set when there was one). */
+ * checkpoint unless `needle calibrate` trained the head after the trunk
+ * (*dropped_confidence set when there was one). */
 int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, int *dropped_confidence);
+/* The view with every head kept, whatever trained the trunk: what `needle calibrate` runs
+ * (the head it trains starts from the checkpoint's). */
+int lora_view_build_keeping_heads(const st_file *ck, lora_view *out);
 
 /* Whether `ck` is a checkpoint of `needle finetune --full` (its "run" metadata says so): the
  * trunk was trained and the probe heads were not (the loss does not reach them), so its
  * confidence head reads hidden states of a network it was never fitted to. */
 int lora_full_finetune_checkpoint(const st_file *ck);
+/* Whether `needle calibrate` wrote `ck` (its "run" metadata has needle_calibrate): the
+ * confidence head was fitted to this trunk, so a build keeps it. */
+int lora_calibrated_checkpoint(const st_file *ck);
 /* The same for a Needle 2 checkpoint (cactus-needle 2.0.15 build_main): the heads are kept
  * after a merge (2.0.15 drops nothing; its exporter ignores mtp_* by name). */
 int lora_view_build_v2(const st_file *ck, const train_adapter *ad, lora_view *out);

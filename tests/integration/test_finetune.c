@@ -301,6 +301,90 @@ static void test_full_resume(void) {
     CHECK(!same_file(tmp("f1.safetensors"), tmp("q1.safetensors")));
 }
 
+/* needle calibrate on the --full run's checkpoint (test_full_resume's f1): twelve queries
+ * whose expected answers are the model's own (six) or not (six), so the labels are known;
+ * the head's training loss falls, the checkpoint changes only in the head and says it was
+ * calibrated, `needle build` keeps the head (a --full checkpoint's head is otherwise
+ * dropped) and writes the --build-out bytes, and the held-out part is scored through it. */
+static void test_calibrate(void) {
+    char ckpt[512], model[512], data[512]; /* tmp()'s slots are reused */
+    snprintf(ckpt, sizeof ckpt, "%s", tmp("f1.safetensors"));
+    snprintf(model, sizeof model, "%s", tmp("f1.cact"));
+    snprintf(data, sizeof data, "%s", tmp("cal.jsonl"));
+    CHECK_MSG(access(ckpt, R_OK) == 0 && access(model, R_OK) == 0, "test_full_resume's files are missing");
+    static const char *const tools[2] = {
+        "[{\"name\": \"timer\", \"parameters\": {\"type\": \"object\", \"properties\": {\"m\": {\"type\": "
+        "\"integer\"}}}}]",
+        "[{\"name\": \"call\", \"parameters\": {\"type\": \"object\", \"properties\": {\"who\": {\"type\": "
+        "\"string\"}}}}, {\"name\": \"timer\", \"parameters\": {\"type\": \"object\", \"properties\": {\"m\": "
+        "{\"type\": \"integer\"}}}}]"};
+    static const char *const queries[12] = {"timer 5",      "call mom",   "timer nine", "call bob now",
+                                            "hi",           "set 3",      "ring dad",   "wake me at 7",
+                                            "call 5 times", "nothing",    "timer",      "phone anna"};
+    FILE *f = fopen(data, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    char cmd[4096], out[1 << 16];
+    for (int i = 0; i < 12; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' run -w '%s' --tools '%s' '%s' 2>/dev/null", cli_path(), model,
+                 tools[i % 2], queries[i]);
+        const int rc = run_command(cmd, out, sizeof out);
+        cJSON *env = cJSON_Parse(out);
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(env, "function_calls");
+        CHECK_MSG(rc == 0 && cJSON_IsArray(calls), "needle run: exit %d: %s", rc, out);
+        char *answer = calls ? cJSON_PrintUnformatted(calls) : NULL;
+        /* even lines expect what the model answers, odd lines something else */
+        const char *wrong = cJSON_GetArraySize(calls) ? "[]" : "[{\"name\": \"timer\", \"arguments\": {\"m\": 99}}]";
+        fprintf(f, "{\"query\": \"%s\", \"tools\": %s, \"answers\": %s}\n", queries[i], tools[i % 2],
+                i % 2 == 0 && answer ? answer : wrong);
+        free(answer);
+        cJSON_Delete(env);
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "'%s' calibrate '%s' '%s' -w '%s' -o '%s' --build-out '%s' --epochs 30 --lr 0.02 --batch-size 4 "
+             "--val-split 0.25 -t 2 2>&1",
+             cli_path(), ckpt, data, fixture_path("v3/v3c.cact"), tmp("cal.safetensors"), tmp("cal.cact"));
+    int rc = run_command(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "12 answers") && strstr(out, "6 exact (50.0%)") &&
+                  strstr(out, "9 train / 3 held out") && strstr(out, "held-out examples") &&
+                  strstr(out, "confidence "),
+              "exit %d: %s", rc, out);
+    const char *first = after(out, "epoch     1/30  loss "), *last = after(out, "epoch     30/30  loss ");
+    CHECK_MSG(first && last && atof(last) < 0.5 * atof(first), "the head's loss did not fall: %s", out);
+    train_checkpoint in, cal;
+    CHECK(train_checkpoint_read(ckpt, NULL, 3, &in) == 0);
+    CHECK(train_checkpoint_read(tmp("cal.safetensors"), NULL, 3, &cal) == 0);
+    CHECK_EQ_INT(in.n, cal.n);
+    int head_changed = 0, trunk_changed = 0;
+    for (uint32_t i = 0; i < in.n && in.n == cal.n; i++) {
+        const int differs = in.tensors[i].numel != cal.tensors[i].numel ||
+                            memcmp(in.tensors[i].data, cal.tensors[i].data, in.tensors[i].numel * sizeof(float));
+        if (!strncmp(in.tensors[i].name, "confidence_head/", 16)) head_changed |= differs;
+        else trunk_changed |= differs;
+    }
+    CHECK(head_changed && !trunk_changed);
+    CHECK(cal.run && strstr(cal.run, "\"needle_calibrate\"") && strstr(cal.run, "\"needle_finetune\""));
+    train_checkpoint_release(&in);
+    train_checkpoint_release(&cal);
+    snprintf(cmd, sizeof cmd, "'%s' build '%s' -w '%s' -o '%s' 2>&1", cli_path(), tmp("cal.safetensors"),
+             fixture_path("v3/v3c.cact"), tmp("cal2.cact"));
+    rc = run_command(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && !strstr(out, "dropped"), "exit %d: %s", rc, out);
+    CHECK_MSG(same_file(tmp("cal.cact"), tmp("cal2.cact")), "needle build gave another file than --build-out");
+    snprintf(cmd, sizeof cmd, "'%s' inspect '%s' 2>&1", cli_path(), tmp("cal.cact"));
+    CHECK_MSG(run_command(cmd, out, sizeof out) == 0 && strstr(out, "confidence_head.probes"), "%s", out);
+    /* refused: the output over the input; a Needle 2 base */
+    snprintf(cmd, sizeof cmd, "'%s' calibrate '%s' '%s' -w '%s' -o '%s' 2>&1", cli_path(), ckpt, data,
+             fixture_path("v3/v3c.cact"), ckpt);
+    rc = run_command(cmd, out, sizeof out);
+    CHECK_MSG(rc == 2 && strstr(out, "must not be the input"), "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "'%s' calibrate '%s' '%s' -w '%s' -o '%s' 2>&1", cli_path(), ckpt, data,
+             fixture_path("tiny_cq4.cact"), tmp("x.safetensors"));
+    rc = run_command(cmd, out, sizeof out);
+    CHECK_MSG(rc == 1 && strstr(out, "Needle 3"), "exit %d: %s", rc, out);
+}
+
 /* periodic saves; --layers builds the rung (as `needle build --layers`); a call to an
  * undeclared tool is a warning with its line, the example kept (as the official) */
 static void test_saves_layers_warnings(void) {
@@ -462,6 +546,7 @@ int main(void) {
     RUN(test_lora_run);
     RUN(test_lora_resume);
     RUN(test_full_resume);
+    RUN(test_calibrate);
     RUN(test_saves_layers_warnings);
     RUN(test_cact_base);
 #ifndef _WIN32

@@ -1,0 +1,683 @@
+/* `needle calibrate`: trains a Needle 3 checkpoint's confidence head on what the engine
+ * answers (src/train/conf_head.h), so that a model fine-tuned or trained here reports a
+ * confidence fitted to it instead of none (the official build drops the head of a tuned
+ * network: its fine-tuning never trains it).
+ *
+ *   1. The checkpoint is built in memory as `needle build` builds it, every head kept.
+ *   2. Every example of DATA.jsonl (needle eval's format) runs as one fresh greedy query
+ *      turn; its answer is scored exact or not (eval_score.h), and the cells the confidence
+ *      head pools over BOS + prompt + completion are kept (bfloat16), handed over by the
+ *      conversation as the forward pass makes them (api_session_set_cells_tap).
+ *   3. A seeded share of the examples is held out; the head is trained on the rest by
+ *      binary cross-entropy of its logit against exact (AdamW as `needle finetune`,
+ *      warm-up and cosine, clip 1.0), the trunk frozen.
+ *   4. The checkpoint is written again with the head replaced and `needle_calibrate` in
+ *      its run metadata, which makes `needle build` keep the head. With --build-out the
+ *      calibrated checkpoint is built and the held-out examples scored through that file
+ *      by `needle eval`, whose confidence table is the number that ships.
+ * The answers do not depend on the head (confidence changes no decoding choice), so the
+ * labels are the trunk's. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "api/session.h"
+#include "build.h"
+#include "cli.h"
+#include "eval_score.h"
+#include "train/conf_head.h"
+#include "train/lora_merge.h"
+#include "train/optim.h"
+#include "util/platform.h"
+
+#define CAL_ENVELOPE (1 << 20)
+
+/* ---- the cells of one turn, as the conversation hands them over ------------------------- */
+
+typedef struct cell_tap {
+    uint32_t rows, d;
+    uint16_t **buf; /* [rows] -> [cap][d] bfloat16 */
+    uint32_t *len;  /* [rows] tokens received */
+    uint32_t cap;
+    int oom;
+} cell_tap;
+
+static void tap_cells(void *user, const int32_t *tokens, uint32_t n, uint32_t cell, const float *cells) {
+    cell_tap *t = user;
+    if (cell >= t->rows || t->oom) return;
+    for (uint32_t i = 0; i < n; i++) {
+        if (tokens[i] == NEEDLE_TOKEN_PAD) continue; /* as the head's pooling */
+        if (t->len[cell] == t->cap) {
+            const uint32_t cap = t->cap ? 2 * t->cap : 512;
+            for (uint32_t r = 0; r < t->rows; r++) {
+                uint16_t *nb = realloc(t->buf[r], (size_t)cap * t->d * sizeof *nb);
+                if (!nb) {
+                    t->oom = 1;
+                    return;
+                }
+                t->buf[r] = nb;
+            }
+            t->cap = cap;
+        }
+        uint16_t *dst = t->buf[cell] + (size_t)t->len[cell]++ * t->d;
+        for (uint32_t j = 0; j < t->d; j++) dst[j] = conf_head_bf16(cells[(size_t)i * t->d + j]);
+    }
+}
+
+/* ---- examples ----------------------------------------------------------------------------- */
+
+typedef struct cal_example {
+    uint16_t *cells; /* [rows][T][d] */
+    uint32_t T;
+    int exact;
+    long line;
+    uint32_t src; /* its index among the examples read */
+} cal_example;
+
+typedef struct cal_options {
+    const char *ckpt, *data, *weights, *out, *build_out;
+    long epochs, batch, limit, n_new, threads;
+    double lr, val_split;
+    unsigned long long seed;
+    int n_new_set;
+} cal_options;
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+
+/* Mean cross-entropy over the examples idx[0..n) and the error ratio of the least confident
+ * fifth against the rest (0 when undefined), by the head alone. */
+typedef struct head_score {
+    double loss, low_fifth_ratio;
+} head_score;
+
+typedef struct scored {
+    float p;
+    int exact;
+} scored;
+
+static int by_p(const void *a, const void *b) {
+    const float x = ((const scored *)a)->p, y = ((const scored *)b)->p;
+    return (x > y) - (x < y);
+}
+
+static head_score score_head(const conf_head_shape *sh, const float *theta, const cal_example *ex,
+                             const uint32_t *idx, uint32_t n, conf_head_scratch *s) {
+    head_score hs = {0, 0};
+    scored *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v || !n) {
+        free(v);
+        return hs;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const cal_example *e = &ex[idx[i]];
+        const float y = conf_head_forward(sh, theta, e->cells, e->T, s);
+        hs.loss += softplus(y) - (e->exact ? y : 0);
+        v[i].p = 1.0f / (1.0f + expf(-y));
+        v[i].exact = e->exact;
+    }
+    hs.loss /= n;
+    qsort(v, n, sizeof *v, by_p);
+    const uint32_t low = n / 5;
+    uint32_t wrong_low = 0, wrong_rest = 0;
+    for (uint32_t i = 0; i < n; i++) *(i < low ? &wrong_low : &wrong_rest) += !v[i].exact;
+    if (low && n > low && wrong_rest)
+        hs.low_fifth_ratio = ((double)wrong_low / low) / ((double)wrong_rest / (n - low));
+    free(v);
+    return hs;
+}
+
+/* ---- the command -------------------------------------------------------------------------- */
+
+static int parse_options(const cli_command *self, int argc, char **argv, cal_options *o) {
+    memset(o, 0, sizeof *o);
+    o->epochs = 20;
+    o->batch = 32;
+    o->lr = 3e-3;
+    o->val_split = 0.2;
+    const char *pos[2] = {NULL, NULL};
+    const cli_option opts[] = {{"--weights", "-w", CLI_TEXT, &o->weights, 0, 0, NULL},
+                               {"--out", "-o", CLI_TEXT, &o->out, 0, 0, NULL},
+                               {"--build-out", NULL, CLI_TEXT, &o->build_out, 0, 0, NULL},
+                               {"--epochs", NULL, CLI_LONG, &o->epochs, 1, 100000, NULL},
+                               {"--batch-size", NULL, CLI_LONG, &o->batch, 1, 1L << 20, NULL},
+                               {"--lr", NULL, CLI_REAL, &o->lr, 0, 0, NULL},
+                               {"--val-split", NULL, CLI_REAL, &o->val_split, 0, 0, NULL},
+                               {"--limit", NULL, CLI_LONG, &o->limit, 1, 1L << 24, NULL},
+                               {"--seed", NULL, CLI_U64, &o->seed, 0, 0, NULL},
+                               {"--max-new-tokens", "-n", CLI_LONG, &o->n_new, 1, 1L << 24, &o->n_new_set},
+                               {"--threads", "-t", CLI_LONG, &o->threads, 1, 1024, NULL},
+                               {0}};
+    const int st = cli_parse(self, argc, argv, opts, pos, 2);
+    if (st != CLI_GO) return st;
+    o->ckpt = pos[0];
+    o->data = pos[1];
+    if (!o->ckpt || !o->data) return cli_usage_error(self, "needs CHECKPOINT.safetensors and DATA.jsonl");
+    if (!o->out) return cli_usage_error(self, "pass --out OUT.safetensors (the calibrated checkpoint)");
+    if (!strcmp(o->out, o->ckpt)) return cli_usage_error(self, "--out must not be the input checkpoint");
+    if (!(o->val_split < 1)) return cli_usage_error(self, "--val-split must be below 1");
+    if (!(o->lr > 0)) return cli_usage_error(self, "--lr must be above 0");
+    if (!o->weights && !cli_default_weights(&o->weights) && !o->weights) return cli_no_weights();
+    return CLI_GO;
+}
+
+/* The examples of `path` as eval reads them, with their lines' text (for the held-out
+ * file). Returns 0, or 1 after printing the error. */
+static int read_examples(const cal_options *o, eval_example **out, char ***texts, long **lines, uint32_t *n) {
+    FILE *f = platform_fopen(o->data, "rb");
+    if (!f) {
+        fprintf(stderr, "needle: cannot open %s: %s\n", o->data, strerror(errno));
+        return 1;
+    }
+    char *line = NULL, err[256];
+    size_t cap_line = 0, cap = 0;
+    ssize_t got;
+    long lineno = 0;
+    int rc = 0;
+    *out = NULL;
+    *texts = NULL;
+    *lines = NULL;
+    *n = 0;
+    while ((!o->limit || (long)*n < o->limit) && (got = getline(&line, &cap_line, f)) >= 0) {
+        lineno++;
+        size_t k = 0;
+        while (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n') k++;
+        if (!line[k]) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 256;
+            eval_example *ne = realloc(*out, cap * sizeof *ne);
+            if (ne) *out = ne;
+            char **nt = realloc(*texts, cap * sizeof *nt);
+            if (nt) *texts = nt;
+            long *nl = realloc(*lines, cap * sizeof *nl);
+            if (nl) *lines = nl;
+            if (!ne || !nt || !nl) {
+                fprintf(stderr, "needle: out of memory reading %s\n", o->data);
+                rc = 1;
+                break;
+            }
+        }
+        if (strlen(line) != (size_t)got || eval_example_parse(line, &(*out)[*n], err, sizeof err)) {
+            fprintf(stderr, "needle: %s:%ld: %s\n", o->data, lineno,
+                    strlen(line) != (size_t)got ? "holds a NUL byte" : err);
+            rc = 1;
+            break;
+        }
+        if (!((*texts)[*n] = strdup(line))) {
+            eval_example_free(&(*out)[*n]);
+            fprintf(stderr, "needle: out of memory reading %s\n", o->data);
+            rc = 1;
+            break;
+        }
+        (*lines)[(*n)++] = lineno;
+    }
+    if (!rc && ferror(f)) {
+        fprintf(stderr, "needle: cannot read %s: %s\n", o->data, strerror(errno));
+        rc = 1;
+    }
+    free(line);
+    fclose(f);
+    if (!rc && *n < 2) {
+        fprintf(stderr, "needle: %s: %s\n", o->data, *n ? "one example; calibrating needs more" : "no examples");
+        rc = 1;
+    }
+    return rc;
+}
+
+/* The head's shape and starting values from the checkpoint; 1 after printing the error. */
+static int read_head(const st_file *ck, const char *path, conf_head_shape *sh, float **theta) {
+    const st_tensor *probes = st_find(ck, conf_head_names[0]), *query = st_find(ck, conf_head_names[2]);
+    if (!probes || !query || probes->ndim != 3 || query->ndim != 2) {
+        fprintf(stderr, "needle: %s has no confidence head (confidence_head/probes [L+1, K, d] and "
+                "/query [Q, d]) to train\n", path);
+        return 1;
+    }
+    sh->rows = (uint32_t)probes->shape[0];
+    sh->per_row = (uint32_t)probes->shape[1];
+    sh->d = (uint32_t)probes->shape[2];
+    sh->queries = (uint32_t)query->shape[0];
+    uint64_t numel[CONF_HEAD_TENSORS];
+    const size_t total = conf_head_layout(sh, numel);
+    if (!(*theta = malloc(total * sizeof **theta))) return cli_lib_error("confidence head", NEEDLE_ERR_OUT_OF_MEMORY);
+    float *at = *theta;
+    for (int i = 0; i < CONF_HEAD_TENSORS; i++) {
+        const st_tensor *t = st_find(ck, conf_head_names[i]);
+        uint64_t have = 1;
+        for (uint32_t k = 0; t && k < t->ndim; k++) have *= t->shape[k];
+        if (!t || have != numel[i]) {
+            fprintf(stderr, "needle: %s: %s is %s (expected %llu values)\n", path, conf_head_names[i],
+                    t ? "of another size" : "missing", (unsigned long long)numel[i]);
+            free(*theta);
+            *theta = NULL;
+            return 1;
+        }
+        for (uint64_t k = 0; k < numel[i]; k++) at[k] = st_get(t, k);
+        at += numel[i];
+    }
+    return 0;
+}
+
+/* Runs every example through the engine: label and cells. Returns 0, or 1 after printing
+ * the error. Turns that fail are skipped (counted in *failed). */
+static int collect(const cal_options *o, const needle_model *m, const conf_head_shape *sh,
+                   const eval_example *exs, const long *lines, uint32_t n, cal_example *out,
+                   uint32_t *n_out, uint32_t *failed) {
+    cell_tap tap = {.rows = sh->rows, .d = sh->d};
+    tap.buf = calloc(sh->rows, sizeof *tap.buf);
+    tap.len = calloc(sh->rows, sizeof *tap.len);
+    char *env_text = malloc(CAL_ENVELOPE);
+    needle_session *s = NULL;
+    int rc = 1;
+    *n_out = *failed = 0;
+    if (!tap.buf || !tap.len || !env_text) {
+        cli_lib_error("calibrate", NEEDLE_ERR_OUT_OF_MEMORY);
+        goto done;
+    }
+    needle_session_params sp = needle_session_default_params();
+    needle_model_info info = {.size = sizeof info};
+    needle_model_get_info(m, &info);
+    if (info.kv_window) sp.n_ctx = 1u << 20; /* as needle eval: the window bounds memory */
+    int st = needle_session_create(m, &sp, &s);
+    if (st) {
+        cli_lib_error("session", st);
+        goto done;
+    }
+    const session_cells receiver = {tap_cells, &tap};
+    api_session_set_cells_tap(s, &receiver);
+    const int bar = isatty(STDERR_FILENO);
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const eval_example *ex = &exs[i];
+        memset(tap.len, 0, sh->rows * sizeof *tap.len);
+        size_t len = 0;
+        cJSON *env = NULL;
+        needle_complete_params p = needle_complete_default_params();
+        if (o->n_new_set) p.max_new_tokens = (int32_t)o->n_new;
+        p.turn = NEEDLE_TURN_QUERY;
+        st = needle_session_set_tools(s, ex->system, ex->tools_text);
+        if (!st) st = needle_session_complete(s, ex->query, &p, env_text, CAL_ENVELOPE, &len);
+        if (!st) env = cJSON_Parse(env_text);
+        const cJSON *calls = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(env, "success"))
+                                 ? cJSON_GetObjectItemCaseSensitive(env, "function_calls")
+                                 : NULL;
+        if (tap.oom) {
+            cJSON_Delete(env);
+            cli_lib_error("calibrate: the cells", NEEDLE_ERR_OUT_OF_MEMORY);
+            goto done;
+        }
+        if (!calls) {
+            cJSON_Delete(env);
+            (*failed)++;
+            continue;
+        }
+        /* every position of the conversation pooled once, in every row */
+        const uint32_t T = tap.len[0], pos = needle_session_position(s);
+        for (uint32_t r = 1; r < sh->rows; r++)
+            if (tap.len[r] != T) st = 1;
+        if (st || T != pos || !T) {
+            cJSON_Delete(env);
+            fprintf(stderr, "needle: %s:%ld: the head was handed %u cells for %u positions (a bug: the "
+                    "cells of a turn must cover the conversation once)\n", o->data, lines[i], T, pos);
+            goto done;
+        }
+        cal_example *e = &out[*n_out];
+        e->exact = eval_score(calls, ex->expected, ex->tools).exact;
+        e->line = lines[i];
+        e->src = i;
+        e->T = T;
+        e->cells = malloc((size_t)sh->rows * T * sh->d * sizeof *e->cells);
+        cJSON_Delete(env);
+        if (!e->cells) {
+            cli_lib_error("calibrate: the cells", NEEDLE_ERR_OUT_OF_MEMORY);
+            goto done;
+        }
+        for (uint32_t r = 0; r < sh->rows; r++)
+            memcpy(e->cells + (size_t)r * T * sh->d, tap.buf[r], (size_t)T * sh->d * sizeof *e->cells);
+        bytes += (size_t)sh->rows * T * sh->d * sizeof *e->cells;
+        (*n_out)++;
+        if (bar)
+            fprintf(stderr, "\r  answered  %u/%u  %.0f MB of cells", i + 1, n, (double)bytes / 1e6);
+    }
+    if (bar) fprintf(stderr, "\r\033[K");
+    rc = 0;
+done:
+    needle_session_free(s);
+    for (uint32_t r = 0; tap.buf && r < sh->rows; r++) free(tap.buf[r]);
+    free(tap.buf);
+    free(tap.len);
+    free(env_text);
+    return rc;
+}
+
+/* The input checkpoint with the head replaced and the calibration recorded in `run`. */
+static int write_checkpoint(const cal_options *o, const conf_head_shape *sh, const float *theta,
+                            uint32_t n_train, uint32_t n_val, double exact_share, head_score val) {
+    train_checkpoint ck;
+    int st = train_checkpoint_read(o->ckpt, NULL, 3, &ck);
+    if (st) return cli_lib_error(o->ckpt, st);
+    uint64_t numel[CONF_HEAD_TENSORS];
+    conf_head_layout(sh, numel);
+    const float *at = theta;
+    for (int i = 0; i < CONF_HEAD_TENSORS; i++) {
+        train_tensor *t = (train_tensor *)train_checkpoint_find(&ck, conf_head_names[i]);
+        if (!t || t->numel != numel[i]) {
+            train_checkpoint_release(&ck);
+            fprintf(stderr, "needle: %s changed while calibrating (%s)\n", o->ckpt, conf_head_names[i]);
+            return 1;
+        }
+        memcpy(t->data, at, numel[i] * sizeof *at);
+        at += numel[i];
+    }
+    cJSON *run = cJSON_Parse(ck.run ? ck.run : "{}");
+    if (!cJSON_IsObject(run)) {
+        cJSON_Delete(run);
+        run = cJSON_CreateObject();
+    }
+    cJSON *cal = cJSON_CreateObject();
+    cJSON_AddStringToObject(cal, "data", o->data);
+    cJSON_AddNumberToObject(cal, "train", n_train);
+    cJSON_AddNumberToObject(cal, "val", n_val);
+    cJSON_AddNumberToObject(cal, "exact", exact_share);
+    cJSON_AddNumberToObject(cal, "epochs", (double)o->epochs);
+    cJSON_AddNumberToObject(cal, "lr", o->lr);
+    cJSON_AddNumberToObject(cal, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(cal, "val_loss", val.loss);
+    cJSON_DeleteItemFromObjectCaseSensitive(run, "needle_calibrate");
+    cJSON_AddItemToObject(run, "needle_calibrate", cal);
+    char *text = cJSON_PrintUnformatted(run);
+    cJSON_Delete(run);
+    if (!text) {
+        train_checkpoint_release(&ck);
+        return cli_lib_error("calibrate", NEEDLE_ERR_OUT_OF_MEMORY);
+    }
+    free(ck.run);
+    ck.run = text;
+    st = train_checkpoint_write(o->out, &ck);
+    train_checkpoint_release(&ck);
+    return st ? cli_lib_error(o->out, st) : 0;
+}
+
+static int write_lines(const char *path, char **texts, const uint32_t *pick, uint32_t n) {
+    FILE *f = platform_fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "needle: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const char *t = texts[pick[i]];
+        const size_t len = strlen(t);
+        fwrite(t, 1, len, f);
+        if (!len || t[len - 1] != '\n') fputc('\n', f);
+    }
+    if (fclose(f)) {
+        fprintf(stderr, "needle: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+static int run_calibrate(const cli_command *self, int argc, char **argv) {
+    cal_options o;
+    int rc = parse_options(self, argc, argv, &o);
+    if (rc != CLI_GO) return rc;
+    rc = 1;
+    eval_example *exs = NULL;
+    char **texts = NULL;
+    long *lines = NULL;
+    uint32_t n = 0, n_ex = 0, failed = 0;
+    cal_example *ex = NULL;
+    uint8_t *base = NULL, *ck_image = NULL, *image = NULL;
+    size_t base_size = 0, ck_size = 0, image_size = 0;
+    float *theta = NULL, *grad = NULL;
+    uint32_t *order = NULL;
+    needle_model *m = NULL;
+    st_file ck = {0};
+    cact_file bf;
+    int have_bf = 0, have_optim = 0;
+    train_optim opt;
+    conf_head_scratch scratch = {0};
+    char *heldout = NULL;
+
+    if (read_examples(&o, &exs, &texts, &lines, &n)) goto done;
+    if (!(base = cli_read_file(o.weights, &base_size)) || !(ck_image = cli_read_file(o.ckpt, &ck_size))) goto done;
+    int st = cact_parse(base, base_size, &bf);
+    if (st) {
+        cli_lib_error(o.weights, st);
+        goto done;
+    }
+    have_bf = 1;
+    if (bf.generation != 3 || bf.tokenizer_index < 0) {
+        fprintf(stderr, "needle: %s: calibrate trains the confidence head of Needle 3 (a base .cact with its "
+                "tokenizer)\n", o.weights);
+        goto done;
+    }
+    if ((st = st_parse(ck_image, ck_size, &ck))) {
+        cli_lib_error(o.ckpt, st);
+        goto done;
+    }
+    conf_head_shape sh;
+    if (read_head(&ck, o.ckpt, &sh, &theta)) goto done;
+
+    /* 1. the checkpoint as the build makes it, every head kept */
+    bits_map bits;
+    bits_map_parse("4", &bits);
+    const cact_tensor *tok = &bf.tensors[bf.tokenizer_index];
+    const build_job job = {.ckpt_path = o.ckpt, .ckpt_image = ck_image, .ckpt_size = ck_size,
+                           .generation = 3, .bits = &bits, .tokenizer = tok->data,
+                           .tokenizer_size = (size_t)tok->nbytes, .keep_heads = 1, .quiet = 1};
+    if (build_image(&job, &image, &image_size)) goto done;
+    needle_model_params mp = needle_model_default_params();
+    mp.n_threads = (int32_t)o.threads;
+    if ((st = needle_model_open_blob(image, image_size, &mp, &m))) {
+        cli_lib_error(o.ckpt, st);
+        goto done;
+    }
+    needle_model_info info = {.size = sizeof info};
+    needle_model_get_info(m, &info);
+    if (info.num_layers + 1 != sh.rows) {
+        fprintf(stderr, "needle: %s: the confidence head has %u rows for %u layers\n", o.ckpt, sh.rows,
+                info.num_layers);
+        goto done;
+    }
+
+    /* 2. answers and cells */
+    if (!(ex = calloc(n, sizeof *ex))) {
+        cli_lib_error("calibrate", NEEDLE_ERR_OUT_OF_MEMORY);
+        goto done;
+    }
+    printf("  %-9s %u examples of %s through the engine (%s, the untrained head kept)\n", "answer", n, o.data,
+           o.ckpt);
+    fflush(stdout);
+    const double t0 = cli_now_ms();
+    if (collect(&o, m, &sh, exs, lines, n, ex, &n_ex, &failed)) goto done;
+    uint32_t n_exact = 0, max_t = 1;
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < n_ex; i++) {
+        n_exact += (uint32_t)ex[i].exact;
+        if (ex[i].T > max_t) max_t = ex[i].T;
+        bytes += (size_t)sh.rows * ex[i].T * sh.d * 2;
+    }
+    printf("  %-9s %u answers in %.1f s, %u exact (%.1f%%), %u failed turns left out; cells %.0f MB\n",
+           "answered", n_ex, (cli_now_ms() - t0) / 1e3, n_exact, n_ex ? 100.0 * n_exact / n_ex : 0.0, failed,
+           (double)bytes / 1e6);
+    if (n_ex < 2 || n_exact == 0 || n_exact == n_ex) {
+        fprintf(stderr, "needle: %s: %s, so there is nothing to tell apart\n", o.data,
+                n_ex < 2 ? "fewer than two answers" : n_exact ? "every answer was exact" : "no answer was exact");
+        goto done;
+    }
+
+    /* 3. the split and the training */
+    if (!(order = malloc(n_ex * sizeof *order))) {
+        cli_lib_error("calibrate", NEEDLE_ERR_OUT_OF_MEMORY);
+        goto done;
+    }
+    uint64_t rng = o.seed;
+    for (uint32_t i = 0; i < n_ex; i++) order[i] = i;
+    for (uint32_t i = n_ex - 1; i > 0; i--) {
+        const uint32_t j = (uint32_t)(splitmix(&rng) % (i + 1));
+        const uint32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    uint32_t n_val = (uint32_t)(o.val_split * n_ex + 0.5);
+    if (n_val >= n_ex) n_val = n_ex - 1;
+    const uint32_t n_train = n_ex - n_val, *val = order + n_train;
+    const uint32_t batch = (uint32_t)(o.batch < (long)n_train ? o.batch : (long)n_train);
+    const uint32_t steps_per_epoch = (n_train + batch - 1) / batch;
+    const uint32_t total = (uint32_t)o.epochs * steps_per_epoch < 2 ? 2 : (uint32_t)o.epochs * steps_per_epoch;
+    uint64_t numel[CONF_HEAD_TENSORS];
+    const size_t n_theta = conf_head_layout(&sh, numel);
+    const train_adamw_config cfg = train_adamw_finetune(o.lr, total);
+    if ((st = train_optim_init(&opt, &cfg, CONF_HEAD_TENSORS, conf_head_names, numel))) {
+        cli_lib_error("calibrate", st);
+        goto done;
+    }
+    have_optim = 1;
+    if (!(grad = malloc(n_theta * sizeof *grad)) || (st = conf_head_scratch_init(&scratch, &sh, max_t))) {
+        cli_lib_error("calibrate", NEEDLE_ERR_OUT_OF_MEMORY);
+        goto done;
+    }
+    float *params[CONF_HEAD_TENSORS];
+    const float *grads[CONF_HEAD_TENSORS];
+    for (int i = 0, off = 0; i < CONF_HEAD_TENSORS; off += (int)numel[i], i++) {
+        params[i] = theta + off;
+        grads[i] = grad + off;
+    }
+    head_score vs = score_head(&sh, theta, ex, val, n_val, &scratch);
+    printf("  %-9s %u train / %u held out; %u steps (batch %u, lr %g); held-out loss %.4f before\n", "train",
+           n_train, n_val, total, batch, o.lr, vs.loss);
+    uint32_t step = 0;
+    for (long e = 0; e < o.epochs; e++) {
+        /* a fresh order of the training part every epoch */
+        for (uint32_t i = n_train - 1; i > 0; i--) {
+            const uint32_t j = (uint32_t)(splitmix(&rng) % (i + 1));
+            const uint32_t t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        double loss = 0;
+        for (uint32_t b0 = 0; b0 < n_train; b0 += batch) {
+            const uint32_t nb = n_train - b0 < batch ? n_train - b0 : batch;
+            memset(grad, 0, n_theta * sizeof *grad);
+            for (uint32_t k = 0; k < nb; k++) {
+                const cal_example *x = &ex[order[b0 + k]];
+                const float y = conf_head_forward(&sh, theta, x->cells, x->T, &scratch);
+                loss += softplus(y) - (x->exact ? y : 0);
+                const float dy = (1.0f / (1.0f + expf(-y)) - (float)x->exact) / (float)nb;
+                conf_head_backward(&sh, theta, x->cells, x->T, dy, &scratch, grad);
+            }
+            if (step < total && (st = train_optim_step(&opt, params, grads, NULL))) {
+                cli_lib_error("calibrate", st);
+                goto done;
+            }
+            step++;
+        }
+        vs = score_head(&sh, theta, ex, val, n_val, &scratch);
+        printf("  %-9s %ld/%ld  loss %.4f  held-out loss %.4f  least confident fifth: %.2fx the errors of "
+               "the rest (head alone)\n", "epoch", e + 1, o.epochs, loss / n_train, vs.loss, vs.low_fifth_ratio);
+        fflush(stdout);
+    }
+
+    /* 4. the calibrated checkpoint, and what it ships as */
+    if (write_checkpoint(&o, &sh, theta, n_train, n_val, (double)n_exact / n_ex, vs)) goto done;
+    printf("  %-9s %s  (the confidence head trained; `needle build` keeps it)\n", "wrote", o.out);
+    if (!o.build_out) {
+        rc = 0;
+        goto done;
+    }
+    free(image);
+    image = NULL;
+    const build_job out_job = {.ckpt_path = o.out, .generation = 3, .bits = &bits, .tokenizer = tok->data,
+                               .tokenizer_size = (size_t)tok->nbytes, .quiet = 1};
+    if (build_image(&out_job, &image, &image_size) || cli_write_file_atomically(o.build_out, image, image_size))
+        goto done;
+    printf("  %-9s %s  %.2f MB  (= needle build %s -w %s)\n", "built", o.build_out, (double)image_size / 1e6,
+           o.out, o.weights);
+    if (!n_val) {
+        rc = 0;
+        goto done;
+    }
+    const size_t hl = strlen(o.build_out) + 16;
+    if (!(heldout = malloc(hl))) goto done;
+    snprintf(heldout, hl, "%s.heldout.jsonl", o.build_out);
+    uint32_t *pick = malloc(n_val * sizeof *pick);
+    if (!pick) goto done;
+    for (uint32_t v = 0; v < n_val; v++) pick[v] = ex[val[v]].src;
+    const uint32_t np = n_val;
+    rc = write_lines(heldout, texts, pick, np);
+    free(pick);
+    if (rc) goto done;
+    printf("  %-9s %u held-out examples (%s) through the engine on %s:\n", "score", np, heldout, o.build_out);
+    fflush(stdout);
+    needle_model_free(m);
+    m = NULL;
+    char *eval_argv[] = {"needle", "eval", "-w", (char *)o.build_out, heldout, NULL};
+    rc = cli_eval.run(&cli_eval, 5, eval_argv);
+done:
+    needle_model_free(m);
+    if (have_optim) train_optim_release(&opt);
+    conf_head_scratch_free(&scratch);
+    for (uint32_t i = 0; ex && i < n_ex; i++) free(ex[i].cells);
+    free(ex);
+    for (uint32_t i = 0; i < n; i++) {
+        eval_example_free(&exs[i]);
+        free(texts[i]);
+    }
+    free(exs);
+    free(texts);
+    free(lines);
+    st_release(&ck);
+    if (have_bf) cact_release(&bf);
+    free(base);
+    free(ck_image);
+    free(image);
+    free(theta);
+    free(grad);
+    free(order);
+    free(heldout);
+    return rc;
+}
+
+const cli_command cli_calibrate = {
+    "calibrate", "train a Needle 3 checkpoint's confidence head on the engine's answers",
+    "usage: needle calibrate CHECKPOINT.safetensors DATA.jsonl -w BASE.cact -o OUT.safetensors [options]\n"
+    "\n"
+    "Fine-tuning trains the network, never its confidence head, so the official build drops\n"
+    "the head of a tuned model and confidence reports None; ours keeps what is left, the\n"
+    "decoding's confidence, which hardly tells right from wrong. This command fits the head\n"
+    "to the model: the checkpoint is built as `needle build` builds it (with BASE.cact's\n"
+    "tokenizer), every example of DATA.jsonl (needle eval's format; use examples the model\n"
+    "was not trained on) runs as one greedy query turn, each answer is scored exact or not,\n"
+    "and the head learns the probability of exact from the hidden states it pools over the\n"
+    "prompt and the answer (binary cross-entropy, AdamW with warm-up and cosine, the trunk\n"
+    "frozen). OUT is the checkpoint with the trained head and `needle_calibrate` in its run\n"
+    "metadata; `needle build OUT` keeps the head. The envelope's confidence is then\n"
+    "min(head, decoding), as for any model with a head. The cells of every answer are kept\n"
+    "in memory (bfloat16; the size is printed): --limit bounds them.\n"
+    "\n"
+    "options:\n"
+    CLI_WEIGHTS_HELP
+    "  -o, --out FILE          the calibrated checkpoint (.safetensors)\n"
+    "  --build-out FILE.cact   also build it and score the held-out examples through that file\n"
+    "                          (needle eval; they are written to FILE.cact.heldout.jsonl)\n"
+    "  --epochs N              passes over the training part (default 20)\n"
+    "  --batch-size N          examples per update (default 32)\n"
+    "  --lr X                  peak learning rate (default 0.003)\n"
+    "  --val-split F           share held out, by a seeded draw (default 0.2)\n"
+    "  --limit N               only the first N examples\n"
+    "  --seed N                the split's and the order's seed (default 0)\n"
+    "  -n, --max-new-tokens N  token budget of a turn (default: the library's)\n"
+    "  -t, --threads N         engine threads (default: NEEDLE_THREADS or the cores)\n"
+    "  -h, --help              this text\n",
+    run_calibrate};
