@@ -26,9 +26,13 @@
 #                 --full` (the C trainer, float) until MINUTES run out, then SIGINT: the
 #                 state is saved and the next run resumes the cycle bit for bit. A cycle
 #                 that finishes builds cK/model.cact (needle build's code, CQ4, the
-#                 init's tokenizer) and is scored (stage 5); the next cycle starts while
-#                 minutes remain, up to TRAIN3_CYCLES (6).
-#   5. eval       per cycle, `needle eval --json` on test2.jsonl and unseen.jsonl
+#                 init's tokenizer) and is calibrated and scored (stages 5, 6); the
+#                 next cycle starts while minutes remain, up to TRAIN3_CYCLES (6).
+#   5. calibrate  per cycle, the confidence head trained on the engine's answers to
+#                 TRAIN3_CAL_EXAMPLES (3,000) fresh examples (seed 1000 + k, none of the
+#                 cycle's queries; `needle calibrate`, 30 epochs, a fifth held out):
+#                 cK/calibrated.safetensors, cK/model-cal.cact, cK/calibrate.txt
+#   6. eval       per cycle, `needle eval --json` on test2.jsonl and unseen.jsonl
 #                 (cK/eval-test2.json, cK/eval-unseen.json: by category, confidence
 #                 calibration, latency) and the six official environments
 #                 (tests/official_client/dropin.sh with the cycle's model, cK/envs.txt)
@@ -90,12 +94,39 @@ if [ ! -s "$WORK/init.cact" ]; then
   echo "the untrained init exports and runs ($WORK/init.cact)"
 fi
 
+calibrate() {  # the cycle's confidence head: cK/model-cal.cact (needle calibrate)
+  local dir=$1 k=$2
+  [ -s "$dir/model-cal.cact" ] && return 0
+  # a fresh draw (seed 1000 + k) without the queries the cycle trained on
+  python3 train/compose3.py --out "$dir/caldraw" --train $(( ${TRAIN3_CAL_EXAMPLES:-3000} * 11 / 10 )) \
+    --seed $((1000 + k)) --refusal-boost 0.15 > /dev/null
+  python3 - "$dir" "${TRAIN3_CAL_EXAMPLES:-3000}" <<'EOF'
+import json, sys
+d, n = sys.argv[1], int(sys.argv[2])
+seen = {json.loads(l)["query"] for l in open(f"{d}/data.jsonl")}
+rows = [l for l in open(f"{d}/caldraw/train3.jsonl") if json.loads(l)["query"] not in seen][:n]
+open(f"{d}/cal.jsonl", "w").writelines(rows)
+EOF
+  rm -rf "$dir/caldraw"
+  nice -n 5 "$NEEDLE" calibrate "$dir/ckpt.safetensors" "$dir/cal.jsonl" -w "$WORK/init.cact" \
+    -o "$dir/calibrated.safetensors" --build-out "$dir/model-cal.cact.tmp" --epochs 30 \
+    -t "${TRAIN3_THREADS:-1}" > "$dir/calibrate.txt"
+  mv "$dir/model-cal.cact.tmp" "$dir/model-cal.cact"
+}
+
 evaluate() {  # the cycle's model on the held-out sets and the official environments
   local dir=$1 split
   for split in test2 unseen; do
     [ -s "$dir/eval-$split.json" ] && continue
     "$NEEDLE" eval --weights "$dir/model.cact" --json "train/data/$split.jsonl" > "$dir/eval-$split.tmp"
     mv "$dir/eval-$split.tmp" "$dir/eval-$split.json"
+  done
+  # with the calibrated head: the same answers (confidence decides nothing here), its own
+  # confidence table
+  for split in test2 unseen; do
+    [ -s "$dir/model-cal.cact" ] && [ ! -s "$dir/cal-eval-$split.json" ] || continue
+    "$NEEDLE" eval --weights "$dir/model-cal.cact" --json "train/data/$split.jsonl" > "$dir/cal-eval-$split.tmp"
+    mv "$dir/cal-eval-$split.tmp" "$dir/cal-eval-$split.json"
   done
   if [ ! -s "$dir/envs.txt" ]; then
     NEEDLE_DROPIN_MODEL="$(realpath "$dir/model.cact")" bash tests/official_client/dropin.sh build \
@@ -123,6 +154,12 @@ for split in ("test2", "unseen"):
           f"non-ASCII copied {j['non_ascii_copy_rate']}  single {c['single']['exact_match']}  "
           f"multi {c['multi']['exact_match']}  confidence error ratio {cal['error_ratio']}  "
           f"p50 {j['latency_ms']['p50']:.1f} ms")
+    try:
+        cj = json.load(open(f"{d}/cal-eval-{split}.json"))
+        print(f"  {split:7s} with the calibrated head: confidence error ratio "
+              f"{cj['calibration']['error_ratio']}")
+    except OSError:
+        pass
 EOF
   grep -E 'pass|environment' "$dir/envs.txt" | tail -8 || true
 }
@@ -132,6 +169,7 @@ for k in $(seq 1 "$CYCLES"); do
   dir="$WORK/c$k"
   mkdir -p "$dir"
   if [ -s "$dir/model.cact" ]; then
+    calibrate "$dir" "$k"
     evaluate "$dir"
     continue
   fi
@@ -165,5 +203,6 @@ for k in $(seq 1 "$CYCLES"); do
     exit 4
   fi
   [ "$rc" -eq 0 ] || exit "$rc"
+  calibrate "$dir" "$k"
   evaluate "$dir"
 done
