@@ -217,8 +217,11 @@ static void print_calibration(eval_metrics *m) {
     printf("%-20s least confident fifth (<= %.3f): %ld errors of %ld; the rest: %ld of %ld; ",
            "confidence", c.low_confidence_max, c.low_errors, c.low_examples, c.rest_errors,
            c.rest_examples);
-    if (c.error_ratio < 0) printf("error ratio n/a\n");
-    else printf("error ratio %.2f\n", c.error_ratio);
+    if (c.error_ratio < 0) printf("error ratio n/a");
+    else printf("error ratio %.2f", c.error_ratio);
+    if (c.best_error_ratio >= 0) printf(" (a perfect ranking: %.2f)", c.best_error_ratio);
+    if (c.auc >= 0) printf("; AUC %.3f", c.auc);
+    printf("\n");
     for (int b = 0; b < EVAL_CONF_BINS; b++) {
         if (!c.bin_examples[b]) continue;
         printf("%-20s [%.2f, %.2f%c %4ld turns, exact %.4f\n", "", eval_confidence_edges[b],
@@ -444,7 +447,9 @@ const cli_command cli_eval = {
     "                      the prediction has equal\n"
     "  confidence          the envelope's confidence against exact match: the least\n"
     "                      confident fifth of the turns against the rest (their error\n"
-    "                      rates' ratio) and exact match by confidence bin\n"
+    "                      rates' ratio, beside the ratio a perfect ranking would reach\n"
+    "                      with as many errors), the ROC AUC of confidence for exact\n"
+    "                      (0.5: no separation, 1: perfect), exact match by confidence bin\n"
     "  by category         exact, tool names and argument F1 over the examples expecting\n"
     "                      one call, two or more, [] (refusal), and those whose expected\n"
     "                      arguments hold a non-ASCII character (also in one of the others)\n",

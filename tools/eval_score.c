@@ -523,6 +523,30 @@ eval_calibration eval_metrics_calibration(eval_metrics *m) {
     if (c.low_examples && c.rest_examples && c.rest_errors)
         c.error_ratio = ((double)c.low_errors / (double)c.low_examples) /
                         ((double)c.rest_errors / (double)c.rest_examples);
+    const long errors = c.low_errors + c.rest_errors;
+    c.best_error_ratio = -1;
+    if (c.low_examples && c.rest_examples && errors > c.low_examples)
+        c.best_error_ratio = 1.0 / ((double)(errors - c.low_examples) / (double)c.rest_examples);
+    /* the AUC from the ascending order: each exact turn beats the wrong ones below it, and
+     * ties with equal confidence count half */
+    c.auc = -1;
+    const long exact = (long)m->n_conf - errors;
+    if (exact && errors) {
+        double wins = 0;
+        long wrong_below = 0;
+        for (size_t i = 0; i < m->n_conf;) {
+            size_t j = i;
+            long wrong_here = 0, exact_here = 0;
+            for (; j < m->n_conf && m->conf[j].confidence == m->conf[i].confidence; j++) {
+                wrong_here += !m->conf[j].exact;
+                exact_here += m->conf[j].exact;
+            }
+            wins += (double)exact_here * ((double)wrong_below + 0.5 * (double)wrong_here);
+            wrong_below += wrong_here;
+            i = j;
+        }
+        c.auc = wins / ((double)exact * (double)errors);
+    }
     return c;
 }
 
@@ -614,6 +638,7 @@ static int add_calibration(cJSON *o, eval_metrics *m) {
              cJSON_AddNumberToObject(j, "rest_examples", (double)c.rest_examples) &&
              cJSON_AddNumberToObject(j, "rest_errors", (double)c.rest_errors) &&
              add_ratio(j, "error_ratio", c.error_ratio) &&
+             add_ratio(j, "best_error_ratio", c.best_error_ratio) && add_ratio(j, "auc", c.auc) &&
              (bins = cJSON_AddArrayToObject(j, "bins")) != NULL;
     for (int b = 0; ok && b < EVAL_CONF_BINS; b++) {
         cJSON *e = cJSON_CreateObject();

@@ -153,10 +153,19 @@ typedef struct eval_calibration {
     long low_examples, low_errors, rest_examples, rest_errors;
     double low_confidence_max; /* the fifth's highest confidence (-1 when empty) */
     double error_ratio;
+    /* error_ratio bounds it: the ratio a perfect ranking would give with these errors (all
+     * in the fifth if they fill it): -1 when it is unbounded (no error left for the rest) */
+    double best_error_ratio;
+    /* the probability that a random exact turn has a higher confidence than a random
+     * wrong one (ties count half; ROC AUC): 0.5 is no separation, 1 perfect, whatever the
+     * accuracy; -1 without both kinds */
+    double auc;
     long bin_examples[EVAL_CONF_BINS], bin_exact[EVAL_CONF_BINS];
 } eval_calibration;
 
-/* Sorts the confidences in place. */
+/* Sorts the confidences in place. The error ratio depends on the accuracy (at 63% errors
+ * even a perfect ranking reaches only 1.86): best_error_ratio and auc say how much of it
+ * the confidence achieved. */
 eval_calibration eval_metrics_calibration(eval_metrics *m);
 
 /* The ratios. A ratio over an empty set is reported as -1 (printed "n/a" / null). */

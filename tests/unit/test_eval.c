@@ -744,6 +744,10 @@ static void test_calibration(void) {
     CHECK_EQ_INT(c.rest_examples, 8);
     CHECK_EQ_INT(c.rest_errors, 1);
     CHECK_NEAR(c.error_ratio, (2.0 / 2) / (1.0 / 8));
+    CHECK_NEAR(c.best_error_ratio, 8); /* 3 errors: 2 fill the fifth, 1 of 8 left */
+    /* 7 exact x 3 wrong pairs: 0.99, 0.95, 1.0, 0.96 beat all 3; 0.8 and 0.7 beat 2; the
+     * exact 0.5 beats 0.3 and ties the wrong 0.5 */
+    CHECK_NEAR(c.auc, (4 * 3 + 2 * 2 + 1.5) / 21.0);
     /* bins [0,.5) [.5,.7) [.7,.8) [.8,.9) [.9,.95) [.95,1] */
     const long want_n[EVAL_CONF_BINS] = {1, 2, 1, 1, 1, 4}, want_exact[EVAL_CONF_BINS] = {0, 1, 1, 1, 0, 4};
     for (int b = 0; b < EVAL_CONF_BINS; b++) {
@@ -762,6 +766,8 @@ static void test_calibration(void) {
     for (int i = 0; i < 5; i++) eval_metrics_add_confidence(&m, 0.1 * i, i != 0);
     c = eval_metrics_calibration(&m);
     CHECK(c.low_examples == 1 && c.low_errors == 1 && c.rest_errors == 0 && c.error_ratio < 0);
+    CHECK(c.best_error_ratio < 0);
+    CHECK_NEAR(c.auc, 1); /* the one wrong turn is the least confident */
     j = eval_metrics_json(&m);
     CHECK(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "calibration"), "error_ratio")));
     cJSON_Delete(j);
