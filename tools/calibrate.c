@@ -96,10 +96,10 @@ static uint64_t splitmix(uint64_t *s) {
 
 static double softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
 
-/* Mean cross-entropy over the examples idx[0..n) and the error ratio of the least confident
- * fifth against the rest (0 when undefined), by the head alone. */
+/* Mean cross-entropy over the examples idx[0..n), the error ratio of the least confident
+ * fifth against the rest (0 when undefined) and the ROC AUC (ties half), by the head alone. */
 typedef struct head_score {
-    double loss, low_fifth_ratio;
+    double loss, low_fifth_ratio, auc;
 } head_score;
 
 typedef struct scored {
@@ -114,7 +114,7 @@ static int by_p(const void *a, const void *b) {
 
 static head_score score_head(const conf_head_shape *sh, const float *theta, const cal_example *ex,
                              const uint32_t *idx, uint32_t n, conf_head_scratch *s) {
-    head_score hs = {0, 0};
+    head_score hs = {0, 0, 0};
     scored *v = malloc((n ? n : 1) * sizeof *v);
     if (!v || !n) {
         free(v);
@@ -134,6 +134,16 @@ static head_score score_head(const conf_head_shape *sh, const float *theta, cons
     for (uint32_t i = 0; i < n; i++) *(i < low ? &wrong_low : &wrong_rest) += !v[i].exact;
     if (low && n > low && wrong_rest)
         hs.low_fifth_ratio = ((double)wrong_low / low) / ((double)wrong_rest / (n - low));
+    double wins = 0, wrong_below = 0;
+    for (uint32_t i = 0; i < n;) {
+        uint32_t j = i, wrong_here = 0, exact_here = 0;
+        for (; j < n && v[j].p == v[i].p; j++) *(v[j].exact ? &exact_here : &wrong_here) += 1;
+        wins += exact_here * (wrong_below + 0.5 * wrong_here);
+        wrong_below += wrong_here;
+        i = j;
+    }
+    const double wrong = wrong_low + wrong_rest;
+    if (wrong > 0 && wrong < n) hs.auc = wins / (wrong * (n - wrong));
     free(v);
     return hs;
 }
@@ -584,8 +594,9 @@ static int run_calibrate(const cli_command *self, int argc, char **argv) {
             step++;
         }
         vs = score_head(&sh, theta, ex, val, n_val, &scratch);
-        printf("  %-9s %ld/%ld  loss %.4f  held-out loss %.4f  least confident fifth: %.2fx the errors of "
-               "the rest (head alone)\n", "epoch", e + 1, o.epochs, loss / n_train, vs.loss, vs.low_fifth_ratio);
+        printf("  %-9s %ld/%ld  loss %.4f  held-out loss %.4f  AUC %.3f, least confident fifth %.2fx the "
+               "errors of the rest (head alone)\n", "epoch", e + 1, o.epochs, loss / n_train, vs.loss, vs.auc,
+               vs.low_fifth_ratio);
         fflush(stdout);
     }
 
