@@ -29,7 +29,7 @@ from .agent import devices, extract  # noqa: E402
 from .schema import Field, build_schema, pydantic_schema, tool, tool_schema  # noqa: E402
 from .schema import type_schema  # noqa: E402
 from .hub import download  # noqa: E402
-from ._build import build, encode_data, finetune  # noqa: E402
+from ._build import build, calibrate, encode_data, finetune  # noqa: E402
 from .schema import is_pydantic_model as _is_pydantic_model  # noqa: E402,F401  (official name)
 
 
@@ -37,7 +37,7 @@ __all__ = [
     "Needle", "NeedleError", "ExtractionValidationError", "Field", "tool", "tool_schema",
     "type_schema", "build_schema", "pydantic_schema", "extract", "devices", "default_backend",
     "BACKENDS", "library_version", "__version__", "TURN_AUTO", "TURN_QUERY",
-    "TURN_TOOL_RESULT", "NameClashWarning", "download", "build", "encode_data", "finetune",
+    "TURN_TOOL_RESULT", "NameClashWarning", "download", "build", "calibrate", "encode_data", "finetune",
 ]
 
 

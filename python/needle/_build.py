@@ -1,5 +1,6 @@
-"""needle.build, needle.encode_data and needle.finetune: the `needle build`, `needle
-encode-data` and `needle finetune` commands of the C engine (the same executable hub.download uses), from Python."""
+"""needle.build, needle.encode_data, needle.finetune and needle.calibrate: the `needle
+build`, `needle encode-data`, `needle finetune` and `needle calibrate` commands of the C engine (the same executable hub.download uses), from Python."""
+import json
 import os
 import subprocess
 from typing import Optional
@@ -141,4 +142,65 @@ def finetune(data: str, *, checkpoint: Optional[str] = None, weights: Optional[s
                     scores["exact"], scores["examples"] = int(num), int(den)
     if scores:
         result["scores"] = scores
+    return result
+
+
+def calibrate(checkpoint: str, data: str, *, out: str, weights: Optional[str] = None,
+              build_out: Optional[str] = None, epochs: int = 20, batch_size: int = 32, lr: float = 3e-3,
+              val_split: float = 0.2, seed: int = 0, limit: Optional[int] = None,
+              threads: Optional[int] = None, verbose: bool = False) -> dict:
+    """Trains a Needle 3 checkpoint's confidence head on the engine's answers to `data`
+    (`needle calibrate`; examples the model was not trained on) and returns:
+
+      {"checkpoint" (the calibrated one: `needle build` keeps its head), "answers",
+       "exact" (how many were exact), "val_loss": [one per epoch], "val_auc": [one per
+       epoch], "cact" and "heldout" (with build_out), "scores" (with build_out and a
+       held-out split: `needle eval --json` on the built file over the held-out lines,
+       its "calibration" included; else None)}
+
+    weights: the base .cact whose tokenizer the build takes. Raises NeedleError with the
+    command's message on failure."""
+    from .hub import _cli
+    args = ["calibrate", os.fspath(checkpoint), os.fspath(data), "--out", os.fspath(out),
+            "--epochs", int(epochs), "--batch-size", int(batch_size), "--lr", repr(float(lr)),
+            "--val-split", repr(float(val_split)), "--seed", int(seed)]
+    if weights is not None:
+        args += ["--weights", os.fspath(weights)]
+    if build_out is not None:
+        args += ["--build-out", os.fspath(build_out)]
+    if limit is not None:
+        args += ["--limit", int(limit)]
+    if threads is not None:
+        args += ["--threads", int(threads)]
+    p = subprocess.Popen([_cli()] + [str(a) for a in args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    result = {"checkpoint": None, "answers": 0, "exact": 0, "val_loss": [], "val_auc": [],
+              "cact": None, "heldout": None, "scores": None}
+    for line in p.stdout:
+        if verbose:
+            print(line, end="", flush=True)
+        words = line.split()
+        if not words:
+            continue
+        if words[0] == "answered" and len(words) > 4:
+            result["answers"], result["exact"] = int(words[1]), int(words[words.index("exact") - 1])
+        elif words[0] == "epoch" and "AUC" in words:
+            result["val_loss"].append(float(words[words.index("held-out") + 2]))
+            result["val_auc"].append(float(words[words.index("AUC") + 1].rstrip(",")))
+        elif words[0] == "wrote":
+            result["checkpoint"] = words[1]
+        elif words[0] == "built":
+            result["cact"] = words[1]
+        elif words[0] == "score":
+            result["heldout"] = words[words.index("examples") + 1].strip("()")
+    err = p.stderr.read()
+    p.wait()
+    if p.returncode != 0:
+        raise NeedleError(err.strip() or f"needle calibrate: exit status {p.returncode}")
+    if result["cact"] and result["heldout"]:
+        r = subprocess.run([_cli(), "eval", "--json", "-w", result["cact"], result["heldout"]],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            raise NeedleError(r.stderr.strip() or "needle eval failed on the calibrated file")
+        result["scores"] = json.loads(r.stdout)
     return result

@@ -109,3 +109,43 @@ def test_finetune_needle2(tmp_path):
                           threads=2)
     assert os.path.exists(got["cact"]) and got["steps"] == 6 and len(got["val_loss"]) == 2
     assert got["scores"]["examples"] == 3
+
+
+def test_calibrate(tmp_path):
+    """A --full run, then its confidence head trained on twelve answers whose labels are
+    known: even lines expect the model's own answer, odd lines another."""
+    import subprocess
+    from needle.hub import _cli
+    base = _tiny_base(tmp_path)
+    timer = [{"name": "timer", "parameters": {"type": "object", "properties": {"m": {"type": "integer"}}}}]
+    rows = [{"query": f"timer {m}", "tools": timer, "answers": [{"name": "timer", "arguments": {"m": m}}]}
+            for m in (1, 2, 3, 4)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = needle.finetune(data, checkpoint=base, weights=BASE, epochs=1, batch_size=2, lr=1e-3, full=True,
+                          max_len=128, val_split=0, out=tmp_path / "f.safetensors", threads=2, score=False)
+    queries = ["timer 5", "call mom", "timer nine", "hi", "set 3", "ring dad", "wake me", "call 5 times",
+               "nothing", "timer", "phone anna", "go"]
+    lines = []
+    for i, q in enumerate(queries):
+        r = subprocess.run([_cli(), "run", "-w", got["cact"], "--tools", json.dumps(timer), q],
+                           stdout=subprocess.PIPE, text=True, check=True)
+        calls = json.loads(r.stdout)["function_calls"]
+        other = [] if calls else [{"name": "timer", "arguments": {"m": 99}}]
+        lines.append(json.dumps({"query": q, "tools": timer, "answers": calls if i % 2 == 0 else other}))
+    cal_data = tmp_path / "cal.jsonl"
+    cal_data.write_text("\n".join(lines) + "\n")
+    res = needle.calibrate(got["checkpoint"], cal_data, weights=BASE, out=tmp_path / "c.safetensors",
+                           build_out=tmp_path / "c.cact", epochs=25, batch_size=4, lr=0.02, val_split=0.25,
+                           threads=2)
+    assert res["checkpoint"] == str(tmp_path / "c.safetensors")
+    assert res["answers"] == 12 and res["exact"] == 6
+    assert len(res["val_loss"]) == 25 and len(res["val_auc"]) == 25
+    assert res["cact"] == str(tmp_path / "c.cact") and res["heldout"] == str(tmp_path / "c.cact.heldout.jsonl")
+    assert res["scores"]["examples"] == 3 and res["scores"]["calibration"]["examples"] == 3
+    # the calibrated checkpoint builds with its head
+    out = needle.build(res["checkpoint"], weights=BASE, out=tmp_path / "c2.cact")
+    with open(out, "rb") as a, open(res["cact"], "rb") as b:
+        assert a.read() == b.read()
+    with pytest.raises(needle.NeedleError, match="must not be the input"):
+        needle.calibrate(got["checkpoint"], cal_data, weights=BASE, out=got["checkpoint"])
