@@ -402,7 +402,7 @@ static int write_checkpoint(const cal_options *o, const conf_head_shape *sh, con
     cJSON_AddNumberToObject(cal, "epochs", (double)o->epochs);
     cJSON_AddNumberToObject(cal, "lr", o->lr);
     cJSON_AddNumberToObject(cal, "seed", (double)o->seed);
-    cJSON_AddNumberToObject(cal, "val_loss", val.loss);
+    if (n_val) cJSON_AddNumberToObject(cal, "val_loss", val.loss);
     cJSON_DeleteItemFromObjectCaseSensitive(run, "needle_calibrate");
     cJSON_AddItemToObject(run, "needle_calibrate", cal);
     char *text = cJSON_PrintUnformatted(run);
@@ -565,8 +565,10 @@ static int run_calibrate(const cli_command *self, int argc, char **argv) {
         grads[i] = grad + off;
     }
     head_score vs = score_head(&sh, theta, ex, val, n_val, &scratch);
-    printf("  %-9s %u train / %u held out; %u steps (batch %u, lr %g); held-out loss %.4f before\n", "train",
-           n_train, n_val, total, batch, o.lr, vs.loss);
+    printf("  %-9s %u train / %u held out; %u steps (batch %u, lr %g)", "train", n_train, n_val, total, batch,
+           o.lr);
+    if (n_val) printf("; held-out loss %.4f before", vs.loss);
+    printf("\n");
     uint32_t step = 0;
     for (long e = 0; e < o.epochs; e++) {
         /* a fresh order of the training part every epoch */
@@ -592,6 +594,11 @@ static int run_calibrate(const cli_command *self, int argc, char **argv) {
                 goto done;
             }
             step++;
+        }
+        if (!n_val) {
+            printf("  %-9s %ld/%ld  loss %.4f  (nothing held out)\n", "epoch", e + 1, o.epochs, loss / n_train);
+            fflush(stdout);
+            continue;
         }
         vs = score_head(&sh, theta, ex, val, n_val, &scratch);
         printf("  %-9s %ld/%ld  loss %.4f  held-out loss %.4f  AUC %.3f, least confident fifth %.2fx the "
