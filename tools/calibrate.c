@@ -7,7 +7,7 @@
  *   2. Every example of DATA.jsonl (needle eval's format) runs as one fresh greedy query
  *      turn; its answer is scored exact or not (eval_score.h), and the cells the confidence
  *      head pools over BOS + prompt + completion are kept (bfloat16), handed over by the
- *      conversation as the forward pass makes them (api_session_set_cells_tap).
+ *      conversation as the forward pass makes them (conf_head_cells_attach).
  *   3. A seeded share of the examples is held out; the head is trained on the rest by
  *      binary cross-entropy of its logit against exact (AdamW as `needle finetune`,
  *      warm-up and cosine, clip 1.0), the trunk frozen.
@@ -26,48 +26,16 @@
 
 #include <cjson/cJSON.h>
 
-#include "api/session.h"
 #include "build.h"
 #include "cli.h"
 #include "eval_score.h"
+#include "export/cact_write.h"
 #include "train/conf_head.h"
 #include "train/lora_merge.h"
 #include "train/optim.h"
 #include "util/platform.h"
 
 #define CAL_ENVELOPE (1 << 20)
-
-/* ---- the cells of one turn, as the conversation hands them over ------------------------- */
-
-typedef struct cell_tap {
-    uint32_t rows, d;
-    uint16_t **buf; /* [rows] -> [cap][d] bfloat16 */
-    uint32_t *len;  /* [rows] tokens received */
-    uint32_t cap;
-    int oom;
-} cell_tap;
-
-static void tap_cells(void *user, const int32_t *tokens, uint32_t n, uint32_t cell, const float *cells) {
-    cell_tap *t = user;
-    if (cell >= t->rows || t->oom) return;
-    for (uint32_t i = 0; i < n; i++) {
-        if (tokens[i] == NEEDLE_TOKEN_PAD) continue; /* as the head's pooling */
-        if (t->len[cell] == t->cap) {
-            const uint32_t cap = t->cap ? 2 * t->cap : 512;
-            for (uint32_t r = 0; r < t->rows; r++) {
-                uint16_t *nb = realloc(t->buf[r], (size_t)cap * t->d * sizeof *nb);
-                if (!nb) {
-                    t->oom = 1;
-                    return;
-                }
-                t->buf[r] = nb;
-            }
-            t->cap = cap;
-        }
-        uint16_t *dst = t->buf[cell] + (size_t)t->len[cell]++ * t->d;
-        for (uint32_t j = 0; j < t->d; j++) dst[j] = conf_head_bf16(cells[(size_t)i * t->d + j]);
-    }
-}
 
 /* ---- examples ----------------------------------------------------------------------------- */
 
@@ -283,14 +251,12 @@ static int read_head(const st_file *ck, const char *path, conf_head_shape *sh, f
 static int collect(const cal_options *o, const needle_model *m, const conf_head_shape *sh,
                    const eval_example *exs, const long *lines, uint32_t n, cal_example *out,
                    uint32_t *n_out, uint32_t *failed) {
-    cell_tap tap = {.rows = sh->rows, .d = sh->d};
-    tap.buf = calloc(sh->rows, sizeof *tap.buf);
-    tap.len = calloc(sh->rows, sizeof *tap.len);
+    conf_head_cells *cells = NULL;
     char *env_text = malloc(CAL_ENVELOPE);
     needle_session *s = NULL;
     int rc = 1;
     *n_out = *failed = 0;
-    if (!tap.buf || !tap.len || !env_text) {
+    if (!env_text) {
         cli_lib_error("calibrate", NEEDLE_ERR_OUT_OF_MEMORY);
         goto done;
     }
@@ -299,17 +265,16 @@ static int collect(const cal_options *o, const needle_model *m, const conf_head_
     needle_model_get_info(m, &info);
     if (info.kv_window) sp.n_ctx = 1u << 20; /* as needle eval: the window bounds memory */
     int st = needle_session_create(m, &sp, &s);
+    if (!st) st = conf_head_cells_attach(s, sh->rows, sh->d, &cells);
     if (st) {
         cli_lib_error("session", st);
         goto done;
     }
-    const session_cells receiver = {tap_cells, &tap};
-    api_session_set_cells_tap(s, &receiver);
     const int bar = isatty(STDERR_FILENO);
     size_t bytes = 0;
     for (uint32_t i = 0; i < n; i++) {
         const eval_example *ex = &exs[i];
-        memset(tap.len, 0, sh->rows * sizeof *tap.len);
+        conf_head_cells_clear(cells);
         size_t len = 0;
         cJSON *env = NULL;
         needle_complete_params p = needle_complete_default_params();
@@ -321,40 +286,28 @@ static int collect(const cal_options *o, const needle_model *m, const conf_head_
         const cJSON *calls = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(env, "success"))
                                  ? cJSON_GetObjectItemCaseSensitive(env, "function_calls")
                                  : NULL;
-        if (tap.oom) {
-            cJSON_Delete(env);
-            cli_lib_error("calibrate: the cells", NEEDLE_ERR_OUT_OF_MEMORY);
-            goto done;
-        }
         if (!calls) {
             cJSON_Delete(env);
             (*failed)++;
             continue;
         }
-        /* every position of the conversation pooled once, in every row */
-        const uint32_t T = tap.len[0], pos = needle_session_position(s);
-        for (uint32_t r = 1; r < sh->rows; r++)
-            if (tap.len[r] != T) st = 1;
-        if (st || T != pos || !T) {
-            cJSON_Delete(env);
-            fprintf(stderr, "needle: %s:%ld: the head was handed %u cells for %u positions (a bug: the "
-                    "cells of a turn must cover the conversation once)\n", o->data, lines[i], T, pos);
-            goto done;
-        }
         cal_example *e = &out[*n_out];
         e->exact = eval_score(calls, ex->expected, ex->tools).exact;
+        cJSON_Delete(env);
         e->line = lines[i];
         e->src = i;
-        e->T = T;
-        e->cells = malloc((size_t)sh->rows * T * sh->d * sizeof *e->cells);
-        cJSON_Delete(env);
-        if (!e->cells) {
-            cli_lib_error("calibrate: the cells", NEEDLE_ERR_OUT_OF_MEMORY);
+        /* every position of the conversation pooled once, in every row */
+        if ((st = conf_head_cells_take(cells, &e->cells, &e->T)) || e->T != needle_session_position(s)) {
+            if (!st) {
+                free(e->cells);
+                e->cells = NULL;
+            }
+            fprintf(stderr, "needle: %s:%ld: %s (%u cells for %u positions)\n", o->data, lines[i],
+                    st ? needle_last_error() : "the head's cells do not cover the conversation once", e->T,
+                    needle_session_position(s));
             goto done;
         }
-        for (uint32_t r = 0; r < sh->rows; r++)
-            memcpy(e->cells + (size_t)r * T * sh->d, tap.buf[r], (size_t)T * sh->d * sizeof *e->cells);
-        bytes += (size_t)sh->rows * T * sh->d * sizeof *e->cells;
+        bytes += (size_t)sh->rows * e->T * sh->d * sizeof *e->cells;
         (*n_out)++;
         if (bar)
             fprintf(stderr, "\r  answered  %u/%u  %.0f MB of cells", i + 1, n, (double)bytes / 1e6);
@@ -363,9 +316,7 @@ static int collect(const cal_options *o, const needle_model *m, const conf_head_
     rc = 0;
 done:
     needle_session_free(s);
-    for (uint32_t r = 0; tap.buf && r < sh->rows; r++) free(tap.buf[r]);
-    free(tap.buf);
-    free(tap.len);
+    conf_head_cells_free(cells); /* after the session, which held it */
     free(env_text);
     return rc;
 }

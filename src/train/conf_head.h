@@ -1,5 +1,5 @@
 /* Training the Needle 3 confidence head (`needle calibrate`): the probe head that scores a
- * completion (NEEDLE3-NOTES §3; cactus-needle 3.2.8 ProbeHead / probe_pool), fitted to
+ * completion (docs/spec/NEEDLE3.md §3; cactus-needle 3.2.8 ProbeHead / probe_pool), fitted to
  * whether the engine's answers were right, with the trunk frozen.
  *
  * The official fine-tuning never reaches the head (its loss is the language model's), so
@@ -23,6 +23,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "needle.h"
 
 #define CONF_HEAD_TENSORS 6
 
@@ -62,6 +64,22 @@ float conf_head_forward(const conf_head_shape *sh, const float *theta, const uin
  * (s as it left it). */
 void conf_head_backward(const conf_head_shape *sh, const float *theta, const uint16_t *cells,
                         uint32_t T, float dy, conf_head_scratch *s, float *grad);
+
+/* ---- the cells of a turn, from a session (conf_head_cells.c) ---------------------------- */
+
+typedef struct conf_head_cells conf_head_cells;
+
+/* From the session's next needle_session_set_tools on, every cell its confidence head
+ * pools (none when the model has no confidence head) is also kept here, rows = L + 1
+ * cells of d floats per token (PAD skipped, as the pooling skips it). Free it after the
+ * session: the conversation keeps the receiver. */
+int conf_head_cells_attach(needle_session *s, uint32_t rows, uint32_t d, conf_head_cells **out);
+void conf_head_cells_clear(conf_head_cells *c);
+/* The cells since the last clear as a malloc'd bfloat16 [rows][T][d] and T. Returns
+ * NEEDLE_ERR_STATE (with a message) when no token came or the rows got different
+ * numbers of tokens, NEEDLE_ERR_OUT_OF_MEMORY when keeping or copying them failed. */
+int conf_head_cells_take(conf_head_cells *c, uint16_t **cells, uint32_t *T);
+void conf_head_cells_free(conf_head_cells *c);
 
 /* float -> bfloat16 (round to nearest even) and back. */
 uint16_t conf_head_bf16(float x);

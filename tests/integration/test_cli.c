@@ -153,7 +153,8 @@ static void test_errors_and_usage(void) {
 static const char *const COMMANDS[] = {"run",     "chat",    "eval",   "generate",
                                        "logits",  "tokenize", "inspect", "bench",
                                        "devices", "embed",   "serve",   "help",    "version", "export", "quantize",
-                                       "download", "models",  "grad", "build", "encode-data", "finetune"};
+                                       "download", "models",  "grad", "build", "encode-data", "finetune",
+                                       "calibrate"};
 #define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
 /* The line after `line`, or NULL after the last one. */
