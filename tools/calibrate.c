@@ -28,6 +28,7 @@
 
 #include "build.h"
 #include "cli.h"
+#include "compat.h"
 #include "eval_score.h"
 #include "export/cact_write.h"
 #include "train/conf_head.h"
