@@ -141,7 +141,7 @@ int build_image(const build_job *job, uint8_t **image, size_t *size) {
     if ((st = st_parse(ck_image, ck_size, &ck)) ||
         (st = lora_checkpoint_config(&ck, job->ckpt_path, &config_json)) ||
         (st = export3_config_parse(config_json, strlen(config_json), &cfg)) ||
-        (st = job->keep_heads ? lora_view_build_keeping_heads(&ck, &view)
+        (st = job->no_confidence ? lora_view_build_no_confidence(&ck, &view)
                               : lora_view_build(&ck, job->adapter, &view, &dropped))) {
         rc = input_error(job->ckpt_path);
         goto done;

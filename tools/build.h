@@ -21,7 +21,8 @@ typedef struct build_job {
     const bits_map *bits;
     const uint8_t *tokenizer; /* the base archive's tokenizer tensor */
     size_t tokenizer_size;
-    int keep_heads;           /* every head kept (`needle calibrate`; no adapter) */
+    int no_confidence;        /* the confidence head dropped whatever the rule (`needle
+                               * calibrate`; no adapter) */
     int quiet;
 } build_job;
 

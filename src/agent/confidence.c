@@ -10,13 +10,15 @@
 static void pool_cells(void *user, const int32_t *tokens, uint32_t n, uint32_t cell,
                        const float *cells) {
     confidence_state *cs = user;
-    head_pool_add(&cs->pool, tokens, n, cell, cells);
+    if (cs->has_head) head_pool_add(&cs->pool, tokens, n, cell, cells);
     if (cs->tap && cs->tap->fn) cs->tap->fn(cs->tap->user, tokens, n, cell, cells);
 }
 
 int confidence_attach(confidence_state *cs, const struct needle_model *m, const session_cells *tap) {
     memset(cs, 0, sizeof *cs);
     cs->tap = tap;
+    cs->cells.fn = pool_cells;
+    cs->cells.user = cs;
     const probe_head *h = model_probe_head(m, HEAD_CODE_CONFIDENCE);
     if (!h) return NEEDLE_OK;
     int rc;
@@ -27,13 +29,11 @@ int confidence_attach(confidence_state *cs, const struct needle_model *m, const 
         return rc;
     }
     cs->has_head = 1;
-    cs->cells.fn = pool_cells;
-    cs->cells.user = cs;
     return NEEDLE_OK;
 }
 
 const session_cells *confidence_cells(const confidence_state *cs) {
-    return cs->has_head ? &cs->cells : NULL;
+    return cs->has_head || cs->tap ? &cs->cells : NULL;
 }
 
 void confidence_free(confidence_state *cs) {

@@ -35,11 +35,13 @@ typedef struct confidence_state {
 } confidence_state;
 
 /* Sets up the pools when m has a confidence head; cs must then stay at this address, since
- * confidence_cells points into it. `tap` (NULL: none) receives each cell after the pool. */
+ * confidence_cells points into it. `tap` (NULL: none) receives each cell after the pool,
+ * and receives them also when m has no confidence head (the confidence is then the
+ * decoding's alone). */
 int confidence_attach(confidence_state *cs, const struct needle_model *m, const session_cells *tap);
 void confidence_free(confidence_state *cs);
 /* The receiver every run of the conversation passes to the forward pass (model/session.h),
- * or NULL without a head. */
+ * or NULL without a head and a tap. */
 const session_cells *confidence_cells(const confidence_state *cs);
 
 void confidence_restart(confidence_state *cs);     /* a new prefix starts at position 0 */

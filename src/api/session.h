@@ -25,8 +25,8 @@ struct needle_session {
 void api_session_set_logits_hook(needle_session *s, chat_logits_fn fn, void *user);
 
 /* `needle calibrate` only: from the next needle_session_set_tools on, `tap` (NULL: none;
- * it must outlive its use) receives every cell the confidence head pools (none when the
- * model has no confidence head), in the order the forward pass makes them. */
+ * it must outlive its use) receives every cell a confidence head would pool (whether the
+ * model has one or not), in the order the forward pass makes them. */
 void api_session_set_cells_tap(needle_session *s, const session_cells *tap);
 
 /* The model session under s, for tests that drive the forward pass directly. */

@@ -69,8 +69,8 @@ void conf_head_backward(const conf_head_shape *sh, const float *theta, const uin
 
 typedef struct conf_head_cells conf_head_cells;
 
-/* From the session's next needle_session_set_tools on, every cell its confidence head
- * pools (none when the model has no confidence head) is also kept here, rows = L + 1
+/* From the session's next needle_session_set_tools on, every cell a confidence head would
+ * pool (whether the model has one or not) is also kept here, rows = L + 1
  * cells of d floats per token (PAD skipped, as the pooling skips it). Free it after the
  * session: the conversation keeps the receiver. */
 int conf_head_cells_attach(needle_session *s, uint32_t rows, uint32_t d, conf_head_cells **out);

@@ -164,12 +164,14 @@ int lora_calibrated_checkpoint(const st_file *ck) {
     return yes;
 }
 
-static int view_build(const st_file *ck, const train_adapter *ad, int drop_confidence, lora_view *out,
+/* drop: 0 never, 1 by the build's rule (an adapter merged, or a --full checkpoint that
+ * `needle calibrate` did not write), 2 always */
+static int view_build(const st_file *ck, const train_adapter *ad, int drop, lora_view *out,
                       int *dropped_confidence) {
     memset(out, 0, sizeof *out);
     *dropped_confidence = 0;
-    drop_confidence = drop_confidence &&
-                      (ad || (lora_full_finetune_checkpoint(ck) && !lora_calibrated_checkpoint(ck)));
+    const int drop_confidence =
+        drop == 2 || (drop == 1 && (ad || (lora_full_finetune_checkpoint(ck) && !lora_calibrated_checkpoint(ck))));
     out->st.tensors = malloc((ck->n + 1) * sizeof *out->st.tensors);
     out->owned = malloc(((ad ? ad->n : 0) + 1) * sizeof *out->owned);
     if (!out->st.tensors || !out->owned) {
@@ -209,9 +211,9 @@ int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, 
     return view_build(ck, ad, 1, out, dropped_confidence);
 }
 
-int lora_view_build_keeping_heads(const st_file *ck, lora_view *out) {
+int lora_view_build_no_confidence(const st_file *ck, lora_view *out) {
     int dropped = 0;
-    return view_build(ck, NULL, 0, out, &dropped);
+    return view_build(ck, NULL, 2, out, &dropped);
 }
 
 int lora_view_build_v2(const st_file *ck, const train_adapter *ad, lora_view *out) {

@@ -46,9 +46,9 @@ typedef struct lora_view {
  * checkpoint unless `needle calibrate` trained the head after the trunk
  * (*dropped_confidence set when there was one). */
 int lora_view_build(const st_file *ck, const train_adapter *ad, lora_view *out, int *dropped_confidence);
-/* The view with every head kept, whatever trained the trunk: what `needle calibrate` runs
- * (the head it trains starts from the checkpoint's). */
-int lora_view_build_keeping_heads(const st_file *ck, lora_view *out);
+/* The view without the confidence head, whatever trained the trunk: what `needle
+ * calibrate` answers with (the envelope's confidence is then the decoding's alone). */
+int lora_view_build_no_confidence(const st_file *ck, lora_view *out);
 
 /* Whether `ck` is a checkpoint of `needle finetune --full` (its "run" metadata says so): the
  * trunk was trained and the probe heads were not (the loss does not reach them), so its
