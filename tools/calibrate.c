@@ -444,7 +444,7 @@ static int run_calibrate(const cli_command *self, int argc, char **argv) {
     conf_head_shape sh;
     if (read_head(&ck, o.ckpt, &sh, &theta)) goto done;
 
-    /* 1. the checkpoint as the build makes it, every head kept */
+    /* 1. the checkpoint as the build makes it, without its confidence head */
     bits_map bits;
     bits_map_parse("4", &bits);
     const cact_tensor *tok = &bf.tensors[bf.tokenizer_index];
