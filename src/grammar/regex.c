@@ -648,16 +648,37 @@ static int build_dfa(rx *r, int start, int match, gram_dfa *d) {
     for (size_t s = 0; s < ns; s++)
         for (uint32_t k = ss.first.v[s]; k < ss.first.v[s + 1]; k++)
             if (ss.pool.v[k] == match) acc[s] = live[s] = 1;
-    for (int changed = 1; changed;) { /* backward reachability of accepting states */
-        changed = 0;
-        for (size_t s = 0; s < ns; s++) {
-            if (live[s]) continue;
-            for (uint32_t c = 0; c < u; c++) {
-                int32_t t = trans.v[s * u + c];
-                if (t >= 0 && live[t]) { live[s] = 1; changed = 1; break; }
-            }
-        }
+    /* Backward reachability of the accepting states, by a search over the reversed
+     * transitions (in CSR form): linear in the transitions. (A fixpoint sweep over the
+     * states was quadratic on a long literal, a chain of thousands of states that each
+     * sweep moved back by one: 94% of a 0.28 s compile.) */
+    uint32_t *rfirst = calloc(ns + 1, sizeof *rfirst), *redge = NULL, *queue = NULL;
+    size_t n_edges = 0;
+    if (rfirst) {
+        for (size_t k = 0; k < ns * u; k++)
+            if (trans.v[k] >= 0) rfirst[trans.v[k] + 1]++, n_edges++;
+        for (size_t t = 0; t < ns; t++) rfirst[t + 1] += rfirst[t];
+        redge = malloc((n_edges + 1) * sizeof *redge);
+        queue = malloc(ns * sizeof *queue);
     }
+    if (!rfirst || !redge || !queue) {
+        free(rfirst); free(redge); free(queue);
+        free(acc); free(live); free(remap);
+        goto done;
+    }
+    for (size_t k = 0; k < ns * u; k++) /* rfirst[t] walks to the end of t's edges ... */
+        if (trans.v[k] >= 0) redge[rfirst[trans.v[k]]++] = (uint32_t)(k / u);
+    for (size_t t = ns; t > 0; t--) rfirst[t] = rfirst[t - 1]; /* ... and is moved back */
+    rfirst[0] = 0;
+    size_t qn = 0;
+    for (size_t t = 0; t < ns; t++)
+        if (live[t]) queue[qn++] = (uint32_t)t;
+    for (size_t qi = 0; qi < qn; qi++) {
+        const uint32_t t = queue[qi];
+        for (uint32_t e = rfirst[t]; e < rfirst[t + 1]; e++)
+            if (!live[redge[e]]) live[redge[e]] = 1, queue[qn++] = redge[e];
+    }
+    free(rfirst); free(redge); free(queue);
     if (!live[0]) {
         free(acc); free(live); free(remap);
         rc = rx_fail(r, "pattern matches no string");
