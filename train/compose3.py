@@ -465,10 +465,32 @@ def _declare(p, called, pool, lo, hi):
 REFUSAL_BANDS = [(0.68, 0.74), (0.78, 0.82), (0.86, 0.89)]
 
 
-def example3(p, names, refusal_boost=0.0):
+# Demo tools that no synthetic request fits: the catch-alls (search_web, create_event,
+# create_note, create_reminder, record_booking, record_invoice, play_music, book_ride,
+# get_directions) are left out, so an unrelated request among these is a refusal.
+UNRELATED_DEMO = ["set_timer", "set_alarm", "set_lights", "set_thermostat", "set_brightness",
+                  "set_volume", "set_wifi", "set_do_not_disturb", "get_weather", "get_stock_price",
+                  "convert_currency", "convert_units", "translate_text", "make_call", "send_message",
+                  "send_email", "find_contact", "save_contact"]
+
+
+def _unrelated(p):
+    """A request for a tool that is not declared, among demo tools of other domains: a
+    refusal (held-out unseen.jsonl asks for expenses, recipes and flights this way, and
+    cycle 2 answered them with the nearest demo tool)."""
+    t = draw_synthetic(p)
+    frag, _ = t.request(p)
+    declared = [G.TOOLS[x] for x in p.r.sample(UNRELATED_DEMO, p.tool_count(1, 5))]
+    return p.dress(frag, []), declared, []
+
+
+def example3(p, names, refusal_boost=0.0, unrelated=0.0):
     """One third-generation example: (query, declared schemas, calls). With refusal_boost b,
-    a share b of the draws lands uniformly in REFUSAL_BANDS instead (b = 0 draws exactly
-    what the first cycle drew: no extra random number is taken)."""
+    a share b of the draws lands uniformly in REFUSAL_BANDS instead; with `unrelated` u, a
+    share u is an unrelated request among demo tools (_unrelated). b = u = 0 draws exactly
+    what the first cycle drew: no extra random number is taken."""
+    if unrelated and p.r.random() < unrelated:
+        return _unrelated(p)
     r = p.r.random()
     if refusal_boost and p.r.random() < refusal_boost:
         width = sum(hi - lo for lo, hi in REFUSAL_BANDS)
@@ -546,14 +568,14 @@ def example3(p, names, refusal_boost=0.0):
     return p.dress(q, calls), declared, calls
 
 
-def make_split3(n, seed, refusal_boost=0.0):
-    """n training examples; the same seed (and boost) gives the same examples."""
+def make_split3(n, seed, refusal_boost=0.0, unrelated=0.0):
+    """n training examples; the same seed (and shares) gives the same examples."""
     p = Pools3(random.Random(seed))
     names = sorted(G.TOOLS)
     seen, out = set(), []
     while len(out) < n:
         try:
-            query, declared, calls = example3(p, names, refusal_boost)
+            query, declared, calls = example3(p, names, refusal_boost, unrelated)
         except C.HeldoutExhausted:
             continue
         key = query + "|" + ",".join(d["name"] for d in declared)
@@ -572,9 +594,12 @@ def main():
     ap.add_argument("--refusal-boost", type=float, default=0.0,
                     help="share of draws that land in a refusal band (0: the first cycle's mix, "
                          "~22%% refusals; 0.15 gives ~34%%, test2's share)")
+    ap.add_argument("--unrelated", type=float, default=0.0,
+                    help="share of draws that ask for an undeclared tool among unrelated demo "
+                         "tools (a refusal; 0: none, as cycles 1-2)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    rows = make_split3(a.train, a.seed, a.refusal_boost)
+    rows = make_split3(a.train, a.seed, a.refusal_boost, a.unrelated)
     G.write_jsonl(os.path.join(a.out, "train3.jsonl"), rows)
     print(f"wrote {len(rows)} third-generation training examples to "
           f"{os.path.join(a.out, 'train3.jsonl')}")

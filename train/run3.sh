@@ -18,10 +18,12 @@
 #                 one epoch each, warm-up and cosine decay within the cycle (a restart
 #                 per cycle: each ends annealed, so each can be scored and shipped).
 #                 Cycle k (train/work3/s8x256/cK/): its data drawn by compose3.py with seed
-#                 6 + k (every draw is on the training side of the held-out hash; from
-#                 cycle 2 on with --refusal-boost TRAIN3_REFUSAL_BOOST, 0.15: 34% of the
-#                 answers are refusals, test2's share, against 22% in cycle 1, whose model
-#                 refused too rarely), its
+#                 6 + k (every draw is on the training side of the held-out hash). The
+#                 mix: cycle 1 22% refusals; cycle 2 --refusal-boost 0.15 (34%, test2's
+#                 share: cycle 1 refused too rarely); from cycle 3 on --refusal-boost
+#                 TRAIN3_REFUSAL_BOOST (0.10) and --unrelated TRAIN3_UNRELATED (0.10):
+#                 requests for undeclared tools among unrelated demo tools, the refusals
+#                 of unseen.jsonl, which cycle 2 answered with the nearest demo tool. Its
 #                 start the init (k = 1) or cycle k-1's checkpoint, `needle finetune
 #                 --full` (the C trainer, float) until MINUTES run out, then SIGINT: the
 #                 state is saved and the next run resumes the cycle bit for bit. A cycle
@@ -174,10 +176,11 @@ for k in $(seq 1 "$CYCLES"); do
     continue
   fi
   if [ ! -s "$dir/data.jsonl" ]; then
-    boost=0
-    [ "$k" -ge 2 ] && boost="${TRAIN3_REFUSAL_BOOST:-0.15}"
+    boost=0 unrelated=0
+    [ "$k" -eq 2 ] && boost=0.15
+    [ "$k" -ge 3 ] && boost="${TRAIN3_REFUSAL_BOOST:-0.10}" unrelated="${TRAIN3_UNRELATED:-0.10}"
     python3 train/compose3.py --out "$dir/draw" --train "$PER_CYCLE" --seed $((6 + k)) \
-      --refusal-boost "$boost" > /dev/null
+      --refusal-boost "$boost" --unrelated "$unrelated" > /dev/null
     mv "$dir/draw/train3.jsonl" "$dir/data.jsonl"
     rmdir "$dir/draw"
   fi
