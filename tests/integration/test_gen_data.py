@@ -165,9 +165,10 @@ def check_third_generation(test2, unseen):
              for rows in (C3.make_split3(2000, 11), boosted)]
     check(share[1] > share[0] + 0.08, f"compose3: --refusal-boost raises refusals ({share})")
     unrelated = C3.make_split3(2000, 11, 0.0, 0.10)
+    # 140 such refusals of 2,000 without --unrelated (seed 11), 315 with 0.10
     among_demo = [ex for ex in unrelated if not ex["answers"]
                   and all(t["name"] in C3.UNRELATED_DEMO for t in ex["tools"])]
-    check(len(among_demo) > 150, f"compose3: --unrelated adds refusals among demo tools ({len(among_demo)})")
+    check(len(among_demo) > 250, f"compose3: --unrelated adds refusals among demo tools ({len(among_demo)})")
     for i, ex in enumerate(unrelated):
         why = consistent(ex)
         check(why is None, f"unrelated train3 line {i + 1}: {why}")
