@@ -402,6 +402,17 @@ static int write_lines(const char *path, char **texts, const uint32_t *pick, uin
     return 0;
 }
 
+/* 0 when the folder `path` would be written in exists and is writable, else 1 after saying
+ * so: checked before the answers are computed, not after. */
+static int writable_folder(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    if (access(dir, W_OK) == 0) return 0;
+    fprintf(stderr, "needle: cannot write %s: %s: %s\n", path, dir, strerror(errno));
+    return 1;
+}
+
 static int run_calibrate(const cli_command *self, int argc, char **argv) {
     cal_options o;
     int rc = parse_options(self, argc, argv, &o);
@@ -424,6 +435,7 @@ static int run_calibrate(const cli_command *self, int argc, char **argv) {
     conf_head_scratch scratch = {0};
     char *heldout = NULL;
 
+    if (writable_folder(o.out) || (o.build_out && writable_folder(o.build_out))) goto done;
     if (read_examples(&o, &exs, &texts, &lines, &n)) goto done;
     if (!(base = cli_read_file(o.weights, &base_size)) || !(ck_image = cli_read_file(o.ckpt, &ck_size))) goto done;
     int st = cact_parse(base, base_size, &bf);

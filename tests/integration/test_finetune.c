@@ -374,7 +374,12 @@ static void test_calibrate(void) {
     CHECK_MSG(same_file(tmp("cal.cact"), tmp("cal2.cact")), "needle build gave another file than --build-out");
     snprintf(cmd, sizeof cmd, "'%s' inspect '%s' 2>&1", cli_path(), tmp("cal.cact"));
     CHECK_MSG(run_command(cmd, out, sizeof out) == 0 && strstr(out, "confidence_head.probes"), "%s", out);
-    /* refused: the output over the input; a Needle 2 base */
+    /* refused: an output folder that does not exist (before any answer is computed); the
+     * output over the input; a Needle 2 base */
+    snprintf(cmd, sizeof cmd, "'%s' calibrate '%s' '%s' -w '%s' -o '%s/none/x.safetensors' 2>&1", cli_path(), ckpt,
+             data, fixture_path("v3/v3c.cact"), tmpdir);
+    rc = run_command(cmd, out, sizeof out);
+    CHECK_MSG(rc == 1 && strstr(out, "cannot write") && !strstr(out, "answered"), "exit %d: %s", rc, out);
     snprintf(cmd, sizeof cmd, "'%s' calibrate '%s' '%s' -w '%s' -o '%s' 2>&1", cli_path(), ckpt, data,
              fixture_path("v3/v3c.cact"), ckpt);
     rc = run_command(cmd, out, sizeof out);
