@@ -57,7 +57,7 @@ void head_pool_copy(head_pool *dst, const head_pool *src) {
 
 /* <a, b> over n floats with eight running sums, so the compiler can vectorize it without
  * reassociating (the order is fixed, so results do not depend on the build). */
-static float dot8(const float *a, const float *b, uint32_t n) {
+float head_dot(const float *a, const float *b, uint32_t n) {
     float acc[8] = {0};
     uint32_t j = 0;
     for (; j + 8 <= n; j += 8)
@@ -102,7 +102,7 @@ void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cel
         if (tokens[i] == NEEDLE_TOKEN_PAD) continue;
         const float *c = cells + (size_t)i * d;
         for (uint32_t k = first; k < first + count; k++)
-            pool_one(p, k, dot8(c, h->probes + (size_t)k * d, d) * inv_sqrt_d, c);
+            pool_one(p, k, head_dot(c, h->probes + (size_t)k * d, d) * inv_sqrt_d, c);
         p->cells++;
     }
 }
@@ -134,7 +134,7 @@ static int second_stage(const head_pool *p, float *u) {
         for (uint32_t k = 0; k < P; k++) {
             score[k] = -INFINITY;
             if (p->sum[k] == 0) continue;
-            score[k] = dot8(r + (size_t)k * d, query, d) * inv_sqrt_d +
+            score[k] = head_dot(r + (size_t)k * d, query, d) * inv_sqrt_d +
                        h->row_bias[(size_t)q * P + k];
             if (score[k] > mx) mx = score[k];
         }

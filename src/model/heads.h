@@ -55,6 +55,10 @@ void head_pool_add(head_pool *p, const int32_t *tokens, uint32_t n, uint32_t cel
  * floats. NEEDLE_ERR_STATE when no cell was pooled yet. */
 int head_pool_output(const head_pool *p, float *out);
 
+/* <a, b> over n floats in eight partial sums, a fixed order: what the pooling's scores use
+ * (shared with the head's training, train/conf_head.c). */
+float head_dot(const float *a, const float *b, uint32_t n);
+
 /* The confidence head's logit mapped to [0, 1] (a sigmoid; spec §4.3 leaves it open). */
 float head_confidence_probability(float logit);
 

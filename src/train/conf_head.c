@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/heads.h"
 #include "util/error.h"
 
 const char *const conf_head_names[CONF_HEAD_TENSORS] = {
@@ -88,16 +89,6 @@ uint16_t conf_head_bf16(float x) {
     return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
 }
 
-static float dot(const float *a, const float *b, uint32_t n) {
-    float acc[8] = {0};
-    uint32_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++) acc[k] += a[j + k] * b[j + k];
-    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; j < n; j++) sum += a[j] * b[j];
-    return sum;
-}
-
 static void widen(const uint16_t *src, uint32_t n, float *dst) {
     for (uint32_t i = 0; i < n; i++) dst[i] = conf_head_f32(src[i]);
 }
@@ -125,7 +116,7 @@ float conf_head_forward(const conf_head_shape *sh, const float *theta, const uin
             widen(cl + (size_t)t * d, d, s->row);
             for (uint32_t k = 0; k < K; k++) {
                 const uint32_t j = l * K + k;
-                s->attn[(size_t)j * T + t] = dot(s->row, v.probes + (size_t)j * d, d) * inv_sqrt_d;
+                s->attn[(size_t)j * T + t] = head_dot(s->row, v.probes + (size_t)j * d, d) * inv_sqrt_d;
             }
         }
         for (uint32_t k = 0; k < K; k++) {
@@ -160,7 +151,7 @@ float conf_head_forward(const conf_head_shape *sh, const float *theta, const uin
     for (uint32_t q = 0; q < Q; q++) {
         float *w = s->w + (size_t)q * P, *pooled = s->pooled + (size_t)q * d;
         for (uint32_t j = 0; j < P; j++)
-            w[j] = dot(s->r + (size_t)j * d, v.query + (size_t)q * d, d) * inv_sqrt_d +
+            w[j] = head_dot(s->r + (size_t)j * d, v.query + (size_t)q * d, d) * inv_sqrt_d +
                    v.row_bias[(size_t)q * P + j];
         softmax(w, P);
         memset(pooled, 0, d * sizeof *pooled);
@@ -191,7 +182,7 @@ void conf_head_backward(const conf_head_shape *sh, const float *theta, const uin
         double wdw = 0;
         float *du = s->dm; /* [P], free until the norm's backward */
         for (uint32_t j = 0; j < P; j++) {
-            du[j] = dot(dpooled, s->r + (size_t)j * d, d);
+            du[j] = head_dot(dpooled, s->r + (size_t)j * d, d);
             wdw += (double)w[j] * du[j];
         }
         for (uint32_t j = 0; j < P; j++) {
@@ -210,7 +201,7 @@ void conf_head_backward(const conf_head_shape *sh, const float *theta, const uin
     for (uint32_t j = 0; j < P; j++) {
         const float *dr = s->dr + (size_t)j * d, *rhat = s->rhat + (size_t)j * d;
         float *dm = s->dm + (size_t)j * d;
-        g.gain[j] += dot(dr, rhat, d);
+        g.gain[j] += head_dot(dr, rhat, d);
         double proj = 0;
         for (uint32_t i = 0; i < d; i++) proj += (double)dr[i] * v.gain[j] * rhat[i];
         const float mean = (float)(proj / d), inv = 1.0f / s->rms[j];
@@ -222,7 +213,7 @@ void conf_head_backward(const conf_head_shape *sh, const float *theta, const uin
         for (uint32_t t = 0; t < T; t++) {
             widen(cl + (size_t)t * d, d, s->row);
             for (uint32_t k = 0; k < K; k++)
-                s->da[(size_t)k * T + t] = dot(s->dm + (size_t)(l * K + k) * d, s->row, d);
+                s->da[(size_t)k * T + t] = head_dot(s->dm + (size_t)(l * K + k) * d, s->row, d);
         }
         for (uint32_t k = 0; k < K; k++) {
             const float *a = s->attn + (size_t)(l * K + k) * T;
