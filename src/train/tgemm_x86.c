@@ -2,9 +2,9 @@
  * 6 rows x 2 vectors (12 accumulators), each lane one column's fused multiply-add chain
  * over k in order, so the results equal the portable fmaf loop bit for bit. Cache
  * blocking: 96 rows of A (up to ~300 KB at K = 768) stay in L2 while the column panels of
- * B stream past them (AVX-512: packed 256 rows at a time, see block512). Column tails use
- * masked loads and stores; a row tail repeats the tile's first row and drops those
- * results. Compiled on every target, empty off x86. */
+ * B, packed 256 rows at a time (see block512), pass over them. Column tails use masked
+ * loads and stores; a row tail repeats the tile's first row and drops those results.
+ * Compiled on every target, empty off x86. */
 #include "train/tgemm.h"
 
 #include "kernels/cpu/cpu.h"
@@ -114,16 +114,41 @@ AVX2 static __m256i mask8(uint32_t w) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(w > 8 ? 8 : w)), idx);
 }
 
-AVX2 static void tile256(const tg_gemm *g, uint32_t r, uint32_t rows, uint32_t n, __m256i k0, __m256i k1) {
-    const float *a0 = g->A + (size_t)r * g->lda;
-    const float *a1 = rows > 1 ? a0 + g->lda : a0, *a2 = rows > 2 ? a0 + 2 * g->lda : a0;
-    const float *a3 = rows > 3 ? a0 + 3 * g->lda : a0, *a4 = rows > 4 ? a0 + 4 * g->lda : a0;
-    const float *a5 = rows > 5 ? a0 + 5 * g->lda : a0;
-    const float *b = g->B + n;
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    for (uint32_t k = 0; k < g->K; k++, b += g->ldb) {
-        const __m256 b0 = _mm256_maskload_ps(b, k0), b1 = _mm256_maskload_ps(b + 8, k1);
+/* B's 16-column panel is packed KC rows at a time (16 KB, inside a 32 KB L1) for the reason
+ * given at pack512: read in place at ldb 768 the panel's rows share a few L1 sets (47
+ * GFLOP/s against 93 at ldb 96 on one Zen core), at the head's 8192 far worse (16). The
+ * chains run KC steps at a time with the accumulators parked in P, as in block512. */
+AVX2 static void pack256(const float *b, size_t ldb, uint32_t kc, uint32_t w, __m256i k0, __m256i k1, float *bp) {
+    if (w == 16)
+        for (uint32_t k = 0; k < kc; k++, b += ldb, bp += 16) {
+            _mm256_store_ps(bp, _mm256_loadu_ps(b));
+            _mm256_store_ps(bp + 8, _mm256_loadu_ps(b + 8));
+        }
+    else
+        for (uint32_t k = 0; k < kc; k++, b += ldb, bp += 16) {
+            _mm256_store_ps(bp, _mm256_maskload_ps(b, k0));
+            _mm256_store_ps(bp + 8, _mm256_maskload_ps(b + 8, k1));
+        }
+}
+
+/* P[rows][16] (+)= the chain of KC steps over a's rows (lda apart) and the packed bp */
+AVX2 static void tile256(const float *a0, size_t lda, uint32_t rows, const float *bp, uint32_t kc, float *P,
+                         int first) {
+    const float *a1 = rows > 1 ? a0 + lda : a0, *a2 = rows > 2 ? a0 + 2 * lda : a0;
+    const float *a3 = rows > 3 ? a0 + 3 * lda : a0, *a4 = rows > 4 ? a0 + 4 * lda : a0;
+    const float *a5 = rows > 5 ? a0 + 5 * lda : a0;
+    __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    if (first) {
+        c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+        c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    } else { /* rows past `rows` hold whatever the tile left there: their results are dropped */
+        c00 = _mm256_load_ps(P), c01 = _mm256_load_ps(P + 8), c10 = _mm256_load_ps(P + 16);
+        c11 = _mm256_load_ps(P + 24), c20 = _mm256_load_ps(P + 32), c21 = _mm256_load_ps(P + 40);
+        c30 = _mm256_load_ps(P + 48), c31 = _mm256_load_ps(P + 56), c40 = _mm256_load_ps(P + 64);
+        c41 = _mm256_load_ps(P + 72), c50 = _mm256_load_ps(P + 80), c51 = _mm256_load_ps(P + 88);
+    }
+    for (uint32_t k = 0; k < kc; k++, bp += 16) {
+        const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
         __m256 x = _mm256_broadcast_ss(a0 + k);
         c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
         x = _mm256_broadcast_ss(a1 + k);
@@ -137,26 +162,44 @@ AVX2 static void tile256(const tg_gemm *g, uint32_t r, uint32_t rows, uint32_t n
         x = _mm256_broadcast_ss(a5 + k);
         c50 = _mm256_fmadd_ps(x, b0, c50), c51 = _mm256_fmadd_ps(x, b1, c51);
     }
-    const __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-    for (uint32_t i = 0; i < rows; i++) {
-        float *c = g->C + (size_t)(r + i) * g->ldc + n;
-        __m256 v0 = acc[i][0], v1 = acc[i][1];
-        if (g->accumulate) {
-            v0 = _mm256_add_ps(_mm256_maskload_ps(c, k0), v0);
-            v1 = _mm256_add_ps(_mm256_maskload_ps(c + 8, k1), v1);
-        }
-        _mm256_maskstore_ps(c, k0, v0);
-        _mm256_maskstore_ps(c + 8, k1, v1);
-    }
+    _mm256_store_ps(P, c00), _mm256_store_ps(P + 8, c01), _mm256_store_ps(P + 16, c10);
+    _mm256_store_ps(P + 24, c11), _mm256_store_ps(P + 32, c20), _mm256_store_ps(P + 40, c21);
+    _mm256_store_ps(P + 48, c30), _mm256_store_ps(P + 56, c31), _mm256_store_ps(P + 64, c40);
+    _mm256_store_ps(P + 72, c41), _mm256_store_ps(P + 80, c50), _mm256_store_ps(P + 88, c51);
 }
 
 AVX2 static void block256(const tg_gemm *g, uint32_t m0, uint32_t m1, uint32_t n0, uint32_t n1) {
+    _Alignas(32) float bp[KC * 16];
+    _Alignas(32) float P[MC * 16];
     for (uint32_t mb = m0; mb < m1; mb += MC) {
         const uint32_t me = m1 - mb < MC ? m1 : mb + MC;
         for (uint32_t n = n0; n < n1; n += 16) {
             const uint32_t w = n1 - n < 16 ? n1 - n : 16;
             const __m256i k0 = mask8(w), k1 = mask8(w > 8 ? w - 8 : 0);
-            for (uint32_t r = mb; r < me; r += MR) tile256(g, r, me - r < MR ? me - r : MR, n, k0, k1);
+            if (!g->K) memset(P, 0, sizeof P); /* empty chains: every sum is 0 */
+            for (uint32_t kb = 0; kb < g->K; kb += KC) {
+                const uint32_t kc = g->K - kb < KC ? g->K - kb : KC;
+                pack256(g->B + (size_t)kb * g->ldb + n, g->ldb, kc, w, k0, k1, bp);
+                for (uint32_t r = mb; r < me; r += MR)
+                    tile256(g->A + (size_t)r * g->lda + kb, g->lda, me - r < MR ? me - r : MR, bp, kc,
+                            P + (size_t)(r - mb) * 16, kb == 0);
+            }
+            for (uint32_t r = mb; r < me; r++) {
+                float *c = g->C + (size_t)r * g->ldc + n;
+                const float *p = P + (size_t)(r - mb) * 16;
+                __m256 v0 = _mm256_load_ps(p), v1 = _mm256_load_ps(p + 8);
+                if (w == 16) {
+                    if (g->accumulate) v0 = _mm256_add_ps(_mm256_loadu_ps(c), v0), v1 = _mm256_add_ps(_mm256_loadu_ps(c + 8), v1);
+                    _mm256_storeu_ps(c, v0), _mm256_storeu_ps(c + 8, v1);
+                    continue;
+                }
+                if (g->accumulate) {
+                    v0 = _mm256_add_ps(_mm256_maskload_ps(c, k0), v0);
+                    v1 = _mm256_add_ps(_mm256_maskload_ps(c + 8, k1), v1);
+                }
+                _mm256_maskstore_ps(c, k0, v0);
+                _mm256_maskstore_ps(c + 8, k1, v1);
+            }
         }
     }
 }
