@@ -34,7 +34,7 @@ static float pairwise_sum(const float *a, uint32_t n) {
     return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
 }
 
-/* The nearest level of u = rot / denom, times nf, for a whole group (below). AVX-512F for
+/* The nearest level of u = rot / denom, times nf, for a whole group (below). AVX-512F and AVX2 for
  * codebooks of at most 16 levels (W4 and below: all of them in one register): the count
  * of levels below u by 16-lane compares, both neighbours by a permute. Every step is an
  * exactly rounded IEEE operation (divide, compare, subtract, absolute value, multiply),
@@ -64,6 +64,32 @@ __attribute__((target("avx512f"))) static void nearest512(const float *rot, floa
         _mm512_mask_storeu_ps(s + k, km, _mm512_mul_ps(q, vn));
     }
 }
+
+/* The same with AVX2 (8 lanes, two 8-level halves of the codebook picked by a blend) */
+__attribute__((target("avx2"))) static void nearest256(const float *rot, float denom, float nf,
+                                                       const float *levels, uint32_t nlev, uint32_t G, float *s) {
+    float lvp[16] = {0};
+    memcpy(lvp, levels, nlev * sizeof *levels);
+    const __m256 lv0 = _mm256_loadu_ps(lvp), lv1 = _mm256_loadu_ps(lvp + 8);
+    const __m256i one = _mm256_set1_epi32(1), top = _mm256_set1_epi32((int)nlev - 1), seven = _mm256_set1_epi32(7);
+    const __m256 vd = _mm256_set1_ps(denom), vn = _mm256_set1_ps(nf);
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    for (uint32_t k = 0; k < G; k += 8) { /* G is a multiple of 8 (train_cq_fake_quant) */
+        const __m256 u = _mm256_div_ps(_mm256_loadu_ps(rot + k), vd);
+        __m256i pos = _mm256_setzero_si256();
+        for (uint32_t l = 0; l < nlev; l++) /* a true compare is -1: subtract it */
+            pos = _mm256_sub_epi32(pos, _mm256_castps_si256(_mm256_cmp_ps(_mm256_set1_ps(levels[l]), u, _CMP_LT_OQ)));
+        const __m256i p = _mm256_min_epi32(_mm256_max_epi32(pos, one), top), pm = _mm256_sub_epi32(p, one);
+        const __m256 lo = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lv0, pm), _mm256_permutevar8x32_ps(lv1, pm),
+                                           _mm256_castsi256_ps(_mm256_cmpgt_epi32(pm, seven)));
+        const __m256 hi = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lv0, p), _mm256_permutevar8x32_ps(lv1, p),
+                                           _mm256_castsi256_ps(_mm256_cmpgt_epi32(p, seven)));
+        const __m256 dlo = _mm256_and_ps(_mm256_sub_ps(u, lo), abs_mask);
+        const __m256 dhi = _mm256_and_ps(_mm256_sub_ps(u, hi), abs_mask);
+        const __m256 q = _mm256_blendv_ps(hi, lo, _mm256_cmp_ps(dlo, dhi, _CMP_LE_OQ));
+        _mm256_storeu_ps(s + k, _mm256_mul_ps(q, vn));
+    }
+}
 #else
 #define HAVE_NEAREST512 0
 #endif
@@ -71,6 +97,7 @@ __attribute__((target("avx512f"))) static void nearest512(const float *rot, floa
 typedef struct fq_job {
     const tg_level *lv;
     int nearest512; /* nearest512 above (the AVX-512 level and at most 16 levels) */
+    int nearest256; /* nearest256 (the AVX2 level and at most 16 levels) */
     tg_gemm g;
     int single; /* one group per line: 8-wide chains added in turn */
     uint32_t G;
@@ -123,6 +150,10 @@ static void group_share(fq_job *j, int i, int n) {
 #if HAVE_NEAREST512
         if (j->nearest512) {
             nearest512(rot, denom, nf, j->levels, j->nlev, G, s);
+            continue;
+        }
+        if (j->nearest256) {
+            nearest256(rot, denom, nf, j->levels, j->nlev, G, s);
             continue;
         }
 #endif
@@ -205,6 +236,7 @@ int train_cq_fake_quant(train_run_fn run, const void *m, const cq_codebooks *cb,
         memset(&j, 0, sizeof j);
         j.lv = lv, j.G = G, j.single = ngroups == 1, j.levels = cb->levels[bits], j.nlev = nlev;
         j.nearest512 = HAVE_NEAREST512 && nlev >= 2 && nlev <= 16 && !strcmp(lv->name, "avx512");
+        j.nearest256 = HAVE_NEAREST512 && nlev >= 2 && nlev <= 16 && !strcmp(lv->name, "avx2");
         j.groups = groups, j.rot = rot, j.scaled = scaled;
         /* rot = groups @ H; with a single group per line C starts at 0 and takes the 8-chains */
         const tg_gemm rg = {x, hm, rot, G, G, G, (uint32_t)groups, G, G, 0};

@@ -112,7 +112,8 @@ static void test_transpose(void) {
 
 /* lines x cols, value (r, c) at [r * ls + c * cs]: the fake quantization equals the
  * quantizer's dequantization of its own codes bit for bit, on 1 and 3 threads */
-static void check_cq(const g3_model *m, const cq_codebooks *cb, uint32_t lines, uint32_t cols, int by_column) {
+static void check_cq(const g3_model *m, const cq_codebooks *cb, uint32_t bits, uint32_t lines, uint32_t cols,
+                     int by_column) {
     const uint64_t ls = by_column ? 1 : cols, cs = by_column ? lines : 1;
     float *w = malloc((size_t)lines * cols * sizeof *w), *row = malloc((size_t)lines * cols * sizeof *row);
     float *want = malloc((size_t)lines * cols * sizeof *want);
@@ -120,14 +121,14 @@ static void check_cq(const g3_model *m, const cq_codebooks *cb, uint32_t lines, 
     for (uint32_t c = 0; c < cols && lines > 1; c++) w[1 * ls + c * cs] = 0.0f; /* a zero line: norm 0 */
     for (uint32_t r = 0; r < lines; r++) /* the quantizer's layout: rows of cols */
         for (uint32_t c = 0; c < cols; c++) row[(size_t)r * cols + c] = w[r * ls + c * cs];
-    uint8_t *blob = malloc(cq_blob_bytes(lines, cols, 4, cb->group));
-    CHECK(cq_quantize_matrix(cb, row, lines, cols, 4, blob, NULL, NULL) == 0);
-    CHECK(cq_dequantize_matrix(cb, blob, lines, cols, 4, want) == 0);
-    CHECK_MSG(g3_cq_fake_quant(m, cb, 4, w, lines, cols, ls, cs) == 0, "%s", needle_last_error());
+    uint8_t *blob = malloc(cq_blob_bytes(lines, cols, bits, cb->group));
+    CHECK(cq_quantize_matrix(cb, row, lines, cols, bits, blob, NULL, NULL) == 0);
+    CHECK(cq_dequantize_matrix(cb, blob, lines, cols, bits, want) == 0);
+    CHECK_MSG(g3_cq_fake_quant(m, cb, bits, w, lines, cols, ls, cs) == 0, "%s", needle_last_error());
     size_t differ = 0;
     for (uint32_t r = 0; r < lines; r++)
         for (uint32_t c = 0; c < cols; c++) differ += memcmp(&w[r * ls + c * cs], &want[(size_t)r * cols + c], 4) != 0;
-    CHECK_MSG(differ == 0, "CQ %u x %u (%s): %zu values differ from the quantizer's", lines, cols,
+    CHECK_MSG(differ == 0, "CQ%u %u x %u (%s): %zu values differ from the quantizer's", bits, lines, cols,
               by_column ? "by column" : "by row", differ);
     free(w), free(row), free(want), free(blob);
 }
@@ -148,9 +149,11 @@ static void test_cq_fake_quant(void) {
     for (int threads = 1; threads <= 3 && m; threads += 2) {
         CHECK(g3_set_threads(m, threads) == 0);
         for (size_t s = 0; s < sizeof SH / sizeof SH[0]; s++)
-            for (int byc = 0; byc < 2; byc++) check_cq(m, &cb, SH[s][0], SH[s][1], byc);
+            for (int byc = 0; byc < 2; byc++) check_cq(m, &cb, 4, SH[s][0], SH[s][1], byc);
     }
-    check_cq(NULL, &cb, 4, 300, 0); /* no model: one thread */
+    for (uint32_t bits = 2; bits <= 3; bits++) /* fewer levels than a vector's lanes */
+        for (int byc = 0; byc < 2; byc++) check_cq(m, &cb, bits, 9, 768, byc);
+    check_cq(NULL, &cb, 4, 4, 300, 0); /* no model: one thread */
     /* bad input: a value that is not finite, a group norm beyond float16 */
     float bad[256];
     for (int i = 0; i < 256; i++) bad[i] = 0.01f;
