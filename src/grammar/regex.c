@@ -566,30 +566,33 @@ static int cmp_u32(const void *x, const void *y) {
     return a < b ? -1 : a > b;
 }
 
-static int set_has(const rx *r, const nstate *s, uint32_t cp) {
-    if (!s->set_n) return 0; /* the empty class "[]": r->ranges.v may be NULL */
-    const range *v = r->ranges.v + s->set_first;
-    uint32_t lo = 0, hi = s->set_n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (v[mid].hi < cp) lo = mid + 1;
-        else if (v[mid].lo > cp) hi = mid;
-        else return 1;
+/* the class holding code point cp: the last whose lower bound is at most cp */
+static uint32_t class_of(const gram_dfa *d, uint32_t cp) {
+    uint32_t lo = 0, hi = d->n_classes; /* bounds[lo] <= cp < bounds[hi] */
+    while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (d->bounds[mid] <= cp) lo = mid;
+        else hi = mid;
     }
-    return 0;
+    return lo;
 }
 
 static int build_dfa(rx *r, int start, int match, gram_dfa *d) {
     int rc = -2;
     size_t nn = r->nfa.n;
     subsets ss = {0};
+    subsets ts = {0}; /* the target lists met so far (a memo of their states, tid) */
+    uint32_t *rclass = NULL; /* [range][2]: its first and last class */
+    size_t *ccount = NULL, moves_cap = 0;
+    int *moves = NULL;
+    VEC(long) tid = {0};
     int *stack = malloc(2 * nn * sizeof *stack + 8), *tmp = malloc(nn * sizeof *tmp + 8);
-    int *targets = malloc(nn * sizeof *targets + 8);
+    int *targets = malloc(nn * sizeof *targets + 8), *prev = malloc(nn * sizeof *prev + 8);
     uint32_t *mark = calloc(nn + 1, sizeof *mark), gen = 0;
     VEC(int32_t) trans = {0};
     /* classes: every range start and end + 1 */
     uint32_t *cuts = malloc((2 * r->ranges.n + 2) * sizeof *cuts);
-    if (!stack || !tmp || !targets || !mark || !cuts) goto done;
+    if (!stack || !tmp || !targets || !prev || !mark || !cuts) goto done;
     size_t nc = 0;
     cuts[nc++] = 0;
     for (size_t i = 0; i < r->ranges.n; i++) {
@@ -614,28 +617,83 @@ static int build_dfa(rx *r, int start, int match, gram_dfa *d) {
     while (ss.table_cap & (ss.table_cap - 1)) ss.table_cap &= ss.table_cap - 1;
     ss.table_cap *= 2;
     ss.table = calloc(ss.table_cap, sizeof *ss.table);
+    ts.table_cap = ss.table_cap;
+    ts.table = calloc(ts.table_cap, sizeof *ts.table);
     int oom = 0;
     VEC_PUSH(ss.first, 0u, oom = 1);
-    if (!ss.table || oom) goto done;
+    VEC_PUSH(ts.first, 0u, oom = 1);
+    if (!ss.table || !ts.table || oom) goto done;
     size_t m = closure(r, stack, tmp, 1, &start, mark, ++gen);
     if (intern(&ss, tmp, m, &oom) < 0) goto done;
+    /* Every range is a run of whole classes (the cuts are its ends): its first and last
+     * class, found once, so that a state's moves are read off its NFA states' ranges
+     * instead of testing every NFA state against every class. */
+    rclass = malloc(2 * r->ranges.n * sizeof *rclass + 8);
+    ccount = malloc((u + 1) * sizeof *ccount);
+    if (!rclass || !ccount) goto done;
+    for (size_t i = 0; i < r->ranges.n; i++) {
+        rclass[2 * i] = class_of(d, r->ranges.v[i].lo);
+        rclass[2 * i + 1] = class_of(d, r->ranges.v[i].hi);
+    }
     for (size_t s = 0; s + 1 < ss.first.n; s++) {
+        /* the targets of every class at once, in CSR form: class c's are moves[ccount[c]
+         * .. ccount[c + 1]), in the order of the state's NFA states (the order a test of
+         * each NFA state against the class gives) */
+        const uint32_t a = ss.first.v[s], b = ss.first.v[s + 1];
+        memset(ccount, 0, (u + 1) * sizeof *ccount);
+        size_t total = 0;
+        for (uint32_t k = a; k < b; k++) {
+            const nstate *ns = &r->nfa.v[ss.pool.v[k]];
+            if (ns->type != NS_SET) continue;
+            for (uint32_t i = ns->set_first; i < ns->set_first + ns->set_n; i++)
+                for (uint32_t c = rclass[2 * i]; c <= rclass[2 * i + 1]; c++) ccount[c + 1]++, total++;
+        }
+        if (total > moves_cap) {
+            free(moves);
+            moves_cap = total;
+            moves = malloc(moves_cap * sizeof *moves);
+            if (!moves) goto done;
+        }
+        for (uint32_t c = 0; c < u; c++) ccount[c + 1] += ccount[c];
+        for (uint32_t k = a; k < b; k++) { /* ccount[c] walks to the end of class c's ... */
+            const nstate *ns = &r->nfa.v[ss.pool.v[k]];
+            if (ns->type != NS_SET) continue;
+            for (uint32_t i = ns->set_first; i < ns->set_first + ns->set_n; i++)
+                for (uint32_t c = rclass[2 * i]; c <= rclass[2 * i + 1]; c++) moves[ccount[c]++] = ns->out1;
+        }
+        for (uint32_t c = u; c > 0; c--) ccount[c] = ccount[c - 1]; /* ... and is moved back */
+        ccount[0] = 0;
+        /* Neighbouring classes mostly lead to the same NFA states (a class boundary that
+         * some other part of the pattern needs): the previous class's target list and state
+         * are reused, without a closure and a hash (most of a compile on wide classes). */
+        size_t prev_nt = (size_t)-1;
+        long prev_id = -1;
         for (uint32_t c = 0; c < u; c++) {
-            uint32_t a = ss.first.v[s], b = ss.first.v[s + 1];
-            size_t nt = 0;
-            for (uint32_t k = a; k < b; k++) {
-                const nstate *ns = &r->nfa.v[ss.pool.v[k]];
-                if (ns->type == NS_SET && set_has(r, ns, d->bounds[c])) targets[nt++] = ns->out1;
-            }
+            const size_t nt = ccount[c + 1] - ccount[c];
+            if (nt) memcpy(targets, moves + ccount[c], nt * sizeof *targets); /* moves: NULL while empty */
             long id = -1;
-            if (nt) {
-                m = closure(r, stack, tmp, nt, targets, mark, ++gen);
-                id = intern(&ss, tmp, m, &oom);
-                if (id == -3) {
-                    rc = rx_fail(r, "pattern needs more than %d DFA states", GRAM_REGEX_MAX_STATES);
-                    goto done;
+            if (nt == prev_nt && !memcmp(targets, prev, nt * sizeof *targets)) {
+                id = prev_id;
+            } else if (nt) {
+                memcpy(prev, targets, nt * sizeof *targets);
+                prev_nt = nt;
+                /* a target list seen before (from another state) has its state already */
+                const long key = intern(&ts, targets, nt, &oom); /* -3: the memo is full */
+                if (key == -1) goto done;
+                if (key >= 0 && (size_t)key < tid.n) {
+                    id = tid.v[key];
+                } else {
+                    m = closure(r, stack, tmp, nt, targets, mark, ++gen);
+                    id = intern(&ss, tmp, m, &oom);
+                    if (id == -3) {
+                        rc = rx_fail(r, "pattern needs more than %d DFA states", GRAM_REGEX_MAX_STATES);
+                        goto done;
+                    }
+                    if (id < 0) goto done;
+                    if (key >= 0) VEC_PUSH(tid, id, oom = 1); /* key == tid.n: new */
+                    if (oom) goto done;
                 }
-                if (id < 0) goto done;
+                prev_id = id;
             }
             VEC_PUSH(trans, (int32_t)id, oom = 1);
             if (oom) goto done;
@@ -701,8 +759,10 @@ static int build_dfa(rx *r, int start, int match, gram_dfa *d) {
     free(acc); free(live); free(remap);
     rc = 0;
 done:
-    free(stack); free(tmp); free(targets); free(mark); free(cuts);
+    free(stack); free(tmp); free(targets); free(prev); free(mark); free(cuts);
     free(ss.pool.v); free(ss.first.v); free(ss.table); free(trans.v);
+    free(ts.pool.v); free(ts.first.v); free(ts.table); free(tid.v);
+    free(rclass); free(ccount); free(moves);
     return rc;
 }
 
