@@ -30,7 +30,12 @@ static needle_session *session(void) {
     if (s) return s;
     const char *path = getenv("NEEDLE_FUZZ_MODEL");
     if (!path) path = NEEDLE_FUZZ_CHAT_MODEL;
-    if (needle_model_open(path, NULL, &model) != NEEDLE_OK) {
+    /* one thread: a campaign is one process per core, and a pool's second thread polling
+     * between the tiny model's products took as much CPU as the work (and a core that
+     * another job needs) */
+    needle_model_params mp = needle_model_default_params();
+    mp.n_threads = 1;
+    if (needle_model_open(path, &mp, &model) != NEEDLE_OK) {
         fprintf(stderr, "fuzz_chat: cannot open %s: %s\n", path, needle_last_error());
         exit(1);
     }
