@@ -30,6 +30,7 @@
 #include "build.h"
 #include "cli.h"
 #include "compat.h"
+#include "eval_data.h"
 #include "eval_score.h"
 #include "export/cact_write.h"
 #include "train/conf_head.h"
@@ -160,69 +161,6 @@ static int parse_options(const cli_command *self, int argc, char **argv, cal_opt
     if (!(o->lr > 0)) return cli_usage_error(self, "--lr must be above 0");
     if (!o->weights && !cli_default_weights(&o->weights) && !o->weights) return cli_no_weights();
     return CLI_GO;
-}
-
-/* The examples of `path` as eval reads them, with their lines' text (for the held-out
- * file). Returns 0, or 1 after printing the error. */
-static int read_examples(const cal_options *o, eval_example **out, char ***texts, long **lines, uint32_t *n) {
-    FILE *f = platform_fopen(o->data, "rb");
-    if (!f) {
-        fprintf(stderr, "needle: cannot open %s: %s\n", o->data, strerror(errno));
-        return 1;
-    }
-    char *line = NULL, err[256];
-    size_t cap_line = 0, cap = 0;
-    ssize_t got;
-    long lineno = 0;
-    int rc = 0;
-    *out = NULL;
-    *texts = NULL;
-    *lines = NULL;
-    *n = 0;
-    while ((!o->limit || (long)*n < o->limit) && (got = getline(&line, &cap_line, f)) >= 0) {
-        lineno++;
-        size_t k = 0;
-        while (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n') k++;
-        if (!line[k]) continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 256;
-            eval_example *ne = realloc(*out, cap * sizeof *ne);
-            if (ne) *out = ne;
-            char **nt = realloc(*texts, cap * sizeof *nt);
-            if (nt) *texts = nt;
-            long *nl = realloc(*lines, cap * sizeof *nl);
-            if (nl) *lines = nl;
-            if (!ne || !nt || !nl) {
-                fprintf(stderr, "needle: out of memory reading %s\n", o->data);
-                rc = 1;
-                break;
-            }
-        }
-        if (strlen(line) != (size_t)got || eval_example_parse(line, &(*out)[*n], err, sizeof err)) {
-            fprintf(stderr, "needle: %s:%ld: %s\n", o->data, lineno,
-                    strlen(line) != (size_t)got ? "holds a NUL byte" : err);
-            rc = 1;
-            break;
-        }
-        if (!((*texts)[*n] = strdup(line))) {
-            eval_example_free(&(*out)[*n]);
-            fprintf(stderr, "needle: out of memory reading %s\n", o->data);
-            rc = 1;
-            break;
-        }
-        (*lines)[(*n)++] = lineno;
-    }
-    if (!rc && ferror(f)) {
-        fprintf(stderr, "needle: cannot read %s: %s\n", o->data, strerror(errno));
-        rc = 1;
-    }
-    free(line);
-    fclose(f);
-    if (!rc && *n < 2) {
-        fprintf(stderr, "needle: %s: %s\n", o->data, *n ? "one example; calibrating needs more" : "no examples");
-        rc = 1;
-    }
-    return rc;
 }
 
 /* The head's shape and starting values from the checkpoint; 1 after printing the error. */
@@ -418,6 +356,7 @@ static int run_calibrate(const cli_command *self, int argc, char **argv) {
     int rc = parse_options(self, argc, argv, &o);
     if (rc != CLI_GO) return rc;
     rc = 1;
+    eval_dataset data = {0}; /* the examples as eval reads them, with their lines' text (the held-out file) */
     eval_example *exs = NULL;
     char **texts = NULL;
     long *lines = NULL;
@@ -436,7 +375,12 @@ static int run_calibrate(const cli_command *self, int argc, char **argv) {
     char *heldout = NULL;
 
     if (writable_folder(o.out) || (o.build_out && writable_folder(o.build_out))) goto done;
-    if (read_examples(&o, &exs, &texts, &lines, &n)) goto done;
+    if (eval_dataset_read(o.data, o.limit, 0, 1, &data)) goto done;
+    exs = data.ex, texts = data.text, lines = data.line, n = (uint32_t)data.n;
+    if (n < 2) {
+        fprintf(stderr, "needle: %s: %s\n", o.data, n ? "one example; calibrating needs more" : "no examples");
+        goto done;
+    }
     if (!(base = cli_read_file(o.weights, &base_size)) || !(ck_image = cli_read_file(o.ckpt, &ck_size))) goto done;
     int st = cact_parse(base, base_size, &bf);
     if (st) {
@@ -645,13 +589,7 @@ done:
     conf_head_scratch_free(&scratch);
     for (uint32_t i = 0; ex && i < n_ex; i++) free(ex[i].cells);
     free(ex);
-    for (uint32_t i = 0; i < n; i++) {
-        eval_example_free(&exs[i]);
-        free(texts[i]);
-    }
-    free(exs);
-    free(texts);
-    free(lines);
+    eval_dataset_free(&data);
     st_release(&ck);
     if (have_bf) cact_release(&bf);
     free(base);

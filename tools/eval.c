@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "compat.h"
+#include "eval_data.h"
 #include "eval_score.h"
 #include "util/platform.h"
 
@@ -51,89 +52,6 @@ static int parse_eval_options(const cli_command *self, int argc, char **argv, ev
     if (!o->weights) return cli_no_weights();
     if (!o->data) return cli_usage_error(self, "needs the DATA.jsonl to score");
     return CLI_GO;
-}
-
-/* ---- reading the dataset ----------------------------------------------------------- */
-
-typedef struct example {
-    eval_example ex;
-    long line;
-} example;
-
-typedef struct dataset {
-    example *v;
-    size_t n, cap;
-    long skipped;
-} dataset;
-
-static void dataset_free(dataset *d) {
-    for (size_t i = 0; i < d->n; i++) eval_example_free(&d->v[i].ex);
-    free(d->v);
-}
-
-static int blank(const char *s) {
-    for (; *s; s++)
-        if (*s != ' ' && *s != '\t' && *s != '\r' && *s != '\n') return 0;
-    return 1;
-}
-
-/* Reads and validates up to o->limit examples (0 = all). Returns 0, or 1 after printing
- * the error. */
-static int read_dataset(const eval_options *o, dataset *d) {
-    memset(d, 0, sizeof *d);
-    FILE *f = platform_fopen(o->data, "rb");
-    if (!f) {
-        fprintf(stderr, "needle: cannot open %s: %s\n", o->data, strerror(errno));
-        return 1;
-    }
-    char *line = NULL, err[256];
-    size_t line_cap = 0;
-    ssize_t got;
-    long lineno = 0;
-    int rc = 0;
-    while ((!o->limit || (long)d->n < o->limit) && (got = getline(&line, &line_cap, f)) >= 0) {
-        lineno++;
-        if (blank(line)) continue;
-        example e = {.line = lineno};
-        int bad;
-        if (strlen(line) != (size_t)got) bad = snprintf(err, sizeof err, "holds a NUL byte") > 0;
-        else bad = eval_example_parse(line, &e.ex, err, sizeof err) != 0;
-        if (bad) {
-            fprintf(stderr, "needle: %s:%ld: %s%s\n", o->data, lineno, err,
-                    o->skip_bad ? " (skipped)" : "");
-            if (o->skip_bad) {
-                d->skipped++;
-                continue;
-            }
-            rc = 1;
-            break;
-        }
-        if (d->n == d->cap) {
-            const size_t cap = d->cap ? 2 * d->cap : 64;
-            example *v = realloc(d->v, cap * sizeof *v);
-            if (!v) {
-                eval_example_free(&e.ex);
-                fprintf(stderr, "needle: out of memory reading %s\n", o->data);
-                rc = 1;
-                break;
-            }
-            d->v = v;
-            d->cap = cap;
-        }
-        d->v[d->n++] = e;
-    }
-    if (rc == 0 && ferror(f)) {
-        fprintf(stderr, "needle: cannot read %s: %s\n", o->data, strerror(errno));
-        rc = 1;
-    }
-    free(line);
-    fclose(f);
-    if (rc == 0 && d->n == 0) {
-        fprintf(stderr, "needle: %s: no examples\n", o->data);
-        rc = 1;
-    }
-    if (rc) dataset_free(d);
-    return rc;
 }
 
 /* ---- sessions, one per tools+system, least recently used replaced --------------------- */
@@ -191,11 +109,11 @@ static void print_json_compact(FILE *f, const cJSON *v) {
     free(s);
 }
 
-static void print_mismatch(const example *e, const cJSON *pred, const char *turn_error,
+static void print_mismatch(const eval_example *ex, long line, const cJSON *pred, const char *turn_error,
                            int hit_limit) {
-    fprintf(stderr, "line %ld: %s%s\n  expected:  ", e->line, e->ex.query,
+    fprintf(stderr, "line %ld: %s%s\n  expected:  ", line, ex->query,
             hit_limit ? "  (the token budget ended it)" : "");
-    print_json_compact(stderr, e->ex.expected);
+    print_json_compact(stderr, ex->expected);
     fprintf(stderr, "\n  predicted: ");
     if (turn_error) fprintf(stderr, "(turn error: %s)", turn_error);
     else print_json_compact(stderr, pred);
@@ -329,8 +247,13 @@ static int run_eval(const cli_command *self, int argc, char **argv) {
     eval_options o;
     int rc = parse_eval_options(self, argc, argv, &o);
     if (rc != CLI_GO) return rc;
-    dataset d;
-    if (read_dataset(&o, &d)) return 1;
+    eval_dataset d;
+    if (eval_dataset_read(o.data, o.limit, o.skip_bad, 0, &d)) return 1;
+    if (d.n == 0) {
+        fprintf(stderr, "needle: %s: no examples\n", o.data);
+        eval_dataset_free(&d);
+        return 1;
+    }
 
     needle_model *m = NULL;
     session_slot slots[EVAL_SESSIONS];
@@ -362,16 +285,16 @@ static int run_eval(const cli_command *self, int argc, char **argv) {
     int errors_reported = 0;
     double sum_ms = 0;
     for (size_t i = 0; i < d.n; i++) {
-        const example *e = &d.v[i];
+        const eval_example *e = &d.ex[i];
         char err[512] = "";
         cJSON *env = NULL;
         const cJSON *pred = NULL;
         double ms = -1; /* stays -1 when the turn never ran */
         int hit_limit = 0;
         needle_session *s =
-            session_for(slots, m, &sp, &e->ex, (unsigned long)i + 1, err, sizeof err);
-        if (s) pred = run_turn(s, &o, e->ex.query, buf, &env, &ms, &hit_limit, err, sizeof err);
-        eval_result r = eval_score(pred, e->ex.expected, e->ex.tools);
+            session_for(slots, m, &sp, e, (unsigned long)i + 1, err, sizeof err);
+        if (s) pred = run_turn(s, &o, e->query, buf, &env, &ms, &hit_limit, err, sizeof err);
+        eval_result r = eval_score(pred, e->expected, e->tools);
         r.hit_limit = hit_limit;
         if (!pred) metrics.turn_errors++;
         const cJSON *conf = pred ? cJSON_GetObjectItemCaseSensitive(env, "confidence") : NULL;
@@ -387,8 +310,8 @@ static int run_eval(const cli_command *self, int argc, char **argv) {
         if (bar && (first_error || (o.verbose && !r.exact))) fprintf(stderr, "\r\033[K");
         if (first_error)
             fprintf(stderr, "needle: %s:%ld: turn error: %s (--verbose lists every one)\n",
-                    o.data, e->line, err);
-        if (o.verbose && !r.exact) print_mismatch(e, pred, pred ? NULL : err, hit_limit);
+                    o.data, d.line[i], err);
+        if (o.verbose && !r.exact) print_mismatch(e, d.line[i], pred, pred ? NULL : err, hit_limit);
         cJSON_Delete(env);
         if (ms >= 0) sum_ms += ms;
         if (bar) progress(i + 1, d.n, &metrics, sum_ms);
@@ -400,7 +323,7 @@ done:
     needle_model_free(m);
     free(buf);
     eval_metrics_free(&metrics);
-    dataset_free(&d);
+    eval_dataset_free(&d);
     return rc;
 }
 
