@@ -697,7 +697,7 @@ static void gemm_causal(const G3(model) * m, int mode, const float *A, size_t ld
     }
 }
 
-static void attn_fwd_worker(void *arg, int i, int n) {
+TG_CLONES static void attn_fwd_worker(void *arg, int i, int n) {
     attn_job *j = arg;
     const G3(model) *m = j->m;
     seq_ws *w = j->w;
@@ -729,7 +729,7 @@ static void attn_fwd_worker(void *arg, int i, int n) {
     }
 }
 
-static void attn_back_worker(void *arg, int i, int n) {
+TG_CLONES static void attn_back_worker(void *arg, int i, int n) {
     attn_job *j = arg;
     const G3(model) *m = j->m;
     seq_ws *w = j->w;
@@ -764,7 +764,7 @@ static void attn_back_worker(void *arg, int i, int n) {
 
 /* engram: x + sigmoid(<rms_unit(x), rms_unit(ek)> / sqrt(D)) * ev; then the attention
  * input norm (MultiHeadAttention: x = _aq(x, quant)) */
-static void block_in_tok(const tok_job *j, uint32_t t) {
+TG_CLONES static void block_in_tok(const tok_job *j, uint32_t t) {
     const G3(model) *m = j->m;
     seq_ws *w = j->w;
     const uint32_t T = j->T, D = m->D;
@@ -789,7 +789,7 @@ static void block_in_tok(const tok_job *j, uint32_t t) {
 
 /* the conv taps over the projections, q_norm / k_norm per head, RoPE (rotate-half), and
  * the int8 q/K/V of quant=True */
-static void block_qkv_tok(const tok_job *j, uint32_t t) {
+TG_CLONES static void block_qkv_tok(const tok_job *j, uint32_t t) {
     const G3(model) *m = j->m;
     seq_ws *w = j->w;
     const uint32_t l = j->l, H = m->H, KV = m->KV, qk = m->qk, vd = m->vd;
@@ -836,7 +836,7 @@ static void block_qkv_tok(const tok_job *j, uint32_t t) {
 }
 
 /* the output gate: out = _aq(o * sigmoid(gate_proj), quant) */
-static void block_gate_tok(const tok_job *j, uint32_t t) {
+TG_CLONES static void block_gate_tok(const tok_job *j, uint32_t t) {
     const G3(model) *m = j->m;
     seq_ws *w = j->w;
     const uint32_t O = m->H * m->vd;
@@ -845,7 +845,7 @@ static void block_gate_tok(const tok_job *j, uint32_t t) {
 }
 
 /* post_attn_norm, gated residual, pre_hada_norm */
-static void block_resid_tok(const tok_job *j, uint32_t t) {
+TG_CLONES static void block_resid_tok(const tok_job *j, uint32_t t) {
     const G3(model) *m = j->m;
     seq_ws *w = j->w;
     const uint32_t l = j->l, D = m->D;
@@ -883,7 +883,7 @@ static void hada_fwd_in(void *ctx, uint32_t t0, uint32_t t1) {
 }
 
 /* cond += 1, the first permutation, h = d2 cond z1p + b2, hs = silu(h) */
-static void hada_fwd_act(void *ctx, uint32_t t0, uint32_t t1) {
+TG_CLONES static void hada_fwd_act(void *ctx, uint32_t t0, uint32_t t1) {
     const hada_ctx *x = ctx;
     const G3(model) *m = x->m;
     seq_ws *w = x->w;
@@ -940,7 +940,7 @@ static void hada_back_out(void *ctx, uint32_t t0, uint32_t t1) {
 }
 
 /* dz2 (d5) from dz2p (d4) through the second permutation; k3 = the terms of gd3 */
-static void hada_back_perm2(void *ctx, uint32_t t0, uint32_t t1) {
+TG_CLONES static void hada_back_perm2(void *ctx, uint32_t t0, uint32_t t1) {
     const hada_ctx *x = ctx;
     const G3(model) *m = x->m;
     seq_ws *w = x->w;
@@ -959,7 +959,7 @@ static void hada_back_perm2(void *ctx, uint32_t t0, uint32_t t1) {
 
 /* through silu and h = d2 cond z1p + b2: dcond (d5), dz1 (d4) from dhs (d3); k3, k4 = the
  * terms of gb2, gd2 */
-static void hada_back_act(void *ctx, uint32_t t0, uint32_t t1) {
+TG_CLONES static void hada_back_act(void *ctx, uint32_t t0, uint32_t t1) {
     const hada_ctx *x = ctx;
     const G3(model) *m = x->m;
     seq_ws *w = x->w;
@@ -1030,7 +1030,7 @@ static void resid_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
 }
 
 /* through the output gate: dO (d3) and dgl (d6) from dgo (d1) */
-static void gate_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
+TG_CLONES static void gate_back_tok(void *ctx, uint32_t t0, uint32_t t1) {
     const hada_ctx *x = ctx;
     const size_t O = (size_t)x->m->H * x->m->vd;
     seq_ws *w = x->w;
@@ -1049,7 +1049,7 @@ typedef struct taps_ctx {
     real *buf, *g;
 } taps_ctx;
 
-static void taps_back_cols(void *ctx, uint32_t c0, uint32_t c1) {
+TG_CLONES static void taps_back_cols(void *ctx, uint32_t c0, uint32_t c1) {
     const taps_ctx *x = ctx;
     const uint32_t C = x->C;
     for (uint32_t t = 0; t < x->T; t++)
@@ -1356,7 +1356,7 @@ static void block_back(G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *w, c
 /* ---- the mHC lane step around the block (_ScanBody.advance) --------------------------- */
 
 /* nx = _aq(_rms_unit(stream), quant) */
-static void lane_norm_tok(const tok_job *j, uint32_t t) {
+TG_CLONES static void lane_norm_tok(const tok_job *j, uint32_t t) {
     const G3(model) *m = j->m;
     const uint32_t nD = m->n * m->D;
     real *nx = j->w->nx + (size_t)t * nD;
@@ -1365,7 +1365,7 @@ static void lane_norm_tok(const tok_job *j, uint32_t t) {
 }
 
 /* the projections side by side in prj, the h's, the Sinkhorn steps and u = hpre . X */
-static void lane_mix_tok(const tok_job *j, uint32_t t) {
+TG_CLONES static void lane_mix_tok(const tok_job *j, uint32_t t) {
     const G3(model) *m = j->m;
     seq_ws *w = j->w;
     const uint32_t l = j->l, T = j->T, n = m->n, D = m->D, nD = n * D, nn = n * n, own = l % n;
@@ -1394,7 +1394,7 @@ static void lane_mix_tok(const tok_job *j, uint32_t t) {
 }
 
 /* the lane write: y = block(u) - u, X' = hres X + hpost y */
-static void lane_write_tok(const tok_job *j, uint32_t t) {
+TG_CLONES static void lane_write_tok(const tok_job *j, uint32_t t) {
     const G3(model) *m = j->m;
     seq_ws *w = j->w;
     const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
@@ -1431,7 +1431,7 @@ static void lane_fwd(const G3(model) * m, uint32_t l, const g3_seq *sq, seq_ws *
 
 /* One token of the lane write's backward: dX (overwritten), dy, and the raw gradients of
  * the post and res projections (the Sinkhorn backward) left in dzs for lane_back's sums. */
-static void lane_write_back_tok(const tok_job *j, uint32_t t) {
+TG_CLONES static void lane_write_back_tok(const tok_job *j, uint32_t t) {
     const G3(model) *m = j->m;
     seq_ws *w = j->w;
     const uint32_t n = m->n, D = m->D, nD = n * D, nn = n * n;
@@ -1976,7 +1976,7 @@ typedef struct ce_ctx {
     double *terms;
 } ce_ctx;
 
-static void ce_rows(void *ctx, uint32_t k0, uint32_t k1) {
+TG_CLONES static void ce_rows(void *ctx, uint32_t k0, uint32_t k1) {
     const ce_ctx *x = ctx;
     const uint32_t OV = x->OV;
     for (uint32_t k = k0; k < k1; k++) {

@@ -214,7 +214,7 @@ typedef struct merge_job {
     atomic_uint next;
 } merge_job;
 
-static void merge_worker(void *arg, int i, int n) {
+TG_CLONES static void merge_worker(void *arg, int i, int n) {
     merge_job *j = arg;
     (void)i, (void)n;
     const uint64_t in = j->in, r = j->r, out = j->out;

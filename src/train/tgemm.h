@@ -59,6 +59,18 @@ void tg_share(const tg_level *lv, const tg_gemm *g, int i, int nthreads);
 uint32_t tg_item_count(const tg_gemm *g);
 void tg_item(const tg_level *lv, const tg_gemm *g, uint32_t k);
 
+/* The per-token loops of the training cores (norms, gates, lanes, softmaxes, the LoRA
+ * merge) are compiled twice, for the baseline ISA and for AVX2, and the copy for this CPU
+ * is picked once at load (an ifunc): the same element-wise operations in wider vectors
+ * (the library is built with -ffp-contract=off, so no multiply-add is fused; sums stay in
+ * their written order), so the same bits either way (measured: the released-geometry LoRA
+ * step ~10% faster on an AVX2 core). ELF x86-64 with GCC or clang only. */
+#if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
+#define TG_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define TG_CLONES
+#endif
+
 /* dst[c][r] = src[r][c] for an r x c matrix (row strides as given) */
 void tg_transpose(const float *src, size_t lds, float *dst, size_t ldd, uint32_t rows, uint32_t cols);
 
