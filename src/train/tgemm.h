@@ -64,8 +64,17 @@ void tg_item(const tg_level *lv, const tg_gemm *g, uint32_t k);
  * is picked once at load (an ifunc): the same element-wise operations in wider vectors
  * (the library is built with -ffp-contract=off, so no multiply-add is fused; sums stay in
  * their written order), so the same bits either way (measured: the released-geometry LoRA
- * step ~10% faster on an AVX2 core). ELF x86-64 with GCC or clang only. */
-#if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
+ * step ~10% faster on an AVX2 core). ELF x86-64 with GCC or clang only, and not under
+ * ThreadSanitizer: the loader runs an ifunc's resolver before the TSan runtime is up, and
+ * the instrumented resolver crashed the program at load. */
+#if defined(__SANITIZE_THREAD__)
+#define TG_NO_CLONES 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TG_NO_CLONES 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__)) && !defined(TG_NO_CLONES)
 #define TG_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define TG_CLONES
