@@ -587,12 +587,11 @@ static int build_dfa(rx *r, int start, int match, gram_dfa *d) {
     int *moves = NULL;
     VEC(long) tid = {0};
     int *stack = malloc(2 * nn * sizeof *stack + 8), *tmp = malloc(nn * sizeof *tmp + 8);
-    int *targets = malloc(nn * sizeof *targets + 8), *prev = malloc(nn * sizeof *prev + 8);
     uint32_t *mark = calloc(nn + 1, sizeof *mark), gen = 0;
     VEC(int32_t) trans = {0};
     /* classes: every range start and end + 1 */
     uint32_t *cuts = malloc((2 * r->ranges.n + 2) * sizeof *cuts);
-    if (!stack || !tmp || !targets || !prev || !mark || !cuts) goto done;
+    if (!stack || !tmp || !mark || !cuts) goto done;
     size_t nc = 0;
     cuts[nc++] = 0;
     for (size_t i = 0; i < r->ranges.n; i++) {
@@ -666,17 +665,19 @@ static int build_dfa(rx *r, int start, int match, gram_dfa *d) {
         /* Neighbouring classes mostly lead to the same NFA states (a class boundary that
          * some other part of the pattern needs): the previous class's target list and state
          * are reused, without a closure and a hash (most of a compile on wide classes). */
-        size_t prev_nt = (size_t)-1;
+        size_t prev_nt = 0;
+        const int *prev = NULL;
         long prev_id = -1;
         for (uint32_t c = 0; c < u; c++) {
             const size_t nt = ccount[c + 1] - ccount[c];
-            if (nt) memcpy(targets, moves + ccount[c], nt * sizeof *targets); /* moves: NULL while empty */
+            const int *targets = nt ? moves + ccount[c] : NULL; /* moves: NULL while empty */
             long id = -1;
-            if (nt == prev_nt && !memcmp(targets, prev, nt * sizeof *targets)) {
+            if (!nt) {
+                /* no move on this class */
+            } else if (nt == prev_nt && !memcmp(targets, prev, nt * sizeof *targets)) {
                 id = prev_id;
-            } else if (nt) {
-                memcpy(prev, targets, nt * sizeof *targets);
-                prev_nt = nt;
+            } else {
+                prev = targets, prev_nt = nt;
                 /* a target list seen before (from another state) has its state already */
                 const long key = intern(&ts, targets, nt, &oom); /* -3: the memo is full */
                 if (key == -1) goto done;
@@ -759,7 +760,7 @@ static int build_dfa(rx *r, int start, int match, gram_dfa *d) {
     free(acc); free(live); free(remap);
     rc = 0;
 done:
-    free(stack); free(tmp); free(targets); free(prev); free(mark); free(cuts);
+    free(stack); free(tmp); free(mark); free(cuts);
     free(ss.pool.v); free(ss.first.v); free(ss.table); free(trans.v);
     free(ts.pool.v); free(ts.first.v); free(ts.table); free(tid.v);
     free(rclass); free(ccount); free(moves);
