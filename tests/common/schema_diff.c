@@ -322,12 +322,10 @@ static const char *const PIECES[] = {"\"", "\":", "\",\"", "{\"", "\"}", "[]", "
                                      "-0.5", "00", "99999", "0.000", "2024-", "ab", "@", ".com", "\\\"", "\\n"};
 static const char CLOSERS[] = "\"}],0123456789";
 
+/* grammar_accept_bytes is all or nothing (st unchanged on a refusal): each byte scanned
+ * costs one state copy, no more */
 static int try_bytes(const grammar *g, grammar_state *st, const char *b, size_t n) {
-    grammar_state t;
-    grammar_state_copy(&t, st);
-    if (!grammar_accept_bytes(g, &t, b, n)) return 0;
-    grammar_state_copy(st, &t);
-    return 1;
+    return grammar_accept_bytes(g, st, b, n);
 }
 
 /* One adversarial or random step; returns the bytes taken (0: none accepted). */
