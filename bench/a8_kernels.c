@@ -1,4 +1,4 @@
-/* One CQ product over random weights at every kernel level: the float avx512 level and
+/* One CQ product over random weights at every kernel level: the float avx2 and avx512 levels and
  * the W·A8 scalar, avx2 and avx512 levels (src/kernels/cpu/a8.h). Prints µs per call
  * (median of 7 rounds) and weights per second. Speed only: test_a8 checks the results.
  *
@@ -87,15 +87,16 @@ int main(int argc, char **argv) {
     /* 32-byte aligned scratch, as cq_scratch asks */
     float *sal = (float *)(void *)(((uintptr_t)sbuf + 31) & ~(uintptr_t)31);
     cq_scratch sc = {.buf = sal, .cap = cap};
-    const cpu_kernels *fk = cpu_kernels_avx512();
-    const char *names[] = {"float avx512", "A8 scalar", "A8 avx2", "A8 avx512"};
-    for (int k = 0; k < 4; k++) {
+    const char *names[] = {"float avx2", "float avx512", "A8 scalar", "A8 avx2", "A8 avx512"};
+    for (int k = -1; k < 4; k++) {
+        /* k < 1: the float levels (k -1: avx2, 0: avx512); k >= 1: the W·A8 levels */
+        const cpu_kernels *fk = k == -1 ? cpu_kernels_avx2() : k == 0 ? cpu_kernels_avx512() : NULL;
         const a8_kernels *ak = k == 1 ? &a8_kernels_scalar : k == 2 ? a8_kernels_named("avx2")
                              : k == 3 ? a8_kernels_named("avx512") : NULL;
-        if (k == 0 && !fk) continue;
+        if (k < 1 && !fk) continue;
         if (k > 0 && !ak) continue;
         for (uint32_t t = 0; t < ntok; t++) {
-            if (k == 0) fk->rotate(&w, x + t * ld, xr + t * ld);
+            if (k < 1) fk->rotate(&w, x + t * ld, xr + t * ld);
             else ak->rotate(&w, x + t * ld, a8_rows + t * ld);
         }
         double ts[7];
@@ -103,7 +104,7 @@ int main(int argc, char **argv) {
         for (int r = 0; r < 7; r++) {
             const double t0 = now_s();
             for (int i = 0; i < reps; i++) {
-                if (k == 0) {
+                if (k < 1) {
                     sc.valid = 0; /* as a session does for new activations */
                     fk->matmul(&w, 0, rows, xr, ld, ntok, y, rows, &sc);
                 } else {
@@ -113,9 +114,9 @@ int main(int argc, char **argv) {
             ts[r] = (now_s() - t0) / reps;
         }
         qsort(ts, 7, sizeof ts[0], cmp_double);
-        printf("%-13s %ux%u bits %u ntok %u: %9.1f us  %6.2f Gweight/s  (%s)\n", names[k], rows,
+        printf("%-13s %ux%u bits %u ntok %u: %9.1f us  %6.2f Gweight/s  (%s)\n", names[k + 1], rows,
                cols, bits, ntok, ts[3] * 1e6, (double)rows * cols * ntok / ts[3] / 1e9,
-               k == 0 ? fk->name : ak->name);
+               k < 1 ? fk->name : ak->name);
     }
     free(codes);
     free(norms);
