@@ -9,7 +9,8 @@
 #   2. `needle eval` of the shipped demo on unseen.jsonl and test2.jsonl (before);
 #   3. `needle finetune` (LoRA r16, the official 2.0.15 numerics) from the demo .cact,
 #      which builds the fine-tuned .cact and scores its own held-out split;
-#   4. `needle eval` of the built .cact on the same two sets (after).
+#   4. `needle eval` of the built .cact on the same two sets (after), and of both models on
+#      the fine-tune's own held-out split (WORK/unseen_lora.heldout.jsonl).
 #
 # usage: sh train/finetune_example.sh [WORK_DIR]      (default train/work/finetune_example)
 # Knobs (environment): EXAMPLES (400), MIX (400: examples of the demo's own 27 tools, its
@@ -84,10 +85,20 @@ for set in unseen test2; do
     # shellcheck disable=SC2086
     "$NEEDLE" eval -w "$WORK/unseen_lora.cact" $limit "train/data/$set.jsonl" > "$WORK/after_$set.txt"
 done
+# the fine-tune's own held-out split (lines of the training data's distribution that it
+# never trained on: what "your tools, your requests" looks like), before and after
+heldout=$WORK/unseen_lora.heldout.jsonl
+if [ -s "$heldout" ]; then
+    # shellcheck disable=SC2086
+    "$NEEDLE" eval -w "$DEMO" $limit "$heldout" > "$WORK/before_heldout.txt"
+    # shellcheck disable=SC2086
+    "$NEEDLE" eval -w "$WORK/unseen_lora.cact" $limit "$heldout" > "$WORK/after_heldout.txt"
+fi
 
 echo
 echo "fine-tune wall time: $((end - start)) s (load: $(uptime | sed 's/.*load average: //'))"
-for set in unseen test2; do
+for set in unseen test2 heldout; do
+    [ -f "$WORK/before_$set.txt" ] || continue
     printf '%-7s before  %s\n' "$set" "$(grep '^exact match' "$WORK/before_$set.txt")"
     printf '%-7s after   %s\n' "$set" "$(grep '^exact match' "$WORK/after_$set.txt")"
 done
