@@ -6,11 +6,13 @@
 #      set_fan_speed, find_recipe), composed by train/gen_data.py --unseen-train from
 #      schema templates and phrasing parts of its own (no LLM; none of unseen.jsonl's
 #      templates, value lists or queries, so the held-out set stays held out);
-#   2. `needle eval` of the shipped demo on unseen.jsonl and test2.jsonl (before);
+#   2. `needle eval` of the shipped demo (before) on unseen.jsonl, test2.jsonl (the demo's
+#      own tools) and WORK/yours.jsonl (YOURS requests for the six tools drawn like the
+#      training data: the same composer with another seed, none of its queries);
 #   3. `needle finetune` (LoRA r16, the official 2.0.15 numerics) from the demo .cact,
 #      which builds the fine-tuned .cact and scores its own held-out split;
-#   4. `needle eval` of the built .cact on the same two sets (after), and of both models on
-#      the fine-tune's own held-out split (WORK/unseen_lora.heldout.jsonl).
+#   4. `needle eval` of the built .cact on the same three sets (after), and of both models
+#      on the fine-tune's own held-out split (WORK/unseen_lora.heldout.jsonl).
 #
 # usage: sh train/finetune_example.sh [WORK_DIR]      (default train/work/finetune_example)
 # Knobs (environment): EXAMPLES (400), MIX (400: examples of the demo's own 27 tools, its
@@ -18,21 +20,21 @@
 # tools does not unlearn the others or refusing), REFUSALS (0.5: the refusal share of the
 # six tools' data; 0.12 was the first recipe and collapsed refusal accuracy), NEAR_MISS
 # (0.4: of those refusals, the share declaring other new tools as distractors), CHATTER
-# (0.2: the share that are off-topic chatter with new tools declared), EPOCHS (1), BATCH
-# (8), LR (5e-4), RANK (16) and ALPHA (32) of the LoRA, THREADS (0: all cores), MAX_STEPS
-# (0: the whole schedule), EVAL_LIMIT (0: every line), NEEDLE (the CLI, default
-# build/needle). The README's numbers come from the defaults (train/README.md has the
-# variants tried); the ctest `finetune_example` runs it CI-sized (a few examples, two
-# steps, a few eval lines).
+# (0.2: the share that are off-topic chatter with new tools declared), EPOCHS (3), BATCH
+# (8), LR (3e-3), RANK (16) and ALPHA (32) of the LoRA, THREADS (0: all cores), MAX_STEPS
+# (0: the whole schedule), EVAL_LIMIT (0: every line), YOURS (300), NEEDLE (the CLI,
+# default build/needle). The README's numbers come from the defaults (train/README.md has the
+# variants tried); the ctest `finetune_example` runs it CI-sized (a few examples, a
+# short schedule, a few eval lines).
 set -eu
 cd "$(dirname "$0")/.."
 NEEDLE=${NEEDLE:-build/needle}
 WORK=${1:-train/work/finetune_example}
 EXAMPLES=${EXAMPLES:-400}
 MIX=${MIX:-400}
-EPOCHS=${EPOCHS:-1}
+EPOCHS=${EPOCHS:-3}
 BATCH=${BATCH:-8}
-LR=${LR:-5e-4}
+LR=${LR:-3e-3}
 THREADS=${THREADS:-0}
 MAX_STEPS=${MAX_STEPS:-0}
 REFUSALS=${REFUSALS:-0.5}
@@ -41,6 +43,7 @@ CHATTER=${CHATTER:-0.2}
 RANK=${RANK:-16}
 ALPHA=${ALPHA:-32}
 EVAL_LIMIT=${EVAL_LIMIT:-0}
+YOURS=${YOURS:-300}
 DEMO=models/needle-demo.cact
 mkdir -p "$WORK"
 
@@ -63,10 +66,25 @@ sys.stdout.write("".join(lines))' > "$WORK/mix.jsonl"
     data=$WORK/mix.jsonl
 fi
 
+# "yours": requests for the six tools drawn like the training data (the same composer,
+# another seed, no query of the training data), what a user who composed data for their
+# tools would test on; unseen.jsonl's phrasings and values are the composer's held-out side
+python3 train/gen_data.py --unseen-train "$(((YOURS * 4 + 2) / 3))" --seed 99 \
+    --unseen-refusals 0.3 --unseen-near-miss "$NEAR_MISS" --unseen-chatter "$CHATTER" \
+    --out "$WORK/yours" >/dev/null
+python3 -c '
+import json, sys
+train = {json.loads(l)["query"] for l in open(sys.argv[1], encoding="utf-8")}
+rows = [l for l in open(sys.argv[2], encoding="utf-8") if json.loads(l)["query"] not in train]
+sys.stdout.write("".join(rows[:int(sys.argv[3])]))' "$data" "$WORK/yours/unseen_train.jsonl" "$YOURS" \
+    > "$WORK/yours.jsonl"
+
 for set in unseen test2; do
     # shellcheck disable=SC2086
     "$NEEDLE" eval -w "$DEMO" $limit "train/data/$set.jsonl" > "$WORK/before_$set.txt"
 done
+# shellcheck disable=SC2086
+"$NEEDLE" eval -w "$DEMO" $limit "$WORK/yours.jsonl" > "$WORK/before_yours.txt"
 
 start=$(date +%s)
 # shellcheck disable=SC2086
@@ -85,6 +103,8 @@ for set in unseen test2; do
     # shellcheck disable=SC2086
     "$NEEDLE" eval -w "$WORK/unseen_lora.cact" $limit "train/data/$set.jsonl" > "$WORK/after_$set.txt"
 done
+# shellcheck disable=SC2086
+"$NEEDLE" eval -w "$WORK/unseen_lora.cact" $limit "$WORK/yours.jsonl" > "$WORK/after_yours.txt"
 # the fine-tune's own held-out split (lines of the training data's distribution that it
 # never trained on: what "your tools, your requests" looks like), before and after
 heldout=$WORK/unseen_lora.heldout.jsonl
@@ -97,7 +117,7 @@ fi
 
 echo
 echo "fine-tune wall time: $((end - start)) s (load: $(uptime | sed 's/.*load average: //'))"
-for set in unseen test2 heldout; do
+for set in yours unseen test2 heldout; do
     [ -f "$WORK/before_$set.txt" ] || continue
     printf '%-7s before  %s\n' "$set" "$(grep '^exact match' "$WORK/before_$set.txt")"
     printf '%-7s after   %s\n' "$set" "$(grep '^exact match' "$WORK/after_$set.txt")"

@@ -11,7 +11,7 @@ work=$(mktemp -d /tmp/needle_finetune_example_XXXXXX)
 cli=${NEEDLE_CLI:-$root/build/needle}
 case $cli in /*) ;; *) cli=$(pwd)/$cli ;; esac
 out=$work/log.txt
-if ! NEEDLE="$cli" EXAMPLES=16 MIX=16 BATCH=4 EVAL_LIMIT=4 THREADS=2 \
+if ! NEEDLE="$cli" EXAMPLES=16 MIX=16 BATCH=4 EPOCHS=1 EVAL_LIMIT=4 YOURS=6 THREADS=2 \
     sh "$root/train/finetune_example.sh" "$work/run" > "$out" 2>&1; then
     cat "$out"
     echo "FAIL: train/finetune_example.sh exited non-zero"
@@ -21,7 +21,8 @@ fail=0
 for want in "wrote 16 unseen-tool training examples" "data      32 examples" \
     "built     " "held-out examples" "fine-tune wall time:" "unseen  before  exact match" \
     "unseen  after   exact match" "test2   before  exact match" "test2   after   exact match" \
-    "heldout before  exact match" "heldout after   exact match"; do
+    "heldout before  exact match" "heldout after   exact match" \
+    "yours   before  exact match" "yours   after   exact match"; do
     if ! grep -q "$want" "$out"; then
         echo "FAIL: no \"$want\" in the output"
         fail=1
@@ -35,6 +36,7 @@ if grep -o '"answers": \[{"name": "[a-z_]*"' "$work/run/unseen_train.jsonl" |
     fail=1
 fi
 [ -s "$work/run/unseen_lora.cact" ] || { echo "FAIL: no built .cact"; fail=1; }
+[ "$(wc -l < "$work/run/yours.jsonl")" -eq 6 ] || { echo "FAIL: yours.jsonl is not 6 lines"; fail=1; }
 [ "$(wc -l < "$work/run/mix.jsonl")" -eq 32 ] || { echo "FAIL: the mix is not 16 + 16 lines"; fail=1; }
 if [ $fail -ne 0 ]; then
     cat "$out"
