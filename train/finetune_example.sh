@@ -79,12 +79,14 @@ rows = [l for l in open(sys.argv[2], encoding="utf-8") if json.loads(l)["query"]
 sys.stdout.write("".join(rows[:int(sys.argv[3])]))' "$data" "$WORK/yours/unseen_train.jsonl" "$YOURS" \
     > "$WORK/yours.jsonl"
 
-for set in unseen test2; do
+# score MODEL NAME DATA WHEN: `needle eval` of MODEL on DATA into WORK/WHEN_NAME.txt
+score() {
     # shellcheck disable=SC2086
-    "$NEEDLE" eval -w "$DEMO" $limit "train/data/$set.jsonl" > "$WORK/before_$set.txt"
-done
-# shellcheck disable=SC2086
-"$NEEDLE" eval -w "$DEMO" $limit "$WORK/yours.jsonl" > "$WORK/before_yours.txt"
+    "$NEEDLE" eval -w "$1" $limit "$3" > "$WORK/$4_$2.txt"
+}
+score "$DEMO" unseen train/data/unseen.jsonl before
+score "$DEMO" test2 train/data/test2.jsonl before
+score "$DEMO" yours "$WORK/yours.jsonl" before
 
 start=$(date +%s)
 # shellcheck disable=SC2086
@@ -99,20 +101,16 @@ if [ ! -f "$WORK/unseen_lora.cact" ]; then
     "$NEEDLE" build "$WORK/unseen_lora.base.safetensors" --lora "$WORK/unseen_lora.safetensors" \
         -w "$DEMO" -o "$WORK/unseen_lora.cact" -q
 fi
-for set in unseen test2; do
-    # shellcheck disable=SC2086
-    "$NEEDLE" eval -w "$WORK/unseen_lora.cact" $limit "train/data/$set.jsonl" > "$WORK/after_$set.txt"
-done
-# shellcheck disable=SC2086
-"$NEEDLE" eval -w "$WORK/unseen_lora.cact" $limit "$WORK/yours.jsonl" > "$WORK/after_yours.txt"
-# the fine-tune's own held-out split (lines of the training data's distribution that it
-# never trained on: what "your tools, your requests" looks like), before and after
+tuned=$WORK/unseen_lora.cact
+score "$tuned" unseen train/data/unseen.jsonl after
+score "$tuned" test2 train/data/test2.jsonl after
+score "$tuned" yours "$WORK/yours.jsonl" after
+# the fine-tune's own held-out split (written when the whole schedule ran): lines of the
+# training file it never trained on, half of them the demo's own mix
 heldout=$WORK/unseen_lora.heldout.jsonl
 if [ -s "$heldout" ]; then
-    # shellcheck disable=SC2086
-    "$NEEDLE" eval -w "$DEMO" $limit "$heldout" > "$WORK/before_heldout.txt"
-    # shellcheck disable=SC2086
-    "$NEEDLE" eval -w "$WORK/unseen_lora.cact" $limit "$heldout" > "$WORK/after_heldout.txt"
+    score "$DEMO" heldout "$heldout" before
+    score "$tuned" heldout "$heldout" after
 fi
 
 echo
