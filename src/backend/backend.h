@@ -104,7 +104,8 @@ typedef struct needle_backend_ops {
 
     /* ---- session state ---------------------------------------------------------------- */
     /* Called first, with m, device_weights, chunk and n_threads set; sets s->dev
-     * (threads, streams, scratch sized by s->chunk). 0 or a negative needle_status.
+     * (threads, streams, scratch sized by s->chunk), and may raise s->chunk where its
+     * kernels want more tokens at once. 0 or a negative needle_status.
      * session_free releases it (NULL s->dev is a no-op). */
     int (*session_init)(backend_ctx *s);
     void (*session_free)(backend_ctx *s);

@@ -42,7 +42,7 @@ const tg_level *tg_level_named(const char *name) {
 }
 
 const tg_level *tg_level_best(void) {
-    const tg_level *lv = tg_level_named(cpu_kernels_best()->name);
+    const tg_level *lv = tg_level_named(cpu_kernels_vector_level(cpu_kernels_best()));
     return lv ? lv : &tg_level_portable;
 }
 

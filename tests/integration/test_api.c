@@ -113,6 +113,19 @@ static double rel_dev(const float *a, const float *b, size_t n) {
     return den > 0.0 ? num / den : num;
 }
 
+/* How far a prefill may stray from token-by-token decoding (relative to the largest
+ * logit): float rounding, or on the CPU's amx level its split bf16 products (each within
+ * about 2^-16 of itself; the parity bound is 1e-3). */
+static double prefill_tol(void) {
+    const int n = needle_device_count();
+    for (int i = 0; i < n; i++) {
+        needle_device_info d = {.size = sizeof d};
+        if (needle_device_get(i, &d) == NEEDLE_OK && !strcmp(d.backend, "cpu"))
+            return strcmp(d.capability, "amx") ? 1e-5 : 1e-4;
+    }
+    return 1e-5;
+}
+
 static int32_t argmax(const float *x, uint32_t n) {
     int32_t best = 0;
     for (uint32_t i = 1; i < n; i++)
@@ -309,8 +322,8 @@ static void test_prefill_matches_incremental(void) {
         double d1 = rel_dev(inc, pre, (size_t)N * V), d2 = rel_dev(inc, mix, (size_t)N * V);
         printf("  prefill vs token-by-token: %.3g, chunks of 7 vs token-by-token: %.3g (relative)\n",
                d1, d2);
-        CHECK_MSG(d1 <= 1e-5, "prefill deviates by %g", d1);
-        CHECK_MSG(d2 <= 1e-5, "chunked eval deviates by %g", d2);
+        CHECK_MSG(d1 <= prefill_tol(), "prefill deviates by %g", d1);
+        CHECK_MSG(d2 <= prefill_tol(), "chunked eval deviates by %g", d2);
         CHECK(memcmp(needle_session_logits(a), pre + (size_t)(N - 1) * V, V * sizeof(float)) == 0);
         CHECK(memcmp(needle_session_logits(b), inc + (size_t)(N - 1) * V, V * sizeof(float)) == 0);
     }
@@ -342,7 +355,7 @@ done:
         float *lp = p ? eval_logits(p, t, N, 0) : NULL, *lq = q ? eval_logits(q, t, N, 1) : NULL;
         if (lp && lq) {
             double d = rel_dev(lq, lp, (size_t)N * V);
-            CHECK_MSG(d <= 1e-5, "window %d, sinks %u: prefill deviates by %g", cfg[k].window,
+            CHECK_MSG(d <= prefill_tol(), "window %d, sinks %u: prefill deviates by %g", cfg[k].window,
                       cfg[k].sinks, d);
         }
         free(lp);

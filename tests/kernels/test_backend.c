@@ -261,7 +261,8 @@ static void test_devices(void) {
             CHECK(d.compute_units >= 1);
             CHECK(d.memory_bytes > 0);
             CHECK(!strcmp(d.capability, "scalar") || !strcmp(d.capability, "avx2") ||
-                  !strcmp(d.capability, "avx512") || !strcmp(d.capability, "neon") ||
+                  !strcmp(d.capability, "avx512") || !strcmp(d.capability, "amx") ||
+                  !strcmp(d.capability, "neon") ||
                   !strcmp(d.capability, "simd128"));
         }
     }

@@ -53,7 +53,9 @@ static void test_attention3_on(const needle_model *m, const needle_backend_ops *
     if (!open_pair(m, ops, name, window, sinks, &p)) return;
     model_session *r = p.ref, *d = p.dut;
     const model_weights *w = &m->w;
-    const uint32_t C = r->bk.chunk, qk = w->qk_dim, vd = w->v_dim;
+    /* the buffers both sessions hold (a CPU level may take longer chunks: cpu_kernels) */
+    const uint32_t C = r->bk.chunk < d->bk.chunk ? r->bk.chunk : d->bk.chunk;
+    const uint32_t qk = w->qk_dim, vd = w->v_dim;
     const uint32_t Wq = w->n_heads * qk, Wk = w->n_kv_heads * qk, Wv = w->n_kv_heads * vd;
     const uint32_t Wg = w->n_heads * vd;
     const uint32_t steps[] = {5, 1, 7, 1, 12, 1};

@@ -27,9 +27,17 @@ static cq_scratch make_scratch(uint32_t cols_pad, uint32_t ntok) {
     return sc;
 }
 
+/* The error a level's products may make, relative to the row's magnitude (sum of |w x|):
+ * float32 rounding, or at the AMX level the split bf16 products (each term within about
+ * 2^-16 of itself, cq_gemm_amx.c). */
+static double level_tol(const cpu_kernels *k) {
+    return strcmp(k->name, "amx") ? CQ_TEST_TOL : 3.1e-5;
+}
+
 /* One shape through kernel level k, with and without scratch, against the plain kernel. */
 static void check_matmul(const cpu_kernels *k, uint32_t rows, uint32_t cols, uint32_t group,
                          uint32_t bits, uint32_t ntok) {
+    const double tol = level_tol(k);
     test_matrix tm;
     make_matrix(&tm, rows, cols, group, bits);
     const cq_matrix *w = &tm.w;
@@ -55,7 +63,7 @@ static void check_matmul(const cpu_kernels *k, uint32_t rows, uint32_t cols, uin
                 const double rel = err / (mag + 1e-30);
                 if (!(rel <= worst)) worst = rel;
             }
-        CHECK_MSG(worst <= CQ_TEST_TOL, "%s %s rows=%u cols=%u G=%u bits=%u ntok=%u: error %g", k->name,
+        CHECK_MSG(worst <= tol, "%s %s rows=%u cols=%u G=%u bits=%u ntok=%u: error %g", k->name,
                   pass ? "natural" : "fast", rows, cols, group, bits, ntok, worst);
 
         /* a row range computed alone (reusing the cached layout) equals the full call */
@@ -78,12 +86,12 @@ static void check_matmul(const cpu_kernels *k, uint32_t rows, uint32_t cols, uin
     free_matrix(&tm);
 }
 
-static const cpu_kernels *levels[6];
+static const cpu_kernels *levels[7];
 static int n_levels;
 
 static void find_levels(void) {
     n_levels = 0;
-    const char *names[] = {"scalar", "avx2", "avx512", "neon", "simd128"};
+    const char *names[] = {"scalar", "avx2", "avx512", "amx", "neon", "simd128"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const cpu_kernels *k = cpu_kernels_named(names[i]);
         if (k) levels[n_levels++] = k;
@@ -130,6 +138,35 @@ static void test_avx512_level(void) {
         }
 }
 
+/* The amx level is the AVX-512 table with its many-token products on the tile unit:
+ * checked against the plain kernel on shapes that leave partial 16-row panels and
+ * 16-token blocks (odd token counts, one block or an odd number of them), widths that are
+ * not a multiple of 32 (which take the AVX-512 products), and a prefill chunk of 128. */
+static void test_amx_level(void) {
+    const cpu_kernels *k = cpu_kernels_amx(), *base = cpu_kernels_avx512();
+    if (!k) {
+        harness_skip("this CPU (or its OS) has no AMX-BF16 tile unit");
+        return;
+    }
+    CHECK(base != NULL);
+    if (!base) return;
+    CHECK(!strcmp(k->name, "amx") && cpu_kernels_named("amx") == k);
+    CHECK(!strcmp(cpu_kernels_vector_level(k), "avx512"));
+    CHECK(k->matmul != base->matmul && k->rotate == base->rotate && k->fwht == base->fwht &&
+          k->dequant_row == base->dequant_row && k->dot == base->dot &&
+          k->axpy == base->axpy && k->attend == base->attend &&
+          k->attend_block == base->attend_block);
+    CHECK(k->tile_rows == 16 && k->prefill_chunk == 128);
+    const uint32_t rows[] = {5, 16, 37, 130}, toks[] = {2, 15, 17, 33, 97, 128};
+    for (size_t r = 0; r < 4; r++)
+        for (size_t t = 0; t < 6; t++) {
+            check_matmul(k, rows[r], 512, 128, 2, toks[t]);
+            check_matmul(k, rows[r], 512, 64, 4, toks[t]);
+            check_matmul(k, rows[r], 500, 128, 5, toks[t]);
+            check_matmul(k, rows[r], 240, 16, 4, toks[t]); /* 240: not a multiple of 32 */
+        }
+}
+
 /* A scratch with room for fewer decoded rows than cq_scratch_floats() asks (2 to 13:
  * smaller panels, pairs instead of 3- or 4-row tiles) changes no result by a bit: every
  * (row, token) pair keeps its one accumulator whichever tile computes it. */
@@ -139,6 +176,9 @@ static void test_matmul_small_scratch_same_bits(void) {
     for (int li = 0; li < n_levels; li++)
         for (size_t b = 0; b < 3; b++) {
             const cpu_kernels *k = levels[li];
+            /* the AMX level needs room for its token tiles and takes the AVX-512 products
+             * (another sum) without it; sessions always give it cq_scratch_floats() */
+            if (!strcmp(k->name, "amx")) continue;
             test_matrix tm;
             make_matrix(&tm, rows, cols, groups[b], bits[b]);
             const cq_matrix *w = &tm.w;
@@ -451,6 +491,7 @@ int main(void) {
     find_levels();
     RUN(test_dispatch);
     RUN(test_avx512_level);
+    RUN(test_amx_level);
     RUN(test_matmul_small_scratch_same_bits);
     RUN(test_matmul_token_count_same_bits);
     RUN(test_transforms_bit_identical);

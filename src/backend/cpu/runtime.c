@@ -13,11 +13,12 @@
 
 cpu_level cpu_level_of(const cpu_kernels *cq, uint32_t n_lanes) {
     cpu_level l = {.cq = cq};
-    l.a8 = a8_kernels_named(cq->name);
+    const char *vector = cpu_kernels_vector_level(cq);
+    l.a8 = a8_kernels_named(vector);
     if (!l.a8) l.a8 = &a8_kernels_scalar;
     /* the AVX2/AVX-512 lane ops (their 4-lane write and read need n_lanes 4) */
-    l.lane_wide = n_lanes == 4 ? lane_wide_kernels_named(cq->name) : NULL;
-    l.monarch = monarch_kernels_named(cq->name);
+    l.lane_wide = n_lanes == 4 ? lane_wide_kernels_named(vector) : NULL;
+    l.monarch = monarch_kernels_named(vector);
     if (!l.monarch) l.monarch = &monarch_kernels_scalar;
     return l;
 }
@@ -115,6 +116,11 @@ static int thread_scratch_alloc(cpu_session *c, const model_weights *m, size_t t
 int cpu_session_init(backend_ctx *s) {
     const cpu_kernels *kern = cpu_kernels_best();
     const model_weights *m = s->m;
+    /* W·A8 rounds activations to int8 steps, so it keeps float32 products (the AMX
+     * level's split bf16 ones move values across those steps' edges: tests/parity's QAT
+     * check) */
+    if (s->a8 && !strcmp(kern->name, "amx") && cpu_kernels_avx512()) kern = cpu_kernels_avx512();
+    if (kern->prefill_chunk > s->chunk) s->chunk = kern->prefill_chunk;
     cpu_session *c = calloc(1, sizeof *c);
     if (!c) return needle_fail(NEEDLE_ERR_OUT_OF_MEMORY, "session: out of memory");
     s->dev = c;

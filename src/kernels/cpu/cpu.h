@@ -42,10 +42,12 @@ typedef struct cq_scratch {
     const float *src;
     size_t src_ld;
     uint32_t src_ntok, src_cols, src_layout;
+    int aux_valid; /* a level's own copy derived from buf's (the AMX level's token tiles)
+                      still matches it; cleared whenever buf is laid out anew */
 } cq_scratch;
 
 typedef struct cpu_kernels {
-    const char *name; /* "scalar", "avx2", "avx512", "neon", "simd128" */
+    const char *name; /* "scalar", "avx2", "avx512", "amx", "neon", "simd128" */
     /* In-place unnormalised Walsh-Hadamard transform, n a power of 2 (see fwht()). */
     void (*fwht)(float *x, uint32_t n);
     /* See cq_rotate(). */
@@ -63,6 +65,13 @@ typedef struct cpu_kernels {
     attn_fn attend;
     /* Prefill blocks of tokens (kernels/cpu/attn.h); NULL where the level has none. */
     attn_block_fn attend_block;
+    /* Rows of a many-token product's register (or tile) block: the pool hands out rows in
+     * multiples of it (0: 12, the AVX2 and AVX-512 tiles' common multiple). */
+    uint32_t tile_rows;
+    /* Tokens per prefill chunk the level asks for, if more than the session's default
+     * (0: the default): a level that prepares each weight panel once per chunk gains
+     * from longer ones. */
+    uint32_t prefill_chunk;
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_scalar;
@@ -74,6 +83,16 @@ const cpu_kernels *cpu_kernels_avx2(void);
  * NULL if this build or this CPU (or its OS, for the ZMM state) lacks them. */
 const cpu_kernels *cpu_kernels_avx512(void);
 
+/* The AVX-512 table with its many-token products on the AMX tile unit in split bf16
+ * (kernels/cpu/cq_gemm_amx.c), or NULL if this build, this CPU (AMX-TILE, AMX-BF16,
+ * AVX512-BF16) or the OS (Linux's permission for the tile data) lacks them. */
+const cpu_kernels *cpu_kernels_amx(void);
+
+/* The vector level whose companion tables (lane ops, Monarch and A8 kernels, training
+ * products) a level uses: its own name, except "amx", which is AVX-512 but for its CQ
+ * products. */
+const char *cpu_kernels_vector_level(const cpu_kernels *k);
+
 /* The NEON table where NEEDLE_NEON (kernels/cpu/neon.h) and the CPU has it, else NULL. */
 const cpu_kernels *cpu_kernels_neon(void);
 
@@ -84,11 +103,11 @@ const cpu_kernels *cpu_kernels_simd128(void);
 /* The best level this CPU supports, lowered by NEEDLE_CPU; never NULL. Thread-safe. */
 const cpu_kernels *cpu_kernels_best(void);
 
-/* The level called `name` ("scalar", "avx2", "avx512", "neon", "simd128"), or NULL if unknown or
+/* The level called `name` ("scalar", "avx2", "avx512", "amx", "neon", "simd128"), or NULL if unknown or
  * unsupported here. */
 const cpu_kernels *cpu_kernels_named(const char *name);
 
-/* Checks NEEDLE_CPU (scalar, avx2, avx512, neon or simd128, and a level this CPU has) and
+/* Checks NEEDLE_CPU (scalar, avx2, avx512, amx, neon or simd128, and a level this CPU has) and
  * NEEDLE_THREADS (a positive integer); unset or empty is fine. NEEDLE_OK, or a status with a message
  * (needle_last_error) naming the variable: NEEDLE_ERR_BACKEND for a kernel level,
  * NEEDLE_ERR_INVALID_ARGUMENT for a thread count. Called when a model is opened. */

@@ -142,6 +142,7 @@ static const float *permuted(int layout, const cq_matrix *w, const float *xr, cq
     for (uint32_t b = 0; b < w->cols_pad; b += block)
         for (uint32_t s = 0; s < block; s++) xp[b + s] = xr[b + col[s]];
     sc->valid = 1;
+    sc->aux_valid = 0;
     sc->src = xr;
     sc->src_ld = 0; /* one token: any stride gives the same copy */
     sc->src_ntok = 1;

@@ -117,9 +117,10 @@ static uint32_t tile_tokens(uint32_t left) {
  * each 6 tokens, read from L2 once, serve all of them from L1. */
 #define PANEL_TILES 3
 
-AVX512 static void gemm_avx512(const cq_matrix *w, int layout, uint32_t row0, uint32_t nrows,
-                               const float *xp, uint32_t ntok, float *y, size_t ld_y,
-                               float *wbuf, uint32_t wrows) {
+AVX512 void cq_gemm_avx512(const cq_matrix *w, int layout, uint32_t row0, uint32_t nrows,
+                           const float *xp, uint32_t ntok, float *y, size_t ld_y, float *wbuf,
+                           uint32_t wrows, cq_scratch *sc) {
+    (void)sc;
     const uint32_t K = w->cols_pad, end = row0 + nrows;
     uint32_t most = wrows / TILE_ROWS < PANEL_TILES ? wrows / TILE_ROWS : PANEL_TILES;
     most = most ? most * TILE_ROWS : wrows;
@@ -161,7 +162,7 @@ AVX512 static void avx512_matmul(const cq_matrix *w, uint32_t row0, uint32_t nro
     /* One token: the decode kernel reads each weight once with 16-wide FMAs; it declines
      * groups that are not a multiple of 16, which then take the AVX2 path. */
     if (ntok == 1 && cq_decode_avx512(w, row0, nrows, xr, y, sc)) return;
-    cq_avx2_matmul_with(w, row0, nrows, xr, ld_x, ntok, y, ld_y, sc, gemm_avx512);
+    cq_avx2_matmul_with(w, row0, nrows, xr, ld_x, ntok, y, ld_y, sc, cq_gemm_avx512);
 }
 
 static cpu_kernels avx512_table;

@@ -38,9 +38,15 @@ const cpu_kernels cpu_kernels_scalar = {
 };
 
 size_t cq_scratch_floats(uint32_t cols_pad, uint32_t ntok) {
-    /* permuted activations of every token plus a panel of 12 decoded weight rows
-     * (cq_gemm_avx2.c, cq_gemm_avx512.c); alignment slack */
-    return ((size_t)ntok + 12) * cols_pad + 16;
+    /* permuted activations of every token, then a panel of 12 decoded weight rows
+     * (cq_gemm_avx2.c, cq_gemm_avx512.c) or, at the AMX level, the tokens as bf16 tiles
+     * (up to ntok + 15 rows' worth) and 16 decoded rows with their bf16 halves (32 rows'
+     * worth; cq_gemm_amx.c); alignment slack. Pages a level never touches cost nothing. */
+    return (2 * (size_t)ntok + 48) * cols_pad + 16;
+}
+
+const char *cpu_kernels_vector_level(const cpu_kernels *k) {
+    return strcmp(k->name, "amx") ? k->name : "avx512";
 }
 
 const cpu_kernels *cpu_kernels_named(const char *name) {
@@ -48,6 +54,7 @@ const cpu_kernels *cpu_kernels_named(const char *name) {
     if (!strcmp(name, "scalar")) return &cpu_kernels_scalar;
     if (!strcmp(name, "avx2")) return cpu_kernels_avx2();
     if (!strcmp(name, "avx512")) return cpu_kernels_avx512();
+    if (!strcmp(name, "amx")) return cpu_kernels_amx();
     if (!strcmp(name, "neon")) return cpu_kernels_neon();
     if (!strcmp(name, "simd128")) return cpu_kernels_simd128();
     return NULL;
@@ -57,11 +64,11 @@ int cpu_check_env(void) {
     const char *want = getenv("NEEDLE_CPU");
     if (want && *want) {
         const int named = !strcmp(want, "scalar") || !strcmp(want, "avx2") ||
-                          !strcmp(want, "avx512") || !strcmp(want, "neon") ||
-                          !strcmp(want, "simd128");
+                          !strcmp(want, "avx512") || !strcmp(want, "amx") ||
+                          !strcmp(want, "neon") || !strcmp(want, "simd128");
         if (!named)
             return needle_fail(NEEDLE_ERR_BACKEND, "NEEDLE_CPU=%.40s is not a kernel level "
-                               "(scalar, avx2, avx512, neon, simd128)", want);
+                               "(scalar, avx2, avx512, amx, neon, simd128)", want);
         if (!cpu_kernels_named(want))
             return needle_fail(NEEDLE_ERR_BACKEND, "NEEDLE_CPU=%s: this CPU or build has no "
                                "%s kernels (scalar always works)", want, want);
@@ -82,7 +89,8 @@ static const cpu_kernels *best;
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
 
 static void pick_best(void) {
-    const cpu_kernels *k = cpu_kernels_avx512();
+    const cpu_kernels *k = cpu_kernels_amx();
+    if (!k) k = cpu_kernels_avx512();
     if (!k) k = cpu_kernels_avx2();
     if (!k) k = cpu_kernels_neon();
     if (!k) k = cpu_kernels_simd128();

@@ -295,6 +295,7 @@ static void matmul_worker(void *arg, int i, int n) {
     matmul_batch *b = arg;
     cq_scratch *sc = &b->pool->scratch[i];
     sc->valid = 0; /* the activations are new for this batch */
+    sc->aux_valid = 0;
     const cpu_kernels *k = b->pool->k;
     const uint32_t total = b->first_chunk[b->njobs];
     uint32_t j = 0;
@@ -324,8 +325,9 @@ void cpu_matmul(cpu_pool *pool, const float *xr, size_t ld_x, uint32_t ntok,
         for (uint32_t j = 0; j < b.njobs; j++) {
             const uint64_t row_work = (uint64_t)b.jobs[j].w->cols_pad * (ntok ? ntok : 1);
             uint64_t rows = CHUNK_WORK / (row_work ? row_work : 1);
-            /* many tokens: whole tiles of the AVX2 (3 rows) and AVX-512 (4 rows) products */
-            const uint64_t step = ntok > 1 ? 12 : 4;
+            /* many tokens: whole tiles of the level's products (AVX2 3 rows, AVX-512 4,
+             * AMX 16) */
+            const uint64_t step = ntok > 1 ? (pool->k->tile_rows ? pool->k->tile_rows : 12) : 4;
             rows = rows < step ? step : (rows + step - 1) / step * step;
             if (rows > b.jobs[j].nrows) rows = b.jobs[j].nrows ? b.jobs[j].nrows : 1;
             b.chunk_rows[j] = (uint32_t)rows;
