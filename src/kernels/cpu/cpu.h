@@ -42,8 +42,6 @@ typedef struct cq_scratch {
     const float *src;
     size_t src_ld;
     uint32_t src_ntok, src_cols, src_layout;
-    int aux_valid; /* a level's own copy derived from buf's (the AMX level's token tiles)
-                      still matches it; cleared whenever buf is laid out anew */
 } cq_scratch;
 
 typedef struct cpu_kernels {

@@ -433,7 +433,6 @@ AVX2 void cq_avx2_matmul_with(const cq_matrix *w, uint32_t row0, uint32_t nrows,
           sc->src_cols == w->cols_pad && sc->src_layout == (uint32_t)layout)) {
         permute(layout, xr, ld_x, ntok, w->cols_pad, xp);
         sc->valid = 1;
-        sc->aux_valid = 0;
         sc->src = xr;
         sc->src_ld = ld_x;
         sc->src_ntok = ntok;
@@ -449,7 +448,7 @@ AVX2 void cq_avx2_matmul_with(const cq_matrix *w, uint32_t row0, uint32_t nrows,
         return;
     }
     const uint32_t wrows = (uint32_t)((sc->cap - 16) / w->cols_pad - ntok);
-    gemm(w, layout, row0, nrows, xp, ntok, y, ld_y, xp + (size_t)ntok * w->cols_pad, wrows, sc);
+    gemm(w, layout, row0, nrows, xp, ntok, y, ld_y, xp + (size_t)ntok * w->cols_pad, wrows);
 }
 
 AVX2 static void avx2_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,

@@ -142,7 +142,6 @@ static const float *permuted(int layout, const cq_matrix *w, const float *xr, cq
     for (uint32_t b = 0; b < w->cols_pad; b += block)
         for (uint32_t s = 0; s < block; s++) xp[b + s] = xr[b + col[s]];
     sc->valid = 1;
-    sc->aux_valid = 0;
     sc->src = xr;
     sc->src_ld = 0; /* one token: any stride gives the same copy */
     sc->src_ntok = 1;
@@ -261,6 +260,46 @@ AVX512 static void pair_q4(const cq_matrix *w, uint32_t r, const float *xp, __m5
     y[1] = _mm512_reduce_add_ps(tb);
 }
 
+/* The level table of levels16() for w's bit width. */
+AVX512_INLINE __m512 level_table(const cq_matrix *w) {
+    const float *cb = w->codebook;
+    switch (w->bits) {
+    case 1: return _mm512_setr4_ps(cb[0], cb[1], cb[0], cb[1]);
+    case 2:
+    case 5: return _mm512_setr4_ps(cb[0], cb[1], cb[2], cb[3]);
+    case 3:
+        return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(cb))));
+    default: return _mm512_loadu_ps(cb);
+    }
+}
+
+/* Row r as level x group norm in column order, for a bit width known after inlining. */
+AVX512_INLINE void row_levels(const cq_matrix *w, uint32_t r, float *out, uint32_t bits,
+                              __m512 table) {
+    const uint8_t *row = w->codes + (size_t)r * w->row_bytes;
+    const uint8_t *end = w->codes + (size_t)w->rows * w->row_bytes;
+    const int tail = (size_t)(end - row) < (size_t)w->row_bytes + 3;
+    const uint16_t *norms = w->norms + (size_t)r * w->ngroups;
+    for (uint32_t g = 0; g < w->ngroups; g++) {
+        const __m512 n = _mm512_set1_ps(_cvtsh_ss(norms[g]));
+        for (uint32_t c = g * w->group; c < (g + 1) * w->group; c += 16)
+            _mm512_storeu_ps(out + c, _mm512_mul_ps(levels16(row, end, tail, bits, c, table), n));
+    }
+}
+
+AVX512 int cq_decode_avx512_row(const cq_matrix *w, uint32_t r, float *out) {
+    if (w->group % 16 || w->bits < 1 || w->bits > 5) return 0;
+    const __m512 table = level_table(w);
+    switch (w->bits) {
+    case 1: row_levels(w, r, out, 1, table); break;
+    case 2:
+    case 5: row_levels(w, r, out, 2, table); break;
+    case 3: row_levels(w, r, out, 3, table); break;
+    default: row_levels(w, r, out, 4, table); break;
+    }
+    return 1;
+}
+
 /* One specialised loop per bit width (the width is a constant inside row_dot); the last
  * rows of the matrix, whose 4-byte loads could pass the end of the codes, read exactly. */
 #define DECODE_ROWS(b)                                                                     \
@@ -350,6 +389,11 @@ int cq_decode_avx512_supported(void) { return 0; }
 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
                      float *y, cq_scratch *sc) {
     (void)w, (void)row0, (void)nrows, (void)xr, (void)y, (void)sc;
+    return 0;
+}
+
+int cq_decode_avx512_row(const cq_matrix *w, uint32_t r, float *out) {
+    (void)w, (void)r, (void)out;
     return 0;
 }
 

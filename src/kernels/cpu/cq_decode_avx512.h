@@ -27,4 +27,10 @@ int cq_decode_avx512_supported(void);
 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
                      float *y, cq_scratch *scratch);
 
+/* Row r of w decoded as level x group norm, in column order (cols_pad floats; the AMX
+ * level's weight panels). Returns 1, or 0 (out untouched) for a group that is not a
+ * multiple of 16 or no AVX-512 in this build. Call only after
+ * cq_decode_avx512_supported() returned 1. */
+int cq_decode_avx512_row(const cq_matrix *w, uint32_t r, float *out);
+
 #endif

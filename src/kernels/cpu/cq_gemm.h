@@ -24,21 +24,20 @@ void cq_avx2_decode_rows(const cq_matrix *w, int layout, uint32_t r, uint32_t n,
 
 /* y[t][r - row0] = <W[r], x_t> for rows [row0, row0 + nrows) and tokens t < ntok (ntok >=
  * 2), xp the activations permuted into `layout` ([ntok][cols_pad], 32-byte aligned) and
- * wbuf room for `wrows` >= 2 decoded rows (32-byte aligned); sc the scratch that holds
- * both, whose aux_valid a product may use for a copy of xp of its own. */
+ * wbuf room for `wrows` >= 2 decoded rows (32-byte aligned). */
 typedef void (*cq_gemm_fn)(const cq_matrix *w, int layout, uint32_t row0, uint32_t nrows,
                            const float *xp, uint32_t ntok, float *y, size_t ld_y, float *wbuf,
-                           uint32_t wrows, cq_scratch *sc);
+                           uint32_t wrows);
 
 void cq_gemm_avx2(const cq_matrix *w, int layout, uint32_t row0, uint32_t nrows,
                   const float *xp, uint32_t ntok, float *y, size_t ld_y, float *wbuf,
-                  uint32_t wrows, cq_scratch *sc);
+                  uint32_t wrows);
 
-/* The AVX-512 level's product (cq_gemm_avx512.c): the AMX level's fallback for matrices
- * whose padded width is not a multiple of 32. */
+/* The AVX-512 level's product (cq_gemm_avx512.c), also the AMX level's where the tile
+ * unit does not suit a matrix. */
 void cq_gemm_avx512(const cq_matrix *w, int layout, uint32_t row0, uint32_t nrows,
                     const float *xp, uint32_t ntok, float *y, size_t ld_y, float *wbuf,
-                    uint32_t wrows, cq_scratch *sc);
+                    uint32_t wrows);
 
 /* The AVX2 matmul (see cpu_kernels.matmul) with its many-token products done by `gemm`. */
 void cq_avx2_matmul_with(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,

@@ -10,14 +10,15 @@
  * hi*hi + hi*lo + lo*hi: three tile products, still about 5 times the FMA ports' rate,
  * each term exact in float32, the dropped lo*lo below 2^-16 of it.
  *
- * Layout. The weight rows are the tiles' A operand: a panel of 16 rows is decoded (the
- * AVX2 code, norms folded, in the activations' `layout` column order), split into hi and
- * lo bf16 rows, and each 32-column step is one 16 x 64-byte tile of each. The tokens are
- * the B operand, which the unit wants as column pairs: tile row i holds, for each of 16
- * tokens, the two bf16 of columns 2i and 2i + 1. That copy of the activations (hi and lo,
- * zero tokens up to a multiple of 16) is made once per batch per thread and kept in the
- * scratch (cq_scratch.aux_valid). C tiles are 16 rows x 16 tokens of float32; two token
- * blocks share each A load.
+ * Layout. Everything stays in column order (no permuted activations, unlike the AVX2
+ * products). The weight rows are the tiles' A operand: a panel of 16 rows is decoded row
+ * by row (cq_decode_avx512_row: level x group norm), split into hi and lo bf16 rows, and
+ * each 32-column step is one 16 x 64-byte tile of each. The tokens are the B operand,
+ * which the unit wants as column pairs: tile row i holds, for each of 16 tokens, the two
+ * bf16 of columns 2i and 2i + 1. That copy of the activations (hi and lo, zero tokens up
+ * to a multiple of 16; a 16 x 16 dword transpose per tile) is made once per batch per
+ * thread and kept in the scratch as cq_scratch describes. C tiles are 16 rows x 16
+ * tokens of float32; two token blocks share each A load.
  *
  * Arithmetic: every (row, token) value is the sum over 32-column steps, in order, of the
  * three tile products in the order above; the unit computes each C element from its A
@@ -113,9 +114,11 @@ AMX_INLINE void transpose16(const __m512i r[16], __m512i out[16]) {
     }
 }
 
-/* The tokens' B tiles: for block b and step s, hi at bt + (b * S + s) * 512 dwords and lo
- * 256 dwords after it (S = K / 32 steps); tokens past ntok are zero. */
-AMX static void token_tiles(const float *xp, uint32_t ntok, uint32_t K, uint32_t *bt) {
+/* The tokens' B tiles of x (ntok rows of K floats, row stride ld_x): for block b and step
+ * s, hi at bt + (b * S + s) * 512 dwords and lo 256 dwords after it (S = K / 32 steps);
+ * tokens past ntok are zero. */
+AMX static void token_tiles(const float *x, size_t ld_x, uint32_t ntok, uint32_t K,
+                            uint32_t *bt) {
     const uint32_t S = K / STEP, nb = (ntok + TOKS - 1) / TOKS;
     for (uint32_t b = 0; b < nb; b++)
         for (uint32_t s = 0; s < S; s++) {
@@ -123,7 +126,7 @@ AMX static void token_tiles(const float *xp, uint32_t ntok, uint32_t K, uint32_t
             for (uint32_t t = 0; t < TOKS; t++) {
                 const uint32_t tok = b * TOKS + t;
                 if (tok < ntok) {
-                    split32(xp + (size_t)tok * K + (size_t)s * STEP, &hi[t], &lo[t]);
+                    split32(x + (size_t)tok * ld_x + (size_t)s * STEP, &hi[t], &lo[t]);
                 } else {
                     hi[t] = lo[t] = _mm512_setzero_si512();
                 }
@@ -136,20 +139,23 @@ AMX static void token_tiles(const float *xp, uint32_t ntok, uint32_t K, uint32_t
         }
 }
 
-/* Rows [r, r + np) of the panel, decoded in wdec ([16][K] floats), as hi and lo bf16
- * rows (wh, wl: [16][K]); rows past np are zero. */
-AMX static void weight_rows(const float *wdec, uint32_t np, uint32_t K, uint16_t *wh,
-                            uint16_t *wl) {
-    for (uint32_t n = 0; n < ROWS; n++)
+/* Rows [r, r + np) of w as the panel's hi and lo bf16 rows (wh, wl: [16][K]), each row
+ * decoded into `row` (K floats) first; rows past np are zero. */
+AMX static void weight_rows(const cq_matrix *w, uint32_t r, uint32_t np, float *row,
+                            uint16_t *wh, uint16_t *wl) {
+    const uint32_t K = w->cols_pad;
+    for (uint32_t n = 0; n < ROWS; n++) {
+        if (n < np) cq_decode_avx512_row(w, r + n, row);
         for (uint32_t k = 0; k < K; k += STEP) {
             __m512i hi = _mm512_setzero_si512(), lo = hi;
-            if (n < np) split32(wdec + (size_t)n * K + k, &hi, &lo);
+            if (n < np) split32(row + k, &hi, &lo);
             _mm512_storeu_si512(wh + (size_t)n * K + k, hi);
             _mm512_storeu_si512(wl + (size_t)n * K + k, lo);
         }
+    }
 }
 
-/* C tile c (16 rows x 16 tokens) into y: rows r0 + [0, np), tokens t0 + [0, nt). */
+/* C tile c (16 rows x 16 tokens, row-major) into y: rows r0 + [0, np), tokens t0 + [0, nt). */
 static void store_block(const float *c, uint32_t np, uint32_t nt, float *y, size_t ld_y,
                         uint32_t t0, uint32_t r0) {
     for (uint32_t t = 0; t < nt; t++) {
@@ -158,23 +164,32 @@ static void store_block(const float *c, uint32_t np, uint32_t nt, float *y, size
     }
 }
 
-AMX static void cq_gemm_amx(const cq_matrix *w, int layout, uint32_t row0, uint32_t nrows,
-                     const float *xp, uint32_t ntok, float *y, size_t ld_y, float *wbuf,
-                     uint32_t wrows, cq_scratch *sc) {
+/* Scratch layout tag (cq_scratch.src_layout) of the token tiles, distinct from the AVX2
+ * and AVX-512 ones. */
+#define LAYOUT_AMX 0xA3B16u
+
+/* Many tokens on the tile unit, or 0 (nothing written) where this matrix or scratch does
+ * not suit it: the padded width not a multiple of 32, groups not of 16, or too little
+ * scratch for the token tiles (ntok rounded up to 16 rows of K floats), one decoded row
+ * and the panel's halves (16 rows' worth). */
+AMX static int amx_products(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
+                            size_t ld_x, uint32_t ntok, float *y, size_t ld_y,
+                            cq_scratch *sc) {
     const uint32_t K = w->cols_pad, S = K / STEP, nb = (ntok + TOKS - 1) / TOKS;
-    /* floats: the token tiles (nb * 16 rows' worth of K), the decoded panel (16 rows), its
-     * hi and lo halves (16 rows' worth together) */
-    const size_t need = ((size_t)nb * TOKS + 2 * ROWS) * K;
-    if (K % STEP || !sc || (size_t)wrows * K < need) {
-        cq_gemm_avx512(w, layout, row0, nrows, xp, ntok, y, ld_y, wbuf, wrows, sc);
-        return;
-    }
-    uint32_t *bt = (uint32_t *)wbuf;
-    float *wdec = wbuf + (size_t)nb * TOKS * K;
-    uint16_t *wh = (uint16_t *)(wdec + (size_t)ROWS * K), *wl = wh + (size_t)ROWS * K;
-    if (!sc->aux_valid) {
-        token_tiles(xp, ntok, K, bt);
-        sc->aux_valid = 1;
+    const size_t need = ((size_t)nb * TOKS + ROWS + 1) * K + 16;
+    if (K % STEP || w->group % 16 || !sc || !sc->buf || sc->cap < need) return 0;
+    uint32_t *bt = (uint32_t *)(((uintptr_t)sc->buf + 63) & ~(uintptr_t)63);
+    float *row = (float *)bt + (size_t)nb * TOKS * K;
+    uint16_t *wh = (uint16_t *)(row + K), *wl = wh + (size_t)ROWS * K;
+    if (!(sc->valid && sc->src == xr && sc->src_ld == ld_x && sc->src_ntok == ntok &&
+          sc->src_cols == K && sc->src_layout == LAYOUT_AMX)) {
+        token_tiles(xr, ld_x, ntok, K, bt);
+        sc->valid = 1;
+        sc->src = xr;
+        sc->src_ld = ld_x;
+        sc->src_ntok = ntok;
+        sc->src_cols = K;
+        sc->src_layout = LAYOUT_AMX;
     }
     tile_config cfg;
     config_init(&cfg);
@@ -182,8 +197,7 @@ AMX static void cq_gemm_amx(const cq_matrix *w, int layout, uint32_t row0, uint3
     float c[2][16][16];
     for (uint32_t r = row0; r < row0 + nrows; r += ROWS) {
         const uint32_t np = row0 + nrows - r < ROWS ? row0 + nrows - r : ROWS;
-        cq_avx2_decode_rows(w, layout, r, np, wdec);
-        weight_rows(wdec, np, K, wh, wl);
+        weight_rows(w, r, np, row, wh, wl);
         for (uint32_t b = 0; b < nb; b += 2) {
             const int two = b + 1 < nb;
             const uint32_t *b0 = bt + (size_t)b * S * 512, *b1 = b0 + (size_t)S * 512;
@@ -215,12 +229,15 @@ AMX static void cq_gemm_amx(const cq_matrix *w, int layout, uint32_t row0, uint3
         }
     }
     _tile_release();
+    return 1;
 }
 
 AMX static void amx_matmul(const cq_matrix *w, uint32_t row0, uint32_t nrows, const float *xr,
                            size_t ld_x, uint32_t ntok, float *y, size_t ld_y, cq_scratch *sc) {
+    if (!nrows || !ntok) return;
     if (ntok == 1 && cq_decode_avx512(w, row0, nrows, xr, y, sc)) return;
-    cq_avx2_matmul_with(w, row0, nrows, xr, ld_x, ntok, y, ld_y, sc, cq_gemm_amx);
+    if (ntok > 1 && amx_products(w, row0, nrows, xr, ld_x, ntok, y, ld_y, sc)) return;
+    cq_avx2_matmul_with(w, row0, nrows, xr, ld_x, ntok, y, ld_y, sc, cq_gemm_avx512);
 }
 
 /* CPUID leaf 7: AMX-BF16 (EDX bit 22), AMX-TILE (EDX bit 24); subleaf 1: AVX512-BF16

@@ -178,8 +178,7 @@ AVX2 static void panel4(const float *wbuf, uint32_t K, const float *xp, uint32_t
  * half speed), a remainder of two is a pair. */
 AVX2 void cq_gemm_avx2(const cq_matrix *w, int layout, uint32_t row0, uint32_t nrows,
                        const float *xp, uint32_t ntok, float *y, size_t ld_y, float *wbuf,
-                       uint32_t wrows, cq_scratch *sc) {
-    (void)sc;
+                       uint32_t wrows) {
     const uint32_t K = w->cols_pad, end = row0 + nrows;
     uint32_t r = row0;
     if (wrows >= 4 && ntok >= 4) {

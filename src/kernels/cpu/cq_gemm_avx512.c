@@ -119,8 +119,7 @@ static uint32_t tile_tokens(uint32_t left) {
 
 AVX512 void cq_gemm_avx512(const cq_matrix *w, int layout, uint32_t row0, uint32_t nrows,
                            const float *xp, uint32_t ntok, float *y, size_t ld_y, float *wbuf,
-                           uint32_t wrows, cq_scratch *sc) {
-    (void)sc;
+                           uint32_t wrows) {
     const uint32_t K = w->cols_pad, end = row0 + nrows;
     uint32_t most = wrows / TILE_ROWS < PANEL_TILES ? wrows / TILE_ROWS : PANEL_TILES;
     most = most ? most * TILE_ROWS : wrows;

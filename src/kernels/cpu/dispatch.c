@@ -38,11 +38,11 @@ const cpu_kernels cpu_kernels_scalar = {
 };
 
 size_t cq_scratch_floats(uint32_t cols_pad, uint32_t ntok) {
-    /* permuted activations of every token, then a panel of 12 decoded weight rows
-     * (cq_gemm_avx2.c, cq_gemm_avx512.c) or, at the AMX level, the tokens as bf16 tiles
-     * (up to ntok + 15 rows' worth) and 16 decoded rows with their bf16 halves (32 rows'
-     * worth; cq_gemm_amx.c); alignment slack. Pages a level never touches cost nothing. */
-    return (2 * (size_t)ntok + 48) * cols_pad + 16;
+    /* permuted activations of every token, then a panel of decoded weight rows (12 are
+     * used: cq_gemm_avx2.c, cq_gemm_avx512.c); at the AMX level the tokens as bf16 tiles
+     * (ntok rounded up to 16 rows' worth), a decoded row and a panel's bf16 halves (16
+     * rows' worth; cq_gemm_amx.c); alignment slack */
+    return ((size_t)ntok + 32) * cols_pad + 80;
 }
 
 const char *cpu_kernels_vector_level(const cpu_kernels *k) {

@@ -295,7 +295,6 @@ static void matmul_worker(void *arg, int i, int n) {
     matmul_batch *b = arg;
     cq_scratch *sc = &b->pool->scratch[i];
     sc->valid = 0; /* the activations are new for this batch */
-    sc->aux_valid = 0;
     const cpu_kernels *k = b->pool->k;
     const uint32_t total = b->first_chunk[b->njobs];
     uint32_t j = 0;
