@@ -29,6 +29,8 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "kernels/cpu/transpose_avx512.h"
+
 #define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
 
@@ -220,6 +222,98 @@ AVX512_INLINE void rows_q2(const cq_matrix *w, uint32_t r, const float *xp, __m5
     for (int j = 0; j < NR; j++) y[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]));
 }
 
+/* ---- 2 bits, 16 rows at a time: pair tables ---------------------------------------
+ *
+ * Two 2-bit codes side by side are a 4-bit number, so the 16 sums a pair of columns
+ * (2p, 2p + 1) can add to a row, level[c0] x[2p] + level[c1] x[2p + 1] for c0 + 4 c1 =
+ * 0..15, fit one zmm table, built once per token for every pair (cols_pad / 2 tables,
+ * 24 KiB at 768 columns). With the lanes of a vector being 16 rows, one vpermps then adds
+ * two weights to each of 16 rows: the code words of 16 rows are loaded side by side (64
+ * bytes, 256 columns, per row) and transposed, so that dword j of every row (columns 16j
+ * .. 16j + 15) sits in one register, and a shift by 4i brings pair i of each to the bottom
+ * of its lane (vpermps reads the low 4 bits). Per 32 weights: 1 shift, 1 lookup, 1 add
+ * (and a sixth of a transpose's shuffles), against rows_q2's 1 shift, 2 lookups, 2 FMAs
+ * (`bench_a8_kernels 768 768 2`, one thread of the development Xeon: 20.2 -> 16.0-16.4 us;
+ * the lookups and the transposes share one port there, so not the 5/3 the count
+ * suggests). The pool hands out one-token rows in multiples of 16 (cpu_matmul).
+ *
+ * Arithmetic: per row and group, four accumulators (pair i into accumulator i % 4) over
+ * the group's dwords in order, summed, scaled by the group norm into a running total; a
+ * row's lane does the same whatever rows share its block. */
+
+enum { LAYOUT_PAIRS = 0x5123 };
+
+/* The pair tables of xr for w's 2-bit levels, cached in the scratch (after them, the four
+ * levels they were built with, so another codebook rebuilds them). */
+AVX512 static const float *pair_tables(const cq_matrix *w, const float *xr, cq_scratch *sc) {
+    float *T = (float *)(((uintptr_t)sc->buf + 63) & ~(uintptr_t)63);
+    const uint32_t K = w->cols_pad;
+    float *levels = T + (size_t)8 * K;
+    if (sc->valid && sc->src == xr && sc->src_ntok == 1 && sc->src_cols == K &&
+        sc->src_layout == LAYOUT_PAIRS && !memcmp(levels, w->codebook, 4 * sizeof(float)))
+        return T;
+    const float *cb = w->codebook;
+    float lo[16], hi[16];
+    for (int i = 0; i < 16; i++) lo[i] = cb[i & 3], hi[i] = cb[i >> 2];
+    const __m512 l0 = _mm512_loadu_ps(lo), l1 = _mm512_loadu_ps(hi);
+    for (uint32_t p = 0; p < K / 2; p++)
+        _mm512_store_ps(T + (size_t)p * 16,
+                        _mm512_fmadd_ps(l1, _mm512_set1_ps(xr[2 * p + 1]),
+                                        _mm512_mul_ps(l0, _mm512_set1_ps(xr[2 * p]))));
+    memcpy(levels, cb, 4 * sizeof(float));
+    sc->valid = 1;
+    sc->src = xr;
+    sc->src_ld = 0;
+    sc->src_ntok = 1;
+    sc->src_cols = K;
+    sc->src_layout = LAYOUT_PAIRS;
+    return T;
+}
+
+/* Rows [r0, r0 + nr) (nr <= 16; FULL: nr == 16, known after inlining) at 2 bits from the
+ * pair tables T. */
+AVX512_INLINE void rows16_pairs(const cq_matrix *w, uint32_t r0, uint32_t nr, const float *T,
+                                float *y, const int FULL) {
+    const uint32_t rb = w->row_bytes, G = w->group, ng = w->ngroups;
+    const uint8_t *codes = w->codes + (size_t)r0 * rb;
+    const uint16_t *norms = w->norms + (size_t)r0 * ng;
+    __m512 total = _mm512_setzero_ps(), a0 = total, a1 = total, a2 = total, a3 = total;
+    uint32_t g = 0, group_end = G; /* the group being summed and its end column */
+    for (uint32_t b0 = 0; b0 < rb; b0 += 64) {
+        const uint32_t words = rb - b0 < 64 ? (rb - b0) / 4 : 16;
+        const __mmask16 m = (__mmask16)(words == 16 ? 0xFFFFu : (1u << words) - 1);
+        __m512i R[16], D[16];
+        for (uint32_t i = 0; i < 16; i++)
+            R[i] = FULL || i < nr ? _mm512_maskz_loadu_epi32(m, codes + (size_t)i * rb + b0)
+                                  : _mm512_setzero_si512();
+        transpose16x16_epi32(R, D);
+        for (uint32_t j = 0; j < words; j++) {
+            const uint32_t c = 4 * b0 + 16 * j; /* the word's first column */
+            const float *t = T + (size_t)c * 8;  /* its first pair's table */
+            const __m512i d = D[j];
+            a0 = _mm512_add_ps(a0, _mm512_permutexvar_ps(d, _mm512_load_ps(t)));
+            a1 = _mm512_add_ps(a1, _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), _mm512_load_ps(t + 16)));
+            a2 = _mm512_add_ps(a2, _mm512_permutexvar_ps(_mm512_srli_epi32(d, 8), _mm512_load_ps(t + 32)));
+            a3 = _mm512_add_ps(a3, _mm512_permutexvar_ps(_mm512_srli_epi32(d, 12), _mm512_load_ps(t + 48)));
+            a0 = _mm512_add_ps(a0, _mm512_permutexvar_ps(_mm512_srli_epi32(d, 16), _mm512_load_ps(t + 64)));
+            a1 = _mm512_add_ps(a1, _mm512_permutexvar_ps(_mm512_srli_epi32(d, 20), _mm512_load_ps(t + 80)));
+            a2 = _mm512_add_ps(a2, _mm512_permutexvar_ps(_mm512_srli_epi32(d, 24), _mm512_load_ps(t + 96)));
+            a3 = _mm512_add_ps(a3, _mm512_permutexvar_ps(_mm512_srli_epi32(d, 28), _mm512_load_ps(t + 112)));
+            if (c + 16 == group_end) {
+                uint16_t n16[16] = {0};
+                for (uint32_t i = 0; i < (FULL ? 16 : nr); i++) n16[i] = norms[(size_t)i * ng + g];
+                const __m512 n = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)n16));
+                total = _mm512_fmadd_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                        n, total);
+                a0 = a1 = a2 = a3 = _mm512_setzero_ps();
+                g++;
+                group_end += G;
+            }
+        }
+    }
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << nr) - 1), total);
+}
+
 /* Rows r and r + 1 together, each activation load serving both (about 5% faster than
  * one row at a time at 4 bits).
  * Each row's operations and their order are row_q4's, so the values do not depend on
@@ -323,6 +417,13 @@ AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, c
         return 1;
     case 2:
     case 5:
+        if (sc && sc->buf && sc->cap >= (size_t)8 * w->cols_pad + 32 && w->group % 16 == 0) {
+            const float *T = pair_tables(w, xr, sc);
+            uint32_t r = row0;
+            for (; r + 16 <= row0 + nrows; r += 16) rows16_pairs(w, r, 16, T, y + (r - row0), 1);
+            if (r < row0 + nrows) rows16_pairs(w, r, row0 + nrows - r, T, y + (r - row0), 0);
+            return 1;
+        }
         if (room && w->group % 32 == 0) {
             float first[16], second[16];
             for (int i = 0; i < 16; i++) first[i] = cb[i & 3], second[i] = cb[i >> 2];

@@ -47,6 +47,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "kernels/cpu/transpose_avx512.h"
+
 #define AMX_TARGET "avx512f,avx512bw,avx512bf16,avx2,fma,f16c,amx-tile,amx-bf16"
 #define AMX __attribute__((target(AMX_TARGET)))
 #define AMX_INLINE static inline __attribute__((always_inline, target(AMX_TARGET)))
@@ -86,34 +88,6 @@ AMX_INLINE void split32(const float *x, __m512i *hi, __m512i *lo) {
     *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(x1, f1), _mm512_sub_ps(x0, f0));
 }
 
-/* r[0..15] transposed as a 16 x 16 matrix of dwords (row i of the result holds element
- * i of every input row): pairs of rows interleaved, then pairs of pairs, then the four
- * 128-bit lanes gathered across registers. */
-AMX_INLINE void transpose16(const __m512i r[16], __m512i out[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4i + j], 128-bit lane L: element 4L + j of rows 4i .. 4i + 3 */
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int j = 0; j < 4; j++) {
-        const __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);
-        const __m512i b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD);
-        const __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
-        const __m512i d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
-        out[j] = _mm512_shuffle_i32x4(a, c, 0x88);
-        out[8 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);
-        out[4 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
-        out[12 + j] = _mm512_shuffle_i32x4(b, d, 0xDD);
-    }
-}
-
 /* The tokens' B tiles of x (ntok rows of K floats, row stride ld_x): for block b and step
  * s, hi at bt + (b * S + s) * 512 dwords and lo 256 dwords after it (S = K / 32 steps);
  * tokens past ntok are zero. */
@@ -132,9 +106,9 @@ AMX static void token_tiles(const float *x, size_t ld_x, uint32_t ntok, uint32_t
                 }
             }
             uint32_t *tile = bt + ((size_t)b * S + s) * 512;
-            transpose16(hi, out);
+            transpose16x16_epi32(hi, out);
             for (int i = 0; i < 16; i++) _mm512_storeu_si512(tile + 16 * i, out[i]);
-            transpose16(lo, out);
+            transpose16x16_epi32(lo, out);
             for (int i = 0; i < 16; i++) _mm512_storeu_si512(tile + 256 + 16 * i, out[i]);
         }
 }

@@ -325,8 +325,8 @@ void cpu_matmul(cpu_pool *pool, const float *xr, size_t ld_x, uint32_t ntok,
             const uint64_t row_work = (uint64_t)b.jobs[j].w->cols_pad * (ntok ? ntok : 1);
             uint64_t rows = CHUNK_WORK / (row_work ? row_work : 1);
             /* many tokens: whole tiles of the level's products (AVX2 3 rows, AVX-512 4,
-             * AMX 16) */
-            const uint64_t step = ntok > 1 ? (pool->k->tile_rows ? pool->k->tile_rows : 12) : 4;
+             * AMX 16); one token: whole 16-row blocks of the AVX-512 2-bit products */
+            const uint64_t step = ntok > 1 ? (pool->k->tile_rows ? pool->k->tile_rows : 12) : 16;
             rows = rows < step ? step : (rows + step - 1) / step * step;
             if (rows > b.jobs[j].nrows) rows = b.jobs[j].nrows ? b.jobs[j].nrows : 1;
             b.chunk_rows[j] = (uint32_t)rows;
