@@ -40,7 +40,12 @@
 #                 (tests/official_client/dropin.sh with the cycle's model, cK/envs.txt)
 #
 # Flags: TRAIN3_LR (1e-3), TRAIN3_BATCH (16), TRAIN3_MAX_LEN (512), TRAIN3_THREADS (1),
-# TRAIN3_WORK (the folder, train/work3/s8x256).
+# TRAIN3_WORK (the folder, train/work3/s8x256), TRAIN3_HANDOVER (train/cycles3),
+# TRAIN3_SCORE (1; 0 trains and builds without stages 5 and 6).
+# Hand-over: a finished cycle's parameters (no optimizer state: train/params_only.py,
+# ~22 MB) go to TRAIN3_HANDOVER/cK.safetensors, to be committed; a run on a machine
+# without train/work3/ (a new machine) takes cycle K from there instead of training it
+# again, so the session that trains cycle K + 1 starts where the last one ended.
 # Shipping is a decision, not a stage: a cycle's model replaces models/needle-demo.cact only
 # when it beats it on every held-out set (train/README.md keeps the table).
 # Exit status: 0 when TRAIN3_CYCLES cycles are done, 4 when the minutes ran out first
@@ -53,6 +58,7 @@ DEADLINE=$(( $(date +%s) + MINUTES * 60 ))
 PER_CYCLE="${TRAIN3_CYCLE_EXAMPLES:-36000}"
 CYCLES="${TRAIN3_CYCLES:-6}"
 WORK="${TRAIN3_WORK:-train/work3/s8x256}"
+HANDOVER="${TRAIN3_HANDOVER:-train/cycles3}" # finished cycles' parameters, committed
 TOK=train/data/needle3-tok4096.model
 NEEDLE=./build/needle
 export JAX_PLATFORMS=cpu NEEDLE_TELEMETRY=0 DO_NOT_TRACK=1
@@ -170,7 +176,18 @@ echo "== 4. cycles"
 for k in $(seq 1 "$CYCLES"); do
   dir="$WORK/c$k"
   mkdir -p "$dir"
+  if [ ! -s "$dir/model.cact" ] && [ -s "$HANDOVER/c$k.safetensors" ]; then
+    # finished in an earlier session, on another machine: its parameters were handed over
+    # (committed); the next cycle starts from them. Scored when it was trained (the table
+    # in train/README.md), so not scored again.
+    cp "$HANDOVER/c$k.safetensors" "$dir/ckpt.safetensors"
+    "$NEEDLE" build "$dir/ckpt.safetensors" --weights "$WORK/init.cact" --out "$dir/model.cact.tmp"
+    mv "$dir/model.cact.tmp" "$dir/model.cact"
+    touch "$dir/handed-over"
+    echo "-- cycle $k: from the handed-over parameters $HANDOVER/c$k.safetensors"
+  fi
   if [ -s "$dir/model.cact" ]; then
+    if [ -e "$dir/handed-over" ] || [ "${TRAIN3_SCORE:-1}" = 0 ]; then continue; fi
     calibrate "$dir" "$k"
     evaluate "$dir"
     continue
@@ -206,6 +223,12 @@ for k in $(seq 1 "$CYCLES"); do
     exit 4
   fi
   [ "$rc" -eq 0 ] || exit "$rc"
+  # the hand-over: the parameters without the optimizer state (a third of the checkpoint),
+  # for a session to commit so that a machine lost with train/work3/ loses no cycle
+  mkdir -p "$HANDOVER"
+  python3 train/params_only.py "$dir/ckpt.safetensors" "$HANDOVER/c$k.safetensors"
+  echo "run3.sh: cycle $k finished; commit $HANDOVER/c$k.safetensors ($(du -m "$HANDOVER/c$k.safetensors" | cut -f1) MB) to hand it over"
+  if [ "${TRAIN3_SCORE:-1}" = 0 ]; then continue; fi
   calibrate "$dir" "$k"
   evaluate "$dir"
 done
