@@ -32,6 +32,12 @@ if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
   echo "== the kernel-dependent suites on the AVX2 level (NEEDLE_CPU=avx2, ctest -L kernels) == [t=${SECONDS} s]"
   (cd build && NEEDLE_CPU=avx2 ctest -L kernels --output-on-failure -j "$jobs")
 fi
+# On a CPU with AMX-BF16 the default level is amx (prefill products on the tile unit); the
+# AVX-512 level's own many-token products then get these suites too
+if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && grep -qw avx512f /proc/cpuinfo; then
+  echo "== the kernel-dependent suites on the AVX-512 level (NEEDLE_CPU=avx512, ctest -L kernels) == [t=${SECONDS} s]"
+  (cd build && NEEDLE_CPU=avx512 ctest -L kernels --output-on-failure -j "$jobs")
+fi
 
 echo "== sanitizer build (ASan + UBSan) == [t=${SECONDS} s]"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEEDLE_WERROR=ON -DNEEDLE_SANITIZE=ON \
