@@ -409,10 +409,9 @@ AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, c
     const float *cb = w->codebook;
     const uint8_t *end = w->codes + (size_t)w->rows * w->row_bytes;
     const int room = sc && sc->buf && sc->cap >= (size_t)w->cols_pad + 16;
-    __m512 table;
+    const __m512 table = level_table(w);
     switch (w->bits) {
     case 1:
-        table = _mm512_setr4_ps(cb[0], cb[1], cb[0], cb[1]);
         DECODE_ROWS(1);
         return 1;
     case 2:
@@ -434,15 +433,12 @@ AVX512 int cq_decode_avx512(const cq_matrix *w, uint32_t row0, uint32_t nrows, c
             if (r < row0 + nrows) rows_q2(w, r, xp, t1, t2, y + (r - row0), 1);
             return 1;
         }
-        table = _mm512_setr4_ps(cb[0], cb[1], cb[2], cb[3]);
         DECODE_ROWS(2);
         return 1;
     case 3:
-        table = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(cb))));
         DECODE_ROWS(3);
         return 1;
     case 4:
-        table = _mm512_loadu_ps(cb);
         if (room) {
             const float *xp = permuted(LAYOUT_Q4, w, xr, sc);
             uint32_t r = row0;
